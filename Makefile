@@ -1,0 +1,47 @@
+# Everything runs from a virtual environment cached outside the checkout, keyed on the hash of
+# requirements.lock: the first run installs (torch is large), later runs start at once.
+SHELL := /bin/bash
+PYTHON ?= python3
+WEIGHTCACHE_CACHE ?= $(HOME)/.cache/weightcache
+export WEIGHTCACHE_CACHE
+LOCK_HASH := $(shell sha256sum requirements.lock | cut -c1-16)
+VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: demo test env unit integration gpu bench clean-venv
+
+$(VENV)/.complete: requirements.lock
+	rm -rf $(VENV)
+	mkdir -p $(WEIGHTCACHE_CACHE)
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
+	touch $@
+
+# Re-pointing the editable install is cheap and keeps a shared venv on *this* checkout.
+env: $(VENV)/.complete
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	ln -sfn $(VENV) .venv
+
+demo: env
+	$(VENV)/bin/weightcache demo
+
+test: env
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: env
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: env
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# On a machine with a CUDA GPU; elsewhere these tests are skipped.
+gpu: env
+	$(PY) -m pytest -m gpu tests/gpu $(PYTEST_ARGS)
+
+bench: env
+	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 2000
+	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 20000
+
+clean-venv:
+	rm -rf $(VENV) .venv

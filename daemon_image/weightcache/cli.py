@@ -1,0 +1,202 @@
+"""``weightcache`` command line: daemon, status, probe, gen-checkpoint, hf-generate, demo, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from . import logfmt
+from .errors import WeightCacheError
+
+
+def _block(text: str) -> tuple[int, int]:
+    parts = [int(p) for p in text.replace("x", ",").split(",")]
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError("weight block size is two integers, e.g. 128,128")
+    return parts[0], parts[1]
+
+
+def _ranks(text: str) -> list[int]:
+    ranks: list[int] = []
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            ranks.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            ranks.append(int(part))
+    return ranks
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)")
+    p.add_argument("--revision", default="", help="model revision recorded in the fingerprint")
+    p.add_argument("--dtype", default="auto", help="auto (from config.json), bfloat16, float16 or float32")
+    p.add_argument("--quantization", default="none", help="none or fp8 (block-wise)")
+    p.add_argument("--weight-block-size", type=_block, default=None, help="fp8 block, default 128,128")
+    p.add_argument("--backend", default="cpu-shm", help="arena backend: cpu-shm")
+
+
+def _add_layout_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--tp-size", type=int, default=1)
+    p.add_argument("--tp-rank", type=int, default=0)
+    p.add_argument("--pp-size", type=int, default=1)
+    p.add_argument("--pp-rank", type=int, default=0)
+
+
+def _add_cache_args(p: argparse.ArgumentParser, required: bool) -> None:
+    from .daemon import default_socket_dir
+
+    p.add_argument("--socket-dir", default=default_socket_dir(), help="directory holding <name>/rank-N.sock")
+    p.add_argument("--name", required=required, default=None if required else "default", help="the cache's name")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="weightcache", description=__doc__)
+    parser.add_argument("--log-level", default=os.environ.get("WEIGHTCACHE_LOG_LEVEL", "info"))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    d = sub.add_parser("daemon", help="load a checkpoint once and serve it to engines")
+    _add_model_args(d)
+    _add_layout_args(d)
+    _add_cache_args(d, required=True)
+    d.add_argument("--ranks", type=_ranks, default=None,
+                   help="launch one process per listed global rank (e.g. 0-3) instead of one rank")
+    d.add_argument("--socket-group", default=None, help="group allowed to connect (socket mode 0660)")
+    d.add_argument("--allow-uid", type=int, action="append", default=[], help="extra uid allowed to connect")
+    d.add_argument("--allow-gid", type=int, action="append", default=[], help="extra gid allowed to connect")
+
+    s = sub.add_parser("status", help="ask a running daemon for its status (JSON)")
+    _add_cache_args(s, required=True)
+    s.add_argument("--rank", type=int, default=0)
+
+    pr = sub.add_parser("probe", help="exit 0 only if every listed rank is ready: file, live process, answering socket")
+    _add_cache_args(pr, required=True)
+    pr.add_argument("--ranks", type=_ranks, default=[0])
+
+    g = sub.add_parser("gen-checkpoint", help="write a small real checkpoint with seeded random weights")
+    g.add_argument("out")
+    g.add_argument("--family", default="llama", choices=["llama", "qwen2", "qwen3"])
+    g.add_argument("--hidden-size", type=int, default=128)
+    g.add_argument("--intermediate-size", type=int, default=352)
+    g.add_argument("--layers", type=int, default=4)
+    g.add_argument("--heads", type=int, default=8)
+    g.add_argument("--kv-heads", type=int, default=4)
+    g.add_argument("--vocab-size", type=int, default=1024)
+    g.add_argument("--dtype", default="bfloat16")
+    g.add_argument("--shards", type=int, default=3)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--tie-embeddings", action="store_true")
+    g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
+
+    h = sub.add_parser("hf-generate", help="a transformers model fed by weightcache: greedy completion as JSON")
+    _add_model_args(h)
+    _add_cache_args(h, required=False)
+    h.add_argument("--weights", choices=["off", "client"], default="client")
+    h.add_argument("--fallback", choices=["disk", "error"], default="disk")
+    h.add_argument("--prompt", default="Hello")
+    h.add_argument("--max-new-tokens", type=int, default=16)
+
+    m = sub.add_parser("demo", help="the quick start: disk vs cache on a generated checkpoint")
+    m.add_argument("--workdir", default=None)
+    m.add_argument("--max-new-tokens", type=int, default=16)
+
+    b = sub.add_parser("bench", help="measure disk load, daemon load and map+bind; print a table")
+    from .bench import add_arguments
+
+    add_arguments(b)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()
+    args = build_parser().parse_args(argv)
+    logfmt.setup(args.log_level)
+    try:
+        return _dispatch(args, started)
+    except WeightCacheError as exc:
+        print(f"weightcache {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _dispatch(args: argparse.Namespace, started: float) -> int:
+    if args.command == "daemon":
+        from .daemon import DaemonConfig, launch_local_ranks, run
+        from .sharding import Layout
+
+        if args.ranks:
+            os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
+            passthrough = _daemon_passthrough(args)
+            return launch_local_ranks(args.ranks, args.tp_size, args.pp_size, passthrough)
+        cfg = DaemonConfig(
+            model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank),
+            socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
+            weight_block_size=args.weight_block_size, backend=args.backend, revision=args.revision,
+            socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid)
+        return run(cfg)
+    if args.command == "status":
+        from .client import DaemonConnection
+        from .rankfiles import RankFiles
+
+        with DaemonConnection(RankFiles(args.socket_dir, args.name, args.rank).socket) as conn:
+            print(conn.status().model_dump_json(indent=2))
+        return 0
+    if args.command == "probe":
+        from .probe import probe
+
+        problems = probe(args.socket_dir, args.name, args.ranks)
+        for problem in problems:
+            print(problem, file=sys.stderr)
+        return 1 if problems else 0
+    if args.command == "gen-checkpoint":
+        from .sample_checkpoints import ModelSpec, write_checkpoint
+
+        spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
+                         num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
+                         vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
+                         tie_word_embeddings=args.tie_embeddings, fp8=args.fp8)
+        print(write_checkpoint(args.out, spec))
+        return 0
+    if args.command == "hf-generate":
+        from .checkpoint import open_checkpoint
+        from .client import Weights, load_weights
+        from .loader import resolve_dtype
+        from .reference_hf import dump, generate_report
+        from .sharding import Layout
+
+        def load() -> "Weights":
+            return load_weights(
+                args.model, Layout(), socket_dir=args.socket_dir if args.weights == "client" else None,
+                name=args.name if args.weights == "client" else None, fallback=args.fallback, dtype=args.dtype,
+                quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
+                backend=args.backend)
+
+        dtype = resolve_dtype(args.dtype, open_checkpoint(args.model))
+        print(dump(generate_report(args.model, load, dtype, args.prompt, args.max_new_tokens, started)))
+        return 0
+    if args.command == "demo":
+        from .demo import default_workdir, run as run_demo
+
+        return run_demo(args.workdir or default_workdir(), args.max_new_tokens)
+    if args.command == "bench":
+        from .bench import run as run_bench
+
+        return run_bench(args)
+    raise AssertionError(args.command)
+
+
+def _daemon_passthrough(args: argparse.Namespace) -> list[str]:
+    out = ["--model", args.model, "--revision", args.revision, "--dtype", args.dtype,
+           "--quantization", args.quantization, "--backend", args.backend,
+           "--socket-dir", args.socket_dir, "--name", args.name]
+    if args.weight_block_size:
+        out += ["--weight-block-size", f"{args.weight_block_size[0]},{args.weight_block_size[1]}"]
+    if args.socket_group:
+        out += ["--socket-group", args.socket_group]
+    for uid in args.allow_uid:
+        out += ["--allow-uid", str(uid)]
+    for gid in args.allow_gid:
+        out += ["--allow-gid", str(gid)]
+    return out

@@ -1,0 +1,202 @@
+"""The engine side: connect to a rank's daemon, check the fingerprint, map the arena read-only.
+
+``load_weights`` is what an engine calls. It computes the fingerprint it expects from its own
+arguments, asks the daemon what it holds, and maps the arena only if the two agree. Otherwise
+(or with no daemon at all) the policy decides: ``fallback="disk"`` loads the same tensors from
+disk with the daemon's own loader and says why; ``fallback="error"`` raises. The mapping stays
+valid if the daemon dies: the engine holds its own reference to the memory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from .arena import MappedArena
+from .checkpoint import Checkpoint, open_checkpoint
+from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+from .fingerprint import Fingerprint, compute
+from .loader import load_to_memory, plan_rank, resolve_dtype
+from .manifest import Manifest, tensor_views
+from .protocol import (
+    MAX_REPLY_BYTES,
+    REPLY,
+    SUPPORTED_VERSIONS,
+    ConfigReply,
+    ErrorReply,
+    Fetch,
+    FetchReply,
+    Hello,
+    HelloReply,
+    Ping,
+    Pong,
+    QueryConfig,
+    Status,
+    StatusReply,
+    decode,
+    recv_frame,
+    send_frame,
+)
+from .quantization import QuantConfig, resolve
+from .rankfiles import RankFiles
+from .sharding import Layout
+
+Fallback = Literal["disk", "error"]
+
+
+class DaemonConnection:
+    """One connection to one rank's daemon. Use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client") -> None:
+        self.path = str(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self._sock.close()
+            raise CacheUnavailable(f"no daemon listens on {self.path} ({exc.strerror})") from None
+        except OSError as exc:
+            self._sock.close()
+            raise CacheUnavailable(f"cannot connect to {self.path}: {exc}") from None
+        self.hello_reply: HelloReply = self._request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
+
+    def __enter__(self) -> "DaemonConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def query_config(self) -> ConfigReply:
+        return self._request(QueryConfig(), ConfigReply)
+
+    def status(self) -> StatusReply:
+        return self._request(Status(), StatusReply)
+
+    def ping(self) -> Pong:
+        return self._request(Ping(), Pong)
+
+    def fetch(self, digest: str) -> tuple[FetchReply, int]:
+        fds: list[int] = []
+        reply = self._request(Fetch(fingerprint_digest=digest), FetchReply, fds)
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolError(f"fetch reply carried {len(fds)} file descriptors, expected 1")
+        return reply, fds[0]
+
+    def _request(self, message: Any, expect: type, fds: list[int] | None = None) -> Any:
+        try:
+            send_frame(self._sock, message)
+            reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
+        except (OSError, socket.timeout) as exc:
+            raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
+        if isinstance(reply, ErrorReply):
+            if reply.code == "fingerprint_mismatch":
+                raise FingerprintMismatch(reply.message, reply.fields)
+            raise ProtocolError(f"daemon refused {message.type}: [{reply.code}] {reply.message}")
+        if not isinstance(reply, expect):
+            raise ProtocolError(f"daemon answered {message.type} with {reply.type}")
+        return reply
+
+
+@dataclass
+class Expected:
+    """What an engine expects a rank's cache to hold, derived from its own arguments."""
+
+    checkpoint: Checkpoint
+    layout: Layout
+    quant: QuantConfig
+    dtype: str
+    fingerprint: Fingerprint
+
+
+def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str = "none",
+           weight_block_size: tuple[int, int] | None = None, revision: str = "", backend: str = "cpu-shm") -> Expected:
+    resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
+    checkpoint = open_checkpoint(model)
+    quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
+    resolved = resolve_dtype(dtype, checkpoint)
+    fp = compute(checkpoint, layout, quant, resolved, revision=revision, backend=backend)
+    return Expected(checkpoint, layout, quant, resolved, fp)
+
+
+@dataclass
+class Weights:
+    """Name → tensor for one rank, and how they were obtained."""
+
+    tensors: dict[str, torch.Tensor]
+    aliases: dict[str, str]
+    mode: Literal["cache", "disk"]
+    fingerprint: Fingerprint
+    seconds: float
+    bytes_mapped: int = 0
+    bytes_loaded: int = 0
+    fallback_reason: str | None = None
+    arena: MappedArena | None = field(default=None, repr=False)  # keeps the mapping alive
+
+    def report(self) -> dict[str, Any]:
+        return {"mode": self.mode, "fallback_reason": self.fallback_reason, "bytes_mapped": self.bytes_mapped,
+                "bytes_loaded": self.bytes_loaded, "seconds": round(self.seconds, 6), "tensors": len(self.tensors)}
+
+
+def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float = 10.0) -> Weights:
+    """Map a rank's arena from its daemon; raises CacheUnavailable or FingerprintMismatch."""
+    started = time.perf_counter()
+    files = RankFiles(socket_dir, name, expected.layout.rank)
+    want = expected.fingerprint
+    with DaemonConnection(files.socket, timeout_s) as conn:
+        held = conn.query_config()
+        if held.fingerprint.digest != want.digest or held.fingerprint_digest != want.digest:
+            fields = want.differences(held.fingerprint) or ["digest"]
+            raise FingerprintMismatch(
+                f"daemon for cache {name!r} rank {expected.layout.rank} holds different weights "
+                f"(differs in: {', '.join(fields)})", fields)
+        reply, fd = conn.fetch(want.digest)
+    try:
+        manifest: Manifest = reply.manifest
+        if manifest.fingerprint_digest != want.digest:
+            raise FingerprintMismatch("the fetched manifest belongs to another fingerprint", ["digest"])
+        manifest.validate_bounds()
+        arena = MappedArena(fd, manifest.arena_bytes, reply.backend)
+    finally:
+        os.close(fd)  # the mapping holds its own reference to the memory
+    tensors = tensor_views(arena.buffer, manifest.tensors)
+    return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
+                   seconds=time.perf_counter() - started, bytes_mapped=manifest.arena_bytes, arena=arena)
+
+
+def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
+    started = time.perf_counter()
+    plan = plan_rank(expected.checkpoint, expected.layout, expected.quant, expected.dtype)
+    buffer, entries = load_to_memory(expected.checkpoint, plan, expected.quant.weight_block_size)
+    expected.checkpoint.close()
+    return Weights(tensors=tensor_views(buffer, entries), aliases=dict(plan.aliases), mode="disk",
+                   fingerprint=expected.fingerprint, seconds=time.perf_counter() - started,
+                   bytes_loaded=plan.read_bytes, fallback_reason=reason)
+
+
+def load_weights(model: str, layout: Layout, *, socket_dir: str | None, name: str | None, fallback: Fallback = "disk",
+                 dtype: str = "auto", quantization: str = "none", weight_block_size: tuple[int, int] | None = None,
+                 revision: str = "", backend: str = "cpu-shm", timeout_s: float = 10.0) -> Weights:
+    """Weights for one rank: mapped from the cache when it holds exactly these, else per ``fallback``."""
+    if fallback not in ("disk", "error"):
+        raise WeightCacheError(f"fallback must be 'disk' or 'error', got {fallback!r}")
+    expected = expect(model, layout, dtype=dtype, quantization=quantization,
+                      weight_block_size=weight_block_size, revision=revision, backend=backend)
+    if socket_dir is None or name is None:
+        return load_from_disk(expected, "no cache configured")
+    try:
+        return map_weights(expected, socket_dir, name, timeout_s)
+    except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
+        if fallback == "error":
+            raise
+        return load_from_disk(expected, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,108 @@
+"""The fingerprint: everything that decides which bytes a cache holds, computed before loading.
+
+Two parties compute it independently — the daemon from its arguments, the engine from its own —
+and weights are mapped only when the two agree. Shard files are identified by name, size,
+mtime and the SHA-256 of their safetensors header (names, dtypes, shapes, offsets) rather than
+by a hash of their content: hashing hundreds of GB on every start would cost what the cache
+saves, while size+mtime+header catches re-downloads, edits and truncation in practice. Copying a
+checkpoint (new mtimes) therefore means a new fingerprint, which errs on the safe side.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from .checkpoint import Checkpoint
+from .manifest import LAYOUT_VERSION
+from .quantization import QuantConfig
+from .sharding import Layout
+
+# Bumped whenever the meaning of the bytes on the wire changes; part of the environment stamp.
+PROTOCOL_VERSION = 1
+
+
+class ShardStamp(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    size: int
+    mtime_ns: int
+    header_sha256: str
+
+
+class EnvironmentStamp(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    torch_version: str
+    device_kind: str  # "cpu" or the GPU's name
+    compute_capability: str | None = None
+    backend: str
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Fingerprint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model_path: str
+    revision: str
+    config_sha256: str
+    shards: tuple[ShardStamp, ...]
+    tp_size: int
+    tp_rank: int
+    pp_size: int
+    pp_rank: int
+    quantization: str
+    quantization_sha256: str
+    dtype: str
+    layout_version: int
+    environment: EnvironmentStamp
+
+    @property
+    def digest(self) -> str:
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+    def differences(self, other: "Fingerprint") -> list[str]:
+        """Names of the fields that differ, environment fields as ``environment.<field>``."""
+        ours, theirs = self.model_dump(mode="json"), other.model_dump(mode="json")
+        fields = []
+        for key in ours:
+            if key == "environment":
+                fields += [f"environment.{k}" for k in ours[key] if ours[key][k] != theirs[key].get(k)]
+            elif ours[key] != theirs[key]:
+                fields.append(key)
+        return fields
+
+
+def environment_stamp(backend: str) -> EnvironmentStamp:
+    return EnvironmentStamp(torch_version=torch.__version__.split("+")[0], device_kind="cpu", backend=backend)
+
+
+def compute(
+    checkpoint: Checkpoint,
+    layout: Layout,
+    quant: QuantConfig,
+    dtype: str,
+    *,
+    revision: str,
+    backend: str,
+) -> Fingerprint:
+    return Fingerprint(
+        model_path=str(checkpoint.path),
+        revision=revision,
+        config_sha256=checkpoint.config_sha256,
+        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
+        tp_size=layout.tp_size,
+        tp_rank=layout.tp_rank,
+        pp_size=layout.pp_size,
+        pp_rank=layout.pp_rank,
+        quantization=quant.method,
+        quantization_sha256=quant.sha256(),
+        dtype=dtype,
+        layout_version=LAYOUT_VERSION,
+        environment=environment_stamp(backend),
+    )

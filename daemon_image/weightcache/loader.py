@@ -1,0 +1,214 @@
+"""Plan and fill one rank's tensors: the loader shared by the daemon and the disk fallback.
+
+Planning needs only the safetensors headers: it decides, per checkpoint tensor, whether this
+rank owns it, which slice to read, what post-processing applies (dtype cast, block-wise FP8)
+and where each output lands in the arena. Filling then reads exactly those slices. The daemon
+fills a shared arena; an engine falling back to disk fills plain memory with the same plan, so
+both paths produce the same bytes at the same offsets.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from . import dtypes
+from .checkpoint import Checkpoint
+from .errors import CheckpointError, ShardingError
+from .manifest import TensorEntry, align, contiguous_stride, tensor_views
+from .progress import Progress
+from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
+from .sharding import Layout, check_heads, layer_range, owns, rules_for, shard_bounds
+
+Transform = Literal["cast", "raw", "quantize_fp8"]
+
+
+@dataclass(frozen=True)
+class ReadTask:
+    """Read ``source`` (optionally a slice of it) and produce one or two arena entries."""
+
+    source: str
+    dim: int | None
+    start: int
+    stop: int
+    transform: Transform
+    outputs: tuple[str, ...]
+    read_bytes: int
+
+
+@dataclass
+class LoadPlan:
+    entries: list[TensorEntry]
+    tasks: list[ReadTask]
+    aliases: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def arena_bytes(self) -> int:
+        end = max((e.offset + e.nbytes for e in self.entries), default=0)
+        return max(align(end), 256)
+
+    @property
+    def read_bytes(self) -> int:
+        return sum(t.read_bytes for t in self.tasks)
+
+
+def resolve_dtype(requested: str, checkpoint: Checkpoint) -> str:
+    name = requested
+    if requested == "auto":
+        name = checkpoint.torch_dtype_name or "bfloat16"
+        name = name.replace("torch.", "")
+    if name not in dtypes.FLOATING_COMPUTE_DTYPES:
+        raise CheckpointError(
+            f"dtype {name!r} cannot be served; choose one of {', '.join(dtypes.FLOATING_COMPUTE_DTYPES)} or 'auto'"
+        )
+    return name
+
+
+def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype: str) -> LoadPlan:
+    """Decide what this rank reads and where each tensor goes; raises before any data is read."""
+    arch = rules_for(checkpoint.architecture)
+    config = checkpoint.config
+    num_layers = int(config.get("num_hidden_layers", 0))
+    if num_layers < 1:
+        raise CheckpointError(f"{checkpoint.path}/config.json needs a positive num_hidden_layers")
+    check_heads(config, layout.tp_size)
+    _check_layers_complete(checkpoint, num_layers)
+    layers = layer_range(num_layers, layout.pp_size, layout.pp_rank)
+    block = quant.weight_block_size or (1, 1)
+    tied = bool(config.get("tie_word_embeddings", False))
+
+    builder = _PlanBuilder()
+    sources = sorted(checkpoint.tensors.values(), key=lambda t: (t.file, t.name))
+    for info in sources:
+        rule, layer = arch.rule_for(info.name)
+        if layer is not None and layer >= num_layers:
+            raise CheckpointError(f"tensor {info.name!r} names layer {layer}, but config.json has {num_layers} layers")
+        if info.name == arch.lm_head and tied:
+            continue  # tied: lm_head is the embedding, handled below
+        if not owns(rule, layer, layers, layout):
+            continue
+        is_scale = info.name.endswith(SCALE_SUFFIX)
+        fp8_source = info.dtype == "float8_e4m3fn"
+        if (is_scale or fp8_source) and not quant.prequantized:
+            raise CheckpointError(
+                f"tensor {info.name!r} is already FP8-quantized but config.json has no block-wise "
+                "quantization_config; the checkpoint is inconsistent"
+            )
+        dim = rule.split.dim
+        start, stop = 0, info.shape[0] if info.shape else 0
+        if dim is not None and layout.tp_size > 1:
+            if dim >= len(info.shape):
+                dim = 0  # 1-D biases of column-parallel layers split along their only axis
+            if is_scale:
+                # Scales are per block: this rank's blocks are the weight's blocks, so the weight's
+                # shard must cover whole blocks.
+                start, stop = shard_bounds(info.name, info.shape[dim] * block[dim], layout.tp_size, layout.tp_rank, block[dim])
+                start, stop = start // block[dim], stop // block[dim]
+            else:
+                granule = block[dim] if fp8_source else 1
+                start, stop = shard_bounds(info.name, info.shape[dim], layout.tp_size, layout.tp_rank, granule)
+        else:
+            dim = None
+        shape = list(info.shape)
+        if dim is not None:
+            shape[dim] = stop - start
+        read_bytes = dtypes.itemsize(info.dtype) * math.prod(shape)
+
+        if quant.method == "fp8" and not quant.prequantized and rule.quantize and len(shape) == 2:
+            scale_name = info.name + SCALE_SUFFIX
+            builder.add(info.name, "float8_e4m3fn", tuple(shape))
+            builder.add(scale_name, "float32", scale_shape(tuple(shape), block))
+            builder.task(ReadTask(info.name, dim, start, stop, "quantize_fp8", (info.name, scale_name), read_bytes))
+        elif is_scale or fp8_source or info.dtype not in dtypes.FLOATING_COMPUTE_DTYPES:
+            builder.add(info.name, info.dtype, tuple(shape))
+            builder.task(ReadTask(info.name, dim, start, stop, "raw", (info.name,), read_bytes))
+        else:
+            builder.add(info.name, dtype, tuple(shape))
+            builder.task(ReadTask(info.name, dim, start, stop, "cast", (info.name,), read_bytes))
+
+    if tied and layout.pp_rank == layout.pp_size - 1:
+        if arch.embedding in builder.names:
+            builder.aliases[arch.lm_head] = arch.embedding
+        else:
+            # A later pipeline stage needs the tied embedding as its output projection.
+            emb = checkpoint.tensors.get(arch.embedding)
+            if emb is None:
+                raise CheckpointError(f"tied embeddings need {arch.embedding!r}, which the checkpoint lacks")
+            start, stop = shard_bounds(emb.name, emb.shape[0], layout.tp_size, layout.tp_rank)
+            shape = (stop - start, *emb.shape[1:])
+            builder.add(arch.lm_head, dtype, shape)
+            builder.task(ReadTask(emb.name, 0, start, stop, "cast", (arch.lm_head,),
+                                  dtypes.itemsize(emb.dtype) * math.prod(shape)))
+    return LoadPlan(builder.entries, builder.tasks, builder.aliases)
+
+
+def _check_layers_complete(checkpoint: Checkpoint, num_layers: int) -> None:
+    """Every decoder layer must carry the same tensors; a hole is a broken checkpoint, not a smaller model."""
+    per_layer: dict[int, set[str]] = {}
+    for name in checkpoint.tensors:
+        m = re.match(r"model\.layers\.(\d+)\.(.+)", name)
+        if m:
+            per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
+    expected = per_layer.get(0, set())
+    for layer in range(num_layers):
+        missing = expected - per_layer.get(layer, set())
+        if layer not in per_layer or missing:
+            what = f"{sorted(missing)[0]!r}" if missing and layer in per_layer else "all its tensors"
+            raise CheckpointError(f"layer {layer} lacks {what}; the checkpoint is incomplete (a missing or partial shard?)")
+
+
+class _PlanBuilder:
+    def __init__(self) -> None:
+        self.entries: list[TensorEntry] = []
+        self.tasks: list[ReadTask] = []
+        self.aliases: dict[str, str] = {}
+        self.names: set[str] = set()
+        self._offset = 0
+
+    def add(self, name: str, dtype: str, shape: tuple[int, ...]) -> None:
+        nbytes = dtypes.itemsize(dtype) * math.prod(shape)
+        offset = align(self._offset)
+        self.entries.append(TensorEntry(name=name, dtype=dtype, shape=shape, stride=contiguous_stride(shape),
+                                        offset=offset, nbytes=nbytes))
+        self.names.add(name)
+        self._offset = offset + nbytes
+
+    def task(self, task: ReadTask) -> None:
+        self.tasks.append(task)
+
+
+def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tuple[int, int] | None,
+         progress: Progress | None = None, checksums: bool = True) -> list[TensorEntry]:
+    """Read every task's slice into its place in ``arena``; return entries (with checksums if asked)."""
+    if arena.numel() < plan.arena_bytes:
+        raise ShardingError(f"arena of {arena.numel()} bytes is smaller than the plan's {plan.arena_bytes}")
+    views = tensor_views(arena, plan.entries)
+    for task in plan.tasks:
+        data = checkpoint.read(task.source, task.dim, task.start, task.stop)
+        if task.transform == "quantize_fp8":
+            assert block is not None
+            weight, scale = quantize_block_fp8(data, block)
+            views[task.outputs[0]].copy_(weight)
+            views[task.outputs[1]].copy_(scale)
+        else:
+            views[task.outputs[0]].copy_(data)  # copy_ casts to the planned dtype
+        del data
+        if progress is not None:
+            progress.advance(task.read_bytes)
+    if not checksums:
+        return list(plan.entries)
+    flat = arena.numpy()
+    return [e.model_copy(update={"checksum": zlib.crc32(flat[e.offset : e.offset + e.nbytes])}) for e in plan.entries]
+
+
+def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,
+                   progress: Progress | None = None) -> tuple[torch.Tensor, list[TensorEntry]]:
+    """The disk path: the same plan, filled into private memory instead of a shared arena."""
+    buffer = torch.zeros(plan.arena_bytes, dtype=torch.uint8)
+    entries = fill(checkpoint, plan, buffer, block, progress, checksums=False)
+    return buffer, entries

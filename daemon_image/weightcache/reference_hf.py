@@ -1,0 +1,82 @@
+"""A Hugging Face transformers model fed by weightcache: the oracle and the demo's engine.
+
+transformers is used here only as a reference implementation of the model families: the same
+checkpoint either goes through ``from_pretrained`` (the oracle), through our disk loader, or is
+mapped from a daemon and bound with zero copies. Identical logits across the three prove the
+cache serves exactly the checkpoint's weights.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import dtypes
+from .binding import bind, empty_model
+from .client import Weights
+
+
+def empty_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
+    import transformers
+
+    config = transformers.AutoConfig.from_pretrained(str(model_dir))
+    with empty_model():
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(dtype))
+    return model.eval()
+
+
+def bound_hf_model(model_dir: str | Path, weights: Weights) -> torch.nn.Module:
+    model = empty_hf_model(model_dir, weights.fingerprint.dtype)
+    bind(model, weights.tensors, weights.aliases)
+    return model
+
+
+def oracle_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
+    """transformers' own loading path, independent of weightcache."""
+    import transformers
+
+    return transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtypes.to_torch(dtype)).eval()
+
+
+def tokenizer_for(model_dir: str | Path) -> Any:
+    import transformers
+
+    return transformers.AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@torch.inference_mode()
+def greedy(model: torch.nn.Module, input_ids: list[int], max_new_tokens: int) -> list[int]:
+    """Plain greedy decoding with the model's KV cache; deterministic on CPU."""
+    out = model(input_ids=torch.tensor([input_ids]), use_cache=True)
+    generated = []
+    for _ in range(max_new_tokens):
+        token = int(out.logits[0, -1].argmax())
+        generated.append(token)
+        out = model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+    return generated
+
+
+def generate_report(model_dir: str, load: Callable[[], Weights], dtype: str, prompt: str, max_new_tokens: int,
+                    started: float) -> dict[str, Any]:
+    """Build the skeleton, then time weights (load or map) + bind separately, then generate."""
+    build_started = time.perf_counter()
+    model = empty_hf_model(model_dir, dtype)
+    tokenizer = tokenizer_for(model_dir)
+    load_started = time.perf_counter()
+    weights = load()
+    bind_started = time.perf_counter()
+    bind(model, weights.tensors, weights.aliases)
+    bound = time.perf_counter()
+    tokens = greedy(model, tokenizer.encode(prompt), max_new_tokens)
+    return {**weights.report(), "build_seconds": round(load_started - build_started, 6),
+            "bind_seconds": round(bound - bind_started, 6), "weights_ready_seconds": round(bound - load_started, 6),
+            "process_seconds": round(time.perf_counter() - started, 3),
+            "completion": tokenizer.decode(tokens), "tokens": tokens}
+
+
+def dump(report: dict[str, Any]) -> str:
+    return json.dumps(report, sort_keys=True)

@@ -1,0 +1,165 @@
+"""Small real checkpoints for tests, the demo and benchmarks; nothing is ever downloaded.
+
+Configs are the real transformers config classes for each family; weights are seeded random
+tensors with the shapes the real model class declares (read off a meta-device instance), saved
+as several safetensors shards with an index, exactly as the Hub lays them out. A small real
+byte-level BPE tokenizer is trained with the ``tokenizers`` library so completions are text.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import save_file
+
+from . import dtypes
+from .binding import empty_model
+from .quantization import DEFAULT_BLOCK, quantize_block_fp8
+from .sharding import rules_for
+
+FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+EOS = "<|endoftext|>"
+
+_CORPUS = (
+    "The weight cache keeps a model's weights resident in memory so that an engine that starts, "
+    "restarts or takes over maps them in milliseconds instead of reading them from disk for minutes. "
+    "Tensor parallelism splits each layer across ranks; pipeline parallelism splits the layers. "
+    "A hot standby already maps the same weights and takes the traffic when the primary dies. "
+    "Once upon a time a small model learned to count: one, two, three, four, five, six, seven. "
+    "def add(a, b):\n    return a + b\n\nprint(add(2, 3))\n"
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    family: str = "llama"
+    hidden_size: int = 128
+    intermediate_size: int = 352
+    num_layers: int = 4
+    num_heads: int = 8
+    num_kv_heads: int = 4
+    vocab_size: int = 1024
+    max_position_embeddings: int = 512
+    tie_word_embeddings: bool = False
+    dtype: str = "bfloat16"
+    shards: int = 3
+    seed: int = 0
+    fp8: bool = False  # store block-wise FP8 weights + scales, as a pre-quantized checkpoint would
+    tokenizer: bool = True
+
+
+def transformers_config(spec: ModelSpec) -> Any:
+    import transformers
+
+    arch = FAMILIES[spec.family]
+    cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
+    kwargs: dict[str, Any] = dict(
+        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads, vocab_size=spec.vocab_size,
+        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=spec.tie_word_embeddings,
+        rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0,
+    )
+    if spec.family == "qwen3":
+        kwargs["head_dim"] = spec.hidden_size // spec.num_heads
+    config = cls(**kwargs)
+    config.architectures = [arch]
+    config.dtype = spec.dtype
+    return config
+
+
+def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """Names, shapes and dtypes of every tensor the checkpoint stores, from the real model class."""
+    import transformers
+
+    config = transformers_config(spec)
+    with empty_model():
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(spec.dtype))
+    out = {name: (tuple(p.shape), p.dtype) for name, p in model.named_parameters()}
+    if spec.tie_word_embeddings:
+        out.pop("lm_head.weight", None)
+    return out
+
+
+def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec()) -> Path:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    config = transformers_config(spec)
+    config_dict = config.to_dict()
+    if spec.fp8:
+        config_dict["quantization_config"] = {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(DEFAULT_BLOCK)}
+    (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
+    tensors = _random_tensors(spec)
+    _write_shards(out, tensors, spec.shards)
+    if spec.tokenizer:
+        write_tokenizer(out, spec.vocab_size)
+    (out / "weightcache-sample.json").write_text(json.dumps(asdict(spec), indent=2))
+    return out
+
+
+def _random_tensors(spec: ModelSpec) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(spec.seed)
+    rules = rules_for(FAMILIES[spec.family])
+    tensors: dict[str, torch.Tensor] = {}
+    for name, (shape, dtype) in shapes(spec).items():
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        else:
+            # std 1/sqrt(fan_in) keeps activations O(1) through the layers, like a trained model.
+            fan_in = shape[-1] if len(shape) > 1 else 1
+            t = torch.randn(shape, generator=gen) / math.sqrt(fan_in)
+            if "embed_tokens" in name:
+                t = torch.randn(shape, generator=gen)
+        rule, _ = rules.rule_for(name)
+        if spec.fp8 and rule.quantize and len(shape) == 2:
+            q, scale = quantize_block_fp8(t, DEFAULT_BLOCK)
+            tensors[name] = q
+            tensors[name + "_scale_inv"] = scale
+        else:
+            tensors[name] = t.to(dtype).contiguous()
+    return tensors
+
+
+def _write_shards(out: Path, tensors: dict[str, torch.Tensor], shards: int) -> None:
+    names = list(tensors)
+    total = sum(t.numel() * t.element_size() for t in tensors.values())
+    per_shard = math.ceil(total / max(shards, 1))
+    groups: list[list[str]] = [[]]
+    size = 0
+    for name in names:
+        nbytes = tensors[name].numel() * tensors[name].element_size()
+        if groups[-1] and size + nbytes > per_shard and len(groups) < shards:
+            groups.append([])
+            size = 0
+        groups[-1].append(name)
+        size += nbytes
+    weight_map = {}
+    for i, group in enumerate(groups):
+        file_name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({n: tensors[n] for n in group}, str(out / file_name), metadata={"format": "pt"})
+        weight_map.update({n: file_name for n in group})
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+
+
+def write_tokenizer(out: Path, vocab_size: int) -> None:
+    """A byte-level BPE tokenizer trained on a built-in corpus; fits inside the model's vocabulary."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=min(vocab_size, 512), special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False)
+    tokenizer.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    tokenizer.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "bos_token": EOS, "pad_token": EOS,
+        "model_max_length": 512}, indent=2))

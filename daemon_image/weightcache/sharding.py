@@ -1,0 +1,177 @@
+"""Tensor- and pipeline-parallel sharding rules, one table per architecture.
+
+Adding an architecture is a data change: write its table and register it in ``ARCHITECTURES``.
+A rule says how a tensor is split across tensor-parallel ranks, which pipeline stage owns it,
+and whether block-wise FP8 quantizes it. Checkpoint tensors that match no rule are an error
+rather than silently dropped, because a forgotten tensor is a wrong model.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ShardingError, UnsupportedArchitecture
+
+
+class Split(enum.Enum):
+    """How a tensor is divided among tensor-parallel ranks."""
+
+    REPLICATED = "replicated"  # every rank holds all of it (norms)
+    COLUMN = "column"  # output features split: dim 0 (q/k/v/gate/up and their biases)
+    ROW = "row"  # input features split: dim 1 (o/down)
+    VOCAB = "vocab"  # vocabulary rows split: dim 0 (embedding, lm_head)
+
+    @property
+    def dim(self) -> int | None:
+        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0}[self]
+
+
+class Stage(enum.Enum):
+    """Which pipeline stage owns a tensor."""
+
+    FIRST = "first"  # embedding
+    LAYER = "layer"  # owned by the stage whose layer range contains the layer index
+    LAST = "last"  # final norm and lm_head
+
+
+@dataclass(frozen=True)
+class Rule:
+    pattern: str
+    split: Split
+    stage: Stage
+    quantize: bool = False  # block-wise FP8 applies (linear weights inside decoder layers)
+
+    def match(self, name: str) -> re.Match[str] | None:
+        return re.fullmatch(self.pattern, name)
+
+
+@dataclass(frozen=True)
+class ArchitectureRules:
+    name: str
+    rules: tuple[Rule, ...]
+    embedding: str
+    lm_head: str
+
+    def rule_for(self, name: str) -> tuple[Rule, int | None]:
+        """The rule for a checkpoint tensor and its layer index (None outside decoder layers)."""
+        base = name[: -len("_scale_inv")] if name.endswith("_scale_inv") else name
+        for rule in self.rules:
+            m = rule.match(base)
+            if m:
+                return rule, int(m.group("layer")) if "layer" in m.groupdict() else None
+        raise ShardingError(
+            f"tensor {name!r} matches no sharding rule of {self.name}; "
+            "the checkpoint does not look like this architecture"
+        )
+
+
+_L = r"model\.layers\.(?P<layer>\d+)\."
+
+_DECODER_RULES: tuple[Rule, ...] = (
+    Rule(r"model\.embed_tokens\.weight", Split.VOCAB, Stage.FIRST),
+    Rule(_L + r"self_attn\.q_proj\.(weight|bias)", Split.COLUMN, Stage.LAYER, quantize=True),
+    Rule(_L + r"self_attn\.(k|v)_proj\.(weight|bias)", Split.COLUMN, Stage.LAYER, quantize=True),
+    Rule(_L + r"self_attn\.o_proj\.weight", Split.ROW, Stage.LAYER, quantize=True),
+    Rule(_L + r"mlp\.(gate|up)_proj\.weight", Split.COLUMN, Stage.LAYER, quantize=True),
+    Rule(_L + r"mlp\.down_proj\.weight", Split.ROW, Stage.LAYER, quantize=True),
+    Rule(_L + r"(input_layernorm|post_attention_layernorm)\.weight", Split.REPLICATED, Stage.LAYER),
+    Rule(r"model\.norm\.weight", Split.REPLICATED, Stage.LAST),
+    Rule(r"lm_head\.weight", Split.VOCAB, Stage.LAST),
+)
+
+LLAMA = ArchitectureRules("LlamaForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
+# Qwen2 is Llama-shaped with q/k/v biases, which the COLUMN rules above already cover.
+QWEN2 = ArchitectureRules("Qwen2ForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
+QWEN3 = ArchitectureRules(
+    "Qwen3ForCausalLM",
+    _DECODER_RULES
+    + (Rule(_L + r"self_attn\.(q_norm|k_norm)\.weight", Split.REPLICATED, Stage.LAYER),),
+    "model.embed_tokens.weight",
+    "lm_head.weight",
+)
+
+ARCHITECTURES: dict[str, ArchitectureRules] = {a.name: a for a in (LLAMA, QWEN2, QWEN3)}
+
+
+def rules_for(architecture: str) -> ArchitectureRules:
+    try:
+        return ARCHITECTURES[architecture]
+    except KeyError:
+        raise UnsupportedArchitecture(
+            f"architecture {architecture!r} is not supported; supported: {', '.join(sorted(ARCHITECTURES))}. "
+            "Adding one means adding its sharding table to weightcache.sharding"
+        ) from None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One rank's place in the tensor × pipeline grid."""
+
+    tp_size: int = 1
+    tp_rank: int = 0
+    pp_size: int = 1
+    pp_rank: int = 0
+
+    def __post_init__(self) -> None:
+        for size, rank, what in ((self.tp_size, self.tp_rank, "tp"), (self.pp_size, self.pp_rank, "pp")):
+            if size < 1:
+                raise ShardingError(f"--{what}-size must be >= 1, got {size}")
+            if not 0 <= rank < size:
+                raise ShardingError(f"--{what}-rank must be in [0, {size - 1}], got {rank}")
+
+    @property
+    def rank(self) -> int:
+        """Global rank: pipeline-major, so one stage's TP group is contiguous."""
+        return self.pp_rank * self.tp_size + self.tp_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.tp_size * self.pp_size
+
+    @classmethod
+    def from_rank(cls, rank: int, tp_size: int, pp_size: int) -> "Layout":
+        if not 0 <= rank < tp_size * pp_size:
+            raise ShardingError(f"rank {rank} is outside a world of {tp_size * pp_size} (tp={tp_size} × pp={pp_size})")
+        return cls(tp_size, rank % tp_size, pp_size, rank // tp_size)
+
+
+def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:
+    """Contiguous, disjoint layer ranges that cover every layer; earlier stages take the remainder."""
+    if num_layers < pp_size:
+        raise ShardingError(f"pipeline size {pp_size} exceeds the model's {num_layers} layers")
+    base, extra = divmod(num_layers, pp_size)
+    start = pp_rank * base + min(pp_rank, extra)
+    return range(start, start + base + (1 if pp_rank < extra else 0))
+
+
+def owns(rule: Rule, layer: int | None, layers: range, layout: Layout) -> bool:
+    if rule.stage is Stage.FIRST:
+        return layout.pp_rank == 0
+    if rule.stage is Stage.LAST:
+        return layout.pp_rank == layout.pp_size - 1
+    return layer is not None and layer in layers
+
+
+def shard_bounds(name: str, size: int, tp_size: int, tp_rank: int, granule: int = 1) -> tuple[int, int]:
+    """This rank's [start, stop) along the split dim; the split must be even and granule-aligned."""
+    if size % tp_size or (size // tp_size) % granule:
+        raise ShardingError(
+            f"tensor {name!r}: dimension {size} does not split evenly into {tp_size} tensor-parallel "
+            f"parts{f' of whole {granule}-blocks' if granule > 1 else ''}; choose a tensor-parallel size that divides it"
+        )
+    part = size // tp_size
+    return tp_rank * part, (tp_rank + 1) * part
+
+
+def check_heads(config: dict[str, Any], tp_size: int) -> None:
+    """Attention heads must split evenly: KV-head replication for tp > kv heads is not implemented."""
+    for key in ("num_attention_heads", "num_key_value_heads"):
+        heads = int(config.get(key) or config.get("num_attention_heads") or 0)
+        if heads and heads % tp_size:
+            raise ShardingError(
+                f"{key}={heads} is not divisible by tensor-parallel size {tp_size}; "
+                f"use a tp size that divides {heads}"
+            )

@@ -1,0 +1,100 @@
+"""Shared fixtures: generated checkpoints and real daemon processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from weightcache.rankfiles import RankFiles
+from weightcache.sample_checkpoints import ModelSpec, write_checkpoint
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory(tmp_path_factory: pytest.TempPathFactory) -> Callable[..., Path]:
+    """Generate (once per session) a checkpoint for a ModelSpec; returns its directory."""
+    made: dict[ModelSpec, Path] = {}
+
+    def make(**kwargs: object) -> Path:
+        spec = ModelSpec(**kwargs)  # type: ignore[arg-type]
+        if spec not in made:
+            made[spec] = write_checkpoint(tmp_path_factory.mktemp(f"ckpt-{spec.family}"), spec)
+        return made[spec]
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def llama(checkpoint_factory: Callable[..., Path]) -> Path:
+    return checkpoint_factory(family="llama")
+
+
+@dataclass
+class DaemonHandle:
+    proc: subprocess.Popen[str]
+    socket_dir: str
+    name: str
+    ranks: list[int]
+    log: Path
+    files: list[RankFiles] = field(default_factory=list)
+
+    def output(self) -> str:
+        return self.log.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=timeout)
+
+
+@pytest.fixture
+def socket_dir() -> Iterator[str]:
+    # Short path: Unix socket paths are limited to 107 bytes, pytest's tmp_path can be longer.
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="wc-") as d:
+        yield d
+
+
+@pytest.fixture
+def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., DaemonHandle]]:
+    """Start ``weightcache daemon`` as a real process; waits for every rank's ready file."""
+    handles: list[DaemonHandle] = []
+
+    def start(model: Path, *args: str, name: str = "test", ranks: list[int] | None = None, wait: bool = True,
+              socket_dir_override: str | None = None, timeout: float = 120) -> DaemonHandle:
+        sdir = socket_dir_override or socket_dir
+        ranks = ranks or [0]
+        log = tmp_path / f"daemon-{name}-{len(handles)}.log"
+        argv = [sys.executable, "-m", "weightcache", "daemon", "--model", str(model), "--socket-dir", sdir,
+                "--name", name, *args]
+        proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+        handle = DaemonHandle(proc, sdir, name, ranks, log, [RankFiles(sdir, name, r) for r in ranks])
+        handles.append(handle)
+        if wait:
+            deadline = time.monotonic() + timeout
+            while not all(f.ready.exists() for f in handle.files):
+                if proc.poll() is not None:
+                    raise AssertionError(f"daemon exited {proc.returncode}:\n{handle.output()}")
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"daemon not ready in {timeout} s:\n{handle.output()}")
+                time.sleep(0.02)
+        return handle
+
+    yield start
+    for h in handles:
+        if h.proc.poll() is None:
+            try:
+                os.killpg(h.proc.pid, signal.SIGTERM)
+                h.proc.wait(timeout=20)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                os.killpg(h.proc.pid, signal.SIGKILL)
+                h.proc.wait()

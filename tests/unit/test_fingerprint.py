@@ -1,0 +1,122 @@
+"""One case per fingerprint field: changing it alone changes the digest and is named as the difference."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from weightcache.checkpoint import open_checkpoint
+from weightcache.fingerprint import Fingerprint, compute
+from weightcache.quantization import resolve
+from weightcache.sharding import Layout
+
+
+def fingerprint(path: Path, layout: Layout = Layout(), quantization: str = "none", dtype: str = "bfloat16",
+                revision: str = "r1", backend: str = "cpu-shm", block: tuple[int, int] | None = None) -> Fingerprint:
+    ckpt = open_checkpoint(path)
+    return compute(ckpt, layout, resolve(quantization, ckpt.quantization_config, block), dtype,
+                   revision=revision, backend=backend)
+
+
+@pytest.fixture
+def ckpt(llama: Path, tmp_path: Path) -> Path:
+    copy = tmp_path / "ckpt"
+    shutil.copytree(llama, copy)
+    return copy
+
+
+def assert_only(base: Fingerprint, changed: Fingerprint, field: str) -> None:
+    assert changed.digest != base.digest
+    assert base.differences(changed) == [field]
+
+
+def test_identical_inputs_give_identical_fingerprints(ckpt: Path) -> None:
+    a, b = fingerprint(ckpt), fingerprint(ckpt)
+    assert a.digest == b.digest and a.differences(b) == []
+
+
+def test_model_path(ckpt: Path, tmp_path: Path) -> None:
+    base = fingerprint(ckpt)
+    moved = tmp_path / "elsewhere"
+    os.rename(ckpt, moved)
+    assert_only(base, fingerprint(moved), "model_path")
+
+
+def test_revision(ckpt: Path) -> None:
+    assert_only(fingerprint(ckpt), fingerprint(ckpt, revision="r2"), "revision")
+
+
+def test_config_hash(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    config = json.loads((ckpt / "config.json").read_text())
+    config["rms_norm_eps"] = 1e-5
+    (ckpt / "config.json").write_text(json.dumps(config))
+    assert_only(base, fingerprint(ckpt), "config_sha256")
+
+
+def test_shard_mtime(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    st = shard.stat()
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert_only(base, fingerprint(ckpt), "shards")
+
+
+def test_shard_content_rewritten_with_same_size(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    st = shard.stat()
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # same size; keep the old mtime to show the header/size/mtime limits honestly
+    shard.write_bytes(bytes(data))
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    # Documented limit: a same-size, same-mtime edit of tensor bytes is not detected by the stamp.
+    assert fingerprint(ckpt).digest == base.digest
+    os.utime(shard, None)
+    assert_only(base, fingerprint(ckpt), "shards")
+
+
+@pytest.mark.parametrize("field, layout", [("tp_size", Layout(tp_size=2)), ("pp_size", Layout(pp_size=2))])
+def test_parallel_sizes(ckpt: Path, field: str, layout: Layout) -> None:
+    # A size change alone (rank 0 in both) differs exactly in that size.
+    assert_only(fingerprint(ckpt), fingerprint(ckpt, layout=layout), field)
+
+
+@pytest.mark.parametrize("field, layout", [("tp_rank", Layout(tp_size=2, tp_rank=1)), ("pp_rank", Layout(pp_size=2, pp_rank=1))])
+def test_parallel_ranks(ckpt: Path, field: str, layout: Layout) -> None:
+    rank0 = Layout(tp_size=layout.tp_size, pp_size=layout.pp_size)
+    assert_only(fingerprint(ckpt, layout=rank0), fingerprint(ckpt, layout=layout), field)
+
+
+def test_quantization_method(ckpt: Path) -> None:
+    base, fp8 = fingerprint(ckpt), fingerprint(ckpt, quantization="fp8")
+    assert fp8.digest != base.digest
+    assert base.differences(fp8) == ["quantization", "quantization_sha256"]
+
+
+def test_quantization_config(ckpt: Path) -> None:
+    assert_only(fingerprint(ckpt, quantization="fp8"), fingerprint(ckpt, quantization="fp8", block=(64, 64)),
+                "quantization_sha256")
+
+
+def test_dtype(ckpt: Path) -> None:
+    assert_only(fingerprint(ckpt), fingerprint(ckpt, dtype="float32"), "dtype")
+
+
+def test_layout_version(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    assert_only(base, base.model_copy(update={"layout_version": base.layout_version + 1}), "layout_version")
+
+
+@pytest.mark.parametrize("field, value", [("torch_version", "9.9.9"), ("device_kind", "NVIDIA H200"),
+                                          ("compute_capability", "9.0"), ("protocol_version", 99)])
+def test_environment_fields(ckpt: Path, field: str, value: object) -> None:
+    base = fingerprint(ckpt)
+    env = base.environment.model_copy(update={field: value})
+    assert_only(base, base.model_copy(update={"environment": env}), f"environment.{field}")
+
+
+def test_backend(ckpt: Path) -> None:
+    assert_only(fingerprint(ckpt), fingerprint(ckpt, backend="cuda-vmm"), "environment.backend")
