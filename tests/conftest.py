@@ -75,13 +75,15 @@ def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., Daem
         log = tmp_path / f"daemon-{name}-{len(handles)}.log"
         argv = [sys.executable, "-m", "weightcache", "daemon", "--model", str(model), "--socket-dir", sdir,
                 "--name", name, *args]
+        launched = time.time()
         proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
                                 start_new_session=True)
         handle = DaemonHandle(proc, sdir, name, ranks, log, [RankFiles(sdir, name, r) for r in ranks])
         handles.append(handle)
         if wait:
             deadline = time.monotonic() + timeout
-            while not all(f.ready.exists() for f in handle.files):
+            # A stale ready file from a killed daemon may be there already: wait for fresh ones.
+            while not all((info := f.read_ready()) is not None and info.started_at >= launched for f in handle.files):
                 if proc.poll() is not None:
                     raise AssertionError(f"daemon exited {proc.returncode}:\n{handle.output()}")
                 if time.monotonic() > deadline:
