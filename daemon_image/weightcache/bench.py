@@ -22,6 +22,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+import torch
+
 from .page_cache import drop_page_cache
 from .rankfiles import RankFiles
 from .sample_checkpoints import ModelSpec, write_checkpoint
@@ -60,16 +62,21 @@ def _checkpoint(workdir: Path, spec: ModelSpec) -> Path:
 
 
 def _disk_load(path: Path, cold: bool) -> float:
-    from safetensors.torch import load_file
+    """safetensors → private memory, as an engine loading its parameters does.
+
+    ``load_file`` may hand back tensors over a lazy mmap of the file; copying each into its own
+    allocation forces every byte to be read, which is what loading means.
+    """
+    from safetensors import safe_open
 
     if cold:
         drop_page_cache(path)
     started = time.perf_counter()
-    total = 0
     for shard in sorted(path.glob("*.safetensors")):
-        tensors = load_file(str(shard))
-        total += sum(t.numel() * t.element_size() for t in tensors.values())
-        del tensors
+        with safe_open(str(shard), framework="pt") as f:
+            for name in f.keys():
+                tensor = f.get_tensor(name)
+                torch.empty_like(tensor).copy_(tensor)
     return time.perf_counter() - started
 
 

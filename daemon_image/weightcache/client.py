@@ -169,7 +169,7 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
         arena = MappedArena(fd, manifest.arena_bytes, reply.backend)
     finally:
         os.close(fd)  # the mapping holds its own reference to the memory
-    tensors = tensor_views(arena.buffer, manifest.tensors)
+    tensors = manifest.views(arena.buffer)
     return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
                    seconds=time.perf_counter() - started, bytes_mapped=manifest.arena_bytes, arena=arena)
 

@@ -83,8 +83,7 @@ def run(cfg: DaemonConfig) -> int:
         load_seconds = progress.finish()
         checkpoint.close()
         arena.seal()
-        manifest = Manifest(fingerprint_digest=fingerprint.digest, arena_bytes=arena.size,
-                            tensors=tuple(entries), aliases=plan.aliases)
+        manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
         served = Served(name=cfg.name, rank=rank, arena=arena, manifest=manifest, fingerprint=fingerprint,
                         load_seconds=load_seconds, disk_bytes_read=checkpoint.bytes_read)
         policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *cfg.allow_uids}),

@@ -222,12 +222,12 @@ class DaemonServer:
             return Pong()
         if isinstance(request, QueryConfig):
             return ConfigReply(fingerprint=s.fingerprint, fingerprint_digest=s.fingerprint.digest,
-                               backend=s.arena.backend, arena_bytes=s.arena.size, tensor_count=len(s.manifest.tensors))
+                               backend=s.arena.backend, arena_bytes=s.arena.size, tensor_count=len(s.manifest))
         with s.lock:
             return StatusReply(
                 pid=os.getpid(), name=s.name, rank=s.rank, backend=s.arena.backend,
                 fingerprint_digest=s.fingerprint.digest, arena_bytes=s.arena.size,
-                tensor_count=len(s.manifest.tensors), load_seconds=s.load_seconds,
+                tensor_count=len(s.manifest), load_seconds=s.load_seconds,
                 disk_bytes_read=s.disk_bytes_read, uptime_seconds=time.monotonic() - s.started,
                 connections_total=s.connections_total, connections_active=s.connections_active,
                 fetches_total=s.fetches_total, errors_total=s.errors_total)
