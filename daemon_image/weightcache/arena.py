@@ -19,6 +19,8 @@ from .errors import WeightCacheError
 
 # Linux ≥ 5.1: forbids new writable mappings while the daemon keeps the one it filled through.
 F_SEAL_FUTURE_WRITE = 0x0010
+# Linux ≥ 5.14: fault in a whole range at once; several times faster than first-touch faults.
+MADV_POPULATE_WRITE = 23
 
 
 class Arena(abc.ABC):
@@ -51,10 +53,18 @@ class CpuShmArena(Arena):
         self.fd = os.memfd_create(f"weightcache:{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, size)
+            # Allocate the pages now: fails fast with ENOSPC if shared memory is short, instead of a
+            # SIGBUS halfway through loading.
+            os.posix_fallocate(self.fd, 0, size)
             self._map = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError:
+        except OSError as exc:
             os.close(self.fd)
-            raise
+            raise WeightCacheError(f"cannot allocate a {size}-byte shared arena: {exc}; free memory or raise "
+                                   "the shared-memory limit (/dev/shm size, memory cgroup)") from None
+        try:
+            self._map.madvise(MADV_POPULATE_WRITE)
+        except OSError:
+            pass  # older kernel: pages fault in as the loader writes them
         self._buffer = torch.frombuffer(self._map, dtype=torch.uint8, count=size)
 
     def buffer(self) -> torch.Tensor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -183,27 +184,57 @@ class _PlanBuilder:
 
 
 def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tuple[int, int] | None,
-         progress: Progress | None = None, checksums: bool = True) -> list[TensorEntry]:
-    """Read every task's slice into its place in ``arena``; return entries (with checksums if asked)."""
+         progress: Progress | None = None, checksums: bool = True, workers: int = 4) -> list[TensorEntry]:
+    """Read every task's slice into its place in ``arena``; return entries (with checksums if asked).
+
+    Tasks run on a few threads: preads, dtype copies and crc32 all release the GIL, so reading
+    the next tensor overlaps post-processing and checksumming the previous one.
+    """
     if arena.numel() < plan.arena_bytes:
         raise ShardingError(f"arena of {arena.numel()} bytes is smaller than the plan's {plan.arena_bytes}")
     views = tensor_views(arena, plan.entries)
-    for task in plan.tasks:
-        data = checkpoint.read(task.source, task.dim, task.start, task.stop)
-        if task.transform == "quantize_fp8":
-            assert block is not None
-            weight, scale = quantize_block_fp8(data, block)
-            views[task.outputs[0]].copy_(weight)
-            views[task.outputs[1]].copy_(scale)
+    flat = arena.numpy()
+    by_name = {e.name: e for e in plan.entries}
+
+    def run(task: ReadTask) -> tuple[ReadTask, dict[str, int]]:
+        first = views[task.outputs[0]]
+        direct = task.transform == "raw" or (
+            task.transform == "cast" and first.dtype == dtypes.to_torch(checkpoint.tensors[task.source].dtype))
+        if direct and task.dim in (None, 0):
+            entry = by_name[task.outputs[0]]
+            stop = task.stop if task.dim == 0 else (first.shape[0] if first.dim() else 0)
+            checkpoint.read_rows_into(task.source, task.start, stop,
+                                      memoryview(flat[entry.offset : entry.offset + entry.nbytes]))
         else:
-            views[task.outputs[0]].copy_(data)  # copy_ casts to the planned dtype
-        del data
-        if progress is not None:
-            progress.advance(task.read_bytes)
+            data = checkpoint.read(task.source, task.dim, task.start, task.stop)
+            if task.transform == "quantize_fp8":
+                assert block is not None
+                weight, scale = quantize_block_fp8(data, block)
+                first.copy_(weight)
+                views[task.outputs[1]].copy_(scale)
+            else:
+                first.copy_(data)  # copy_ casts to the planned dtype
+        crcs = {}
+        if checksums:
+            for name in task.outputs:
+                e = by_name[name]
+                crcs[name] = zlib.crc32(flat[e.offset : e.offset + e.nbytes])
+        return task, crcs
+
+    crc: dict[str, int] = {}
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="load")
+    try:
+        for task, crcs in pool.map(run, plan.tasks):
+            crc.update(crcs)
+            if progress is not None:
+                progress.advance(task.read_bytes)
+    finally:
+        # On SIGTERM (KeyboardInterrupt here) drop the queued reads instead of finishing them.
+        pool.shutdown(wait=True, cancel_futures=True)
+    checkpoint.bytes_read += plan.read_bytes
     if not checksums:
         return list(plan.entries)
-    flat = arena.numpy()
-    return [e.model_copy(update={"checksum": zlib.crc32(flat[e.offset : e.offset + e.nbytes])}) for e in plan.entries]
+    return [e.model_copy(update={"checksum": crc[e.name]}) for e in plan.entries]
 
 
 def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,
