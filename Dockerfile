@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1.7
+# Two images from one file:
+#   operator: the kopf control plane, small and without torch.
+#   daemon:   torch + CUDA runtime, the weightcache package; runs daemons, the keeper and the reference engine.
+# Base images are pinned by tag; pin by digest in your registry mirror for reproducible builds.
+
+FROM python:3.11.11-slim-bookworm AS operator
+LABEL org.opencontainers.image.title="weightcache-operator" \
+      org.opencontainers.image.description="Kubernetes operator for weightcache" \
+      org.opencontainers.image.licenses="Apache-2.0"
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY daemon_image/ daemon_image/
+COPY operator/ operator/
+RUN pip install --no-cache-dir --no-deps . \
+    && pip install --no-cache-dir "kopf>=1.37" "kubernetes>=29.0" "pydantic>=2.6" "pyyaml>=6.0"
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+USER 10001
+ENTRYPOINT ["python", "-m", "weightcache_operator"]
+
+FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04 AS daemon
+LABEL org.opencontainers.image.title="weightcache-daemon" \
+      org.opencontainers.image.description="weightcache daemon, keeper and reference engine" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
+    && rm -rf /var/lib/apt/lists/*
+ENV VIRTUAL_ENV=/opt/weightcache PATH=/opt/weightcache/bin:$PATH
+RUN python3.12 -m venv /opt/weightcache
+WORKDIR /app
+COPY requirements.lock pyproject.toml README.md ./
+RUN pip install --no-cache-dir -r requirements.lock
+COPY daemon_image/ daemon_image/
+COPY operator/ operator/
+RUN pip install --no-cache-dir --no-deps .
+RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+USER 10001
+ENTRYPOINT ["weightcache"]
+CMD ["--help"]
