@@ -1,8 +1,14 @@
-"""Arenas: one shared allocation per rank that holds every tensor of that rank.
+"""Arenas: one allocation per rank that holds every tensor of that rank.
 
 One handle to open instead of thousands keeps an engine's mapping cost flat as tensor counts
-grow. This module has the daemon side (create, fill, seal, export) and the engine side (map a
-received fd read-only). Backends share this interface; ``cpu-shm`` is a memfd.
+grow. Three backends share one interface:
+
+- ``cpu-shm``: a memfd, sealed after loading and handed out as a read-only fd.
+- ``cuda-vmm``: one ``cuMemCreate`` allocation exported as a POSIX fd (see ``cuda_arena``).
+- ``cuda-ipc``: one legacy CUDA IPC handle, for engines built around ``rebuild_cuda_tensor``.
+
+Daemons create (or re-adopt from the keeper) an ``Arena``; engines get a ``MappedArena``.
+fd-based backends can be held by the keeper, which is what lets a cache outlive its daemon.
 """
 
 from __future__ import annotations
@@ -12,34 +18,49 @@ import fcntl
 import mmap
 import os
 import warnings
+from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
 from .errors import WeightCacheError
+from .protocol import CudaIpcHandle
 
 # Linux ≥ 5.1: forbids new writable mappings while the daemon keeps the one it filled through.
 F_SEAL_FUTURE_WRITE = 0x0010
 # Linux ≥ 5.14: fault in a whole range at once; several times faster than first-touch faults.
 MADV_POPULATE_WRITE = 23
+GPU_BACKENDS = ("cuda-vmm", "cuda-ipc")
+FD_BACKENDS = ("cpu-shm", "cuda-vmm")
+Access = Literal["read-only", "read-write"]
+
+
+@dataclass
+class Export:
+    """What travels to an engine: an fd (fd backends) or an IPC handle."""
+
+    fd: int | None = None
+    ipc: CudaIpcHandle | None = None
 
 
 class Arena(abc.ABC):
-    """The daemon's view of a rank's allocation."""
+    """The daemon's side of a rank's allocation."""
 
     backend: str
-    size: int
+    size: int  # bytes the plan needs
+    mapping_bytes: int  # bytes allocated (≥ size: GPU allocations round up to their granularity)
+    device_uuid: str | None = None
 
     @abc.abstractmethod
     def buffer(self) -> torch.Tensor:
-        """The whole arena as a writable flat uint8 tensor, for filling."""
+        """The whole arena as a flat uint8 tensor on its device (writable until sealed)."""
 
-    @abc.abstractmethod
     def seal(self) -> None:
-        """Freeze the contents: after this nobody, engines included, can write them."""
+        """Freeze the contents where the backend can enforce it."""
 
     @abc.abstractmethod
-    def export_fd(self) -> int:
-        """A new fd to send to an engine; the caller closes it after sending."""
+    def export(self) -> Export:
+        """A fresh fd (closed by the caller after sending) or an IPC handle."""
 
     @abc.abstractmethod
     def close(self) -> None: ...
@@ -48,8 +69,13 @@ class Arena(abc.ABC):
 class CpuShmArena(Arena):
     backend = "cpu-shm"
 
-    def __init__(self, size: int, label: str) -> None:
-        self.size = size
+    def __init__(self, size: int, label: str, fd: int | None = None) -> None:
+        self.size = self.mapping_bytes = size
+        if fd is not None:  # adopted from the keeper: already filled and sealed
+            self.fd = fd
+            self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+            self._buffer = _frombuffer(self._map, size)
+            return
         self.fd = os.memfd_create(f"weightcache:{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(self.fd, size)
@@ -74,9 +100,9 @@ class CpuShmArena(Arena):
         seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
 
-    def export_fd(self) -> int:
+    def export(self) -> Export:
         # A read-only open of the same memfd: an engine cannot even ask for a writable mapping.
-        return os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC)
+        return Export(fd=os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC))
 
     def close(self) -> None:
         self._buffer = None  # type: ignore[assignment]
@@ -87,35 +113,71 @@ class CpuShmArena(Arena):
         os.close(self.fd)
 
 
-BACKENDS: dict[str, type[Arena]] = {"cpu-shm": CpuShmArena}
+def _frombuffer(buf: mmap.mmap, size: int) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # torch warns that the buffer is not writable: that is the point.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.frombuffer(buf, dtype=torch.uint8, count=size)
 
 
-def create_arena(backend: str, size: int, label: str) -> Arena:
-    try:
-        cls = BACKENDS[backend]
-    except KeyError:
-        raise WeightCacheError(f"backend {backend!r} is not available here; available: {', '.join(BACKENDS)}") from None
-    return cls(size, label)
+def create_arena(backend: str, size: int, label: str, device: int = 0) -> Arena:
+    if backend == "cpu-shm":
+        return CpuShmArena(size, label)
+    if backend in GPU_BACKENDS:
+        from . import cuda_arena
+
+        return cuda_arena.create(backend, size, device)
+    raise WeightCacheError(f"backend {backend!r} is unknown; known: cpu-shm, {', '.join(GPU_BACKENDS)}")
+
+
+def adopt_arena(backend: str, fd: int, size: int, mapping_bytes: int, device: int = 0) -> Arena:
+    """Take over an arena the keeper held: no allocation, no loading."""
+    if backend == "cpu-shm":
+        return CpuShmArena(size, "adopted", fd=fd)
+    if backend == "cuda-vmm":
+        from . import cuda_arena
+
+        return cuda_arena.CudaVmmArena.adopt(fd, size, mapping_bytes, device)
+    raise WeightCacheError(f"backend {backend!r} cannot be held by the keeper (it has no fd)")
 
 
 class MappedArena:
-    """The engine's read-only mapping of an arena it received as an fd."""
+    """The engine's mapping of an arena; ``buffer`` is a flat uint8 tensor on the arena's device."""
 
-    def __init__(self, fd: int, size: int, backend: str) -> None:
-        if backend != "cpu-shm":
-            raise WeightCacheError(f"this client cannot map backend {backend!r}")
-        actual = os.fstat(fd).st_size
-        if actual < size:
-            raise WeightCacheError(f"received arena is {actual} bytes, manifest says {size}")
-        self.size = size
-        self.backend = backend
-        self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-        with warnings.catch_warnings():
-            # torch warns that the buffer is not writable: that is the point.
-            warnings.simplefilter("ignore", UserWarning)
-            self.buffer = torch.frombuffer(self._map, dtype=torch.uint8, count=size)
+    buffer: torch.Tensor
+    size: int
+    backend: str
+    device_uuid: str | None = None
 
     @property
     def address_range(self) -> tuple[int, int]:
         base = self.buffer.data_ptr()
         return base, base + self.size
+
+
+class CpuShmMapping(MappedArena):
+    backend = "cpu-shm"
+
+    def __init__(self, fd: int, size: int) -> None:
+        actual = os.fstat(fd).st_size
+        if actual < size:
+            raise WeightCacheError(f"received arena is {actual} bytes, manifest says {size}")
+        self.size = size
+        self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
+        self.buffer = _frombuffer(self._map, size)
+
+
+def map_arena(backend: str, size: int, mapping_bytes: int, fd: int | None, ipc: CudaIpcHandle | None,
+              device_uuid: str | None, access: Access = "read-only") -> MappedArena:
+    """Map what a daemon sent; the caller closes ``fd`` afterwards (the mapping keeps the memory)."""
+    if backend == "cpu-shm":
+        if fd is None:
+            raise WeightCacheError("cpu-shm fetch reply carried no fd")
+        if access != "read-only":
+            raise WeightCacheError("cpu-shm arenas are sealed; only read-only mappings exist")
+        return CpuShmMapping(fd, size)
+    if backend in GPU_BACKENDS:
+        from . import cuda_arena
+
+        return cuda_arena.map_for_engine(backend, size, mapping_bytes, fd, ipc, device_uuid, access)
+    raise WeightCacheError(f"this client cannot map backend {backend!r}")

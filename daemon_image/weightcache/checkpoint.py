@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,7 @@ class Checkpoint:
     bytes_read: int = 0  # accounted by the loader, which knows what each task reads
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     _fds: dict[str, int] = field(default_factory=dict, repr=False)
+    _open_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def architecture(self) -> str:
@@ -102,28 +104,28 @@ class Checkpoint:
             tensor = handle.get_slice(name)[tuple(index)]
         return tensor
 
-    def read_rows_into(self, name: str, start: int, stop: int, out: memoryview) -> int:
-        """Read rows [start, stop) of a tensor straight into ``out`` with pread: one copy, no GIL held.
-
-        Rows along dim 0 are contiguous in the file, so whole tensors and column-parallel shards
-        need no intermediate tensor. Returns the bytes read.
-        """
+    def rows_span(self, name: str, start: int, stop: int) -> tuple[str, int, int]:
+        """(file, offset, length) of rows [start, stop) along dim 0: contiguous in the file."""
         info = self.tensors[name]
-        row_bytes = info.nbytes // info.shape[0] if info.shape and info.shape[0] else info.nbytes
-        offset = info.data_start + start * row_bytes
-        want = (stop - start) * row_bytes if info.shape else info.nbytes
-        if len(out) != want:
-            raise ValueError(f"{name}: destination holds {len(out)} bytes, the rows need {want}")
-        fd = self._fds.get(info.file)
+        if not info.shape:
+            return info.file, info.data_start, info.nbytes
+        row_bytes = info.nbytes // info.shape[0] if info.shape[0] else 0
+        return info.file, info.data_start + start * row_bytes, (stop - start) * row_bytes
+
+    def pread(self, file: str, offset: int, out: memoryview) -> None:
+        """Fill ``out`` from ``file`` at ``offset`` with pread: one copy, no GIL held, thread-safe."""
+        fd = self._fds.get(file)
         if fd is None:
-            fd = self._fds[info.file] = os.open(self.path / info.file, os.O_RDONLY | os.O_CLOEXEC)
-        done = 0
+            with self._open_lock:
+                fd = self._fds.get(file)
+                if fd is None:
+                    fd = self._fds[file] = os.open(self.path / file, os.O_RDONLY | os.O_CLOEXEC)
+        done, want = 0, len(out)
         while done < want:
             n = os.preadv(fd, [out[done:]], offset + done)
             if n == 0:
-                raise CheckpointError(f"{self.path / info.file} ended while reading {name!r}; the file was truncated")
+                raise CheckpointError(f"{self.path / file} ended at byte {offset + done}; the file was truncated")
             done += n
-        return want
 
     def close(self) -> None:
         self._handles.clear()

@@ -36,7 +36,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="auto", help="auto (from config.json), bfloat16, float16 or float32")
     p.add_argument("--quantization", default="none", help="none or fp8 (block-wise)")
     p.add_argument("--weight-block-size", type=_block, default=None, help="fp8 block, default 128,128")
-    p.add_argument("--backend", default="cpu-shm", help="arena backend: cpu-shm")
+    p.add_argument("--backend", default=None,
+                   help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)")
+    p.add_argument("--device", type=int, default=0, help="CUDA ordinal of this rank's GPU (GPU backends)")
 
 
 def _add_layout_args(p: argparse.ArgumentParser) -> None:
@@ -67,6 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--socket-group", default=None, help="group allowed to connect (socket mode 0660)")
     d.add_argument("--allow-uid", type=int, action="append", default=[], help="extra uid allowed to connect")
     d.add_argument("--allow-gid", type=int, action="append", default=[], help="extra gid allowed to connect")
+    d.add_argument("--engine-access", choices=["read-only", "read-write"], default="read-only",
+                   help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)")
+    d.add_argument("--keeper", choices=["auto", "off"], default="auto",
+                   help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens")
+    d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors")
+
+    k = sub.add_parser("keeper", help="hold arena fds so caches outlive their daemons (no CUDA)")
+    k.add_argument("--socket-dir", default=None)
+    k.add_argument("--allow-uid", type=int, action="append", default=[])
+    k.add_argument("--allow-gid", type=int, action="append", default=[])
+    kc = sub.add_parser("keeper-ctl", help="ask the keeper what it holds, or release a cache's arenas")
+    kc.add_argument("action", choices=["list", "release"])
+    kc.add_argument("--socket-dir", default=None)
+    kc.add_argument("--name", default=None)
+    kc.add_argument("--rank", type=int, default=None)
 
     s = sub.add_parser("status", help="ask a running daemon for its status (JSON)")
     _add_cache_args(s, required=True)
@@ -95,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(h)
     _add_cache_args(h, required=False)
     h.add_argument("--weights", choices=["off", "client"], default="client")
+    h.add_argument("--access", choices=["read-only", "read-write"], default="read-only")
     h.add_argument("--fallback", choices=["disk", "error"], default="disk")
     h.add_argument("--prompt", default="Hello")
     h.add_argument("--max-new-tokens", type=int, default=16)
@@ -121,7 +139,34 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _default_backend(args: argparse.Namespace) -> None:
+    if getattr(args, "backend", "unset") is None:
+        import torch
+
+        args.backend = "cuda-vmm" if torch.cuda.is_available() else "cpu-shm"
+
+
 def _dispatch(args: argparse.Namespace, started: float) -> int:
+    _default_backend(args)
+    if args.command in ("keeper", "keeper-ctl") and args.socket_dir is None:
+        from .daemon import default_socket_dir
+
+        args.socket_dir = default_socket_dir()
+    if args.command == "keeper":
+        from .keeper import run as run_keeper
+
+        return run_keeper(args.socket_dir, args.allow_uid, args.allow_gid)
+    if args.command == "keeper-ctl":
+        from .keeper import KeeperClient, keeper_socket
+
+        with KeeperClient(keeper_socket(args.socket_dir)) as keeper:
+            if args.action == "list":
+                print(json.dumps([h.model_dump() for h in keeper.holdings()], indent=2))
+            else:
+                if not args.name:
+                    raise WeightCacheError("keeper-ctl release needs --name")
+                print(json.dumps({"released": keeper.release(args.name, args.rank)}))
+        return 0
     if args.command == "daemon":
         from .daemon import DaemonConfig, launch_local_ranks, run
         from .sharding import Layout
@@ -133,8 +178,10 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         cfg = DaemonConfig(
             model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank),
             socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
-            weight_block_size=args.weight_block_size, backend=args.backend, revision=args.revision,
-            socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid)
+            weight_block_size=args.weight_block_size, backend=args.backend, device=args.device,
+            engine_access=args.engine_access, keeper=args.keeper, revision=args.revision,
+            socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid,
+            load_workers=args.load_workers)
         return run(cfg)
     if args.command == "status":
         from .client import DaemonConnection
@@ -171,7 +218,7 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
                 args.model, Layout(), socket_dir=args.socket_dir if args.weights == "client" else None,
                 name=args.name if args.weights == "client" else None, fallback=args.fallback, dtype=args.dtype,
                 quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
-                backend=args.backend)
+                backend=args.backend, device=args.device, access=args.access)
 
         dtype = resolve_dtype(args.dtype, open_checkpoint(args.model))
         print(dump(generate_report(args.model, load, dtype, args.prompt, args.max_new_tokens, started)))
@@ -190,7 +237,8 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
 def _daemon_passthrough(args: argparse.Namespace) -> list[str]:
     out = ["--model", args.model, "--revision", args.revision, "--dtype", args.dtype,
            "--quantization", args.quantization, "--backend", args.backend,
-           "--socket-dir", args.socket_dir, "--name", args.name]
+           "--socket-dir", args.socket_dir, "--name", args.name, "--engine-access", args.engine_access,
+           "--keeper", args.keeper, "--load-workers", str(args.load_workers)]
     if args.weight_block_size:
         out += ["--weight-block-size", f"{args.weight_block_size[0]},{args.weight_block_size[1]}"]
     if args.socket_group:

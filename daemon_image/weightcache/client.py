@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from .arena import MappedArena
+from .arena import GPU_BACKENDS, Access, MappedArena, map_arena
 from .checkpoint import Checkpoint, open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import Fingerprint, compute
@@ -64,7 +64,7 @@ class DaemonConnection:
         except OSError as exc:
             self._sock.close()
             raise CacheUnavailable(f"cannot connect to {self.path}: {exc}") from None
-        self.hello_reply: HelloReply = self._request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
+        self.hello_reply: HelloReply = self.request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
 
     def __enter__(self) -> "DaemonConnection":
         return self
@@ -76,26 +76,30 @@ class DaemonConnection:
         self._sock.close()
 
     def query_config(self) -> ConfigReply:
-        return self._request(QueryConfig(), ConfigReply)
+        return self.request(QueryConfig(), ConfigReply)
 
     def status(self) -> StatusReply:
-        return self._request(Status(), StatusReply)
+        return self.request(Status(), StatusReply)
 
     def ping(self) -> Pong:
-        return self._request(Ping(), Pong)
+        return self.request(Ping(), Pong)
 
-    def fetch(self, digest: str) -> tuple[FetchReply, int]:
+    def fetch(self, digest: str) -> tuple[FetchReply, int | None]:
+        """The manifest and, for fd backends, the arena fd (the caller closes it)."""
         fds: list[int] = []
-        reply = self._request(Fetch(fingerprint_digest=digest), FetchReply, fds)
-        if len(fds) != 1:
+        reply = self.request(Fetch(fingerprint_digest=digest), FetchReply, fds)
+        expected = 0 if reply.ipc is not None else 1
+        if len(fds) != expected:
             for fd in fds:
                 os.close(fd)
-            raise ProtocolError(f"fetch reply carried {len(fds)} file descriptors, expected 1")
-        return reply, fds[0]
+            raise ProtocolError(f"fetch reply carried {len(fds)} file descriptors, expected {expected}")
+        return reply, (fds[0] if fds else None)
 
-    def _request(self, message: Any, expect: type, fds: list[int] | None = None) -> Any:
+    def request(self, message: Any, expect: type, fds: list[int] | None = None,
+                send_fds: list[int] | None = None) -> Any:
+        """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
         try:
-            send_frame(self._sock, message)
+            send_frame(self._sock, message, send_fds)
             reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
         except (OSError, socket.timeout) as exc:
             raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
@@ -117,16 +121,21 @@ class Expected:
     quant: QuantConfig
     dtype: str
     fingerprint: Fingerprint
+    backend: str = "cpu-shm"
+    device: int = 0
+    access: Access = "read-only"
 
 
 def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str = "none",
-           weight_block_size: tuple[int, int] | None = None, revision: str = "", backend: str = "cpu-shm") -> Expected:
+           weight_block_size: tuple[int, int] | None = None, revision: str = "", backend: str = "cpu-shm",
+           device: int = 0, access: Access = "read-only") -> Expected:
+    """What this engine expects to map; ``device`` is the engine's own GPU ordinal (GPU backends)."""
     resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
     checkpoint = open_checkpoint(model)
     quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
     resolved = resolve_dtype(dtype, checkpoint)
-    fp = compute(checkpoint, layout, quant, resolved, revision=revision, backend=backend)
-    return Expected(checkpoint, layout, quant, resolved, fp)
+    fp = compute(checkpoint, layout, quant, resolved, revision=revision, backend=backend, device=device, access=access)
+    return Expected(checkpoint, layout, quant, resolved, fp, backend, device, access)
 
 
 @dataclass
@@ -141,11 +150,14 @@ class Weights:
     bytes_mapped: int = 0
     bytes_loaded: int = 0
     fallback_reason: str | None = None
+    device_uuid: str | None = None  # the GPU the mapped bytes live on (GPU backends)
     arena: MappedArena | None = field(default=None, repr=False)  # keeps the mapping alive
 
     def report(self) -> dict[str, Any]:
+        """Per-rank weight report; ``bytes_mapped`` is memory the engine must not count as its own free memory."""
         return {"mode": self.mode, "fallback_reason": self.fallback_reason, "bytes_mapped": self.bytes_mapped,
-                "bytes_loaded": self.bytes_loaded, "seconds": round(self.seconds, 6), "tensors": len(self.tensors)}
+                "bytes_loaded": self.bytes_loaded, "seconds": round(self.seconds, 6), "tensors": len(self.tensors),
+                "device_uuid": self.device_uuid}
 
 
 def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float = 10.0) -> Weights:
@@ -163,21 +175,28 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
         reply, fd = conn.fetch(want.digest)
     try:
         manifest: Manifest = reply.manifest
-        if manifest.fingerprint_digest != want.digest:
+        if manifest.fingerprint_digest != want.digest or reply.backend != expected.backend:
             raise FingerprintMismatch("the fetched manifest belongs to another fingerprint", ["digest"])
         manifest.validate_bounds()
-        arena = MappedArena(fd, manifest.arena_bytes, reply.backend)
+        if reply.mapping_bytes < manifest.arena_bytes:
+            raise ProtocolError(f"mapping of {reply.mapping_bytes} bytes cannot hold a {manifest.arena_bytes}-byte arena")
+        arena = map_arena(reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid,
+                          expected.access)
     finally:
-        os.close(fd)  # the mapping holds its own reference to the memory
+        if fd is not None:
+            os.close(fd)  # the mapping holds its own reference to the memory
     tensors = manifest.views(arena.buffer)
     return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
-                   seconds=time.perf_counter() - started, bytes_mapped=manifest.arena_bytes, arena=arena)
+                   seconds=time.perf_counter() - started, bytes_mapped=reply.mapping_bytes,
+                   device_uuid=reply.device_uuid, arena=arena)
 
 
 def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
+    """The same tensors, read and post-processed by this process, onto the engine's own device."""
     started = time.perf_counter()
     plan = plan_rank(expected.checkpoint, expected.layout, expected.quant, expected.dtype)
-    buffer, entries = load_to_memory(expected.checkpoint, plan, expected.quant.weight_block_size)
+    device = f"cuda:{expected.device}" if expected.backend in GPU_BACKENDS else "cpu"
+    buffer, entries = load_to_memory(expected.checkpoint, plan, expected.quant.weight_block_size, device=device)
     expected.checkpoint.close()
     return Weights(tensors=tensor_views(buffer, entries), aliases=dict(plan.aliases), mode="disk",
                    fingerprint=expected.fingerprint, seconds=time.perf_counter() - started,
@@ -186,12 +205,14 @@ def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
 
 def load_weights(model: str, layout: Layout, *, socket_dir: str | None, name: str | None, fallback: Fallback = "disk",
                  dtype: str = "auto", quantization: str = "none", weight_block_size: tuple[int, int] | None = None,
-                 revision: str = "", backend: str = "cpu-shm", timeout_s: float = 10.0) -> Weights:
+                 revision: str = "", backend: str = "cpu-shm", device: int = 0, access: Access = "read-only",
+                 timeout_s: float = 10.0) -> Weights:
     """Weights for one rank: mapped from the cache when it holds exactly these, else per ``fallback``."""
     if fallback not in ("disk", "error"):
         raise WeightCacheError(f"fallback must be 'disk' or 'error', got {fallback!r}")
     expected = expect(model, layout, dtype=dtype, quantization=quantization,
-                      weight_block_size=weight_block_size, revision=revision, backend=backend)
+                      weight_block_size=weight_block_size, revision=revision, backend=backend, device=device,
+                      access=access)
     if socket_dir is None or name is None:
         return load_from_disk(expected, "no cache configured")
     try:

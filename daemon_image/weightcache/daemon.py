@@ -12,21 +12,27 @@ import grp
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .arena import create_arena
+from .arena import FD_BACKENDS, Arena, adopt_arena, create_arena
 from .checkpoint import open_checkpoint
+from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import compute
+from .keeper import KeeperClient, keeper_socket
 from .loader import fill, plan_rank, resolve_dtype
 from .manifest import Manifest
 from .progress import Progress
+from .protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
 from .quantization import resolve
 from .rankfiles import RankFiles, ReadyInfo
-from .server import DaemonServer, PeerPolicy, Served
+from .server import FramedServer, PeerPolicy, ServerStats
+from .serving import DaemonService, Served
 from .sharding import Layout
 
 log = logging.getLogger("weightcache.daemon")
@@ -42,19 +48,26 @@ class DaemonConfig:
     quantization: str = "none"
     weight_block_size: tuple[int, int] | None = None
     backend: str = "cpu-shm"
+    device: int = 0
+    engine_access: str = "read-only"
+    keeper: str = "auto"  # auto: use <socket-dir>/keeper.sock when a keeper listens there; off: never
     revision: str = ""
     socket_group: str | None = None
     allow_uids: list[int] = field(default_factory=list)
     allow_gids: list[int] = field(default_factory=list)
+    load_workers: int = 4
 
 
 def run(cfg: DaemonConfig) -> int:
-    """Load and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
+    """Load (or re-adopt) and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
+    if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
+        raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
     checkpoint = open_checkpoint(cfg.model)
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
     dtype = resolve_dtype(cfg.dtype, checkpoint)
-    fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend)
+    fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend,
+                          device=cfg.device, access=cfg.engine_access)
     plan = plan_rank(checkpoint, cfg.layout, quant, dtype)
     rank = cfg.layout.rank
     files = RankFiles(cfg.socket_dir, cfg.name, rank)
@@ -74,29 +87,44 @@ def run(cfg: DaemonConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     arena = None
+    link: KeeperLink | None = None
     try:
-        log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries), "arena_bytes": plan.arena_bytes,
-                                               "read_bytes": plan.read_bytes}})
-        arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}")
-        progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
-        entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress)
-        load_seconds = progress.finish()
+        keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
+        adopted = _adopt(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
+        if adopted is not None:
+            arena, manifest, load_seconds = adopted
+            disk_bytes = 0
+        else:
+            log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
+                                                   "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
+            arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
+            progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
+            entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers)
+            load_seconds = progress.finish()
+            arena.seal()
+            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
+            disk_bytes = checkpoint.bytes_read
         checkpoint.close()
-        arena.seal()
-        manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
         served = Served(name=cfg.name, rank=rank, arena=arena, manifest=manifest, fingerprint=fingerprint,
-                        load_seconds=load_seconds, disk_bytes_read=checkpoint.bytes_read)
+                        load_seconds=load_seconds, disk_bytes_read=disk_bytes, adopted=adopted is not None)
+        if keeper_path is not None:
+            link = KeeperLink(keeper_path, served)
+            link.start()
         policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *cfg.allow_uids}),
                             gids=frozenset({*cfg.allow_gids, *([gid] if gid is not None else [])}))
-        server = DaemonServer(str(files.socket), served, policy,
+        stats = ServerStats()
+        server = FramedServer(str(files.socket), policy, REQUEST, DaemonService(served, stats), stats=stats,
+                              identity=(cfg.name, rank), max_request_bytes=MAX_REQUEST_BYTES,
                               socket_mode=0o660 if gid is not None else 0o600, socket_gid=gid)
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         signal.signal(signal.SIGINT, lambda *_: server.stop())
         files.write_ready(ReadyInfo(
             pid=os.getpid(), name=cfg.name, rank=rank, backend=cfg.backend, socket=str(files.socket),
-            fingerprint_digest=fingerprint.digest, fingerprint=fingerprint, arena_bytes=arena.size,
-            tensor_count=len(entries), load_seconds=load_seconds, started_at=time.time()))
-        log.info("ready", extra={"fields": {**fields, "socket": str(files.socket), "load_seconds": f"{load_seconds:.3f}"}})
+            fingerprint_digest=fingerprint.digest, fingerprint=fingerprint, arena_bytes=arena.mapping_bytes,
+            tensor_count=len(manifest), load_seconds=load_seconds, started_at=time.time(),
+            device_uuid=arena.device_uuid, adopted=adopted is not None))
+        log.info("ready", extra={"fields": {**fields, "socket": str(files.socket), "load_seconds": f"{load_seconds:.3f}",
+                                            "adopted": adopted is not None}})
         server.serve_forever()
         log.info("stopped", extra={"fields": fields})
         return 0
@@ -106,9 +134,97 @@ def run(cfg: DaemonConfig) -> int:
             return 0
         raise
     finally:
+        if link is not None:
+            link.stop()
         files.release()
         if arena is not None:
             arena.close()
+
+
+def arena_fd_backend(backend: str) -> bool:
+    return backend in FD_BACKENDS
+
+
+def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> tuple[Arena, Manifest, float] | None:
+    """Take the arena back from the keeper if it holds this fingerprint; release a stale one."""
+    started = time.perf_counter()
+    try:
+        with KeeperClient(keeper_path) as keeper:
+            try:
+                got = keeper.withdraw(cfg.name, cfg.layout.rank, digest)
+            except FingerprintMismatch as exc:
+                log.info("keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}})
+                keeper.release(cfg.name, cfg.layout.rank)
+                return None
+    except CacheUnavailable:
+        return None  # no keeper: load from disk
+    if got is None:
+        return None
+    withdrawn, fd = got
+    try:
+        manifest = withdrawn.manifest
+        manifest.validate_bounds()
+        arena = adopt_arena(withdrawn.holding.backend, fd, manifest.arena_bytes, withdrawn.holding.mapping_bytes,
+                            cfg.device)
+    finally:
+        if cfg.backend != "cpu-shm":
+            os.close(fd)  # cuMem import holds the allocation; a memfd stays owned by the adopted arena
+    seconds = time.perf_counter() - started
+    log.info("re-adopted from the keeper", extra={"fields": {**fields, "seconds": f"{seconds:.3f}"}})
+    return arena, manifest, seconds
+
+
+class KeeperLink:
+    """Keeps this daemon's arena deposited with the keeper, re-depositing whenever the keeper restarts.
+
+    A thread holds one connection open and blocks on it; the keeper never speaks first, so the
+    read returns only when the keeper goes away — then it reconnects and deposits again.
+    """
+
+    RETRY_S = 0.5
+
+    def __init__(self, path: Path, served: Served) -> None:
+        self.path = path
+        self.served = served
+        self._stop = threading.Event()
+        self._client: KeeperClient | None = None
+        self._thread = threading.Thread(target=self._run, name="keeper-link", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._client is not None:
+            try:
+                self._client.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        s = self.served
+        while not self._stop.is_set():
+            try:
+                with KeeperClient(self.path) as client:
+                    self._client = client
+                    export = s.arena.export()
+                    try:
+                        client.deposit(Deposit(name=s.name, rank=s.rank, fingerprint_digest=s.fingerprint.digest,
+                                               backend=s.arena.backend, mapping_bytes=s.arena.mapping_bytes,
+                                               device_uuid=s.arena.device_uuid, manifest=s.manifest), export.fd)
+                    finally:
+                        if export.fd is not None:
+                            os.close(export.fd)
+                    s.deposited = True
+                    log.info("deposited with the keeper", extra={"fields": {"cache": s.name, "rank": s.rank}})
+                    client.sock.settimeout(None)
+                    while client.sock.recv(1):  # returns b"" when the keeper goes away
+                        pass
+            except (CacheUnavailable, ProtocolError, OSError):
+                pass
+            s.deposited = False
+            self._stop.wait(self.RETRY_S)
 
 
 def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str]) -> int:
@@ -118,9 +234,10 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
     launcher exits with the first failure's code; SIGTERM is forwarded to every child.
     """
     children: dict[int, subprocess.Popen[bytes]] = {}
-    for rank in ranks:
+    for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
-        argv = [sys.executable, "-m", "weightcache", "daemon", *child_args,
+        # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm).
+        argv = [sys.executable, "-m", "weightcache", "daemon", *child_args, "--device", str(local_index),
                 "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
                 "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
         children[rank] = subprocess.Popen(argv)

@@ -40,7 +40,10 @@ class EnvironmentStamp(BaseModel):
     torch_version: str
     device_kind: str  # "cpu" or the GPU's name
     compute_capability: str | None = None
+    driver_version: str | None = None
+    cuda_runtime: str | None = None
     backend: str
+    access: str = "read-only"  # how engines map the arena; read-write is an explicit opt-in
     protocol_version: int = PROTOCOL_VERSION
 
 
@@ -78,8 +81,14 @@ class Fingerprint(BaseModel):
         return fields
 
 
-def environment_stamp(backend: str) -> EnvironmentStamp:
-    return EnvironmentStamp(torch_version=torch.__version__.split("+")[0], device_kind="cpu", backend=backend)
+def environment_stamp(backend: str, device: int = 0, access: str = "read-only") -> EnvironmentStamp:
+    """The software and hardware the arena's bytes are valid for; GPU fields from ``device``."""
+    gpu: dict[str, str] = {"device_kind": "cpu"}
+    if backend != "cpu-shm":
+        from .cuda_arena import environment
+
+        gpu = environment(device) if torch.cuda.is_available() else {"device_kind": "no-gpu"}
+    return EnvironmentStamp(torch_version=torch.__version__.split("+")[0], backend=backend, access=access, **gpu)
 
 
 def compute(
@@ -90,6 +99,8 @@ def compute(
     *,
     revision: str,
     backend: str,
+    device: int = 0,
+    access: str = "read-only",
 ) -> Fingerprint:
     return Fingerprint(
         model_path=str(checkpoint.path),
@@ -104,5 +115,5 @@ def compute(
         quantization_sha256=quant.sha256(),
         dtype=dtype,
         layout_version=LAYOUT_VERSION,
-        environment=environment_stamp(backend),
+        environment=environment_stamp(backend, device, access),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -21,7 +22,7 @@ import torch
 from . import dtypes
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, ShardingError
-from .manifest import TensorEntry, align, contiguous_stride, tensor_views
+from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress
 from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
 from .sharding import Layout, check_heads, layer_range, owns, rules_for, shard_bounds
@@ -183,43 +184,68 @@ class _PlanBuilder:
         self.tasks.append(task)
 
 
+STAGING_BYTES = 64 * 2**20
+
+
 def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tuple[int, int] | None,
          progress: Progress | None = None, checksums: bool = True, workers: int = 4) -> list[TensorEntry]:
     """Read every task's slice into its place in ``arena``; return entries (with checksums if asked).
 
-    Tasks run on a few threads: preads, dtype copies and crc32 all release the GIL, so reading
-    the next tensor overlaps post-processing and checksumming the previous one.
+    ``arena`` is a flat uint8 tensor in host memory or on a GPU. Tasks run on a few threads:
+    preads, dtype work, host-to-device copies and crc32 all release the GIL, so reading one
+    tensor overlaps post-processing, uploading and checksumming others. Tensors that need no
+    transform and whose slice is contiguous in the file (whole tensors, column-parallel shards)
+    are read straight into the arena (host) or through a pinned staging buffer (GPU).
     """
     if arena.numel() < plan.arena_bytes:
         raise ShardingError(f"arena of {arena.numel()} bytes is smaller than the plan's {plan.arena_bytes}")
-    views = tensor_views(arena, plan.entries)
-    flat = arena.numpy()
+    on_host = arena.device.type == "cpu"
+    flat = arena.numpy() if on_host else None
     by_name = {e.name: e for e in plan.entries}
+    local = threading.local()
+
+    def put(entry: TensorEntry, data: torch.Tensor) -> int:
+        raw = data.contiguous().reshape(-1).view(torch.uint8)
+        arena[entry.offset : entry.offset + entry.nbytes].copy_(raw)
+        return zlib.crc32(raw.numpy()) if checksums else 0
+
+    def staged(file: str, offset: int, entry: TensorEntry) -> int:
+        if not hasattr(local, "staging"):
+            local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
+            local.stream = torch.cuda.Stream(arena.device)
+        staging, view = local.staging, local.staging.numpy()
+        crc, pos = 0, 0
+        with torch.cuda.stream(local.stream):
+            while pos < entry.nbytes:
+                n = min(STAGING_BYTES, entry.nbytes - pos)
+                checkpoint.pread(file, offset + pos, memoryview(view[:n]))
+                if checksums:
+                    crc = zlib.crc32(view[:n], crc)
+                start = entry.offset + pos
+                arena[start : start + n].copy_(staging[:n], non_blocking=True)
+                local.stream.synchronize()  # the staging buffer is reused by the next chunk
+                pos += n
+        return crc
 
     def run(task: ReadTask) -> tuple[ReadTask, dict[str, int]]:
-        first = views[task.outputs[0]]
-        direct = task.transform == "raw" or (
-            task.transform == "cast" and first.dtype == dtypes.to_torch(checkpoint.tensors[task.source].dtype))
+        entry = by_name[task.outputs[0]]
+        source = checkpoint.tensors[task.source]
+        direct = task.transform == "raw" or (task.transform == "cast" and entry.dtype == source.dtype)
         if direct and task.dim in (None, 0):
-            entry = by_name[task.outputs[0]]
-            stop = task.stop if task.dim == 0 else (first.shape[0] if first.dim() else 0)
-            checkpoint.read_rows_into(task.source, task.start, stop,
-                                      memoryview(flat[entry.offset : entry.offset + entry.nbytes]))
-        else:
-            data = checkpoint.read(task.source, task.dim, task.start, task.stop)
-            if task.transform == "quantize_fp8":
-                assert block is not None
-                weight, scale = quantize_block_fp8(data, block)
-                first.copy_(weight)
-                views[task.outputs[1]].copy_(scale)
-            else:
-                first.copy_(data)  # copy_ casts to the planned dtype
-        crcs = {}
-        if checksums:
-            for name in task.outputs:
-                e = by_name[name]
-                crcs[name] = zlib.crc32(flat[e.offset : e.offset + e.nbytes])
-        return task, crcs
+            stop = task.stop if task.dim == 0 else (source.shape[0] if source.shape else 0)
+            file, offset, length = checkpoint.rows_span(task.source, task.start, stop)
+            assert length == entry.nbytes, (task.source, length, entry.nbytes)
+            if flat is not None:
+                window = flat[entry.offset : entry.offset + entry.nbytes]
+                checkpoint.pread(file, offset, memoryview(window))
+                return task, {entry.name: zlib.crc32(window) if checksums else 0}
+            return task, {entry.name: staged(file, offset, entry)}
+        data = checkpoint.read(task.source, task.dim, task.start, task.stop)
+        if task.transform == "quantize_fp8":
+            assert block is not None
+            weight, scale = quantize_block_fp8(data, block)
+            return task, {task.outputs[0]: put(entry, weight), task.outputs[1]: put(by_name[task.outputs[1]], scale)}
+        return task, {entry.name: put(entry, data.to(dtypes.to_torch(entry.dtype)))}
 
     crc: dict[str, int] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="load")
@@ -231,6 +257,8 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
     finally:
         # On SIGTERM (KeyboardInterrupt here) drop the queued reads instead of finishing them.
         pool.shutdown(wait=True, cancel_futures=True)
+    if not on_host:
+        torch.cuda.synchronize(arena.device)
     checkpoint.bytes_read += plan.read_bytes
     if not checksums:
         return list(plan.entries)
@@ -238,8 +266,8 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
 
 
 def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,
-                   progress: Progress | None = None) -> tuple[torch.Tensor, list[TensorEntry]]:
-    """The disk path: the same plan, filled into private memory instead of a shared arena."""
-    buffer = torch.zeros(plan.arena_bytes, dtype=torch.uint8)
+                   progress: Progress | None = None, device: str = "cpu") -> tuple[torch.Tensor, list[TensorEntry]]:
+    """The disk path: the same plan, filled into private memory (host or GPU) instead of an arena."""
+    buffer = torch.zeros(plan.arena_bytes, dtype=torch.uint8, device=device)
     entries = fill(checkpoint, plan, buffer, block, progress, checksums=False)
     return buffer, entries

@@ -12,7 +12,6 @@ daemon must not be able to make an engine read outside the arena.
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import numpy as np

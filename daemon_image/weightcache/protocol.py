@@ -16,7 +16,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from .errors import ProtocolError
-from .fingerprint import PROTOCOL_VERSION, Fingerprint
+from .fingerprint import Fingerprint
 from .manifest import Manifest
 
 SUPPORTED_VERSIONS = (1,)
@@ -69,14 +69,30 @@ class ConfigReply(_Message):
     backend: str
     arena_bytes: int
     tensor_count: int
+    device_uuid: str | None = None
+
+
+class CudaIpcHandle(_Message):
+    """What torch's ``rebuild_cuda_tensor`` needs to open a legacy CUDA IPC allocation."""
+
+    storage_handle: bytes
+    storage_size_bytes: int
+    storage_offset_bytes: int
+    ref_counter_handle: bytes
+    ref_counter_offset: int
+    event_handle: bytes | None = None
+    event_sync_required: bool = False
 
 
 class FetchReply(_Message):
-    """Sent with the arena fd attached (SCM_RIGHTS)."""
+    """Sent with the arena fd attached (SCM_RIGHTS) for fd-based backends; ``ipc`` otherwise."""
 
     type: Literal["fetch_reply"] = "fetch_reply"
     backend: str
     manifest: Manifest
+    mapping_bytes: int  # the allocation's size, ≥ manifest.arena_bytes (GPU granularity)
+    device_uuid: str | None = None
+    ipc: CudaIpcHandle | None = None
 
 
 class StatusReply(_Message):
@@ -95,6 +111,9 @@ class StatusReply(_Message):
     connections_active: int
     fetches_total: int
     errors_total: int
+    device_uuid: str | None = None
+    adopted: bool = False  # re-adopted from the keeper: no disk read this life
+    deposited: bool = False  # the keeper holds this arena now
 
 
 class Pong(_Message):
@@ -105,17 +124,80 @@ class ErrorReply(_Message):
     type: Literal["error"] = "error"
     code: Literal[
         "bad_frame", "bad_message", "out_of_order", "version_mismatch", "fingerprint_mismatch", "forbidden",
-        "busy", "internal",
+        "busy", "internal", "not_found",
     ]
     message: str
     fields: list[str] = []
 
 
+# Keeper (daemon → keeper): hand an arena over, take it back, release it, list what is held.
+class Deposit(_Message):
+    """Sent with the arena fd attached."""
+
+    type: Literal["deposit"] = "deposit"
+    name: str = Field(max_length=63)
+    rank: int
+    fingerprint_digest: str = Field(max_length=128)
+    backend: str
+    mapping_bytes: int
+    device_uuid: str | None = None
+    manifest: Manifest
+
+
+class Withdraw(_Message):
+    type: Literal["withdraw"] = "withdraw"
+    name: str = Field(max_length=63)
+    rank: int
+    fingerprint_digest: str = Field(max_length=128)
+
+
+class Release(_Message):
+    type: Literal["release"] = "release"
+    name: str = Field(max_length=63)
+    rank: int | None = None  # None: every rank of the cache
+
+
+class ListHoldings(_Message):
+    type: Literal["list_holdings"] = "list_holdings"
+
+
+class Holding(_Message):
+    name: str
+    rank: int
+    fingerprint_digest: str
+    backend: str
+    mapping_bytes: int
+    device_uuid: str | None = None
+    tensor_count: int
+    deposited_at: float
+
+
+class KeeperAck(_Message):
+    type: Literal["keeper_ack"] = "keeper_ack"
+    released: int = 0
+
+
+class Withdrawn(_Message):
+    """Sent with the arena fd attached."""
+
+    type: Literal["withdrawn"] = "withdrawn"
+    holding: Holding
+    manifest: Manifest
+
+
+class Holdings(_Message):
+    type: Literal["holdings"] = "holdings"
+    entries: list[Holding]
+
+
 Request = Annotated[Union[Hello, QueryConfig, Fetch, Status, Ping], Field(discriminator="type")]
+KeeperRequest = Annotated[Union[Hello, Deposit, Withdraw, Release, ListHoldings, Ping], Field(discriminator="type")]
 Reply = Annotated[
-    Union[HelloReply, ConfigReply, FetchReply, StatusReply, Pong, ErrorReply], Field(discriminator="type")
+    Union[HelloReply, ConfigReply, FetchReply, StatusReply, Pong, ErrorReply, KeeperAck, Withdrawn, Holdings],
+    Field(discriminator="type"),
 ]
 REQUEST = TypeAdapter(Request)
+KEEPER_REQUEST = TypeAdapter(KeeperRequest)
 REPLY = TypeAdapter(Reply)
 
 

@@ -37,6 +37,8 @@ class ReadyInfo(BaseModel):
     tensor_count: int
     load_seconds: float
     started_at: float
+    device_uuid: str | None = None
+    adopted: bool = False
 
 
 def check_name(name: str) -> str:

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from weightcache.probe import probe
 

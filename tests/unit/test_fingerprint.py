@@ -119,4 +119,16 @@ def test_environment_fields(ckpt: Path, field: str, value: object) -> None:
 
 
 def test_backend(ckpt: Path) -> None:
-    assert_only(fingerprint(ckpt), fingerprint(ckpt, backend="cuda-vmm"), "environment.backend")
+    base = fingerprint(ckpt)
+    env = base.environment.model_copy(update={"backend": "cuda-ipc"})
+    assert_only(base, base.model_copy(update={"environment": env}), "environment.backend")
+    # Computed for real: a GPU backend also stamps the GPU (or its absence) it was computed on.
+    assert "environment.backend" in base.differences(fingerprint(ckpt, backend="cuda-vmm"))
+
+
+@pytest.mark.parametrize("field, value", [("driver_version", "580.1"), ("cuda_runtime", "13.0"),
+                                          ("access", "read-write")])
+def test_gpu_environment_fields(ckpt: Path, field: str, value: str) -> None:
+    base = fingerprint(ckpt)
+    env = base.environment.model_copy(update={field: value})
+    assert_only(base, base.model_copy(update={"environment": env}), f"environment.{field}")

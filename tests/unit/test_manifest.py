@@ -32,7 +32,7 @@ def test_views_alias_the_arena_without_copying() -> None:
 
 def test_columnar_manifest_round_trips_through_the_wire() -> None:
     manifest = Manifest.build("x", 1024, ENTRIES, {"tied": "a"})
-    decoded = decode(REPLY, encode(FetchReply(backend="cpu-shm", manifest=manifest))[4:]).manifest
+    decoded = decode(REPLY, encode(FetchReply(backend="cpu-shm", manifest=manifest, mapping_bytes=1024))[4:]).manifest
     assert decoded.entries() == ENTRIES and decoded.aliases == {"tied": "a"}
 
 
