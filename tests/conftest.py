@@ -64,6 +64,37 @@ def socket_dir() -> Iterator[str]:
 
 
 @pytest.fixture
+def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+    """Start ``weightcache keeper`` on the test's socket dir; waits until it answers."""
+    from weightcache.errors import CacheUnavailable
+    from weightcache.keeper import KeeperClient, keeper_socket
+
+    procs: list[subprocess.Popen[str]] = []
+
+    def start() -> subprocess.Popen[str]:
+        log = tmp_path / f"keeper-{len(procs)}.log"
+        proc = subprocess.Popen([sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+                                stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        procs.append(proc)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with KeeperClient(keeper_socket(socket_dir), timeout_s=1) as keeper:
+                    keeper.ping()
+                return proc
+            except CacheUnavailable:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"keeper did not start:\n{log.read_text()}")
+                time.sleep(0.05)
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
 def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., DaemonHandle]]:
     """Start ``weightcache daemon`` as a real process; waits for every rank's ready file."""
     handles: list[DaemonHandle] = []
