@@ -1,10 +1,11 @@
-"""``weightcache bench``: disk load vs daemon load vs map+bind, on a generated checkpoint.
+"""``weightcache bench``: disk vs daemon load vs map+bind vs keeper re-adoption, on a generated checkpoint.
 
 Prints a table; it asserts nothing. Map+bind runs in fresh engine processes (the way an engine
-restart sees it): connect, hello, query the fingerprint, fetch manifest + fd, map read-only,
+restart sees it): connect, hello, query the fingerprint, fetch manifest + fd (or IPC handle), map,
 create the views and bind them into a transformers model built on the meta device. The model
 skeleton is built before the clock starts; the fingerprint (which reads shard headers) is timed
-separately because an engine computes it once per start, not per tensor.
+separately because an engine computes it once per start, not per tensor. With a GPU backend the
+disk baselines load onto the GPU (safetensors ``device="cuda:0"``), as an engine would.
 """
 
 from __future__ import annotations
@@ -29,60 +30,80 @@ from .rankfiles import RankFiles
 from .sample_checkpoints import ModelSpec, write_checkpoint
 
 TENSORS_PER_LAYER = 9  # q, k, v, o, gate, up, down, two norms (Llama)
+READ_CHUNK = 64 * 2**20
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--size-gib", type=float, default=4.0, help="approximate checkpoint size")
-    p.add_argument("--tensors", type=int, default=2000, help="approximate tensor count")
+    p.add_argument("--size-gib", type=float, default=4.0, help="approximate size of the bf16 weights")
+    p.add_argument("--tensors", type=int, default=2000, help="approximate tensor count (bf16 layout)")
+    p.add_argument("--fp8", action="store_true", help="a pre-quantized block-FP8 checkpoint of the same shapes")
+    p.add_argument("--backends", default=None, help="comma list; default cuda-vmm,cuda-ipc with a GPU, else cpu-shm")
     p.add_argument("--runs", type=int, default=5, help="fresh engine processes for map+bind")
     p.add_argument("--workdir", default=None, help="where checkpoints are generated and kept between runs")
+    p.add_argument("--load-workers", type=int, default=8, help="daemon loader threads")
 
 
-def spec_for(size_gib: float, tensors: int) -> ModelSpec:
-    """A Llama shape with about this many tensors and bytes (bf16, MLP 2.75× hidden, GQA 2:1)."""
+def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
+    """A Llama shape with about this many tensors and bf16 bytes (MLP 2.75× hidden, GQA 2:1)."""
     layers = max(1, (tensors - 3) // TENSORS_PER_LAYER)
     vocab = 4096
     # bytes ≈ 2 · (layers · (3h² + 3 · 2.75h²) + 2 · vocab · h); solve the quadratic for h.
     a, b, c = 2 * layers * (3 + 8.25), 2 * 2 * vocab, -size_gib * 2**30
     hidden = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
-    hidden = max(64, int(hidden // 64 * 64))
-    inter = int(hidden * 2.75 // 64 * 64)
+    hidden = max(128, int(hidden // 128 * 128))
+    inter = max(128, int(hidden * 2.75 // 128 * 128))
     return ModelSpec(family="llama", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
                      num_heads=hidden // 64, num_kv_heads=max(1, hidden // 128), vocab_size=vocab,
-                     shards=max(1, int(size_gib * 2)), seed=7, tokenizer=False)
+                     shards=max(1, int(size_gib * 2)), seed=7, tokenizer=False, fp8=fp8)
 
 
-def _checkpoint(workdir: Path, spec: ModelSpec) -> Path:
-    path = workdir / f"ckpt-h{spec.hidden_size}-l{spec.num_layers}"
+def _checkpoint(workdir: Path, spec: ModelSpec, device: str) -> Path:
+    path = workdir / f"ckpt-h{spec.hidden_size}-l{spec.num_layers}{'-fp8' if spec.fp8 else ''}"
     stamp = path / "weightcache-sample.json"
     if not (stamp.exists() and json.loads(stamp.read_text()) == asdict(spec)):
         print(f"generating {path} ...", flush=True)
-        write_checkpoint(path, spec)
+        write_checkpoint(path, spec, device=device)
     return path
 
 
-def _disk_load(path: Path, cold: bool) -> float:
-    """safetensors → private memory, as an engine loading its parameters does.
+def _raw_read(path: Path) -> float:
+    """Sequential read of every shard after dropping the page cache: what the disk can give."""
+    drop_page_cache(path)
+    buf = bytearray(READ_CHUNK)
+    view = memoryview(buf)
+    started = time.perf_counter()
+    for shard in sorted(path.glob("*.safetensors")):
+        with shard.open("rb", buffering=0) as fh:
+            while fh.readinto(view):
+                pass
+    return time.perf_counter() - started
 
-    ``load_file`` may hand back tensors over a lazy mmap of the file; copying each into its own
-    allocation forces every byte to be read, which is what loading means.
-    """
+
+def _safetensors_load(path: Path, cold: bool, device: str) -> float:
+    """safetensors → the engine's memory (a private host copy, or the GPU)."""
     from safetensors import safe_open
+    from safetensors.torch import load_file
 
     if cold:
         drop_page_cache(path)
     started = time.perf_counter()
     for shard in sorted(path.glob("*.safetensors")):
-        with safe_open(str(shard), framework="pt") as f:
-            for name in f.keys():
-                tensor = f.get_tensor(name)
-                torch.empty_like(tensor).copy_(tensor)
+        if device == "cpu":
+            # load_file may hand back tensors over a lazy mmap; copying forces every byte to be read.
+            with safe_open(str(shard), framework="pt") as f:
+                for name in f.keys():
+                    tensor = f.get_tensor(name)
+                    torch.empty_like(tensor).copy_(tensor)
+        else:
+            loaded = load_file(str(shard), device=device)
+            torch.cuda.synchronize()
+            loaded.clear()
     return time.perf_counter() - started
 
 
 def _child(argv: list[str]) -> None:
     """One fresh engine process: build the skeleton, then time map+bind."""
-    model_dir, socket_dir, name = argv
+    model_dir, socket_dir, name, backend, quantization = argv
     t0 = time.perf_counter()
     from .binding import bind
     from .client import expect, map_weights
@@ -90,70 +111,132 @@ def _child(argv: list[str]) -> None:
     from .sharding import Layout
 
     imported = time.perf_counter()
-    expected = expect(model_dir, Layout(), dtype="bfloat16")
+    expected = expect(model_dir, Layout(), dtype="bfloat16", backend=backend, quantization=quantization)
     fingerprinted = time.perf_counter()
-    model = empty_hf_model(model_dir, "bfloat16")
+    model = None if quantization == "fp8" else empty_hf_model(model_dir, "bfloat16")
     started = time.perf_counter()
     weights = map_weights(expected, socket_dir, name)
     mapped = time.perf_counter()
-    bind(model, weights.tensors, weights.aliases)
+    if model is not None:  # transformers has no block-FP8 linear to bind into; map only
+        bind(model, weights.tensors, weights.aliases)
     bound = time.perf_counter()
     print(json.dumps({"imports": imported - t0, "fingerprint": fingerprinted - imported, "map": mapped - started,
                       "bind": bound - mapped, "map_bind": bound - started, "tensors": len(weights.tensors)}))
 
 
+class _Daemon:
+    def __init__(self, path: Path, socket_dir: str, name: str, backend: str, quantization: str, workers: int) -> None:
+        self.files = RankFiles(socket_dir, name, 0)
+        self.launched = time.time()
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon",
+                                      "--model", str(path), "--socket-dir", socket_dir, "--name", name,
+                                      "--dtype", "bfloat16", "--backend", backend, "--quantization", quantization,
+                                      "--load-workers", str(workers)])
+
+    def wait_ready(self) -> float:
+        while True:
+            info = self.files.read_ready()
+            if info is not None and info.started_at >= self.launched:
+                return time.perf_counter() - self.started
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}")
+            time.sleep(0.005)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+        self.proc.wait(timeout=120)
+
+
 def run(args: argparse.Namespace) -> int:
+    gpu = torch.cuda.is_available()
+    backends = (args.backends or ("cuda-vmm,cuda-ipc" if gpu else "cpu-shm")).split(",")
+    device = "cuda:0" if backends[0] != "cpu-shm" else "cpu"
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench"))
-    spec = spec_for(args.size_gib, args.tensors)
-    path = _checkpoint(workdir, spec)
+    spec = spec_for(args.size_gib, args.tensors, args.fp8)
+    path = _checkpoint(workdir, spec, "cuda" if gpu else "cpu")
+    quantization = "fp8" if args.fp8 else "none"
     size = sum(p.stat().st_size for p in path.glob("*.safetensors"))
-    cold = _disk_load(path, cold=True)
-    warm = _disk_load(path, cold=False)
+    gib = size / 2**30
+    raw = _raw_read(path)
+    cold = _safetensors_load(path, cold=True, device=device)
+    warm = _safetensors_load(path, cold=False, device=device)
+    target = "GPU" if device != "cpu" else "memory"
+    rows = [("checkpoint", f"{gib:.2f} GiB on disk, {'block-fp8' if args.fp8 else 'bf16'}, "
+                           f"{len(list(path.glob('*.safetensors')))} shards"),
+            ("raw sequential read, cold", f"{raw:.3f} s  ({gib / raw:.2f} GiB/s)"),
+            (f"safetensors → {target}, cold page cache", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
+            (f"safetensors → {target}, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)")]
 
     socket_dir = str(workdir / "sockets")
-    name = "bench"
-    files = RankFiles(socket_dir, name, 0)
-    drop_page_cache(path)
-    started = time.perf_counter()
-    daemon = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon",
-                               "--model", str(path), "--socket-dir", socket_dir, "--name", name, "--dtype", "bfloat16"])
-    try:
-        while not files.ready.exists():
-            if daemon.poll() is not None:
-                print(f"daemon exited with {daemon.returncode}", file=sys.stderr)
-                return 1
-            time.sleep(0.01)
-        daemon_wall = time.perf_counter() - started
-        ready = files.read_ready()
-        assert ready is not None
-        runs = []
-        for _ in range(args.runs):
-            out = subprocess.run([sys.executable, "-m", "weightcache.bench", str(path), socket_dir, name],
-                                 capture_output=True, text=True, check=True)
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    finally:
-        daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=60)
-
-    map_bind = [r["map_bind"] for r in runs]
-    median = statistics.median(map_bind)
-    gib = size / 2**30
-    rows = [
-        ("checkpoint", f"{gib:.2f} GiB, {runs[0]['tensors']} tensors, {len(list(path.glob('*.safetensors')))} shards"),
-        ("disk load, cold page cache (safetensors → memory)", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
-        ("disk load, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)"),
-        ("daemon first load, cold (ready file written)", f"{daemon_wall:.3f} s wall, {ready.load_seconds:.3f} s loading"),
-        ("engine fingerprint (headers, median)", f"{statistics.median(r['fingerprint'] for r in runs) * 1000:.1f} ms"),
-        (f"engine map+bind (median / max of {len(runs)})", f"{median * 1000:.1f} ms / {max(map_bind) * 1000:.1f} ms"),
-        ("  of which map (connect, fetch, mmap, views)", f"{statistics.median(r['map'] for r in runs) * 1000:.1f} ms"),
-        ("  of which bind into the model", f"{statistics.median(r['bind'] for r in runs) * 1000:.1f} ms"),
-        ("speed-up vs cold disk / warm disk", f"{cold / median:.0f}× / {warm / median:.0f}×"),
-    ]
+    for backend in backends:
+        drop_page_cache(path)
+        daemon = _Daemon(path, socket_dir, "bench", backend, quantization, args.load_workers)
+        try:
+            wall = daemon.wait_ready()
+            ready = daemon.files.read_ready()
+            assert ready is not None
+            runs = []
+            for _ in range(args.runs):
+                out = subprocess.run([sys.executable, "-m", "weightcache.bench", str(path), socket_dir, "bench",
+                                      backend, quantization], capture_output=True, text=True, check=True)
+                runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        finally:
+            daemon.stop()
+        map_bind = [r["map_bind"] for r in runs]
+        median = statistics.median(map_bind)
+        rows += [
+            (f"[{backend}] daemon first load, cold", f"{ready.load_seconds:.3f} s loading ({gib / ready.load_seconds:.2f} "
+                                                     f"GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
+                                                     f"{wall:.3f} s to ready"),
+            (f"[{backend}] engine fingerprint (median)", f"{statistics.median(r['fingerprint'] for r in runs) * 1000:.1f} ms"),
+            (f"[{backend}] map+bind, {runs[0]['tensors']} tensors (median / max of {len(runs)})",
+             f"{median * 1000:.1f} ms / {max(map_bind) * 1000:.1f} ms"
+             f"  (map {statistics.median(r['map'] for r in runs) * 1000:.1f}, "
+             f"bind {statistics.median(r['bind'] for r in runs) * 1000:.1f})"),
+            (f"[{backend}] speed-up vs safetensors cold / warm", f"{cold / median:.0f}× / {warm / median:.0f}×"),
+        ]
+        if backend in ("cpu-shm", "cuda-vmm"):
+            rows.append((f"[{backend}] keeper re-adoption after daemon SIGKILL", _readopt(path, socket_dir, backend,
+                                                                                          quantization, args.load_workers)))
     width = max(len(k) for k, _ in rows)
     print()
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
     return 0
+
+
+def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, workers: int) -> str:
+    from .client import DaemonConnection
+    from .keeper import KeeperClient, keeper_socket
+
+    keeper = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper",
+                               "--socket-dir", socket_dir])
+    try:
+        while not keeper_socket(socket_dir).exists():
+            time.sleep(0.01)
+        first = _Daemon(path, socket_dir, "readopt", backend, quantization, workers)
+        first.wait_ready()
+        while True:
+            with DaemonConnection(first.files.socket) as conn:
+                if conn.status().deposited:
+                    break
+            time.sleep(0.02)
+        first.stop(signal.SIGKILL)
+        second = _Daemon(path, socket_dir, "readopt", backend, quantization, workers)
+        wall = second.wait_ready()
+        info = second.files.read_ready()
+        with DaemonConnection(second.files.socket) as conn:
+            disk = conn.status().disk_bytes_read
+        second.stop()
+        with KeeperClient(keeper_socket(socket_dir)) as k:
+            k.release("readopt")
+        assert info is not None
+        return (f"{info.load_seconds * 1000:.1f} ms adopting, {wall:.2f} s process start to ready, "
+                f"adopted={info.adopted}, disk bytes read={disk}")
+    finally:
+        keeper.send_signal(signal.SIGTERM)
+        keeper.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -131,6 +131,9 @@ def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str
            device: int = 0, access: Access = "read-only") -> Expected:
     """What this engine expects to map; ``device`` is the engine's own GPU ordinal (GPU backends)."""
     resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
+    if backend in GPU_BACKENDS and not torch.cuda.is_available():
+        raise CacheUnavailable(f"backend {backend} needs a GPU but this process sees no CUDA device "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
     checkpoint = open_checkpoint(model)
     quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
     resolved = resolve_dtype(dtype, checkpoint)

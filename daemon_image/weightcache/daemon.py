@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .arena import FD_BACKENDS, Arena, adopt_arena, create_arena
+from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
 from .checkpoint import open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import compute
@@ -63,6 +63,11 @@ def run(cfg: DaemonConfig) -> int:
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
     if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
         raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
+    if cfg.backend in GPU_BACKENDS:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU and none is visible; use --backend cpu-shm")
     checkpoint = open_checkpoint(cfg.model)
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
     dtype = resolve_dtype(cfg.dtype, checkpoint)

@@ -32,7 +32,9 @@ def empty_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
 def bound_hf_model(model_dir: str | Path, weights: Weights) -> torch.nn.Module:
     model = empty_hf_model(model_dir, weights.fingerprint.dtype)
     bind(model, weights.tensors, weights.aliases)
-    return model
+    device = next(iter(weights.tensors.values())).device
+    # Parameters are already on the arena's device; this moves only computed buffers (rotary tables).
+    return model.to(device)
 
 
 def oracle_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:

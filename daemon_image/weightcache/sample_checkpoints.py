@@ -86,7 +86,8 @@ def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     return out
 
 
-def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec()) -> Path:
+def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec(), device: str = "cpu") -> Path:
+    """Write the checkpoint; ``device="cuda"`` generates (and FP8-quantizes) on a GPU, for big benchmarks."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     config = transformers_config(spec)
@@ -95,7 +96,7 @@ def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec()) -> Path
         config_dict["quantization_config"] = {
             "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(DEFAULT_BLOCK)}
     (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
-    tensors = _random_tensors(spec)
+    tensors = _random_tensors(spec, device)
     _write_shards(out, tensors, spec.shards)
     if spec.tokenizer:
         write_tokenizer(out, spec.vocab_size)
@@ -103,26 +104,26 @@ def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec()) -> Path
     return out
 
 
-def _random_tensors(spec: ModelSpec) -> dict[str, torch.Tensor]:
-    gen = torch.Generator().manual_seed(spec.seed)
+def _random_tensors(spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Tensor]:
+    gen = torch.Generator(device=device).manual_seed(spec.seed)
     rules = rules_for(FAMILIES[spec.family])
     tensors: dict[str, torch.Tensor] = {}
     for name, (shape, dtype) in shapes(spec).items():
         if name.endswith("norm.weight"):
-            t = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+            t = 1.0 + 0.1 * torch.randn(shape, generator=gen, device=device)
         else:
             # std 1/sqrt(fan_in) keeps activations O(1) through the layers, like a trained model.
             fan_in = shape[-1] if len(shape) > 1 else 1
-            t = torch.randn(shape, generator=gen) / math.sqrt(fan_in)
+            t = torch.randn(shape, generator=gen, device=device) / math.sqrt(fan_in)
             if "embed_tokens" in name:
-                t = torch.randn(shape, generator=gen)
+                t = torch.randn(shape, generator=gen, device=device)
         rule, _ = rules.rule_for(name)
         if spec.fp8 and rule.quantize and len(shape) == 2:
             q, scale = quantize_block_fp8(t, DEFAULT_BLOCK)
-            tensors[name] = q
-            tensors[name + "_scale_inv"] = scale
+            tensors[name] = q.cpu()
+            tensors[name + "_scale_inv"] = scale.cpu()
         else:
-            tensors[name] = t.to(dtype).contiguous()
+            tensors[name] = t.to(dtype).contiguous().cpu()
     return tensors
 
 
