@@ -110,6 +110,9 @@ def _child(argv: list[str]) -> None:
     from .reference_hf import empty_hf_model
     from .sharding import Layout
 
+    if backend != "cpu-shm":
+        torch.cuda.init()
+        torch.empty(1, device="cuda")  # an engine has its CUDA context before it loads weights
     imported = time.perf_counter()
     expected = expect(model_dir, Layout(), dtype="bfloat16", backend=backend, quantization=quantization)
     fingerprinted = time.perf_counter()

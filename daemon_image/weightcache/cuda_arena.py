@@ -77,14 +77,18 @@ def _context(ordinal: int) -> None:
 
 
 class _DeviceBytes:
-    """A flat byte range on a GPU in the form ``torch.as_tensor`` adopts without copying."""
+    """A flat byte range on a GPU in the form ``torch.as_tensor`` adopts without copying.
 
-    def __init__(self, ptr: int, size: int, readonly: bool) -> None:
-        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, readonly), "version": 3}
+    The interface's read-only flag stays False because torch refuses it; read-only is enforced
+    where it matters, by the mapping's ``PROT_READ`` access.
+    """
+
+    def __init__(self, ptr: int, size: int) -> None:
+        self.__cuda_array_interface__ = {"shape": (size,), "typestr": "|u1", "data": (ptr, False), "version": 3}
 
 
-def _tensor_at(ptr: int, size: int, ordinal: int, readonly: bool) -> torch.Tensor:
-    return torch.as_tensor(_DeviceBytes(ptr, size, readonly), device=f"cuda:{ordinal}")
+def _tensor_at(ptr: int, size: int, ordinal: int) -> torch.Tensor:
+    return torch.as_tensor(_DeviceBytes(ptr, size), device=f"cuda:{ordinal}")
 
 
 def _prop(ordinal: int) -> Any:
@@ -129,7 +133,8 @@ class _VmmMapping:
 class CudaVmmArena(Arena):
     backend = "cuda-vmm"
 
-    def __init__(self, size: int, ordinal: int, handle: Any = None, mapping_bytes: int | None = None) -> None:
+    def __init__(self, size: int, ordinal: int, handle: Any = None, mapping_bytes: int | None = None,
+                 export_fd: int | None = None) -> None:
         cu = _cu()
         _context(ordinal)
         self.size = size
@@ -148,7 +153,14 @@ class CudaVmmArena(Arena):
         else:
             self.mapping_bytes = mapping_bytes or size
         self._mapping = _VmmMapping(handle, self.mapping_bytes, ordinal, "read-write")
-        self._buffer = _tensor_at(self._mapping.ptr, size, ordinal, readonly=False)
+        self._buffer = _tensor_at(self._mapping.ptr, size, ordinal)
+        if export_fd is None:
+            export_fd = int(_ok(cu.cuMemExportToShareableHandle(
+                handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+                "cuMemExportToShareableHandle"))
+        # One exported fd for the arena's life, dup'ed per engine: an imported (re-adopted) handle
+        # cannot be exported again, but the fd it came from can be shared any number of times.
+        self._fd = export_fd
 
     @classmethod
     def adopt(cls, fd: int, size: int, mapping_bytes: int, ordinal: int) -> "CudaVmmArena":
@@ -156,22 +168,19 @@ class CudaVmmArena(Arena):
         _context(ordinal)
         handle = _ok(cu.cuMemImportFromShareableHandle(
             fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), "cuMemImportFromShareableHandle")
-        return cls(size, ordinal, handle=handle, mapping_bytes=mapping_bytes)
+        return cls(size, ordinal, handle=handle, mapping_bytes=mapping_bytes, export_fd=os.dup(fd))
 
     def buffer(self) -> torch.Tensor:
         return self._buffer
 
     def export(self) -> Export:
-        cu = _cu()
-        fd = _ok(cu.cuMemExportToShareableHandle(
-            self._mapping.handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            "cuMemExportToShareableHandle")
-        return Export(fd=int(fd))
+        return Export(fd=os.dup(self._fd))
 
     def close(self) -> None:
         torch.cuda.synchronize(self.ordinal)
         self._buffer = None  # type: ignore[assignment]
         self._mapping.close()
+        os.close(self._fd)
 
 
 class CudaIpcArena(Arena):
@@ -221,7 +230,7 @@ class VmmMapping(MappedArena):
         self._mapping = _VmmMapping(handle, mapping_bytes, ordinal, access)
         self.size = size
         self.device_uuid = uuid
-        self.buffer = _tensor_at(self._mapping.ptr, size, ordinal, readonly=access == "read-only")
+        self.buffer = _tensor_at(self._mapping.ptr, size, ordinal)
 
     def __del__(self) -> None:
         mapping = getattr(self, "_mapping", None)
