@@ -186,6 +186,7 @@ def run(args: argparse.Namespace) -> int:
                 runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         finally:
             daemon.stop()
+        _table(rows)  # partial results survive a run cut short
         map_bind = [r["map_bind"] for r in runs]
         median = statistics.median(map_bind)
         rows += [
@@ -202,11 +203,15 @@ def run(args: argparse.Namespace) -> int:
         if backend in ("cpu-shm", "cuda-vmm"):
             rows.append((f"[{backend}] keeper re-adoption after daemon SIGKILL", _readopt(path, socket_dir, backend,
                                                                                           quantization, args.load_workers)))
+    _table(rows)
+    return 0
+
+
+def _table(rows: list[tuple[str, str]]) -> None:
     width = max(len(k) for k, _ in rows)
     print()
     for key, value in rows:
-        print(f"{key:<{width}}  {value}")
-    return 0
+        print(f"{key:<{width}}  {value}", flush=True)
 
 
 def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, workers: int) -> str:

@@ -74,13 +74,31 @@ def transformers_config(spec: ModelSpec) -> Any:
 
 
 def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
-    """Names, shapes and dtypes of every tensor the checkpoint stores, from the real model class."""
+    """Names, shapes and dtypes of every tensor the checkpoint stores, from the real model class.
+
+    The class is instantiated (on the meta device) with at most two layers and the per-layer
+    shapes repeated: building a 2,000-layer transformers model just to read shapes takes minutes.
+    """
+    import dataclasses
+    import re
+
     import transformers
 
-    config = transformers_config(spec)
+    small = dataclasses.replace(spec, num_layers=min(spec.num_layers, 2))
+    config = transformers_config(small)
     with empty_model():
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(spec.dtype))
-    out = {name: (tuple(p.shape), p.dtype) for name, p in model.named_parameters()}
+    before, per_layer, after = {}, {}, {}
+    for name, p in model.named_parameters():
+        m = re.match(r"model\.layers\.(\d+)\.(.+)", name)
+        if m is None:
+            (after if per_layer else before)[name] = (tuple(p.shape), p.dtype)
+        elif m.group(1) == "0":
+            per_layer[m.group(2)] = (tuple(p.shape), p.dtype)
+    out = dict(before)
+    for layer in range(spec.num_layers):  # layer-major, like a real checkpoint's shards
+        out.update({f"model.layers.{layer}.{suffix}": v for suffix, v in per_layer.items()})
+    out.update(after)
     if spec.tie_word_embeddings:
         out.pop("lm_head.weight", None)
     return out
