@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the test control plane (tests/cluster/*.go) once per source hash and prints the path
+# of the binary. The binary lives outside the repository, under
+#   ${WEIGHTCACHE_CACHE:-$HOME/.cache/weightcache}/cluster/<hash>/kcluster
+# so a fresh clone with unchanged sources reuses it and nothing built is ever committed.
+# A cold build (empty Go build cache) compiles most of Kubernetes: minutes, not seconds.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cache_root="${WEIGHTCACHE_CACHE:-$HOME/.cache/weightcache}/cluster"
+go_bin="${GO:-go}"
+
+# The key covers everything that changes the binary: module pins, sources, and the toolchain.
+key="$(cd "$here" && { cat go.mod go.sum ./*.go; "$go_bin" version; } | sha256sum | cut -c1-16)"
+target="$cache_root/$key/kcluster"
+if [[ -x "$target" ]]; then
+    echo "$target"
+    exit 0
+fi
+
+mkdir -p "$cache_root/$key"
+# Two test sessions starting at once must not build twice into the same place.
+exec 9>"$cache_root/$key/.lock"
+flock 9
+if [[ ! -x "$target" ]]; then
+    started=$(date +%s)
+    echo "building the test control plane into $target (cold: several minutes)" >&2
+    (cd "$here" && GOFLAGS="-mod=readonly -buildvcs=false" "$go_bin" build -trimpath -ldflags='-s -w' -o "$target.partial" .) >&2
+    mv "$target.partial" "$target"
+    echo "built in $(( $(date +%s) - started ))s" >&2
+fi
+echo "$target"
