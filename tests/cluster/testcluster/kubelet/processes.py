@@ -1,0 +1,69 @@
+"""Starting a container's process: its own session, its volumes bind-mounted at their paths.
+
+As root each container runs in a private mount namespace (``unshare --mount``), where its
+volumes are bind-mounted at the container paths the pod spec names, so a command that opens
+``/var/run/secrets/kubernetes.io/serviceaccount/token`` or ``/models`` works unchanged. Mount
+points that do not exist are created (empty) on the host filesystem, as bind mounts need them.
+Without root there is no mount namespace: the command runs with the host's view, and volumes
+are only reachable at their host paths (documented limitation; env and args are not rewritten).
+
+Each container process leads its own session and process group, so stopping a container
+signals everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Sequence
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: Path
+    target: str
+    read_only: bool = False
+
+
+def mount_namespaces_available() -> bool:
+    return os.geteuid() == 0 and subprocess.run(
+        ["unshare", "--mount", "true"], capture_output=True).returncode == 0
+
+
+def start_process(argv: Sequence[str], environment: dict[str, str], working_dir: str | None,
+                  mounts: Sequence[Mount], log: IO[bytes], isolate: bool) -> subprocess.Popen[bytes]:
+    """Starts the container's command; the returned Popen's pid is the command itself
+    (unshare and the mount script exec into it), so waiting on it sees the real exit code."""
+    if isolate:
+        lines = ["set -e"]
+        for mount in mounts:
+            target = shlex.quote(mount.target)
+            if mount.source.is_dir():
+                lines.append(f"mkdir -p {target}")
+            else:
+                lines.append(f"mkdir -p $(dirname {target}) && [ -e {target} ] || touch {target}")
+            lines.append(f"mount --bind {shlex.quote(str(mount.source))} {target}")
+            if mount.read_only:
+                lines.append(f"mount -o remount,bind,ro {target}")
+        if working_dir:
+            lines.append(f"mkdir -p {shlex.quote(working_dir)} && cd {shlex.quote(working_dir)}")
+        lines.append('exec "$@"')
+        command = ["unshare", "--mount", "--propagation", "private", "--",
+                   "/bin/sh", "-c", "\n".join(lines), "container", *argv]
+        cwd = None
+    else:
+        command = list(argv)
+        cwd = working_dir if working_dir and Path(working_dir).is_dir() else None
+    return subprocess.Popen(command, env=environment, cwd=cwd, stdin=subprocess.DEVNULL,
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def signal_group(process: subprocess.Popen[bytes], signal_number: int) -> None:
+    """Signals the container's whole process group; a group that is already gone is fine."""
+    try:
+        os.killpg(process.pid, signal_number)
+    except (ProcessLookupError, PermissionError):
+        pass
