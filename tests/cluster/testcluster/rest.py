@@ -116,4 +116,7 @@ class Kube:
                         event = json.loads(line)
                         yield event["type"], event["object"]
         finally:
+            # Closed, not just released: a watch abandoned mid-stream must not hand its
+            # half-read connection to the next request.
+            response.close()
             response.release_conn()

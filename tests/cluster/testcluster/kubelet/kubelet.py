@@ -127,6 +127,14 @@ class ProcessKubelet:
     def pod_worker(self, namespace: str, pod: str) -> PodWorker | None:
         return self._find(namespace, pod)
 
+    def volume_dir(self, namespace: str, pod: str, volume: str) -> Path:
+        """Where a pod's emptyDir/configMap/secret/projected volume lives on this machine, so a
+        test can look inside a pod or change what it sees (e.g. flip a readiness file)."""
+        worker = self._find(namespace, pod)
+        if worker is None:
+            raise KeyError(f"no pod {namespace}/{pod} ran on this kubelet")
+        return worker.pod_dir / "volumes" / volume
+
     def pids(self) -> list[int]:
         """Process ids of every container process this kubelet started and has not reaped."""
         with self._lock:
@@ -220,7 +228,7 @@ class ProcessKubelet:
                 return
             if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
                 return
-            address = self.addresses[node].allocate()
+            address = self.addresses[node].allocate(pod.get("status", {}).get("podIP"))
             worker = PodWorker(pod, address, self._context(node))
             self.workers[uid] = worker
         worker.start()

@@ -55,8 +55,13 @@ class NodeAddresses:
         self._free = [f"{self._prefix}{host}" for host in range(2, 255)]
         self._lock = threading.Lock()
 
-    def allocate(self) -> str:
+    def allocate(self, previous: str | None = None) -> str:
+        """A free address; ``previous`` (a pod's podIP from before a node restart) is kept when
+        possible, because the API server refuses to change a pod's IPs once set."""
         with self._lock:
+            if previous in self._free:
+                self._free.remove(previous)
+                return previous
             if not self._free:
                 raise RuntimeError(f"no pod IPs left on {self._prefix}0/24")
             return self._free.pop(0)

@@ -1,0 +1,142 @@
+"""Fixtures for end-to-end tests against a real control plane and the process kubelet.
+
+Session scope: ``cluster`` (kube-apiserver, kube-controller-manager, kube-scheduler and etcd,
+built from upstream modules by tests/cluster/build.sh) and ``kubelet`` (2 nodes unless
+WEIGHTCACHE_E2E_NODES says otherwise). Function scope: ``namespace``, a fresh namespace per
+test. ``wait_for`` is also importable: ``from testcluster.waiting import wait_for``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+
+from testcluster.controlplane import ControlPlane  # noqa: E402
+from testcluster.kubelet import KubeletConfig, ProcessKubelet  # noqa: E402
+from testcluster.kubelet.nodes import NodeSpec  # noqa: E402
+from testcluster.rest import ApiError, Kube  # noqa: E402
+from testcluster.serviceproxy import ServiceProxy  # noqa: E402
+from testcluster.strays import MARKER, kill_all, marked_processes, new_session_id  # noqa: E402
+from testcluster.waiting import wait_for as _wait_for  # noqa: E402
+
+_timings: dict[str, float] = {}
+
+
+@pytest.fixture(scope="session")
+def test_session_id() -> str:
+    return new_session_id()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory, test_session_id: str) -> Iterator[ControlPlane]:
+    """The control plane; afterwards, no process of this session may still be alive."""
+    state = tmp_path_factory.mktemp("cluster")
+    grace = float(os.environ.get("WEIGHTCACHE_E2E_NODE_GRACE", "6"))
+    plane = ControlPlane(state, node_monitor_grace_period=grace, environment={MARKER: test_session_id})
+    started = time.monotonic()
+    plane.start()
+    _timings["cluster start incl. cache check (s)"] = time.monotonic() - started
+    _timings["control plane up (s)"] = plane.start_seconds
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        # Components exit within milliseconds of their parent; give them that long.
+        leftovers = _wait_for_no_strays(test_session_id, timeout=10)
+        if leftovers:
+            kill_all(leftovers)
+            pytest.fail(f"processes outlived the test session: {leftovers}")
+
+
+@pytest.fixture(scope="session")
+def kube(cluster: ControlPlane) -> Kube:
+    """An admin REST client (plain dicts); ``cluster.api_client()`` gives a kubernetes one."""
+    return Kube.from_kubeconfig(cluster.kubeconfig)
+
+
+@pytest.fixture(scope="session")
+def kubelet(cluster: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory,
+            test_session_id: str) -> Iterator[ProcessKubelet]:
+    count = int(os.environ.get("WEIGHTCACHE_E2E_NODES", "2"))
+    nodes = [NodeSpec(f"node-{i + 1}", labels={"weightcache.io/test-node": "true"}) for i in range(count)]
+    config = KubeletConfig(root=tmp_path_factory.mktemp("kubelet"), nodes=nodes,
+                           environment={MARKER: test_session_id})
+    agent = ProcessKubelet(kube, cluster.port, config)
+    started = time.monotonic()
+    agent.start()
+    _wait_for(lambda: _all_nodes_ready(kube, [n.name for n in nodes]), 30, describe="nodes never turned Ready")
+    _timings["kubelet nodes Ready (s)"] = time.monotonic() - started
+    try:
+        yield agent
+    finally:
+        agent.stop()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
+    """A fresh namespace whose default ServiceAccount exists (pods are rejected before that)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
+    name = f"{base}-{uuid.uuid4().hex[:5]}"
+    kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {"weightcache.io/e2e": "true"}}})
+    _wait_for(lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 30,
+              describe=f"namespace {name} never got its default ServiceAccount")
+    yield name
+    try:
+        kube.delete(f"/api/v1/namespaces/{name}")
+    except ApiError:
+        pass
+
+
+@pytest.fixture
+def wait_for():  # type: ignore[no-untyped-def]
+    """``wait_for(condition, timeout=30, *, interval=0.1, describe=...)`` as a fixture."""
+    return _wait_for
+
+
+@pytest.fixture
+def service_proxy(kube: Kube) -> Iterator:  # type: ignore[type-arg]
+    """A factory: ``service_proxy(namespace, service, port)`` → a started ServiceProxy,
+    stopped after the test."""
+    proxies: list[ServiceProxy] = []
+
+    def start(namespace: str, service: str, port: int | str) -> ServiceProxy:
+        proxy = ServiceProxy(kube, namespace, service, port).start()
+        proxies.append(proxy)
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        proxy.stop()
+
+
+def _all_nodes_ready(kube: Kube, names: list[str]) -> bool:
+    for name in names:
+        node = kube.get(f"/api/v1/nodes/{name}")
+        if not any(c["type"] == "Ready" and c["status"] == "True" for c in node["status"].get("conditions", [])):
+            return False
+    return True
+
+
+def _wait_for_no_strays(session_id: str, timeout: float) -> dict[int, str]:
+    deadline = time.monotonic() + timeout
+    while True:
+        leftovers = marked_processes(session_id)
+        if not leftovers or time.monotonic() > deadline:
+            return leftovers
+        time.sleep(0.1)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]
+    if _timings:
+        terminalreporter.section("e2e cluster timings")
+        for name, seconds in _timings.items():
+            terminalreporter.write_line(f"{name}: {seconds:.2f}")
