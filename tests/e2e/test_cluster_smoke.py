@@ -304,3 +304,16 @@ def test_container_exit_is_reported_promptly(kube: Kube, kubelet: ProcessKubelet
     # A generous sanity bound; the measured figure (tens of ms) goes to the README.
     assert seen_at - exited_at < 2.0
     wait_for(lambda: kube.get(f"{path}/exits")["status"]["phase"] == "Failed", 10)
+
+
+def test_helm_installs_a_chart(cluster: ControlPlane, kube: Kube, namespace: str, tmp_path) -> None:
+    chart = tmp_path / "demo"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: demo\nversion: 0.1.0\n")
+    (chart / "values.yaml").write_text("greeting: hello\n")
+    (chart / "templates" / "greeting.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: greeting}\ndata: {text: {{ .Values.greeting | quote }}}\n")
+    cluster.helm("install", "demo", str(chart), "--namespace", namespace, "--set", "greeting=hi")
+    config_map = kube.get(f"/api/v1/namespaces/{namespace}/configmaps/greeting")
+    assert config_map["data"] == {"text": "hi"}
+    assert config_map["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"

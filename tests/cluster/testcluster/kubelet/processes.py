@@ -8,17 +8,23 @@ Without root there is no mount namespace: the command runs with the host's view,
 are only reachable at their host paths (documented limitation; env and args are not rewritten).
 
 Each container process leads its own session and process group, so stopping a container
-signals everything it started.
+signals everything it started. ``setpriv --pdeathsig KILL`` ties the container to the kubelet
+thread that started and waits on it: if the test process is killed outright, its containers
+die with it instead of lingering.
 """
 
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
+
+
+_SETPRIV = shutil.which("setpriv")
 
 
 @dataclass(frozen=True)
@@ -57,6 +63,8 @@ def start_process(argv: Sequence[str], environment: dict[str, str], working_dir:
     else:
         command = list(argv)
         cwd = working_dir if working_dir and Path(working_dir).is_dir() else None
+    if _SETPRIV:
+        command = [_SETPRIV, "--pdeathsig", "KILL", "--", *command]
     return subprocess.Popen(command, env=environment, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
