@@ -14,7 +14,7 @@ from ..rest import ApiError, Kube, Object
 from .nodes import NodeAgent, NodeSpec
 from .podnetwork import NodeAddresses, ensure_pod_network
 from .pods import PodContext, PodWorker, delete_pod_object
-from .processes import mount_namespaces_available
+from .processes import mount_namespaces_available, remove_created_mount_points
 from .statuswriter import StatusWriter
 
 log = logging.getLogger(__name__)
@@ -82,6 +82,7 @@ class ProcessKubelet:
         self.writer.stop()
         for agent in self.agents.values():
             agent.stop()
+        remove_created_mount_points()
 
     # -- nodes -----------------------------------------------------------------------------------
 

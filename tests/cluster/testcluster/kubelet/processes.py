@@ -4,7 +4,8 @@ As root each container runs in a private mount namespace (``unshare --mount``), 
 volumes are bind-mounted at the container paths the pod spec names, so a command that opens
 ``/var/run/secrets/kubernetes.io/serviceaccount/token`` or ``/models`` works unchanged. Mount
 points that do not exist are created (empty) on the host filesystem, as bind mounts need them.
-Without root there is no mount namespace: the command runs with the host's view, and volumes
+The kubelet remembers which of those it created and removes them at shutdown, once empty and
+no longer a mount point in any process's namespace. Without root there is no mount namespace: the command runs with the host's view, and volumes
 are only reachable at their host paths (documented limitation; env and args are not rewritten).
 
 Each container process leads its own session and process group, so stopping a container
@@ -19,12 +20,15 @@ import os
 import shlex
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Sequence
 
 
 _SETPRIV = shutil.which("setpriv")
+_created_mount_points: set[Path] = set()
+_created_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,7 @@ def start_process(argv: Sequence[str], environment: dict[str, str], working_dir:
     """Starts the container's command; the returned Popen's pid is the command itself
     (unshare and the mount script exec into it), so waiting on it sees the real exit code."""
     if isolate:
+        _remember_missing([Path(mount.target) for mount in mounts] + ([Path(working_dir)] if working_dir else []))
         lines = ["set -e"]
         for mount in mounts:
             target = shlex.quote(mount.target)
@@ -75,3 +80,51 @@ def signal_group(process: subprocess.Popen[bytes], signal_number: int) -> None:
         os.killpg(process.pid, signal_number)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _remember_missing(targets: list[Path]) -> None:
+    missing = []
+    for target in targets:
+        path = target
+        while not os.path.lexists(path):
+            missing.append(path)
+            path = path.parent
+    with _created_lock:
+        _created_mount_points.update(missing)
+
+
+def remove_created_mount_points() -> None:
+    """Removes the empty mount points this process created on the host, deepest first,
+    unless one is still mounted somewhere (another test session may be using it)."""
+    in_use = _mount_points_in_use()
+    with _created_lock:
+        candidates = sorted(_created_mount_points, key=lambda p: len(p.parts), reverse=True)
+        _created_mount_points.clear()
+    for path in candidates:
+        if str(path) in in_use:
+            continue
+        try:
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()
+            elif path.is_file() and path.stat().st_size == 0:
+                path.unlink()
+        except OSError:
+            pass  # not empty or already gone: someone else's now
+
+
+def _mount_points_in_use() -> set[str]:
+    seen_namespaces: set[str] = set()
+    points: set[str] = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            namespace = os.readlink(entry / "ns" / "mnt")
+            if namespace in seen_namespaces:
+                continue
+            seen_namespaces.add(namespace)
+            for line in (entry / "mountinfo").read_text().splitlines():
+                points.add(line.split()[4])
+        except OSError:
+            continue
+    return points
