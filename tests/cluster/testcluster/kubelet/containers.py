@@ -131,11 +131,16 @@ class ContainerRunner:
                 return 128
         with self._lock:
             self.process = process
+            stop_now = self._stopping.is_set()
             self._killed_by_probe = False
             self.state = {"running": {"startedAt": now_rfc3339()}}
             self.ready = False
             self.started = "startupProbe" not in self.spec
-        self._start_probes(process.pid)
+        if stop_now:
+            # stop() ran while this process was being started and could not see it.
+            signal_group(process, signal.SIGKILL)
+        else:
+            self._start_probes(process.pid)
         self.on_change()
         exit_code = process.wait()
         for probe in self._probes:
@@ -220,19 +225,21 @@ class ContainerRunner:
 
     def stop(self, grace: float) -> None:
         """SIGTERM the process group, SIGKILL after ``grace`` seconds; no restart afterwards."""
-        self._stopping.set()
+        with self._lock:
+            self._stopping.set()
+            process = self.process
         for probe in self._probes:
             probe.stop()
-        process = self.process
         if process is not None and process.poll() is None:
             self._stop_process(process, grace)
 
     def kill(self) -> None:
         """SIGKILL at once, as when a node loses power."""
-        self._stopping.set()
+        with self._lock:
+            self._stopping.set()
+            process = self.process
         for probe in self._probes:
             probe.stop()
-        process = self.process
         if process is not None:
             signal_group(process, signal.SIGKILL)
 

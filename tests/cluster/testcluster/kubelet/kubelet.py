@@ -55,8 +55,8 @@ class ProcessKubelet:
 
     def start(self) -> None:
         routable = ensure_pod_network()
-        for index, spec in enumerate(self.config.nodes):
-            self.addresses[spec.name] = NodeAddresses(index, routable)
+        for spec in self.config.nodes:
+            self.addresses[spec.name] = NodeAddresses(routable)
             agent = NodeAgent(self.kube, spec, self.addresses[spec.name].node_ip, self.config.heartbeat)
             agent.register()
             self.agents[spec.name] = agent
@@ -83,6 +83,8 @@ class ProcessKubelet:
         for agent in self.agents.values():
             agent.stop()
         remove_created_mount_points()
+        for addresses in self.addresses.values():
+            addresses.close()
 
     # -- nodes -----------------------------------------------------------------------------------
 

@@ -89,6 +89,8 @@ class PodWorker:
             self.runners = [self._runner(spec, volumes, init=False) for spec in specs["containers"]]
             self.context.submit_status(self)
             for runner in self.init_runners:
+                if self.terminating:
+                    return
                 if runner.spec.get("restartPolicy") == "Always":
                     threading.Thread(target=runner.run, daemon=True, name=f"sidecar-{runner.name}").start()
                     continue
@@ -99,6 +101,8 @@ class PodWorker:
                     self.failed_reason = f"init container {runner.name} exited {exit_code}"
                     self.context.submit_status(self)
                     return
+            if self.terminating:
+                return
             self.initialized = True
             self.context.submit_status(self)
             threads = [threading.Thread(target=r.run, daemon=True, name=f"container-{r.name}") for r in self.runners]
