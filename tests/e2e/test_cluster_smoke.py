@@ -317,3 +317,28 @@ def test_helm_installs_a_chart(cluster: ControlPlane, kube: Kube, namespace: str
     config_map = kube.get(f"/api/v1/namespaces/{namespace}/configmaps/greeting")
     assert config_map["data"] == {"text": "hi"}
     assert config_map["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+
+
+def test_garbage_collection_follows_owner_references(kube: Kube, namespace: str) -> None:
+    configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
+    owner = kube.create(configmaps, {"metadata": {"name": "owner"}})
+    kube.create(configmaps, {"metadata": {"name": "dependent", "ownerReferences": [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+    kube.delete(f"{configmaps}/owner", {"propagationPolicy": "Background"})
+
+    def dependent_collected() -> bool:
+        try:
+            kube.get(f"{configmaps}/dependent")
+        except ApiError as error:
+            return error.status == 404
+        return False
+
+    wait_for(dependent_collected, 30)
+
+
+def test_kubernetes_python_client_works_with_the_admin_kubeconfig(cluster: ControlPlane, kubelet: ProcessKubelet) -> None:
+    import kubernetes.client
+
+    nodes = kubernetes.client.CoreV1Api(cluster.api_client()).list_node()
+    assert sorted(n.metadata.name for n in nodes.items) == sorted(kubelet.agents)
+    assert all(n.status.capacity["nvidia.com/gpu"] == "8" for n in nodes.items)
