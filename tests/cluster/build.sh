@@ -7,7 +7,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 cache_root="${WEIGHTCACHE_CACHE:-$HOME/.cache/weightcache}/cluster"
-go_bin="${GO:-go}"
+# CI shells may lack the toolchain on PATH; /usr/local/go is where this machine keeps it.
+go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
 # The key covers everything that changes the binary: module pins, sources, and the toolchain.
 key="$(cd "$here" && { cat go.mod go.sum ./*.go; "$go_bin" version; } | sha256sum | cut -c1-16)"
