@@ -10,8 +10,9 @@ cache_root="${WEIGHTCACHE_CACHE:-$HOME/.cache/weightcache}/cluster"
 # CI shells may lack the toolchain on PATH; /usr/local/go is where this machine keeps it.
 go_bin="${GO:-$(command -v go || echo /usr/local/go/bin/go)}"
 
-# The key covers everything that changes the binary: module pins, sources, and the toolchain.
-key="$(cd "$here" && { cat go.mod go.sum ./*.go; "$go_bin" version; } | sha256sum | cut -c1-16)"
+# The key covers everything that changes the binary: this script (flags), module pins,
+# sources, and the toolchain.
+key="$(cd "$here" && { cat build.sh go.mod go.sum ./*.go; "$go_bin" version; } | sha256sum | cut -c1-16)"
 target="$cache_root/$key/kcluster"
 if [[ -x "$target" ]]; then
     echo "$target"
@@ -28,5 +29,7 @@ if [[ ! -x "$target" ]]; then
     (cd "$here" && GOFLAGS="-mod=readonly -buildvcs=false" "$go_bin" build -trimpath -ldflags='-s -w' -o "$target.partial" .) >&2
     mv "$target.partial" "$target"
     echo "built in $(( $(date +%s) - started ))s" >&2
+    # Each build is ~120 MB; keep the three newest so other branches' binaries survive.
+    ls -1dt "$cache_root"/*/ | tail -n +4 | xargs -r rm -rf
 fi
 echo "$target"
