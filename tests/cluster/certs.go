@@ -21,6 +21,9 @@ import (
 // ServiceAccount tokens (the TokenRequest API and the legacy token controller).
 type pki struct {
 	CACert, ServingCert, ServingKey, AdminCert, AdminKey, ServiceAccountKey, ServiceAccountPub string
+	// KubeletCert/Key serve the process kubelet's log endpoint, which the API server calls
+	// for `kubectl logs`; the API server does not verify kubelet certificates here.
+	KubeletCert, KubeletKey string
 }
 
 func newPKI(dir string) (*pki, error) {
@@ -32,6 +35,8 @@ func newPKI(dir string) (*pki, error) {
 		AdminKey:          filepath.Join(dir, "admin.key"),
 		ServiceAccountKey: filepath.Join(dir, "sa.key"),
 		ServiceAccountPub: filepath.Join(dir, "sa.pub"),
+		KubeletCert:       filepath.Join(dir, "kubelet.crt"),
+		KubeletKey:        filepath.Join(dir, "kubelet.key"),
 	}
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -64,6 +69,13 @@ func newPKI(dir string) (*pki, error) {
 	admin.Subject.Organization = []string{"system:masters"}
 	admin.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	if err := signLeaf(p.AdminCert, p.AdminKey, admin, caCert, caKey); err != nil {
+		return nil, err
+	}
+
+	kubelet := certificateTemplate("process-kubelet")
+	kubelet.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	kubelet.IPAddresses = []net.IP{net.ParseIP("127.0.0.1")}
+	if err := signLeaf(p.KubeletCert, p.KubeletKey, kubelet, caCert, caKey); err != nil {
 		return nil, err
 	}
 

@@ -114,6 +114,11 @@ func up(opts upOptions) error {
 			"--service-account-signing-key-file=" + certs.ServiceAccountKey,
 			"--service-cluster-ip-range=" + serviceCIDR,
 			"--allow-privileged=true",
+			// Nodes' Hostname addresses do not resolve; their InternalIPs are local addresses
+			// where the process kubelet serves container logs.
+			"--kubelet-preferred-address-types=InternalIP",
+			"--kubelet-client-certificate=" + certs.AdminCert,
+			"--kubelet-client-key=" + certs.AdminKey,
 			"--enable-priority-and-fairness=false",
 			"--profiling=false",
 			"--cert-dir=" + filepath.Join(dir, "pki"),
@@ -161,6 +166,7 @@ func up(opts upOptions) error {
 	}
 	info := map[string]any{
 		"server": server, "kubeconfig": kubeconfig, "ca": certs.CACert,
+		"kubeletCert": certs.KubeletCert, "kubeletKey": certs.KubeletKey,
 		"serviceAccountIssuer": "https://kubernetes.default.svc.cluster.local",
 		"pid":                  os.Getpid(), "startSeconds": time.Since(started).Seconds(),
 		"logs": filepath.Join(dir, "logs"), "etcd": fmt.Sprintf("http://127.0.0.1:%d", etcdClientPort),

@@ -82,7 +82,7 @@ def kubelet(cluster: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPath
     count = int(os.environ.get("WEIGHTCACHE_E2E_NODES", "2"))
     nodes = [NodeSpec(f"node-{i + 1}", labels={"weightcache.io/test-node": "true"}) for i in range(count)]
     config = KubeletConfig(root=tmp_path_factory.mktemp("kubelet"), nodes=nodes,
-                           environment={MARKER: test_session_id})
+                           environment={MARKER: test_session_id}, serving_cert=cluster.kubelet_serving_cert)
     agent = ProcessKubelet(kube, cluster.port, config)
     started = time.monotonic()
     agent.start()

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
@@ -35,7 +36,7 @@ def condition(pod: dict, kind: str) -> str | None:
     return next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == kind), None)
 
 
-def test_probes_and_restarts(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+def test_probes_and_restarts(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
     create_pod(kube, namespace, "probed", {
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 1,
@@ -56,6 +57,8 @@ def test_probes_and_restarts(kube: Kube, kubelet: ProcessKubelet, namespace: str
                        30, describe=lambda: get_pod(kube, namespace, "probed")["status"])
     assert crashed["lastState"]["terminated"]["exitCode"] == 2
     assert kubelet.logs(namespace, "probed", "crasher", previous=True) == "attempt\n"
+    # kubectl logs goes through the API server to the node's kubelet endpoint.
+    assert cluster.kubectl("logs", "-n", namespace, "probed", "-c", "crasher", "--previous").stdout == "attempt\n"
 
     killed = wait_for(lambda: (s := container_status(kube, namespace, "probed", "unhealthy"))["restartCount"] >= 1 and s,
                       30, describe=lambda: get_pod(kube, namespace, "probed")["status"])

@@ -111,6 +111,11 @@ class ControlPlane:
         return int(self.server.rsplit(":", 1)[1])
 
     @property
+    def kubelet_serving_cert(self) -> tuple[Path, Path]:
+        """Certificate and key for the process kubelet's log endpoint."""
+        return Path(str(self.info["kubeletCert"])), Path(str(self.info["kubeletKey"]))
+
+    @property
     def ca_file(self) -> Path:
         return Path(str(self.info["ca"]))
 

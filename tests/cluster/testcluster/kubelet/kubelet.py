@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..rest import ApiError, Kube, Object
+from .logserver import KUBELET_PORT, LogServer
 from .nodes import NodeAgent, NodeSpec
 from .podnetwork import NodeAddresses, ensure_pod_network
 from .pods import PodContext, PodWorker, delete_pod_object
@@ -33,6 +34,8 @@ class KubeletConfig:
     backoff_base: float = 1.0
     backoff_cap: float = 10.0
     environment: dict[str, str] = field(default_factory=dict)
+    # Certificate and key for the nodes' log endpoint (``kubectl logs``); None: no endpoint.
+    serving_cert: tuple[Path, Path] | None = None
 
 
 class ProcessKubelet:
@@ -50,6 +53,7 @@ class ProcessKubelet:
         self._watch_thread: threading.Thread | None = None
         self.isolated = mount_namespaces_available()
         self.writer = StatusWriter(kube, self._may_report)
+        self.log_servers: list[LogServer] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -57,7 +61,13 @@ class ProcessKubelet:
         routable = ensure_pod_network()
         for spec in self.config.nodes:
             self.addresses[spec.name] = NodeAddresses(routable)
-            agent = NodeAgent(self.kube, spec, self.addresses[spec.name].node_ip, self.config.heartbeat)
+            node_ip = self.addresses[spec.name].node_ip
+            port = 0
+            if self.config.serving_cert:
+                cert, key = self.config.serving_cert
+                self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
+                port = KUBELET_PORT
+            agent = NodeAgent(self.kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
             agent.register()
             self.agents[spec.name] = agent
             (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
@@ -82,6 +92,8 @@ class ProcessKubelet:
         self.writer.stop()
         for agent in self.agents.values():
             agent.stop()
+        for server in self.log_servers:
+            server.stop()
         remove_created_mount_points()
         for addresses in self.addresses.values():
             addresses.close()

@@ -41,11 +41,13 @@ class NodeAgent:
     failure a weightcache failover must survive. ``recover`` resumes renewals and re-posts Ready.
     """
 
-    def __init__(self, kube: Kube, spec: NodeSpec, node_ip: str, heartbeat: float = 1.0) -> None:
+    def __init__(self, kube: Kube, spec: NodeSpec, node_ip: str, heartbeat: float = 1.0,
+                 kubelet_port: int = 0) -> None:
         self.kube = kube
         self.spec = spec
         self.node_ip = node_ip
         self.heartbeat = heartbeat
+        self.kubelet_port = kubelet_port
         self._alive = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -143,7 +145,7 @@ class NodeAgent:
             ],
             "addresses": [{"type": "InternalIP", "address": self.node_ip},
                           {"type": "Hostname", "address": self.name}],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
             "nodeInfo": {"machineID": self.name, "systemUUID": self.name, "bootID": self.name,
                          "kernelVersion": "", "osImage": "weightcache process kubelet",
                          "containerRuntimeVersion": "process://1", "kubeletVersion": KUBELET_VERSION,
