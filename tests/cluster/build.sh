@@ -26,7 +26,17 @@ flock 9
 if [[ ! -x "$target" ]]; then
     started=$(date +%s)
     echo "building the test control plane into $target (cold: several minutes)" >&2
-    (cd "$here" && GOFLAGS="-mod=readonly -buildvcs=false" "$go_bin" build -trimpath -ldflags='-s -w' -o "$target.partial" .) >&2
+    # Upstream stamps the version at link time; without it the server reports
+    # v0.0.0-master, which kubectl cannot parse and chart kubeVersion constraints reject.
+    version="$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$here/go.mod")"
+    minor="$(echo "$version" | cut -d. -f2)"
+    stamp=""
+    for package in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+        stamp+=" -X $package.gitVersion=$version -X $package.gitMajor=1 -X $package.gitMinor=$minor"
+        stamp+=" -X $package.gitTreeState=clean -X $package.buildDate=1970-01-01T00:00:00Z"
+    done
+    (cd "$here" && GOFLAGS="-mod=readonly -buildvcs=false" \
+        "$go_bin" build -trimpath -ldflags="-s -w$stamp" -o "$target.partial" .) >&2
     mv "$target.partial" "$target"
     echo "built in $(( $(date +%s) - started ))s" >&2
     # Each build is ~120 MB; keep the three newest so other branches' binaries survive.

@@ -30,6 +30,7 @@ from testcluster.strays import MARKER, kill_all, marked_processes, new_session_i
 from testcluster.waiting import wait_for as _wait_for  # noqa: E402
 
 _timings: dict[str, float] = {}
+_build_failures: list[Exception] = []
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -39,8 +40,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if not any(item.get_closest_marker("e2e") for item in session.items):
         return
     started = time.monotonic()
-    control_plane_binary()
-    client_tools()
+    try:
+        control_plane_binary()
+        client_tools()
+    except Exception as error:  # noqa: BLE001 - reported by every e2e test, not as a crash
+        # Unit tests still run; each e2e test then errors with the build failure.
+        _build_failures.append(error)
+        return
     _timings["build or cache check (s)"] = time.monotonic() - started
 
 
@@ -52,6 +58,8 @@ def test_session_id() -> str:
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory, test_session_id: str) -> Iterator[ControlPlane]:
     """The control plane; afterwards, no process of this session may still be alive."""
+    if _build_failures:
+        raise RuntimeError(f"building the control plane failed: {_build_failures[0]}") from _build_failures[0]
     state = tmp_path_factory.mktemp("cluster")
     grace = float(os.environ.get("WEIGHTCACHE_E2E_NODE_GRACE", "6"))
     plane = ControlPlane(state, node_monitor_grace_period=grace, environment={MARKER: test_session_id})

@@ -342,3 +342,6 @@ def test_kubernetes_python_client_works_with_the_admin_kubeconfig(cluster: Contr
     nodes = kubernetes.client.CoreV1Api(cluster.api_client()).list_node()
     assert sorted(n.metadata.name for n in nodes.items) == sorted(kubelet.agents)
     assert all(n.status.capacity["nvidia.com/gpu"] == "8" for n in nodes.items)
+    # The build stamps the release version; charts' kubeVersion constraints depend on it.
+    assert kubernetes.client.VersionApi(cluster.api_client()).get_code().git_version.startswith("v1.35.")
+    assert "Server Version: v1.35." in cluster.kubectl("version").stdout
