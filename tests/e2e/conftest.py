@@ -14,7 +14,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -85,12 +85,17 @@ def kube(cluster: ControlPlane) -> Kube:
 
 
 @pytest.fixture(scope="session")
-def kubelet(cluster: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory,
-            test_session_id: str) -> Iterator[ProcessKubelet]:
+def kubelet(
+    cluster: ControlPlane, kube: Kube, tmp_path_factory: pytest.TempPathFactory, test_session_id: str
+) -> Iterator[ProcessKubelet]:
     count = int(os.environ.get("WEIGHTCACHE_E2E_NODES", "2"))
     nodes = [NodeSpec(f"node-{i + 1}", labels={"weightcache.io/test-node": "true"}) for i in range(count)]
-    config = KubeletConfig(root=tmp_path_factory.mktemp("kubelet"), nodes=nodes,
-                           environment={MARKER: test_session_id}, serving_cert=cluster.kubelet_serving_cert)
+    config = KubeletConfig(
+        root=tmp_path_factory.mktemp("kubelet"),
+        nodes=nodes,
+        environment={MARKER: test_session_id},
+        serving_cert=cluster.kubelet_serving_cert,
+    )
     agent = ProcessKubelet(kube, cluster.port, config)
     started = time.monotonic()
     agent.start()
@@ -108,8 +113,11 @@ def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
     base = re.sub(r"[^a-z0-9-]+", "-", request.node.name.lower()).strip("-")[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:5]}"
     kube.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {"weightcache.io/e2e": "true"}}})
-    _wait_for(lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"), 30,
-              describe=f"namespace {name} never got its default ServiceAccount")
+    _wait_for(
+        lambda: kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+        30,
+        describe=f"namespace {name} never got its default ServiceAccount",
+    )
     yield name
     try:
         kube.delete(f"/api/v1/namespaces/{name}")

@@ -67,13 +67,22 @@ def test_crd_schema_validation_and_status_subresource(cluster: ControlPlane, kub
 
     with pytest.raises(ToolFailed) as too_small:
         cluster.kubectl("apply", "--server-side", "-f", "-", input=widget(namespace, "bad", "{replicas: 0}"))
-    assert "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1" in str(too_small.value)
+    assert "spec.replicas: Invalid value: 0: spec.replicas in body should be greater than or equal to 1" in str(
+        too_small.value
+    )
     with pytest.raises(ToolFailed) as missing:
         cluster.kubectl("apply", "--server-side", "-f", "-", input=widget(namespace, "bad", "{model: tiny}"))
     assert "spec.replicas: Required value" in str(missing.value)
     with pytest.raises(ApiError) as bad_pattern:
-        kube.create(path, {"apiVersion": "e2e.weightcache.io/v1", "kind": "Widget",
-                           "metadata": {"name": "bad"}, "spec": {"replicas": 1, "model": "Not_Valid"}})
+        kube.create(
+            path,
+            {
+                "apiVersion": "e2e.weightcache.io/v1",
+                "kind": "Widget",
+                "metadata": {"name": "bad"},
+                "spec": {"replicas": 1, "model": "Not_Valid"},
+            },
+        )
     assert bad_pattern.value.status == 422
     assert "should match '^[a-z0-9-]+$'" in str(bad_pattern.value)
 
@@ -82,8 +91,11 @@ def test_crd_schema_validation_and_status_subresource(cluster: ControlPlane, kub
     assert updated["metadata"]["generation"] == 2
     ignored = kube.patch(f"{path}/good", {"status": {"phase": "Sneaky"}}, content_type="application/merge-patch+json")
     assert "status" not in ignored
-    written = kube.patch(f"{path}/good/status", {"status": {"observedGeneration": 2, "phase": "Ready"}},
-                         content_type="application/merge-patch+json")
+    written = kube.patch(
+        f"{path}/good/status",
+        {"status": {"observedGeneration": 2, "phase": "Ready"}},
+        content_type="application/merge-patch+json",
+    )
     assert written["status"] == {"observedGeneration": 2, "phase": "Ready"}
     assert written["metadata"]["generation"] == 2
     cluster.kubectl("delete", "crd", "widgets.e2e.weightcache.io", "--wait=false")
@@ -127,15 +139,25 @@ spec:
 
 def ready_pods(kube: Kube, namespace: str, selector: str) -> dict[str, dict]:
     pods = kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
-    return {p["metadata"]["name"]: p for p in pods if not p["metadata"].get("deletionTimestamp")
-            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))}
+    return {
+        p["metadata"]["name"]: p
+        for p in pods
+        if not p["metadata"].get("deletionTimestamp")
+        and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+    }
 
 
 def slice_endpoints(kube: Kube, namespace: str, service: str) -> dict[str, bool]:
-    slices = kube.get(f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
-                      labelSelector=f"kubernetes.io/service-name={service}")["items"]
-    return {address: bool(endpoint["conditions"].get("ready"))
-            for s in slices for endpoint in s.get("endpoints") or [] for address in endpoint["addresses"]}
+    slices = kube.get(
+        f"/apis/discovery.k8s.io/v1/namespaces/{namespace}/endpointslices",
+        labelSelector=f"kubernetes.io/service-name={service}",
+    )["items"]
+    return {
+        address: bool(endpoint["conditions"].get("ready"))
+        for s in slices
+        for endpoint in s.get("endpoints") or []
+        for address in endpoint["addresses"]
+    }
 
 
 def fetch(address: tuple[str, int], path: str) -> str:
@@ -144,14 +166,21 @@ def fetch(address: tuple[str, int], path: str) -> str:
 
 
 def test_deployment_service_endpoints_proxy_and_readiness(
-        cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, service_proxy) -> None:
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, service_proxy
+) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=WEB)
-    pods = wait_for(lambda: len(ready_pods(kube, namespace, "app=web")) == 2 and ready_pods(kube, namespace, "app=web"),
-                    60, describe=lambda: cluster.kubectl("get", "pods,endpointslices", "-n", namespace, "-o", "wide").stdout)
+    pods = wait_for(
+        lambda: len(ready_pods(kube, namespace, "app=web")) == 2 and ready_pods(kube, namespace, "app=web"),
+        60,
+        describe=lambda: cluster.kubectl("get", "pods,endpointslices", "-n", namespace, "-o", "wide").stdout,
+    )
     ips = {p["status"]["podIP"] for p in pods.values()}
     assert {p["spec"]["nodeName"] for p in pods.values()} <= {"node-1", "node-2"}
-    wait_for(lambda: slice_endpoints(kube, namespace, "web") == {ip: True for ip in ips}, 30,
-             describe=lambda: slice_endpoints(kube, namespace, "web"))
+    wait_for(
+        lambda: slice_endpoints(kube, namespace, "web") == {ip: True for ip in ips},
+        30,
+        describe=lambda: slice_endpoints(kube, namespace, "web"),
+    )
 
     proxy = service_proxy(namespace, "web", "http")
     proxy.wait_for_ready(2)
@@ -161,8 +190,11 @@ def test_deployment_service_endpoints_proxy_and_readiness(
     # A deleted pod is replaced by the ReplicaSet, and the old one is gone for good.
     victim = sorted(pods)[0]
     cluster.kubectl("delete", "pod", "-n", namespace, victim, "--wait=true", "--timeout=30s")
-    replaced = wait_for(lambda: (len(r := ready_pods(kube, namespace, "app=web")) == 2 and victim not in r) and r, 60,
-                        describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout)
+    replaced = wait_for(
+        lambda: (len(r := ready_pods(kube, namespace, "app=web")) == 2 and victim not in r) and r,
+        60,
+        describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout,
+    )
     proxy.wait_for_ready(2)
     assert '"GET /name HTTP/1.1" 200' in kubelet.logs(namespace, victim, "http")
 
@@ -170,8 +202,11 @@ def test_deployment_service_endpoints_proxy_and_readiness(
     sick, healthy = sorted(replaced)
     (kubelet.volume_dir(namespace, sick, "srv") / "ready").unlink()
     sick_ip = replaced[sick]["status"]["podIP"]
-    wait_for(lambda: slice_endpoints(kube, namespace, "web").get(sick_ip) is False, 30,
-             describe=lambda: slice_endpoints(kube, namespace, "web"))
+    wait_for(
+        lambda: slice_endpoints(kube, namespace, "web").get(sick_ip) is False,
+        30,
+        describe=lambda: slice_endpoints(kube, namespace, "web"),
+    )
     proxy.wait_for_ready(1)
     assert {fetch(proxy.address, "/name") for _ in range(6)} == {healthy}
     assert proxy.changes[-1].removed == (f"{sick_ip}:8080",)
@@ -198,27 +233,37 @@ spec:
 def test_daemonset_and_node_failure(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
     nodes = sorted(kubelet.agents)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=DAEMON)
-    pods = wait_for(lambda: len(r := ready_pods(kube, namespace, "app=agent")) == len(nodes) and r, 60,
-                    describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout)
+    pods = wait_for(
+        lambda: len(r := ready_pods(kube, namespace, "app=agent")) == len(nodes) and r,
+        60,
+        describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout,
+    )
     assert sorted(p["spec"]["nodeName"] for p in pods.values()) == nodes
 
     failing = nodes[-1]
     on_failing = next(name for name, p in pods.items() if p["spec"]["nodeName"] == failing)
     kubelet.fail_node(failing)
     try:
+
         def node_not_ready() -> bool:
             conditions = kube.get(f"/api/v1/nodes/{failing}")["status"]["conditions"]
             return any(c["type"] == "Ready" and c["status"] != "True" for c in conditions)
 
         wait_for(node_not_ready, 30, describe=lambda: cluster.kubectl("get", "nodes").stdout)
-        wait_for(lambda: on_failing not in ready_pods(kube, namespace, "app=agent"), 30,
-                 describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout)
+        wait_for(
+            lambda: on_failing not in ready_pods(kube, namespace, "app=agent"),
+            30,
+            describe=lambda: cluster.kubectl("get", "pods", "-n", namespace, "-o", "wide").stdout,
+        )
         survivors = ready_pods(kube, namespace, "app=agent")
         assert {p["spec"]["nodeName"] for p in survivors.values()} == set(nodes) - {failing}
     finally:
         kubelet.recover_node(failing)
-    wait_for(lambda: on_failing in ready_pods(kube, namespace, "app=agent"), 30,
-             describe=lambda: cluster.kubectl("get", "nodes,pods", "-n", namespace, "-o", "wide").stdout)
+    wait_for(
+        lambda: on_failing in ready_pods(kube, namespace, "app=agent"),
+        30,
+        describe=lambda: cluster.kubectl("get", "nodes,pods", "-n", namespace, "-o", "wide").stdout,
+    )
 
 
 RBAC = """
@@ -260,8 +305,9 @@ IN_CLUSTER_PROBE = textwrap.dedent("""
 """)
 
 
-def test_service_account_rbac_is_enforced(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet,
-                                          namespace: str) -> None:
+def test_service_account_rbac_is_enforced(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=RBAC)
     as_reader = Kube.from_kubeconfig(cluster.service_account_kubeconfig(namespace, "reader"))
     assert as_reader.get(f"/api/v1/namespaces/{namespace}/configmaps")["kind"] == "ConfigMapList"
@@ -271,26 +317,46 @@ def test_service_account_rbac_is_enforced(cluster: ControlPlane, kube: Kube, kub
     assert 'cannot create resource "configmaps"' in str(denied.value)
 
     # The same from inside a pod, through the projected token and in-cluster environment.
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "in-cluster", "namespace": namespace},
-           "spec": {"serviceAccountName": "reader", "restartPolicy": "Never",
-                    "containers": [{"name": "probe", "image": "python", "command": ["python", "-c", IN_CLUSTER_PROBE]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "in-cluster", "namespace": namespace},
+        "spec": {
+            "serviceAccountName": "reader",
+            "restartPolicy": "Never",
+            "containers": [{"name": "probe", "image": "python", "command": ["python", "-c", IN_CLUSTER_PROBE]}],
+        },
+    }
     kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
-    wait_for(lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/in-cluster")["status"].get("phase") == "Succeeded",
-             60, describe=lambda: kubelet.logs(namespace, "in-cluster", "probe"))
+    wait_for(
+        lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/in-cluster")["status"].get("phase") == "Succeeded",
+        60,
+        describe=lambda: kubelet.logs(namespace, "in-cluster", "probe"),
+    )
     assert json.loads(kubelet.logs(namespace, "in-cluster", "probe")) == {"list": 200, "create": 403}
 
 
 def test_container_exit_is_reported_promptly(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
     script = "import time; time.sleep(0.5); print(repr(time.time()), flush=True); raise SystemExit(3)"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "exits", "namespace": namespace},
-           "spec": {"restartPolicy": "Never",
-                    "containers": [{"name": "main", "image": "python", "command": ["python", "-c", script]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "exits", "namespace": namespace},
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "python", "command": ["python", "-c", script]}],
+        },
+    }
     kube.create(f"/api/v1/namespaces/{namespace}/pods", pod)
     path = f"/api/v1/namespaces/{namespace}/pods"
     listing = kube.get(path, fieldSelector="metadata.name=exits")
     seen_at = None
-    for kind, event in kube.watch(path, resource_version=listing["metadata"]["resourceVersion"],
-                                  fieldSelector="metadata.name=exits", timeout_seconds=60):
+    for _kind, event in kube.watch(
+        path,
+        resource_version=listing["metadata"]["resourceVersion"],
+        fieldSelector="metadata.name=exits",
+        timeout_seconds=60,
+    ):
         statuses = event.get("status", {}).get("containerStatuses") or []
         if statuses and "terminated" in statuses[0]["state"]:
             seen_at = time.time()
@@ -312,7 +378,8 @@ def test_helm_installs_a_chart(cluster: ControlPlane, kube: Kube, namespace: str
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: demo\nversion: 0.1.0\n")
     (chart / "values.yaml").write_text("greeting: hello\n")
     (chart / "templates" / "greeting.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: greeting}\ndata: {text: {{ .Values.greeting | quote }}}\n")
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: greeting}\ndata: {text: {{ .Values.greeting | quote }}}\n"
+    )
     cluster.helm("install", "demo", str(chart), "--namespace", namespace, "--set", "greeting=hi")
     config_map = kube.get(f"/api/v1/namespaces/{namespace}/configmaps/greeting")
     assert config_map["data"] == {"text": "hi"}
@@ -322,8 +389,17 @@ def test_helm_installs_a_chart(cluster: ControlPlane, kube: Kube, namespace: str
 def test_garbage_collection_follows_owner_references(kube: Kube, namespace: str) -> None:
     configmaps = f"/api/v1/namespaces/{namespace}/configmaps"
     owner = kube.create(configmaps, {"metadata": {"name": "owner"}})
-    kube.create(configmaps, {"metadata": {"name": "dependent", "ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+    kube.create(
+        configmaps,
+        {
+            "metadata": {
+                "name": "dependent",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+                ],
+            }
+        },
+    )
     kube.delete(f"{configmaps}/owner", {"propagationPolicy": "Background"})
 
     def dependent_collected() -> bool:
@@ -336,7 +412,9 @@ def test_garbage_collection_follows_owner_references(kube: Kube, namespace: str)
     wait_for(dependent_collected, 30)
 
 
-def test_kubernetes_python_client_works_with_the_admin_kubeconfig(cluster: ControlPlane, kubelet: ProcessKubelet) -> None:
+def test_kubernetes_python_client_works_with_the_admin_kubeconfig(
+    cluster: ControlPlane, kubelet: ProcessKubelet
+) -> None:
     import kubernetes.client
 
     nodes = kubernetes.client.CoreV1Api(cluster.api_client()).list_node()

@@ -18,9 +18,15 @@ pytestmark = pytest.mark.e2e
 
 
 def create_pod(kube: Kube, namespace: str, name: str, spec: dict, labels: dict | None = None) -> None:
-    kube.create(f"/api/v1/namespaces/{namespace}/pods", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "spec": spec})
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "spec": spec,
+        },
+    )
 
 
 def get_pod(kube: Kube, namespace: str, name: str) -> dict:
@@ -37,35 +43,60 @@ def condition(pod: dict, kind: str) -> str | None:
 
 
 def test_probes_and_restarts(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
-    create_pod(kube, namespace, "probed", {
-        "restartPolicy": "Always",
-        "terminationGracePeriodSeconds": 1,
-        "volumes": [{"name": "work", "emptyDir": {}}],
-        "containers": [
-            {"name": "crasher", "image": "busybox", "command": ["sh", "-c", "echo attempt; exit 2"]},
-            {"name": "unhealthy", "image": "busybox", "command": ["sleep", "3600"],
-             "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 1}},
-            {"name": "slow-starter", "image": "busybox",
-             "command": ["sh", "-c", "sleep 1; touch /work/started; exec sleep 3600"],
-             "volumeMounts": [{"name": "work", "mountPath": "/work"}],
-             "startupProbe": {"exec": {"command": ["test", "-e", "/work/started"]},
-                              "periodSeconds": 1, "failureThreshold": 10},
-             "readinessProbe": {"exec": {"command": ["test", "-e", "/work/started"]}, "periodSeconds": 1}},
-        ]})
+    create_pod(
+        kube,
+        namespace,
+        "probed",
+        {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "containers": [
+                {"name": "crasher", "image": "busybox", "command": ["sh", "-c", "echo attempt; exit 2"]},
+                {
+                    "name": "unhealthy",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 1},
+                },
+                {
+                    "name": "slow-starter",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "sleep 1; touch /work/started; exec sleep 3600"],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                    "startupProbe": {
+                        "exec": {"command": ["test", "-e", "/work/started"]},
+                        "periodSeconds": 1,
+                        "failureThreshold": 10,
+                    },
+                    "readinessProbe": {"exec": {"command": ["test", "-e", "/work/started"]}, "periodSeconds": 1},
+                },
+            ],
+        },
+    )
 
-    crashed = wait_for(lambda: (s := container_status(kube, namespace, "probed", "crasher"))["restartCount"] >= 2 and s,
-                       30, describe=lambda: get_pod(kube, namespace, "probed")["status"])
+    crashed = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "crasher"))["restartCount"] >= 2 and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
     assert crashed["lastState"]["terminated"]["exitCode"] == 2
     assert kubelet.logs(namespace, "probed", "crasher", previous=True) == "attempt\n"
     # kubectl logs goes through the API server to the node's kubelet endpoint.
     assert cluster.kubectl("logs", "-n", namespace, "probed", "-c", "crasher", "--previous").stdout == "attempt\n"
 
-    killed = wait_for(lambda: (s := container_status(kube, namespace, "probed", "unhealthy"))["restartCount"] >= 1 and s,
-                      30, describe=lambda: get_pod(kube, namespace, "probed")["status"])
+    killed = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "unhealthy"))["restartCount"] >= 1 and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
     assert killed["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM from the liveness kill
 
-    started = wait_for(lambda: (s := container_status(kube, namespace, "probed", "slow-starter"))["ready"] and s, 30,
-                       describe=lambda: get_pod(kube, namespace, "probed")["status"])
+    started = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "slow-starter"))["ready"] and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
     assert started["started"] is True and started["restartCount"] == 0
     assert condition(get_pod(kube, namespace, "probed"), "Ready") == "False", "the crasher keeps the pod unready"
 
@@ -90,56 +121,84 @@ VOLUME_REPORT = textwrap.dedent("""
 
 
 def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
-    kube.create(f"/api/v1/namespaces/{namespace}/configmaps",
-                {"metadata": {"name": "settings"}, "data": {"mode": "fast"}})
-    kube.create(f"/api/v1/namespaces/{namespace}/secrets",
-                {"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}})
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}
+    )
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}},
+    )
     node_disk = kubelet.node_root("node-1") / "models" / "tiny"
     node_disk.mkdir(parents=True, exist_ok=True)
     (node_disk / "weights.txt").write_text("seeded")
 
     field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
-    create_pod(kube, namespace, "report", {
-        "restartPolicy": "Never",
-        "nodeSelector": {"kubernetes.io/hostname": "node-1"},
-        "volumes": [
-            {"name": "settings", "configMap": {"name": "settings"}},
-            {"name": "creds", "secret": {"secretName": "creds"}},
-            {"name": "podinfo", "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
-            {"name": "models", "hostPath": {"path": "/models", "type": "Directory"}},
-            {"name": "work", "emptyDir": {}},
-        ],
-        "containers": [{
-            "name": "report", "image": "python", "command": ["python", "-c", VOLUME_REPORT],
-            "workingDir": "/work",
-            "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
-            "env": [
-                {"name": "GREETING", "value": "hello"},
-                {"name": "POD_NAME", **field("metadata.name")},
-                {"name": "POD_NAMESPACE", **field("metadata.namespace")},
-                {"name": "NODE_NAME", **field("spec.nodeName")},
-                {"name": "POD_IP", **field("status.podIP")},
-                {"name": "APP", **field("metadata.labels['app']")},
-                {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
-                {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
-                {"name": "MESSAGE", "value": "$(GREETING) from $(POD_NAME), $$(escaped)"},
+    create_pod(
+        kube,
+        namespace,
+        "report",
+        {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": "node-1"},
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "creds", "secret": {"secretName": "creds"}},
+                {
+                    "name": "podinfo",
+                    "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+                },
+                {"name": "models", "hostPath": {"path": "/models", "type": "Directory"}},
+                {"name": "work", "emptyDir": {}},
             ],
-            "volumeMounts": [
-                {"name": "settings", "mountPath": "/etc/settings"},
-                {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
-                {"name": "podinfo", "mountPath": "/etc/podinfo"},
-                {"name": "models", "mountPath": "/models", "readOnly": True},
-                {"name": "work", "mountPath": "/work"},
+            "containers": [
+                {
+                    "name": "report",
+                    "image": "python",
+                    "command": ["python", "-c", VOLUME_REPORT],
+                    "workingDir": "/work",
+                    "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+                    "env": [
+                        {"name": "GREETING", "value": "hello"},
+                        {"name": "POD_NAME", **field("metadata.name")},
+                        {"name": "POD_NAMESPACE", **field("metadata.namespace")},
+                        {"name": "NODE_NAME", **field("spec.nodeName")},
+                        {"name": "POD_IP", **field("status.podIP")},
+                        {"name": "APP", **field("metadata.labels['app']")},
+                        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+                        {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                        {"name": "MESSAGE", "value": "$(GREETING) from $(POD_NAME), $$(escaped)"},
+                    ],
+                    "volumeMounts": [
+                        {"name": "settings", "mountPath": "/etc/settings"},
+                        {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+                        {"name": "podinfo", "mountPath": "/etc/podinfo"},
+                        {"name": "models", "mountPath": "/models", "readOnly": True},
+                        {"name": "work", "mountPath": "/work"},
+                    ],
+                }
             ],
-        }]}, labels={"app": "reporter"})
+        },
+        labels={"app": "reporter"},
+    )
 
-    pod = wait_for(lambda: (p := get_pod(kube, namespace, "report"))["status"].get("phase") == "Succeeded" and p, 30,
-                   describe=lambda: (get_pod(kube, namespace, "report")["status"], kubelet.logs(namespace, "report")))
+    pod = wait_for(
+        lambda: (p := get_pod(kube, namespace, "report"))["status"].get("phase") == "Succeeded" and p,
+        30,
+        describe=lambda: (get_pod(kube, namespace, "report")["status"], kubelet.logs(namespace, "report")),
+    )
     report = json.loads(kubelet.logs(namespace, "report", "report"))
     assert report["env"] == {
-        "GREETING": "hello", "POD_NAME": "report", "POD_NAMESPACE": namespace, "NODE_NAME": "node-1",
-        "POD_IP": pod["status"]["podIP"], "APP": "reporter", "MODE": "fast", "PASSWORD": "hunter2",
-        "CFG_mode": "fast", "MESSAGE": "hello from report, $(escaped)"}
+        "GREETING": "hello",
+        "POD_NAME": "report",
+        "POD_NAMESPACE": namespace,
+        "NODE_NAME": "node-1",
+        "POD_IP": pod["status"]["podIP"],
+        "APP": "reporter",
+        "MODE": "fast",
+        "PASSWORD": "hunter2",
+        "CFG_mode": "fast",
+        "MESSAGE": "hello from report, $(escaped)",
+    }
     assert report["cwd"] == "/work"
     assert (report["mode"], report["password"], report["weights"]) == ("fast", "hunter2", "seeded")
     assert report["labels"] == 'app="reporter"\n'
@@ -148,30 +207,53 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
 
 def test_readiness_gate_is_respected(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
     gate = "weightcache.io/daemon-ready"
-    create_pod(kube, namespace, "gated", {
-        "readinessGates": [{"conditionType": gate}],
-        "terminationGracePeriodSeconds": 1,
-        "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}]})
+    create_pod(
+        kube,
+        namespace,
+        "gated",
+        {
+            "readinessGates": [{"conditionType": gate}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
+        },
+    )
     wait_for(lambda: condition(get_pod(kube, namespace, "gated"), "ContainersReady") == "True", 30)
     assert condition(get_pod(kube, namespace, "gated"), "Ready") == "False"
 
     # What the operator does: set the gate's condition on the status subresource.
-    kube.patch(f"/api/v1/namespaces/{namespace}/pods/gated/status",
-               {"status": {"conditions": [{"type": gate, "status": "True"}]}})
-    wait_for(lambda: condition(get_pod(kube, namespace, "gated"), "Ready") == "True", 10,
-             describe=lambda: get_pod(kube, namespace, "gated")["status"]["conditions"])
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/gated/status",
+        {"status": {"conditions": [{"type": gate, "status": "True"}]}},
+    )
+    wait_for(
+        lambda: condition(get_pod(kube, namespace, "gated"), "Ready") == "True",
+        10,
+        describe=lambda: get_pod(kube, namespace, "gated")["status"]["conditions"],
+    )
     assert condition(get_pod(kube, namespace, "gated"), gate) == "True", "the kubelet must not erase the gate"
 
 
 def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
-    create_pod(kube, namespace, "stubborn", {
-        "terminationGracePeriodSeconds": 2,
-        "containers": [
-            {"name": "polite", "image": "busybox",
-             "command": ["sh", "-c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"]},
-            {"name": "deaf", "image": "busybox",
-             "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"]},
-        ]})
+    create_pod(
+        kube,
+        namespace,
+        "stubborn",
+        {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "polite",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"],
+                },
+                {
+                    "name": "deaf",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+                },
+            ],
+        },
+    )
     wait_for(lambda: condition(get_pod(kube, namespace, "stubborn"), "Ready") == "True", 30)
     asked = time.monotonic()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/stubborn")

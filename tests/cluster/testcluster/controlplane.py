@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from collections.abc import Sequence
 
 import kubernetes.client
 import kubernetes.config
@@ -35,8 +35,9 @@ class ControlPlane:
     (PR_SET_PDEATHSIG), so stopping it, or killing its process group, leaves nothing behind.
     """
 
-    def __init__(self, state_dir: Path, *, node_monitor_grace_period: float = 6.0,
-                 environment: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, *, node_monitor_grace_period: float = 6.0, environment: dict[str, str] | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.node_monitor_grace_period = node_monitor_grace_period
         self._environment = environment or {}
@@ -53,10 +54,18 @@ class ControlPlane:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self._process = subprocess.Popen(
-            [str(binary), "up", "--dir", str(self.state_dir),
-             f"--node-monitor-grace-period={self.node_monitor_grace_period}s"],
-            stdout=subprocess.PIPE, stderr=open(self.state_dir / "up.log", "w"),
-            text=True, start_new_session=True, env={**os.environ, **self._environment},
+            [
+                str(binary),
+                "up",
+                "--dir",
+                str(self.state_dir),
+                f"--node-monitor-grace-period={self.node_monitor_grace_period}s",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=open(self.state_dir / "up.log", "w"),
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **self._environment},
         )
         ready = threading.Event()
 
@@ -128,18 +137,31 @@ class ControlPlane:
         """A fresh admin client; each thread that watches should have its own."""
         return kubernetes.config.new_client_from_config(config_file=str(self.kubeconfig))
 
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                kubeconfig: Path | None = None, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+        timeout: float = 60.0,
+    ) -> subprocess.CompletedProcess[str]:
         """Runs kubectl as the admin (or with ``kubeconfig``); output is captured as text."""
         return self._run(self.tools.kubectl, args, input, check, kubeconfig, timeout)
 
-    def helm(self, *args: str, input: str | None = None, check: bool = True,
-             kubeconfig: Path | None = None, timeout: float = 180.0) -> subprocess.CompletedProcess[str]:
+    def helm(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+        timeout: float = 180.0,
+    ) -> subprocess.CompletedProcess[str]:
         """Runs helm v4 against this cluster, with its caches kept inside the state directory."""
         return self._run(self.tools.helm, args, input, check, kubeconfig, timeout)
 
-    def _run(self, tool: Path, args: Sequence[str], input: str | None, check: bool,
-             kubeconfig: Path | None, timeout: float) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, tool: Path, args: Sequence[str], input: str | None, check: bool, kubeconfig: Path | None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
         helm_home = self.state_dir / "helm"
         environment = {
             **os.environ,
@@ -148,29 +170,37 @@ class ControlPlane:
             "HELM_CONFIG_HOME": str(helm_home / "config"),
             "HELM_DATA_HOME": str(helm_home / "data"),
         }
-        result = subprocess.run([str(tool), *args], input=input, capture_output=True, text=True,
-                                env=environment, timeout=timeout)
+        result = subprocess.run(
+            [str(tool), *args], input=input, capture_output=True, text=True, env=environment, timeout=timeout
+        )
         if check and result.returncode != 0:
             raise ToolFailed(result.returncode, result.args, result.stdout, result.stderr)
         return result
 
-    def service_account_kubeconfig(self, namespace: str, service_account: str,
-                                   expiration_seconds: int = 3600) -> Path:
+    def service_account_kubeconfig(self, namespace: str, service_account: str, expiration_seconds: int = 3600) -> Path:
         """Writes a kubeconfig that authenticates as a ServiceAccount (a TokenRequest token),
         so a test can act as a component and see its RBAC enforced."""
         core = kubernetes.client.CoreV1Api(self.api_client())
         request = kubernetes.client.AuthenticationV1TokenRequest(
-            spec=kubernetes.client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds))
+            spec=kubernetes.client.V1TokenRequestSpec(audiences=[], expiration_seconds=expiration_seconds)
+        )
         token = core.create_namespaced_service_account_token(service_account, namespace, request).status.token
         path = self.state_dir / f"sa-{namespace}-{service_account}.kubeconfig"
-        path.write_text(json.dumps({
-            "apiVersion": "v1", "kind": "Config",
-            "clusters": [{"name": "c", "cluster": {"server": self.server,
-                                                   "certificate-authority": str(self.ca_file)}}],
-            "users": [{"name": service_account, "user": {"token": token}}],
-            "contexts": [{"name": "c", "context": {"cluster": "c", "user": service_account,
-                                                   "namespace": namespace}}],
-            "current-context": "c",
-        }))
+        path.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "clusters": [
+                        {"name": "c", "cluster": {"server": self.server, "certificate-authority": str(self.ca_file)}}
+                    ],
+                    "users": [{"name": service_account, "user": {"token": token}}],
+                    "contexts": [
+                        {"name": "c", "context": {"cluster": "c", "user": service_account, "namespace": namespace}}
+                    ],
+                    "current-context": "c",
+                }
+            )
+        )
         path.chmod(0o600)
         return path

@@ -11,7 +11,8 @@ import json
 import ssl
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 import urllib3
 import yaml
@@ -35,8 +36,15 @@ class ApiError(Exception):
 class Kube:
     """One identity's connection pool to the API server; safe to share between threads."""
 
-    def __init__(self, server: str, ca_file: Path, *, cert_file: Path | None = None,
-                 key_file: Path | None = None, token: str | None = None) -> None:
+    def __init__(
+        self,
+        server: str,
+        ca_file: Path,
+        *,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
+        token: str | None = None,
+    ) -> None:
         self.server = server.rstrip("/")
         context = ssl.create_default_context(cafile=str(ca_file))
         if cert_file and key_file:
@@ -47,18 +55,28 @@ class Kube:
         self._pool = urllib3.PoolManager(ssl_context=context, maxsize=16, retries=False)
 
     @classmethod
-    def from_kubeconfig(cls, path: Path) -> "Kube":
+    def from_kubeconfig(cls, path: Path) -> Kube:
         config = yaml.safe_load(Path(path).read_text())
         cluster = config["clusters"][0]["cluster"]
         user = config["users"][0]["user"]
-        return cls(cluster["server"], Path(cluster["certificate-authority"]),
-                   cert_file=Path(user["client-certificate"]) if "client-certificate" in user else None,
-                   key_file=Path(user["client-key"]) if "client-key" in user else None,
-                   token=user.get("token"))
+        return cls(
+            cluster["server"],
+            Path(cluster["certificate-authority"]),
+            cert_file=Path(user["client-certificate"]) if "client-certificate" in user else None,
+            key_file=Path(user["client-key"]) if "client-key" in user else None,
+            token=user.get("token"),
+        )
 
-    def request(self, method: str, path: str, body: Any = None, *,
-                params: Mapping[str, Any] | None = None, content_type: str = "application/json",
-                timeout: float = 30.0) -> Object:
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        content_type: str = "application/json",
+        timeout: float = 30.0,
+    ) -> Object:
         headers = dict(self._headers)
         data = None
         if body is not None:
@@ -89,20 +107,30 @@ class Kube:
     def delete(self, path: str, body: Object | None = None) -> Object:
         return self.request("DELETE", path, body)
 
-    def watch(self, path: str, *, resource_version: str | None = None,
-              timeout_seconds: int = 300, **params: Any) -> Iterator[tuple[str, Object]]:
+    def watch(
+        self, path: str, *, resource_version: str | None = None, timeout_seconds: int = 300, **params: Any
+    ) -> Iterator[tuple[str, Object]]:
         """Yields (type, object) for one watch request until the server closes it.
 
         The caller lists first and passes the list's resourceVersion, so nothing between the
         list and the watch is missed; it re-lists on ERROR (410 Gone) or at the end.
         """
-        fields = {"watch": "1", "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds),
-                  **{k: str(v) for k, v in params.items()}}
+        fields = {
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+            **{k: str(v) for k, v in params.items()},
+        }
         if resource_version:
             fields["resourceVersion"] = resource_version
-        response = self._pool.request("GET", self.server + path, fields=fields, headers=self._headers,
-                                      preload_content=False,
-                                      timeout=urllib3.Timeout(connect=5, read=timeout_seconds + 10))
+        response = self._pool.request(
+            "GET",
+            self.server + path,
+            fields=fields,
+            headers=self._headers,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=5, read=timeout_seconds + 10),
+        )
         try:
             if response.status >= 300:
                 raise ApiError(response.status, response.data.decode())

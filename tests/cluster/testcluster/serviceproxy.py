@@ -44,8 +44,9 @@ class EndpointChange:
 
 
 class ServiceProxy:
-    def __init__(self, kube: Kube, namespace: str, service: str, port: int | str,
-                 listen_host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, kube: Kube, namespace: str, service: str, port: int | str, listen_host: str = "127.0.0.1"
+    ) -> None:
         self.kube = kube
         self.namespace = namespace
         self.service = service
@@ -72,7 +73,7 @@ class ServiceProxy:
         with self._lock:
             return self._ready
 
-    def start(self) -> "ServiceProxy":
+    def start(self) -> ServiceProxy:
         self._port_name = self._service_port_name()
         for target, name in ((self._follow_slices, "slices"), (self._accept, "accept")):
             thread = threading.Thread(target=target, daemon=True, name=f"proxy-{self.service}-{name}")
@@ -84,7 +85,7 @@ class ServiceProxy:
         self._stop.set()
         self._listener.close()
 
-    def __enter__(self) -> "ServiceProxy":
+    def __enter__(self) -> ServiceProxy:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
@@ -118,8 +119,9 @@ class ServiceProxy:
                 listing = self.kube.get(path, labelSelector=selector)
                 self._replace_slices({s["metadata"]["name"]: s for s in listing.get("items", [])})
                 version = listing["metadata"]["resourceVersion"]
-                for kind, endpoint_slice in self.kube.watch(path, resource_version=version,
-                                                            labelSelector=selector, timeout_seconds=60):
+                for kind, endpoint_slice in self.kube.watch(
+                    path, resource_version=version, labelSelector=selector, timeout_seconds=60
+                ):
                     if self._stop.is_set():
                         return
                     if kind == "ERROR":
@@ -148,8 +150,9 @@ class ServiceProxy:
         self._publish(self._trigger_time(endpoint_slice))
 
     def _ready_addresses(self, endpoint_slice: Object) -> list[str]:
-        port = next((p.get("port") for p in endpoint_slice.get("ports") or []
-                     if p.get("name", "") == self._port_name), None)
+        port = next(
+            (p.get("port") for p in endpoint_slice.get("ports") or [] if p.get("name", "") == self._port_name), None
+        )
         if port is None:
             return []
         addresses = []
@@ -171,8 +174,13 @@ class ServiceProxy:
             ready = tuple(sorted({a for addresses in self._slices.values() for a in addresses}))
             if ready == self._ready:
                 return
-            change = EndpointChange(time.time(), ready, tuple(sorted(set(ready) - set(self._ready))),
-                                    tuple(sorted(set(self._ready) - set(ready))), trigger_time)
+            change = EndpointChange(
+                time.time(),
+                ready,
+                tuple(sorted(set(ready) - set(self._ready))),
+                tuple(sorted(set(self._ready) - set(ready))),
+                trigger_time,
+            )
             self._ready = ready
             self.changes.append(change)
             self._changed.notify_all()

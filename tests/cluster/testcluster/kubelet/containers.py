@@ -9,7 +9,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..rest import Object
 from .environment import expand
@@ -57,8 +58,17 @@ class ContainerRunner:
     ``on_change`` is called right away so the pod status is patched within milliseconds.
     """
 
-    def __init__(self, spec: Object, launch: LaunchSpec, *, restart_policy: str, init: bool,
-                 backoff: Backoff, on_change: Callable[[], None], termination_grace: float = 30.0) -> None:
+    def __init__(
+        self,
+        spec: Object,
+        launch: LaunchSpec,
+        *,
+        restart_policy: str,
+        init: bool,
+        backoff: Backoff,
+        on_change: Callable[[], None],
+        termination_grace: float = 30.0,
+    ) -> None:
         self.spec = spec
         self.name: str = spec["name"]
         self.launch = launch
@@ -95,8 +105,12 @@ class ContainerRunner:
                 delay = self.backoff.next_delay(time.monotonic() - began)
                 with self._lock:
                     self.last_state = self.state
-                    self.state = {"waiting": {"reason": "CrashLoopBackOff",
-                                              "message": f"back-off {delay:.0f}s restarting failed container"}}
+                    self.state = {
+                        "waiting": {
+                            "reason": "CrashLoopBackOff",
+                            "message": f"back-off {delay:.0f}s restarting failed container",
+                        }
+                    }
                 self.on_change()
                 if self._stopping.wait(delay):
                     break
@@ -124,8 +138,14 @@ class ContainerRunner:
         log_path = self.launch.log_dir / f"{self.restart_count}.log"
         with open(log_path, "ab") as log_file:
             try:
-                process = start_process(argv, self.launch.environment, self.launch.working_dir,
-                                        self.launch.mounts, log_file, self.launch.isolated)
+                process = start_process(
+                    argv,
+                    self.launch.environment,
+                    self.launch.working_dir,
+                    self.launch.mounts,
+                    log_file,
+                    self.launch.isolated,
+                )
             except OSError as error:
                 self._terminate_state(128, "StartError", str(error))
                 return 128
@@ -174,8 +194,14 @@ class ContainerRunner:
         ports = {p["name"]: int(p["containerPort"]) for p in self.spec.get("ports", []) or [] if p.get("name")}
         target = ProbeTarget(self.launch.pod_ip, ports, pid, self.launch.environment, self.launch.isolated)
         if "startupProbe" in self.spec:
-            self._probes.append(ProbeLoop("startup", self.spec["startupProbe"], target,
-                                          lambda ok, message: self._on_startup(ok, message, target)).start())
+            self._probes.append(
+                ProbeLoop(
+                    "startup",
+                    self.spec["startupProbe"],
+                    target,
+                    lambda ok, message: self._on_startup(ok, message, target),
+                ).start()
+            )
         else:
             self._start_steady_probes(target)
         if "readinessProbe" not in self.spec and self.started:

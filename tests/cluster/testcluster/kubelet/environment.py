@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Callable, Mapping
+from collections.abc import Mapping
 
 from ..rest import ApiError, Kube, Object
 from .podfields import field_value, resource_value
@@ -27,8 +27,9 @@ class MissingReference(Exception):
     """A non-optional ConfigMap/Secret key is missing: the container cannot start (yet)."""
 
 
-def container_environment(kube: Kube, pod: Object, container: Object, base: Mapping[str, str],
-                          api_port: int) -> dict[str, str]:
+def container_environment(
+    kube: Kube, pod: Object, container: Object, base: Mapping[str, str], api_port: int
+) -> dict[str, str]:
     namespace = pod["metadata"]["namespace"]
     cache: dict[str, Object | None] = {}
 
@@ -44,15 +45,17 @@ def container_environment(kube: Kube, pod: Object, container: Object, base: Mapp
         return cache[key]
 
     environment = dict(base)
-    environment.update({
-        "HOSTNAME": pod["metadata"]["name"],
-        # The Service IP of "kubernetes" is not routed here; in-cluster clients go straight to
-        # the API server, whose certificate is valid for 127.0.0.1.
-        "KUBERNETES_SERVICE_HOST": "127.0.0.1",
-        "KUBERNETES_SERVICE_PORT": str(api_port),
-        "KUBERNETES_SERVICE_PORT_HTTPS": str(api_port),
-        "KUBERNETES_PORT": f"tcp://127.0.0.1:{api_port}",
-    })
+    environment.update(
+        {
+            "HOSTNAME": pod["metadata"]["name"],
+            # The Service IP of "kubernetes" is not routed here; in-cluster clients go straight to
+            # the API server, whose certificate is valid for 127.0.0.1.
+            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            "KUBERNETES_SERVICE_PORT": str(api_port),
+            "KUBERNETES_SERVICE_PORT_HTTPS": str(api_port),
+            "KUBERNETES_PORT": f"tcp://127.0.0.1:{api_port}",
+        }
+    )
     for source in container.get("envFrom", []) or []:
         prefix = source.get("prefix", "")
         for kind, ref_key in (("configmaps", "configMapRef"), ("secrets", "secretRef")):
@@ -78,8 +81,11 @@ def container_environment(kube: Kube, pod: Object, container: Object, base: Mapp
         elif "resourceFieldRef" in source:
             environment[name] = resource_value(container, source["resourceFieldRef"])
         else:
-            kind, ref = (("configmaps", source["configMapKeyRef"]) if "configMapKeyRef" in source
-                         else ("secrets", source["secretKeyRef"]))
+            kind, ref = (
+                ("configmaps", source["configMapKeyRef"])
+                if "configMapKeyRef" in source
+                else ("secrets", source["secretKeyRef"])
+            )
             value = _key(lookup(kind, ref["name"]), ref["key"], kind == "secrets")
             if value is None:
                 if ref.get("optional"):
@@ -94,6 +100,3 @@ def _key(found: Object | None, key: str, encoded: bool) -> str | None:
         return None
     value = found["data"][key]
     return base64.b64decode(value).decode() if encoded else value
-
-
-ExpandFn = Callable[[str], str]

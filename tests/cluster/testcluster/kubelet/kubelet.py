@@ -73,8 +73,9 @@ class ProcessKubelet:
             (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
         self.writer.start()
         resource_version = self._resync()
-        self._watch_thread = threading.Thread(target=self._watch, args=(resource_version,), daemon=True,
-                                              name="kubelet-pod-watch")
+        self._watch_thread = threading.Thread(
+            target=self._watch, args=(resource_version,), daemon=True, name="kubelet-pod-watch"
+        )
         self._watch_thread.start()
 
     def stop(self, grace: float = 2.0) -> None:
@@ -154,13 +155,20 @@ class ProcessKubelet:
         """Process ids of every container process this kubelet started and has not reaped."""
         with self._lock:
             workers = [*self.workers.values(), *self.finished_workers]
-        return [r.process.pid for w in workers for r in [*w.runners, *w.init_runners]
-                if r.process is not None and r.process.poll() is None]
+        return [
+            r.process.pid
+            for w in workers
+            for r in [*w.runners, *w.init_runners]
+            if r.process is not None and r.process.poll() is None
+        ]
 
     def _find(self, namespace: str, pod: str) -> PodWorker | None:
         with self._lock:
-            candidates = [w for w in [*self.finished_workers, *self.workers.values()]
-                          if w.namespace == namespace and w.name == pod]
+            candidates = [
+                w
+                for w in [*self.finished_workers, *self.workers.values()]
+                if w.namespace == namespace and w.name == pod
+            ]
         return candidates[-1] if candidates else None
 
     def _may_report(self, worker: PodWorker) -> bool:
@@ -173,11 +181,20 @@ class ProcessKubelet:
             "HOME": os.environ.get("HOME", "/root"),
             **self.config.environment,
         }
-        return PodContext(kube=self.kube, node_name=node, node_ip=self.addresses[node].node_ip,
-                          node_root=self.node_root(node), pods_root=self.config.root / "pods",
-                          api_port=self.api_port, base_environment=base, isolated=self.isolated,
-                          backoff_base=self.config.backoff_base, backoff_cap=self.config.backoff_cap,
-                          submit_status=self.writer.submit, release_ip=self.addresses[node].release)
+        return PodContext(
+            kube=self.kube,
+            node_name=node,
+            node_ip=self.addresses[node].node_ip,
+            node_root=self.node_root(node),
+            pods_root=self.config.root / "pods",
+            api_port=self.api_port,
+            base_environment=base,
+            isolated=self.isolated,
+            backoff_base=self.config.backoff_base,
+            backoff_cap=self.config.backoff_cap,
+            submit_status=self.writer.submit,
+            release_ip=self.addresses[node].release,
+        )
 
     def _resync(self) -> str:
         listing = self.kube.get("/api/v1/pods")
@@ -188,8 +205,7 @@ class ProcessKubelet:
     def _watch(self, resource_version: str) -> None:
         while not self._stop.is_set():
             try:
-                for kind, pod in self.kube.watch("/api/v1/pods", resource_version=resource_version,
-                                                 timeout_seconds=60):
+                for kind, pod in self.kube.watch("/api/v1/pods", resource_version=resource_version, timeout_seconds=60):
                     if self._stop.is_set():
                         return
                     if kind == "ERROR":
@@ -227,8 +243,9 @@ class ProcessKubelet:
                 return
             if pod["metadata"].get("deletionTimestamp"):
                 if worker is None:
-                    threading.Thread(target=delete_pod_object, args=(self.kube, namespace, name, uid),
-                                     daemon=True).start()
+                    threading.Thread(
+                        target=delete_pod_object, args=(self.kube, namespace, name, uid), daemon=True
+                    ).start()
                 elif not worker.terminating:
                     worker.pod = pod
                     grace = float(pod["metadata"].get("deletionGracePeriodSeconds", 30))

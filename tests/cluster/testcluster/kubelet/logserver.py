@@ -14,7 +14,8 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 if TYPE_CHECKING:
     from .pods import PodWorker
@@ -36,7 +37,7 @@ class LogServer:
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True, name=f"kubelet-api-{address}")
 
-    def start(self) -> "LogServer":
+    def start(self) -> LogServer:
         self._thread.start()
         return self
 
@@ -73,7 +74,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         data = path.read_bytes()
         if "tailLines" in query:
             lines = data.splitlines(keepends=True)
-            data = b"".join(lines[-int(query["tailLines"]):]) if int(query["tailLines"]) else b""
+            data = b"".join(lines[-int(query["tailLines"]) :]) if int(query["tailLines"]) else b""
         if "limitBytes" in query:
             data = data[: int(query["limitBytes"])]
         self.send_response(200)
@@ -83,7 +84,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if query.get("follow") == "true":
             self._follow(worker, container, path, path.stat().st_size)
 
-    def _follow(self, worker: "PodWorker", container: str, path: Path, offset: int) -> None:
+    def _follow(self, worker: PodWorker, container: str, path: Path, offset: int) -> None:
         """Streams what the container writes until its process exits, like a real kubelet."""
         runner = next((r for r in [*worker.runners, *worker.init_runners] if r.name == container), None)
         process = runner.process if runner else None

@@ -16,7 +16,7 @@ LEASE_DURATION_SECONDS = 40
 
 
 def now_rfc3339(micro: bool = False) -> str:
-    moment = datetime.datetime.now(datetime.timezone.utc)
+    moment = datetime.datetime.now(datetime.UTC)
     if micro:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -28,8 +28,15 @@ class NodeSpec:
 
     name: str
     labels: dict[str, str] = field(default_factory=dict)
-    capacity: dict[str, str] = field(default_factory=lambda: {
-        "cpu": "8", "memory": "32Gi", "pods": "110", "ephemeral-storage": "100Gi", "nvidia.com/gpu": "8"})
+    capacity: dict[str, str] = field(
+        default_factory=lambda: {
+            "cpu": "8",
+            "memory": "32Gi",
+            "pods": "110",
+            "ephemeral-storage": "100Gi",
+            "nvidia.com/gpu": "8",
+        }
+    )
     taints: list[dict[str, str]] = field(default_factory=list)
 
 
@@ -41,8 +48,7 @@ class NodeAgent:
     failure a weightcache failover must survive. ``recover`` resumes renewals and re-posts Ready.
     """
 
-    def __init__(self, kube: Kube, spec: NodeSpec, node_ip: str, heartbeat: float = 1.0,
-                 kubelet_port: int = 0) -> None:
+    def __init__(self, kube: Kube, spec: NodeSpec, node_ip: str, heartbeat: float = 1.0, kubelet_port: int = 0) -> None:
         self.kube = kube
         self.spec = spec
         self.node_ip = node_ip
@@ -61,11 +67,18 @@ class NodeAgent:
         return self._alive.is_set()
 
     def register(self) -> None:
-        labels = {"kubernetes.io/hostname": self.name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", **self.spec.labels}
-        body = {"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": self.name, "labels": labels},
-                "spec": {"taints": self.spec.taints} if self.spec.taints else {}}
+        labels = {
+            "kubernetes.io/hostname": self.name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            **self.spec.labels,
+        }
+        body = {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": self.name, "labels": labels},
+            "spec": {"taints": self.spec.taints} if self.spec.taints else {},
+        }
         try:
             self.kube.create("/api/v1/nodes", body)
         except ApiError as error:
@@ -110,13 +123,15 @@ class NodeAgent:
 
     def _ready_in_api(self) -> bool:
         node = self.kube.get(f"/api/v1/nodes/{self.name}")
-        return any(c["type"] == "Ready" and c["status"] == "True"
-                   for c in node.get("status", {}).get("conditions", []))
+        return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
 
     def _renew_lease(self) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.name}"
-        spec = {"holderIdentity": self.name, "leaseDurationSeconds": LEASE_DURATION_SECONDS,
-                "renewTime": now_rfc3339(micro=True)}
+        spec = {
+            "holderIdentity": self.name,
+            "leaseDurationSeconds": LEASE_DURATION_SECONDS,
+            "renewTime": now_rfc3339(micro=True),
+        }
         try:
             self.kube.patch(path, {"spec": spec}, content_type="application/merge-patch+json")
         except ApiError as error:
@@ -124,15 +139,23 @@ class NodeAgent:
                 raise
             node = self.kube.get(f"/api/v1/nodes/{self.name}")
             owner = {"apiVersion": "v1", "kind": "Node", "name": self.name, "uid": node["metadata"]["uid"]}
-            self.kube.create("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
-                             {"metadata": {"name": self.name, "ownerReferences": [owner]}, "spec": spec})
+            self.kube.create(
+                "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+                {"metadata": {"name": self.name, "ownerReferences": [owner]}, "spec": spec},
+            )
 
     def _post_status(self) -> None:
         stamp = now_rfc3339()
 
         def condition(kind: str, status: str, reason: str, message: str) -> dict[str, str]:
-            return {"type": kind, "status": status, "reason": reason, "message": message,
-                    "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}
+            return {
+                "type": kind,
+                "status": status,
+                "reason": reason,
+                "message": message,
+                "lastHeartbeatTime": stamp,
+                "lastTransitionTime": stamp,
+            }
 
         status = {
             "capacity": self.spec.capacity,
@@ -143,12 +166,19 @@ class NodeAgent:
                 condition("PIDPressure", "False", "KubeletHasSufficientPID", "process kubelet"),
                 condition("Ready", "True", "KubeletReady", "process kubelet is posting ready status"),
             ],
-            "addresses": [{"type": "InternalIP", "address": self.node_ip},
-                          {"type": "Hostname", "address": self.name}],
+            "addresses": [{"type": "InternalIP", "address": self.node_ip}, {"type": "Hostname", "address": self.name}],
             "daemonEndpoints": {"kubeletEndpoint": {"Port": self.kubelet_port}},
-            "nodeInfo": {"machineID": self.name, "systemUUID": self.name, "bootID": self.name,
-                         "kernelVersion": "", "osImage": "weightcache process kubelet",
-                         "containerRuntimeVersion": "process://1", "kubeletVersion": KUBELET_VERSION,
-                         "kubeProxyVersion": "", "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": {
+                "machineID": self.name,
+                "systemUUID": self.name,
+                "bootID": self.name,
+                "kernelVersion": "",
+                "osImage": "weightcache process kubelet",
+                "containerRuntimeVersion": "process://1",
+                "kubeletVersion": KUBELET_VERSION,
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
         }
         self.kube.patch(f"/api/v1/nodes/{self.name}/status", {"status": status})

@@ -53,8 +53,7 @@ def _divide(quantity: str, divisor: str) -> str:
 
 
 def _parse_quantity(text: str) -> float:
-    suffixes = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
-                "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    suffixes = {"m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
     for suffix in sorted(suffixes, key=len, reverse=True):
         if text.endswith(suffix):
             return float(text[: -len(suffix)]) * suffixes[suffix]

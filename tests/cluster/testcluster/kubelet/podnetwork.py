@@ -8,8 +8,8 @@ benchmarking range 198.18.0.0/16 (RFC 2544, never routed on real networks) local
 bindable on this host without configuring each one. Each node claims a free /24 in it
 (198.18.K.0/24, K from 1) by holding an flock on ``/tmp/weightcache-podnet/K.lock`` for the
 kubelet's lifetime, so two test sessions on one machine never hand out the same pod IP. The
-node itself is 198.18.K.1, its pods 198.18.K.2-254. The route is left in place (it is harmless and other test sessions on the
-machine may be using it at the same time).
+node itself is 198.18.K.1, its pods 198.18.K.2-254. The route is left in place: it is
+harmless, and other test sessions on the machine may be using it at the same time.
 
 Without root the route cannot be added; pods then get 127.100.K.x addresses, which
 work for direct connections but never appear in EndpointSlices.
@@ -36,8 +36,11 @@ def ensure_pod_network() -> bool:
     if os.geteuid() != 0:
         log.warning("not root: pod IPs fall back to 127.x.y.z and stay out of EndpointSlices")
         return False
-    result = subprocess.run(["ip", "route", "replace", "local", str(POD_NETWORK), "dev", "lo", "table", "local"],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["ip", "route", "replace", "local", str(POD_NETWORK), "dev", "lo", "table", "local"],
+        capture_output=True,
+        text=True,
+    )
     if result.returncode != 0:
         log.warning("cannot route %s locally (%s); falling back to loopback", POD_NETWORK, result.stderr.strip())
         return False

@@ -8,7 +8,8 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..rest import ApiError, Kube, Object
 from .containers import Backoff, ContainerRunner, LaunchSpec, resolve_argv
@@ -38,7 +39,7 @@ class PodContext:
     isolated: bool
     backoff_base: float
     backoff_cap: float
-    submit_status: Callable[["PodWorker"], None]
+    submit_status: Callable[[PodWorker], None]
     release_ip: Callable[[str], None]
 
 
@@ -128,16 +129,32 @@ class PodWorker:
         return None
 
     def _runner(self, spec: Object, volumes: dict[str, Path], *, init: bool) -> ContainerRunner:
-        mounts = [Mount(volumes[m["name"]] / m["subPath"] if m.get("subPath") else volumes[m["name"]],
-                        m["mountPath"], bool(m.get("readOnly")))
-                  for m in spec.get("volumeMounts", []) or []]
-        launch = LaunchSpec(argv=[], environment={}, working_dir=spec.get("workingDir"), mounts=mounts,
-                            log_dir=self.pod_dir / "logs" / spec["name"], pod_ip=self.pod_ip,
-                            isolated=self.context.isolated)
-        runner = ContainerRunner(spec, launch, restart_policy=self.restart_policy, init=init,
-                                 backoff=Backoff(self.context.backoff_base, self.context.backoff_cap),
-                                 on_change=lambda: self.context.submit_status(self),
-                                 termination_grace=float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)))
+        mounts = [
+            Mount(
+                volumes[m["name"]] / m["subPath"] if m.get("subPath") else volumes[m["name"]],
+                m["mountPath"],
+                bool(m.get("readOnly")),
+            )
+            for m in spec.get("volumeMounts", []) or []
+        ]
+        launch = LaunchSpec(
+            argv=[],
+            environment={},
+            working_dir=spec.get("workingDir"),
+            mounts=mounts,
+            log_dir=self.pod_dir / "logs" / spec["name"],
+            pod_ip=self.pod_ip,
+            isolated=self.context.isolated,
+        )
+        runner = ContainerRunner(
+            spec,
+            launch,
+            restart_policy=self.restart_policy,
+            init=init,
+            backoff=Backoff(self.context.backoff_base, self.context.backoff_cap),
+            on_change=lambda: self.context.submit_status(self),
+            termination_grace=float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)),
+        )
         self._resolve_launch(runner)
         return runner
 
@@ -146,11 +163,19 @@ class PodWorker:
         # change does not reach a running container's environment.
         while True:
             try:
-                pod = {**self.pod, "status": {**self.pod.get("status", {}), "podIP": self.pod_ip,
-                                              "podIPs": [{"ip": self.pod_ip}], "hostIP": self.context.node_ip,
-                                              "hostIPs": [{"ip": self.context.node_ip}]}}
-                environment = container_environment(self.context.kube, pod, runner.spec,
-                                                    self.context.base_environment, self.context.api_port)
+                pod = {
+                    **self.pod,
+                    "status": {
+                        **self.pod.get("status", {}),
+                        "podIP": self.pod_ip,
+                        "podIPs": [{"ip": self.pod_ip}],
+                        "hostIP": self.context.node_ip,
+                        "hostIPs": [{"ip": self.context.node_ip}],
+                    },
+                }
+                environment = container_environment(
+                    self.context.kube, pod, runner.spec, self.context.base_environment, self.context.api_port
+                )
                 break
             except MissingReference as missing:
                 runner.state = {"waiting": {"reason": "CreateContainerConfigError", "message": str(missing)}}
@@ -207,9 +232,11 @@ class PodWorker:
 
     def status_patch(self) -> dict[str, Any]:
         container_statuses = [r.status() for r in self.runners] or [
-            _waiting_status(c) for c in self.pod["spec"]["containers"]]
+            _waiting_status(c) for c in self.pod["spec"]["containers"]
+        ]
         init_statuses = [r.status() for r in self.init_runners] or [
-            _waiting_status(c) for c in self.pod["spec"].get("initContainers", []) or []]
+            _waiting_status(c) for c in self.pod["spec"].get("initContainers", []) or []
+        ]
         containers_ready = bool(self.runners) and all(r.ready for r in self.runners) and not self.terminating
         gates = [g["conditionType"] for g in self.pod["spec"].get("readinessGates", []) or []]
         observed = {c["type"]: c.get("status") for c in self.pod.get("status", {}).get("conditions", []) or []}
@@ -265,16 +292,24 @@ class PodWorker:
 
 
 def _waiting_status(spec: Object) -> dict[str, Any]:
-    return {"name": spec["name"], "image": spec.get("image", ""), "imageID": "", "ready": False,
-            "started": False, "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+    return {
+        "name": spec["name"],
+        "image": spec.get("image", ""),
+        "imageID": "",
+        "ready": False,
+        "started": False,
+        "restartCount": 0,
+        "state": {"waiting": {"reason": "PodInitializing"}},
+    }
 
 
 def delete_pod_object(kube: Kube, namespace: str, name: str, uid: str) -> None:
     """What the real kubelet does once the containers are gone: delete with grace 0, guarded
     by the uid so a pod recreated under the same name is never removed by mistake."""
     try:
-        kube.delete(f"/api/v1/namespaces/{namespace}/pods/{name}",
-                    {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}})
+        kube.delete(
+            f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+        )
     except ApiError as error:
         if error.status not in (404, 409):
             raise

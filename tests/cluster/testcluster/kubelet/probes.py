@@ -8,7 +8,7 @@ import ssl
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from ..rest import Object
 
@@ -39,7 +39,8 @@ def probe_once(probe: Object, target: ProbeTarget) -> tuple[bool, str]:
             host, port = action.get("host") or target.pod_ip, _port(action["port"], target)
             if action.get("scheme", "HTTP").upper() == "HTTPS":
                 connection: http.client.HTTPConnection = http.client.HTTPSConnection(
-                    host, port, timeout=timeout, context=ssl._create_unverified_context())
+                    host, port, timeout=timeout, context=ssl._create_unverified_context()
+                )
             else:
                 connection = http.client.HTTPConnection(host, port, timeout=timeout)
             headers = {h["name"]: h["value"] for h in action.get("httpHeaders", []) or []}
@@ -75,8 +76,7 @@ class ProbeLoop:
     and startup failures are reported every time the threshold is reached again).
     """
 
-    def __init__(self, kind: str, probe: Object, target: ProbeTarget,
-                 on_result: Callable[[bool, str], None]) -> None:
+    def __init__(self, kind: str, probe: Object, target: ProbeTarget, on_result: Callable[[bool, str], None]) -> None:
         self.kind = kind
         self.probe = probe
         self.target = target
@@ -84,7 +84,7 @@ class ProbeLoop:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"probe-{kind}")
 
-    def start(self) -> "ProbeLoop":
+    def start(self) -> ProbeLoop:
         self._thread.start()
         return self
 

@@ -5,8 +5,9 @@ volumes are bind-mounted at the container paths the pod spec names, so a command
 ``/var/run/secrets/kubernetes.io/serviceaccount/token`` or ``/models`` works unchanged. Mount
 points that do not exist are created (empty) on the host filesystem, as bind mounts need them.
 The kubelet remembers which of those it created and removes them at shutdown, once empty and
-no longer a mount point in any process's namespace. Without root there is no mount namespace: the command runs with the host's view, and volumes
-are only reachable at their host paths (documented limitation; env and args are not rewritten).
+no longer a mount point in any process's namespace. Without root there is no mount
+namespace: the command runs with the host's view, and volumes are only reachable at their host
+paths (a documented limitation; env and args are not rewritten).
 
 Each container process leads its own session and process group, so stopping a container
 signals everything it started. ``setpriv --pdeathsig KILL`` ties the container to the kubelet
@@ -23,7 +24,8 @@ import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO
+from collections.abc import Sequence
 
 
 _SETPRIV = shutil.which("setpriv")
@@ -39,12 +41,17 @@ class Mount:
 
 
 def mount_namespaces_available() -> bool:
-    return os.geteuid() == 0 and subprocess.run(
-        ["unshare", "--mount", "true"], capture_output=True).returncode == 0
+    return os.geteuid() == 0 and subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode == 0
 
 
-def start_process(argv: Sequence[str], environment: dict[str, str], working_dir: str | None,
-                  mounts: Sequence[Mount], log: IO[bytes], isolate: bool) -> subprocess.Popen[bytes]:
+def start_process(
+    argv: Sequence[str],
+    environment: dict[str, str],
+    working_dir: str | None,
+    mounts: Sequence[Mount],
+    log: IO[bytes],
+    isolate: bool,
+) -> subprocess.Popen[bytes]:
     """Starts the container's command; the returned Popen's pid is the command itself
     (unshare and the mount script exec into it), so waiting on it sees the real exit code."""
     if isolate:
@@ -62,16 +69,33 @@ def start_process(argv: Sequence[str], environment: dict[str, str], working_dir:
         if working_dir:
             lines.append(f"mkdir -p {shlex.quote(working_dir)} && cd {shlex.quote(working_dir)}")
         lines.append('exec "$@"')
-        command = ["unshare", "--mount", "--propagation", "private", "--",
-                   "/bin/sh", "-c", "\n".join(lines), "container", *argv]
+        command = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "/bin/sh",
+            "-c",
+            "\n".join(lines),
+            "container",
+            *argv,
+        ]
         cwd = None
     else:
         command = list(argv)
         cwd = working_dir if working_dir and Path(working_dir).is_dir() else None
     if _SETPRIV:
         command = [_SETPRIV, "--pdeathsig", "KILL", "--", *command]
-    return subprocess.Popen(command, env=environment, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(
+        command,
+        env=environment,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
 
 
 def signal_group(process: subprocess.Popen[bytes], signal_number: int) -> None:

@@ -8,9 +8,7 @@ nodes never share a "host" directory and tests can pre-populate one node's disk.
 from __future__ import annotations
 
 import base64
-import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +38,9 @@ def prepare_volumes(kube: Kube, pod: Object, pod_dir: Path, node_root: Path) -> 
             target.mkdir(parents=True, exist_ok=True)
             prepared[name] = target
         elif "configMap" in volume:
-            _write_files(target, _config_map_files(kube, pod, volume["configMap"]), volume["configMap"].get("defaultMode"))
+            _write_files(
+                target, _config_map_files(kube, pod, volume["configMap"]), volume["configMap"].get("defaultMode")
+            )
             prepared[name] = target
         elif "secret" in volume:
             source = {**volume["secret"], "name": volume["secret"].get("secretName")}
@@ -95,8 +95,9 @@ def _select(items: list[Object] | None, data: dict[str, bytes]) -> dict[str, tup
 
 def _config_map_files(kube: Kube, pod: Object, source: Object) -> dict[str, tuple[bytes, int | None]]:
     namespace = pod["metadata"]["namespace"]
-    config_map = _optional_get(kube, f"/api/v1/namespaces/{namespace}/configmaps/{source['name']}",
-                               bool(source.get("optional")))
+    config_map = _optional_get(
+        kube, f"/api/v1/namespaces/{namespace}/configmaps/{source['name']}", bool(source.get("optional"))
+    )
     if config_map is None:
         return {}
     data = {k: v.encode() for k, v in (config_map.get("data") or {}).items()}
@@ -106,8 +107,9 @@ def _config_map_files(kube: Kube, pod: Object, source: Object) -> dict[str, tupl
 
 def _secret_files(kube: Kube, pod: Object, source: Object) -> dict[str, tuple[bytes, int | None]]:
     namespace = pod["metadata"]["namespace"]
-    secret = _optional_get(kube, f"/api/v1/namespaces/{namespace}/secrets/{source['name']}",
-                           bool(source.get("optional")))
+    secret = _optional_get(
+        kube, f"/api/v1/namespaces/{namespace}/secrets/{source['name']}", bool(source.get("optional"))
+    )
     if secret is None:
         return {}
     data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
@@ -147,11 +149,13 @@ def request_token(kube: Kube, pod: Object, source: Object) -> str:
     """
     metadata = pod["metadata"]
     account = pod["spec"].get("serviceAccountName") or "default"
-    body: dict[str, Any] = {"spec": {
-        "audiences": [source["audience"]] if source.get("audience") else [],
-        "expirationSeconds": int(source.get("expirationSeconds", 3607)),
-        "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]},
-    }}
+    body: dict[str, Any] = {
+        "spec": {
+            "audiences": [source["audience"]] if source.get("audience") else [],
+            "expirationSeconds": int(source.get("expirationSeconds", 3607)),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": metadata["name"], "uid": metadata["uid"]},
+        }
+    }
     try:
         answer = kube.create(f"/api/v1/namespaces/{metadata['namespace']}/serviceaccounts/{account}/token", body)
     except ApiError as error:
@@ -170,14 +174,3 @@ def _write_files(directory: Path, files: dict[str, tuple[bytes, int | None]], de
         partial.write_bytes(content)
         os.chmod(partial, mode if mode is not None else (default_mode if default_mode is not None else 0o644))
         os.replace(partial, path)
-
-
-def describe_mounts(mounts: list[tuple[Path, str, bool]]) -> str:
-    return json.dumps([[str(src), dst, ro] for src, dst, ro in mounts])
-
-
-def is_regular_file(path: Path) -> bool:
-    try:
-        return stat.S_ISREG(path.stat().st_mode)
-    except FileNotFoundError:
-        return False
