@@ -11,6 +11,7 @@ import pytest
 
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
+from testcluster.kubelet.devices import gpu_uuid
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
 
@@ -109,6 +110,7 @@ VOLUME_REPORT = textwrap.dedent("""
     print(json.dumps({
         "env": {k: os.environ.get(k) for k in ["GREETING", "POD_NAME", "POD_NAMESPACE", "NODE_NAME", "POD_IP",
                                                "APP", "MODE", "PASSWORD", "CFG_mode", "MESSAGE"]},
+        "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES", ""),
         "cwd": os.getcwd(),
         "mode": read("/etc/settings/mode"),
         "password": read("/etc/creds/password"),
@@ -154,6 +156,7 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
                 {
                     "name": "report",
                     "image": "python",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
                     "command": ["python", "-c", VOLUME_REPORT],
                     "workingDir": "/work",
                     "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
@@ -199,6 +202,9 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
         "CFG_mode": "fast",
         "MESSAGE": "hello from report, $(escaped)",
     }
+    # Like a device plugin: two distinct GPUs of this node, named by stable UUIDs.
+    gpus = report["gpus"].split(",")
+    assert len(set(gpus)) == 2 and set(gpus) <= {gpu_uuid("node-1", i) for i in range(8)}
     assert report["cwd"] == "/work"
     assert (report["mode"], report["password"], report["weights"]) == ("fast", "hunter2", "seeded")
     assert report["labels"] == 'app="reporter"\n'

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..rest import ApiError, Kube, Object
+from .devices import GPU_RESOURCE, GpuPool
 from .logserver import KUBELET_PORT, LogServer
 from .nodes import NodeAgent, NodeSpec
 from .podnetwork import NodeAddresses, ensure_pod_network
@@ -54,6 +55,7 @@ class ProcessKubelet:
         self.isolated = mount_namespaces_available()
         self.writer = StatusWriter(kube, self._may_report)
         self.log_servers: list[LogServer] = []
+        self.gpu_pools: dict[str, GpuPool] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -70,6 +72,7 @@ class ProcessKubelet:
             agent = NodeAgent(self.kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
             agent.register()
             self.agents[spec.name] = agent
+            self.gpu_pools[spec.name] = GpuPool(spec.name, int(spec.capacity.get(GPU_RESOURCE, "0")))
             (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
         self.writer.start()
         resource_version = self._resync()
@@ -194,6 +197,7 @@ class ProcessKubelet:
             backoff_cap=self.config.backoff_cap,
             submit_status=self.writer.submit,
             release_ip=self.addresses[node].release,
+            gpus=self.gpu_pools[node],
         )
 
     def _resync(self) -> str:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..rest import ApiError, Kube, Object
 from .containers import Backoff, ContainerRunner, LaunchSpec, resolve_argv
+from .devices import GpuPool, gpus_requested
 from .environment import MissingReference, container_environment
 from .nodes import now_rfc3339
 from .processes import Mount
@@ -41,6 +42,7 @@ class PodContext:
     backoff_cap: float
     submit_status: Callable[[PodWorker], None]
     release_ip: Callable[[str], None]
+    gpus: GpuPool
 
 
 class PodWorker:
@@ -65,6 +67,7 @@ class PodWorker:
         self.terminating = False
         self.finished = threading.Event()
         self._transitions: dict[str, tuple[str, str]] = {}
+        self.gpus: list[str] = []
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, daemon=True, name=f"pod-{self.name}")
 
@@ -183,6 +186,11 @@ class PodWorker:
                 if self.terminating:
                     return
                 time.sleep(0.5)
+        wanted = gpus_requested(runner.spec)
+        if wanted:
+            assigned = self.context.gpus.allocate(wanted)
+            self.gpus.extend(assigned)
+            environment["NVIDIA_VISIBLE_DEVICES"] = ",".join(assigned)
         runner.launch.environment = environment
         runner.launch.argv = resolve_argv(runner.spec, environment)
 
@@ -213,6 +221,8 @@ class PodWorker:
 
     def cleanup(self, keep_logs: bool = True) -> None:
         self.context.release_ip(self._allocated_ip)
+        self.context.gpus.release(self.gpus)
+        self.gpus = []
         volumes = self.pod_dir / "volumes"
         if volumes.exists():
             shutil.rmtree(volumes, ignore_errors=True)
