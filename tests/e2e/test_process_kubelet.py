@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.devices import gpu_uuid
+from testcluster.kubelet.processes import CONTAINER_MARKER
+from testcluster.strays import processes_with_environment
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
 
@@ -275,3 +278,27 @@ def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) 
     took = time.monotonic() - asked
     assert 1.5 < took < 6, f"the deaf container should be SIGKILLed after the 2 s grace period, took {took:.1f}s"
     assert "got TERM" in kubelet.logs(namespace, "stubborn", "polite")
+
+
+def test_escaped_processes_die_with_their_container(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    # The child leaves the container's process group and session, like a daemonizing server.
+    create_pod(
+        kube,
+        namespace,
+        "daemonizer",
+        {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "busybox", "command": ["sh", "-c", "setsid sleep 300 & sleep 0.5; echo $!"]}
+            ],
+        },
+    )
+    wait_for(lambda: get_pod(kube, namespace, "daemonizer")["status"].get("phase") == "Succeeded", 30)
+    escaped_pid = int(kubelet.logs(namespace, "daemonizer", "main"))
+    marker = kubelet.pod_worker(namespace, "daemonizer").runners[0].marker
+    wait_for(
+        lambda: not processes_with_environment(CONTAINER_MARKER, marker),
+        5,
+        describe=lambda: processes_with_environment(CONTAINER_MARKER, marker),
+    )
+    assert not Path(f"/proc/{escaped_pid}").exists() or "Z" in Path(f"/proc/{escaped_pid}/stat").read_text().split()[2]

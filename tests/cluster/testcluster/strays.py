@@ -21,7 +21,12 @@ def new_session_id() -> str:
 
 def marked_processes(session_id: str) -> dict[int, str]:
     """pid → command line of every live process carrying the session's marker."""
-    needle = f"{MARKER}={session_id}".encode()
+    return processes_with_environment(MARKER, session_id)
+
+
+def processes_with_environment(key: str, value: str) -> dict[int, str]:
+    """pid → command line of every live, non-zombie process whose environment has key=value."""
+    needle = f"{key}={value}".encode()
     found: dict[int, str] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():

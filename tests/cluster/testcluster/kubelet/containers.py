@@ -7,6 +7,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ..rest import Object
 from .environment import expand
 from .nodes import now_rfc3339
 from .probes import ProbeLoop, ProbeTarget
-from .processes import Mount, signal_group, start_process
+from .processes import CONTAINER_MARKER, Mount, kill_container_processes, signal_group, start_process
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class ContainerRunner:
         self.backoff = backoff
         self.on_change = on_change
         self.termination_grace = termination_grace
+        # Inherited by everything the container starts; see processes.kill_container_processes.
+        self.marker = f"{uuid.uuid4().hex}/{self.name}"
         self.restart_count = 0
         self.state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
         self.last_state: dict[str, Any] = {}
@@ -131,6 +134,7 @@ class ContainerRunner:
 
     def _run_once(self) -> int | None:
         argv = self.launch.argv
+        self.launch.environment[CONTAINER_MARKER] = self.marker
         if not argv:
             self._terminate_state(128, "StartError", "no command: images are ignored, give command/args")
             return 128
@@ -172,6 +176,8 @@ class ContainerRunner:
         if self._killed_by_probe:
             reason = "Error"
         self._terminate_state(exit_code, reason, None)
+        # Reported first, cleaned up second: the exit must reach the API within milliseconds.
+        kill_container_processes(process, self.marker)
         return exit_code
 
     def _terminate_state(self, exit_code: int, reason: str, message: str | None) -> None:
@@ -267,7 +273,7 @@ class ContainerRunner:
         for probe in self._probes:
             probe.stop()
         if process is not None:
-            signal_group(process, signal.SIGKILL)
+            kill_container_processes(process, self.marker)
 
     @staticmethod
     def _stop_process(process: subprocess.Popen[bytes], grace: float) -> None:

@@ -10,9 +10,11 @@ namespace: the command runs with the host's view, and volumes are only reachable
 paths (a documented limitation; env and args are not rewritten).
 
 Each container process leads its own session and process group, so stopping a container
-signals everything it started. ``setpriv --pdeathsig KILL`` ties the container to the kubelet
-thread that started and waits on it: if the test process is killed outright, its containers
-die with it instead of lingering.
+signals everything it started; processes that left the group (``setsid``, daemonizing) are
+still found by the ``WEIGHTCACHE_CONTAINER`` marker in their environment and killed when the
+container ends, as a container runtime would by tearing down the container's cgroup.
+``setpriv --pdeathsig KILL`` ties the container to the kubelet thread that started and waits
+on it: if the test process is killed outright, its containers die with it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,14 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
+
+from ..strays import processes_with_environment
 from collections.abc import Sequence
 
 
@@ -152,3 +157,16 @@ def _mount_points_in_use() -> set[str]:
         except OSError:
             continue
     return points
+
+
+CONTAINER_MARKER = "WEIGHTCACHE_CONTAINER"
+
+
+def kill_container_processes(process: subprocess.Popen[bytes], marker: str) -> None:
+    """SIGKILLs what is left of a container: its process group and any escaped descendant."""
+    signal_group(process, signal.SIGKILL)
+    for pid in processes_with_environment(CONTAINER_MARKER, marker):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
