@@ -31,6 +31,8 @@ from testcluster.waiting import wait_for as _wait_for  # noqa: E402
 
 _timings: dict[str, float] = {}
 _build_failures: list[Exception] = []
+# The session's cluster and kubelet, for the failure report hook (which gets no fixtures).
+_live: dict[str, object] = {}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -68,6 +70,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, test_session_id: str) -> I
     _timings["cluster start (s)"] = time.monotonic() - started
     _timings["control plane up (s)"] = plane.start_seconds
     try:
+        _live["cluster"] = plane
         yield plane
     finally:
         plane.stop()
@@ -102,6 +105,7 @@ def kubelet(
     _wait_for(lambda: _all_nodes_ready(kube, [n.name for n in nodes]), 30, describe="nodes never turned Ready")
     _timings["kubelet nodes Ready (s)"] = time.monotonic() - started
     try:
+        _live["kubelet"] = agent
         yield agent
     finally:
         agent.stop()
@@ -162,6 +166,34 @@ def _wait_for_no_strays(session_id: str, timeout: float) -> dict[int, str]:
         if not leftovers or time.monotonic() > deadline:
             return leftovers
         time.sleep(0.1)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """On a failed e2e test, appends what its namespace looked like: objects, events, and the
+    tail of every container's log, so a CI failure can be diagnosed from the log alone."""
+    outcome = yield
+    report = outcome.get_result()
+    namespace = getattr(item, "funcargs", {}).get("namespace")
+    if report.when != "call" or not report.failed or not namespace or "cluster" not in _live:
+        return
+    report.sections.append(("cluster state", _describe_namespace(namespace)))
+
+
+def _describe_namespace(namespace: str) -> str:
+    plane = _live["cluster"]
+    assert isinstance(plane, ControlPlane)
+    parts = []
+    for args in (("get", "all,endpointslices", "-o", "wide"), ("get", "events", "--sort-by=.lastTimestamp")):
+        result = plane.kubectl(*args, "-n", namespace, check=False)
+        parts.append(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+    agent = _live.get("kubelet")
+    if isinstance(agent, ProcessKubelet):
+        for worker in agent.pods_in(namespace):
+            for runner in [*worker.init_runners, *worker.runners]:
+                tail = agent.logs(namespace, worker.name, runner.name)[-2000:]
+                parts.append(f"--- logs {worker.name}/{runner.name} (restarts: {runner.restart_count})\n{tail}")
+    return "\n".join(parts)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:  # type: ignore[no-untyped-def]

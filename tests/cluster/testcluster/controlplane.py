@@ -148,6 +148,13 @@ class ControlPlane:
         """Runs kubectl as the admin (or with ``kubeconfig``); output is captured as text."""
         return self._run(self.tools.kubectl, args, input, check, kubeconfig, timeout)
 
+    def apply(self, manifest: str, namespace: str | None = None) -> str:
+        """Server-side applies YAML (one or more documents) as the admin; returns kubectl's output."""
+        args = ["apply", "--server-side", "--field-manager=e2e", "-f", "-"]
+        if namespace:
+            args += ["-n", namespace]
+        return self.kubectl(*args, input=manifest).stdout
+
     def helm(
         self,
         *args: str,

@@ -146,6 +146,11 @@ class ProcessKubelet:
     def pod_worker(self, namespace: str, pod: str) -> PodWorker | None:
         return self._find(namespace, pod)
 
+    def pods_in(self, namespace: str) -> list[PodWorker]:
+        """Every pod of the namespace this kubelet ran or runs, oldest first."""
+        with self._lock:
+            return [w for w in [*self.finished_workers, *self.workers.values()] if w.namespace == namespace]
+
     def volume_dir(self, namespace: str, pod: str, volume: str) -> Path:
         """Where a pod's emptyDir/configMap/secret/projected volume lives on this machine, so a
         test can look inside a pod or change what it sees (e.g. flip a readiness file)."""
