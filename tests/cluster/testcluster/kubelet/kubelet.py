@@ -207,6 +207,12 @@ class ProcessKubelet:
 
     def _resync(self) -> str:
         listing = self.kube.get("/api/v1/pods")
+        listed = {pod["metadata"]["uid"] for pod in listing.get("items", [])}
+        with self._lock:
+            # Pods deleted while no watch was open never send DELETED: stop them here.
+            vanished = [w.pod for uid, w in self.workers.items() if uid not in listed]
+        for pod in vanished:
+            self._handle("DELETED", pod)
         for pod in listing.get("items", []):
             self._handle("ADDED", pod)
         return listing["metadata"]["resourceVersion"]
