@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -53,14 +54,20 @@ class ControlPlane:
         self._tools = client_tools()
         self.state_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
+        command = [
+            str(binary),
+            "up",
+            "--dir",
+            str(self.state_dir),
+            f"--node-monitor-grace-period={self.node_monitor_grace_period}s",
+        ]
+        setpriv = shutil.which("setpriv")
+        if setpriv:
+            # If the test process dies without a teardown (SIGKILL, a CI timeout), the control
+            # plane gets SIGTERM and shuts down; its components follow it (their own pdeathsig).
+            command = [setpriv, "--pdeathsig", "TERM", "--", *command]
         self._process = subprocess.Popen(
-            [
-                str(binary),
-                "up",
-                "--dir",
-                str(self.state_dir),
-                f"--node-monitor-grace-period={self.node_monitor_grace_period}s",
-            ],
+            command,
             stdout=subprocess.PIPE,
             stderr=open(self.state_dir / "up.log", "w"),
             text=True,
