@@ -302,3 +302,42 @@ def test_escaped_processes_die_with_their_container(kube: Kube, kubelet: Process
         describe=lambda: processes_with_environment(CONTAINER_MARKER, marker),
     )
     assert not Path(f"/proc/{escaped_pid}").exists() or "Z" in Path(f"/proc/{escaped_pid}/stat").read_text().split()[2]
+
+
+def test_init_containers_run_in_order_and_a_failed_one_fails_the_pod(
+    kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
+    shared = {"volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}
+    step = lambda name, script: {"name": name, "image": "busybox", "command": ["sh", "-c", script], **shared}  # noqa: E731
+    create_pod(
+        kube,
+        namespace,
+        "ordered",
+        {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [
+                step("first", "sleep 0.3; echo first >> /shared/order"),
+                step("second", "echo second >> /shared/order"),
+            ],
+            "containers": [step("main", "cat /shared/order")],
+        },
+    )
+    wait_for(lambda: get_pod(kube, namespace, "ordered")["status"].get("phase") == "Succeeded", 30)
+    assert kubelet.logs(namespace, "ordered", "main") == "first\nsecond\n"
+
+    create_pod(
+        kube,
+        namespace,
+        "broken",
+        {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [step("fails", "exit 7")],
+            "containers": [step("main", "echo never")],
+        },
+    )
+    pod = wait_for(lambda: (p := get_pod(kube, namespace, "broken"))["status"].get("phase") == "Failed" and p, 30)
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
+    assert "running" not in pod["status"]["containerStatuses"][0]["state"]
+    assert kubelet.logs(namespace, "broken", "main") == ""

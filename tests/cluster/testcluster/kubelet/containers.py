@@ -123,7 +123,7 @@ class ContainerRunner:
         return exit_code
 
     def _should_restart(self, exit_code: int) -> bool:
-        if self.init and self.restart_policy == "Always" and self.spec.get("restartPolicy") != "Always":
+        if self.init and self.restart_policy == "Always":
             # Init containers of an Always pod are retried only until they succeed.
             return exit_code != 0
         if self.restart_policy == "Always":

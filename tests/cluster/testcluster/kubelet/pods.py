@@ -149,11 +149,14 @@ class PodWorker:
             pod_ip=self.pod_ip,
             isolated=self.context.isolated,
         )
+        # A sidecar (an init container with restartPolicy Always) restarts like a regular
+        # container of an Always pod, whatever the pod's own policy.
+        sidecar = init and spec.get("restartPolicy") == "Always"
         runner = ContainerRunner(
             spec,
             launch,
-            restart_policy=self.restart_policy,
-            init=init,
+            restart_policy="Always" if sidecar else self.restart_policy,
+            init=init and not sidecar,
             backoff=Backoff(self.context.backoff_base, self.context.backoff_cap),
             on_change=lambda: self.context.submit_status(self),
             termination_grace=float(self.pod["spec"].get("terminationGracePeriodSeconds", 30)),
