@@ -21,13 +21,20 @@ from testcluster.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 
-def create_pod(kube: Kube, namespace: str, name: str, spec: dict, labels: dict | None = None) -> None:
+def create_pod(
+    kube: Kube, namespace: str, name: str, spec: dict, labels: dict | None = None, annotations: dict | None = None
+) -> None:
     kube.create(
         f"/api/v1/namespaces/{namespace}/pods",
         {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels or {},
+                "annotations": annotations or {},
+            },
             "spec": spec,
         },
     )
@@ -112,13 +119,14 @@ VOLUME_REPORT = textwrap.dedent("""
             return file.read()
     print(json.dumps({
         "env": {k: os.environ.get(k) for k in ["GREETING", "POD_NAME", "POD_NAMESPACE", "NODE_NAME", "POD_IP",
-                                               "APP", "MODE", "PASSWORD", "CFG_mode", "MESSAGE"]},
+                                               "APP", "ROLE", "MODE", "PASSWORD", "CFG_mode", "MESSAGE"]},
         "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES", ""),
         "cwd": os.getcwd(),
         "mode": read("/etc/settings/mode"),
         "password": read("/etc/creds/password"),
         "labels": read("/etc/podinfo/labels"),
         "weights": read("/models/tiny/weights.txt"),
+        "single_file": read("/etc/mode.conf"),
         "namespace_file": read("/var/run/secrets/kubernetes.io/serviceaccount/namespace"),
         "has_token": len(read("/var/run/secrets/kubernetes.io/serviceaccount/token")) > 100,
     }))
@@ -170,12 +178,14 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
                         {"name": "NODE_NAME", **field("spec.nodeName")},
                         {"name": "POD_IP", **field("status.podIP")},
                         {"name": "APP", **field("metadata.labels['app']")},
+                        {"name": "ROLE", **field("metadata.annotations['weightcache.io/role']")},
                         {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
                         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
                         {"name": "MESSAGE", "value": "$(GREETING) from $(POD_NAME), $$(escaped)"},
                     ],
                     "volumeMounts": [
                         {"name": "settings", "mountPath": "/etc/settings"},
+                        {"name": "settings", "mountPath": "/etc/mode.conf", "subPath": "mode"},
                         {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
                         {"name": "podinfo", "mountPath": "/etc/podinfo"},
                         {"name": "models", "mountPath": "/models", "readOnly": True},
@@ -185,6 +195,7 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
             ],
         },
         labels={"app": "reporter"},
+        annotations={"weightcache.io/role": "standby"},
     )
 
     pod = wait_for(
@@ -200,6 +211,7 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
         "NODE_NAME": "node-1",
         "POD_IP": pod["status"]["podIP"],
         "APP": "reporter",
+        "ROLE": "standby",
         "MODE": "fast",
         "PASSWORD": "hunter2",
         "CFG_mode": "fast",
@@ -210,6 +222,7 @@ def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace:
     assert len(set(gpus)) == 2 and set(gpus) <= {gpu_uuid("node-1", i) for i in range(8)}
     assert report["cwd"] == "/work"
     assert (report["mode"], report["password"], report["weights"]) == ("fast", "hunter2", "seeded")
+    assert report["single_file"] == "fast", "a subPath mount is the one key's file"
     assert report["labels"] == 'app="reporter"\n'
     assert report["namespace_file"] == namespace and report["has_token"]
 
