@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -16,6 +17,8 @@ import kubernetes.client
 import kubernetes.config
 
 from .binaries import ClientTools, client_tools, control_plane_binary
+
+log = logging.getLogger(__name__)
 
 
 class ControlPlaneError(RuntimeError):
@@ -49,9 +52,22 @@ class ControlPlane:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, attempts: int = 2) -> None:
+        """Starts the control plane; a failed start is retried once on fresh ports, because
+        ``kcluster up`` picks free ports and another process may take one before it binds."""
         binary = control_plane_binary()
         self._tools = client_tools()
+        for attempt in range(1, attempts + 1):
+            try:
+                self._start_once(binary, timeout)
+                return
+            except ControlPlaneError:
+                if attempt == attempts:
+                    raise
+                log.warning("control plane start failed, retrying:\n%s", self.log_tails())
+                shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def _start_once(self, binary: Path, timeout: float) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         command = [
@@ -66,14 +82,15 @@ class ControlPlane:
             # If the test process dies without a teardown (SIGKILL, a CI timeout), the control
             # plane gets SIGTERM and shuts down; its components follow it (their own pdeathsig).
             command = [setpriv, "--pdeathsig", "TERM", "--", *command]
-        self._process = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=open(self.state_dir / "up.log", "w"),
-            text=True,
-            start_new_session=True,
-            env={**os.environ, **self._environment},
-        )
+        with open(self.state_dir / "up.log", "w") as up_log:
+            self._process = subprocess.Popen(
+                command,
+                stdout=subprocess.PIPE,
+                stderr=up_log,
+                text=True,
+                start_new_session=True,
+                env={**os.environ, **self._environment},
+            )
         ready = threading.Event()
 
         def read_ready_line() -> None:
