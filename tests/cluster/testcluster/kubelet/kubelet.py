@@ -246,7 +246,7 @@ class ProcessKubelet:
         uid = pod["metadata"]["uid"]
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         with self._lock:
-            if node in self._failed_nodes:
+            if node in self._failed_nodes or self._stop.is_set():
                 return
             worker = self.workers.get(uid)
             if kind == "DELETED":
