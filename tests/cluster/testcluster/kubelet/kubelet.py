@@ -1,0 +1,281 @@
+"""The process kubelet: registers nodes and runs the pods bound to them as local processes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..rest import ApiError, Kube, Object
+from .devices import GPU_RESOURCE, GpuPool
+from .logserver import KUBELET_PORT, LogServer
+from .nodes import NodeAgent, NodeSpec
+from .podnetwork import NodeAddresses, ensure_pod_network
+from .pods import PodContext, PodWorker, delete_pod_object
+from .processes import mount_namespaces_available, remove_created_mount_points
+from .statuswriter import StatusWriter
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class KubeletConfig:
+    """Nodes and timings; the root directory holds every node's "host" filesystem and every
+    pod's volumes and logs: ``<root>/nodes/<node>/root/...`` and ``<root>/pods/<ns>_<pod>_<uid>/``."""
+
+    root: Path
+    nodes: list[NodeSpec] = field(default_factory=lambda: [NodeSpec("node-1"), NodeSpec("node-2")])
+    heartbeat: float = 1.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 10.0
+    environment: dict[str, str] = field(default_factory=dict)
+    # Certificate and key for the nodes' log endpoint (``kubectl logs``); None: no endpoint.
+    serving_cert: tuple[Path, Path] | None = None
+
+
+class ProcessKubelet:
+    def __init__(self, kube: Kube, api_port: int, config: KubeletConfig) -> None:
+        self.kube = kube
+        self.api_port = api_port
+        self.config = config
+        self.agents: dict[str, NodeAgent] = {}
+        self.addresses: dict[str, NodeAddresses] = {}
+        self.workers: dict[str, PodWorker] = {}
+        self.finished_workers: list[PodWorker] = []
+        self._failed_nodes: set[str] = set()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._watch_thread: threading.Thread | None = None
+        self.isolated = mount_namespaces_available()
+        self.writer = StatusWriter(kube, self._may_report)
+        self.log_servers: list[LogServer] = []
+        self.gpu_pools: dict[str, GpuPool] = {}
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        routable = ensure_pod_network()
+        for spec in self.config.nodes:
+            self.addresses[spec.name] = NodeAddresses(routable)
+            node_ip = self.addresses[spec.name].node_ip
+            port = 0
+            if self.config.serving_cert:
+                cert, key = self.config.serving_cert
+                self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
+                port = KUBELET_PORT
+            agent = NodeAgent(self.kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
+            agent.register()
+            self.agents[spec.name] = agent
+            self.gpu_pools[spec.name] = GpuPool(spec.name, int(spec.capacity.get(GPU_RESOURCE, "0")))
+            (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
+        self.writer.start()
+        resource_version = self._resync()
+        self._watch_thread = threading.Thread(
+            target=self._watch, args=(resource_version,), daemon=True, name="kubelet-pod-watch"
+        )
+        self._watch_thread.start()
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stops every pod (SIGTERM, then SIGKILL after ``grace``) and the heartbeats."""
+        self._stop.set()
+        with self._lock:
+            workers = list(self.workers.values())
+        for worker in workers:
+            worker.terminate(grace)
+        deadline = time.monotonic() + grace + 5
+        for worker in workers:
+            for runner in [*worker.runners, *worker.init_runners]:
+                runner.finished.wait(max(0.0, deadline - time.monotonic()))
+            worker.kill()
+        self.writer.stop()
+        for agent in self.agents.values():
+            agent.stop()
+        for server in self.log_servers:
+            server.stop()
+        remove_created_mount_points()
+        for addresses in self.addresses.values():
+            addresses.close()
+
+    # -- nodes -----------------------------------------------------------------------------------
+
+    def node_root(self, node: str) -> Path:
+        """The directory that plays the node's "/" for hostPath volumes."""
+        return self.config.root / "nodes" / node / "root"
+
+    def fail_node(self, node: str) -> None:
+        """Simulates a dead node: heartbeats stop and its pods' processes are SIGKILLed at once.
+
+        The pods stay bound in the API; the node lifecycle controller marks the node NotReady
+        and the pods not ready after --node-monitor-grace-period, as with a real power loss.
+        """
+        with self._lock:
+            self._failed_nodes.add(node)
+            self.agents[node].fail()
+            doomed = [w for w in self.workers.values() if w.context.node_name == node]
+            for worker in doomed:
+                del self.workers[worker.uid]
+                self.finished_workers.append(worker)
+        for worker in doomed:
+            worker.kill()
+            worker.cleanup()
+
+    def recover_node(self, node: str) -> None:
+        """The node comes back: Ready again, and the pods still bound to it start afresh."""
+        with self._lock:
+            self._failed_nodes.discard(node)
+        self.agents[node].recover()
+        self._resync()
+
+    # -- pods ------------------------------------------------------------------------------------
+
+    def logs(self, namespace: str, pod: str, container: str | None = None, previous: bool = False) -> str:
+        """The equivalent of ``kubectl logs [--previous]``; works after the pod is gone too."""
+        worker = self._find(namespace, pod)
+        if worker is None:
+            raise KeyError(f"no pod {namespace}/{pod} ran on this kubelet")
+        name = container or worker.pod["spec"]["containers"][0]["name"]
+        path = worker.log_path(name, previous)
+        return path.read_text(errors="replace") if path else ""
+
+    def pod_worker(self, namespace: str, pod: str) -> PodWorker | None:
+        return self._find(namespace, pod)
+
+    def pods_in(self, namespace: str) -> list[PodWorker]:
+        """Every pod of the namespace this kubelet ran or runs, oldest first."""
+        with self._lock:
+            return [w for w in [*self.finished_workers, *self.workers.values()] if w.namespace == namespace]
+
+    def volume_dir(self, namespace: str, pod: str, volume: str) -> Path:
+        """Where a pod's emptyDir/configMap/secret/projected volume lives on this machine, so a
+        test can look inside a pod or change what it sees (e.g. flip a readiness file)."""
+        worker = self._find(namespace, pod)
+        if worker is None:
+            raise KeyError(f"no pod {namespace}/{pod} ran on this kubelet")
+        return worker.pod_dir / "volumes" / volume
+
+    def pids(self) -> list[int]:
+        """Process ids of every container process this kubelet started and has not reaped."""
+        with self._lock:
+            workers = [*self.workers.values(), *self.finished_workers]
+        return [
+            r.process.pid
+            for w in workers
+            for r in [*w.runners, *w.init_runners]
+            if r.process is not None and r.process.poll() is None
+        ]
+
+    def _find(self, namespace: str, pod: str) -> PodWorker | None:
+        with self._lock:
+            candidates = [
+                w
+                for w in [*self.finished_workers, *self.workers.values()]
+                if w.namespace == namespace and w.name == pod
+            ]
+        return candidates[-1] if candidates else None
+
+    def _may_report(self, worker: PodWorker) -> bool:
+        return worker.context.node_name not in self._failed_nodes and not self._stop.is_set()
+
+    def _context(self, node: str) -> PodContext:
+        base = {
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "/usr/bin:/bin")]),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "HOME": os.environ.get("HOME", "/root"),
+            **self.config.environment,
+        }
+        return PodContext(
+            kube=self.kube,
+            node_name=node,
+            node_ip=self.addresses[node].node_ip,
+            node_root=self.node_root(node),
+            pods_root=self.config.root / "pods",
+            api_port=self.api_port,
+            base_environment=base,
+            isolated=self.isolated,
+            backoff_base=self.config.backoff_base,
+            backoff_cap=self.config.backoff_cap,
+            submit_status=self.writer.submit,
+            release_ip=self.addresses[node].release,
+            gpus=self.gpu_pools[node],
+        )
+
+    def _resync(self) -> str:
+        listing = self.kube.get("/api/v1/pods")
+        listed = {pod["metadata"]["uid"] for pod in listing.get("items", [])}
+        with self._lock:
+            # Pods deleted while no watch was open never send DELETED: stop them here.
+            vanished = [w.pod for uid, w in self.workers.items() if uid not in listed]
+        for pod in vanished:
+            self._handle("DELETED", pod)
+        for pod in listing.get("items", []):
+            self._handle("ADDED", pod)
+        return listing["metadata"]["resourceVersion"]
+
+    def _watch(self, resource_version: str) -> None:
+        while not self._stop.is_set():
+            try:
+                for kind, pod in self.kube.watch("/api/v1/pods", resource_version=resource_version, timeout_seconds=60):
+                    if self._stop.is_set():
+                        return
+                    if kind == "ERROR":
+                        raise ApiError(int(pod.get("code", 500)), pod)
+                    resource_version = pod["metadata"]["resourceVersion"]
+                    if kind != "BOOKMARK":
+                        self._handle(kind, pod)
+            except Exception as error:  # noqa: BLE001 - re-list and carry on, like a reflector
+                if self._stop.is_set():
+                    return
+                log.info("pod watch restarts after %r", error)
+                time.sleep(0.2)
+                try:
+                    resource_version = self._resync()
+                except Exception:  # noqa: BLE001
+                    log.exception("pod re-list failed")
+                    time.sleep(1)
+
+    def _handle(self, kind: str, pod: Object) -> None:
+        node = pod.get("spec", {}).get("nodeName")
+        if node not in self.agents:
+            return
+        uid = pod["metadata"]["uid"]
+        namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        with self._lock:
+            if node in self._failed_nodes or self._stop.is_set():
+                return
+            worker = self.workers.get(uid)
+            if kind == "DELETED":
+                if worker is not None:
+                    del self.workers[uid]
+                    self.finished_workers.append(worker)
+                    worker.kill()
+                    worker.cleanup()
+                return
+            if pod["metadata"].get("deletionTimestamp"):
+                if worker is None:
+                    threading.Thread(
+                        target=delete_pod_object, args=(self.kube, namespace, name, uid), daemon=True
+                    ).start()
+                elif not worker.terminating:
+                    worker.pod = pod
+                    grace = float(pod["metadata"].get("deletionGracePeriodSeconds", 30))
+
+                    def remove(worker: PodWorker = worker) -> None:
+                        delete_pod_object(self.kube, worker.namespace, worker.name, worker.uid)
+
+                    worker.terminate(grace, then=remove)
+                return
+            if worker is not None:
+                worker.update(pod)
+                return
+            if pod.get("status", {}).get("phase") in TERMINAL_PHASES:
+                return
+            address = self.addresses[node].allocate(pod.get("status", {}).get("podIP"))
+            worker = PodWorker(pod, address, self._context(node))
+            self.workers[uid] = worker
+        worker.start()

@@ -1,0 +1,356 @@
+"""The process kubelet's pod semantics that weightcache's operator and daemons will rely on:
+probes and restarts, volumes and environment, readiness gates, graceful deletion."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.kubelet.devices import gpu_uuid
+from testcluster.kubelet.processes import CONTAINER_MARKER
+from testcluster.strays import processes_with_environment
+from testcluster.rest import Kube
+from testcluster.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def create_pod(
+    kube: Kube, namespace: str, name: str, spec: dict, labels: dict | None = None, annotations: dict | None = None
+) -> None:
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/pods",
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels or {},
+                "annotations": annotations or {},
+            },
+            "spec": spec,
+        },
+    )
+
+
+def get_pod(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def container_status(kube: Kube, namespace: str, pod: str, container: str) -> dict:
+    statuses = get_pod(kube, namespace, pod)["status"].get("containerStatuses") or []
+    return next(s for s in statuses if s["name"] == container)
+
+
+def condition(pod: dict, kind: str) -> str | None:
+    return next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == kind), None)
+
+
+def test_probes_and_restarts(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    create_pod(
+        kube,
+        namespace,
+        "probed",
+        {
+            "restartPolicy": "Always",
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "containers": [
+                {"name": "crasher", "image": "busybox", "command": ["sh", "-c", "echo attempt; exit 2"]},
+                {
+                    "name": "unhealthy",
+                    "image": "busybox",
+                    "command": ["sleep", "3600"],
+                    "livenessProbe": {"tcpSocket": {"port": 9}, "periodSeconds": 1, "failureThreshold": 1},
+                },
+                {
+                    "name": "slow-starter",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "sleep 1; touch /work/started; exec sleep 3600"],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                    "startupProbe": {
+                        "exec": {"command": ["test", "-e", "/work/started"]},
+                        "periodSeconds": 1,
+                        "failureThreshold": 10,
+                    },
+                    "readinessProbe": {"exec": {"command": ["test", "-e", "/work/started"]}, "periodSeconds": 1},
+                },
+            ],
+        },
+    )
+
+    crashed = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "crasher"))["restartCount"] >= 2 and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
+    assert crashed["lastState"]["terminated"]["exitCode"] == 2
+    assert kubelet.logs(namespace, "probed", "crasher", previous=True) == "attempt\n"
+    # kubectl logs goes through the API server to the node's kubelet endpoint.
+    assert cluster.kubectl("logs", "-n", namespace, "probed", "-c", "crasher", "--previous").stdout == "attempt\n"
+
+    killed = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "unhealthy"))["restartCount"] >= 1 and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
+    assert killed["lastState"]["terminated"]["exitCode"] == 143  # SIGTERM from the liveness kill
+
+    started = wait_for(
+        lambda: (s := container_status(kube, namespace, "probed", "slow-starter"))["ready"] and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "probed")["status"],
+    )
+    assert started["started"] is True and started["restartCount"] == 0
+    assert condition(get_pod(kube, namespace, "probed"), "Ready") == "False", "the crasher keeps the pod unready"
+
+
+VOLUME_REPORT = textwrap.dedent("""
+    import json, os
+    def read(path):
+        with open(path) as file:
+            return file.read()
+    print(json.dumps({
+        "env": {k: os.environ.get(k) for k in ["GREETING", "POD_NAME", "POD_NAMESPACE", "NODE_NAME", "POD_IP",
+                                               "APP", "ROLE", "MODE", "PASSWORD", "CFG_mode", "MESSAGE"]},
+        "gpus": os.environ.get("NVIDIA_VISIBLE_DEVICES", ""),
+        "cwd": os.getcwd(),
+        "mode": read("/etc/settings/mode"),
+        "password": read("/etc/creds/password"),
+        "labels": read("/etc/podinfo/labels"),
+        "weights": read("/models/tiny/weights.txt"),
+        "single_file": read("/etc/mode.conf"),
+        "namespace_file": read("/var/run/secrets/kubernetes.io/serviceaccount/namespace"),
+        "has_token": len(read("/var/run/secrets/kubernetes.io/serviceaccount/token")) > 100,
+    }))
+""")
+
+
+def test_volumes_and_environment(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/configmaps", {"metadata": {"name": "settings"}, "data": {"mode": "fast"}}
+    )
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {"metadata": {"name": "creds"}, "stringData": {"password": "hunter2"}},
+    )
+    node_disk = kubelet.node_root("node-1") / "models" / "tiny"
+    node_disk.mkdir(parents=True, exist_ok=True)
+    (node_disk / "weights.txt").write_text("seeded")
+
+    field = lambda path: {"valueFrom": {"fieldRef": {"fieldPath": path}}}  # noqa: E731
+    create_pod(
+        kube,
+        namespace,
+        "report",
+        {
+            "restartPolicy": "Never",
+            "nodeSelector": {"kubernetes.io/hostname": "node-1"},
+            "volumes": [
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "creds", "secret": {"secretName": "creds"}},
+                {
+                    "name": "podinfo",
+                    "downwardAPI": {"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]},
+                },
+                {"name": "models", "hostPath": {"path": "/models", "type": "Directory"}},
+                {"name": "work", "emptyDir": {}},
+            ],
+            "containers": [
+                {
+                    "name": "report",
+                    "image": "python",
+                    "resources": {"limits": {"nvidia.com/gpu": "2"}},
+                    "command": ["python", "-c", VOLUME_REPORT],
+                    "workingDir": "/work",
+                    "envFrom": [{"configMapRef": {"name": "settings"}, "prefix": "CFG_"}],
+                    "env": [
+                        {"name": "GREETING", "value": "hello"},
+                        {"name": "POD_NAME", **field("metadata.name")},
+                        {"name": "POD_NAMESPACE", **field("metadata.namespace")},
+                        {"name": "NODE_NAME", **field("spec.nodeName")},
+                        {"name": "POD_IP", **field("status.podIP")},
+                        {"name": "APP", **field("metadata.labels['app']")},
+                        {"name": "ROLE", **field("metadata.annotations['weightcache.io/role']")},
+                        {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "settings", "key": "mode"}}},
+                        {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
+                        {"name": "MESSAGE", "value": "$(GREETING) from $(POD_NAME), $$(escaped)"},
+                    ],
+                    "volumeMounts": [
+                        {"name": "settings", "mountPath": "/etc/settings"},
+                        {"name": "settings", "mountPath": "/etc/mode.conf", "subPath": "mode"},
+                        {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+                        {"name": "podinfo", "mountPath": "/etc/podinfo"},
+                        {"name": "models", "mountPath": "/models", "readOnly": True},
+                        {"name": "work", "mountPath": "/work"},
+                    ],
+                }
+            ],
+        },
+        labels={"app": "reporter"},
+        annotations={"weightcache.io/role": "standby"},
+    )
+
+    pod = wait_for(
+        lambda: (p := get_pod(kube, namespace, "report"))["status"].get("phase") == "Succeeded" and p,
+        30,
+        describe=lambda: (get_pod(kube, namespace, "report")["status"], kubelet.logs(namespace, "report")),
+    )
+    report = json.loads(kubelet.logs(namespace, "report", "report"))
+    assert report["env"] == {
+        "GREETING": "hello",
+        "POD_NAME": "report",
+        "POD_NAMESPACE": namespace,
+        "NODE_NAME": "node-1",
+        "POD_IP": pod["status"]["podIP"],
+        "APP": "reporter",
+        "ROLE": "standby",
+        "MODE": "fast",
+        "PASSWORD": "hunter2",
+        "CFG_mode": "fast",
+        "MESSAGE": "hello from report, $(escaped)",
+    }
+    # Like a device plugin: two distinct GPUs of this node, named by stable UUIDs.
+    gpus = report["gpus"].split(",")
+    assert len(set(gpus)) == 2 and set(gpus) <= {gpu_uuid("node-1", i) for i in range(8)}
+    assert report["cwd"] == "/work"
+    assert (report["mode"], report["password"], report["weights"]) == ("fast", "hunter2", "seeded")
+    assert report["single_file"] == "fast", "a subPath mount is the one key's file"
+    assert report["labels"] == 'app="reporter"\n'
+    assert report["namespace_file"] == namespace and report["has_token"]
+
+
+def test_readiness_gate_is_respected(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    gate = "weightcache.io/daemon-ready"
+    create_pod(
+        kube,
+        namespace,
+        "gated",
+        {
+            "readinessGates": [{"conditionType": gate}],
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "3600"]}],
+        },
+    )
+    wait_for(lambda: condition(get_pod(kube, namespace, "gated"), "ContainersReady") == "True", 30)
+    assert condition(get_pod(kube, namespace, "gated"), "Ready") == "False"
+
+    # What the operator does: set the gate's condition on the status subresource.
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/gated/status",
+        {"status": {"conditions": [{"type": gate, "status": "True"}]}},
+    )
+    wait_for(
+        lambda: condition(get_pod(kube, namespace, "gated"), "Ready") == "True",
+        10,
+        describe=lambda: get_pod(kube, namespace, "gated")["status"]["conditions"],
+    )
+    assert condition(get_pod(kube, namespace, "gated"), gate) == "True", "the kubelet must not erase the gate"
+
+
+def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    create_pod(
+        kube,
+        namespace,
+        "stubborn",
+        {
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "polite",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"],
+                },
+                {
+                    "name": "deaf",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+                },
+            ],
+        },
+    )
+    wait_for(lambda: condition(get_pod(kube, namespace, "stubborn"), "Ready") == "True", 30)
+    asked = time.monotonic()
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/stubborn")
+
+    def gone() -> bool:
+        try:
+            get_pod(kube, namespace, "stubborn")
+            return False
+        except Exception as error:  # noqa: BLE001
+            return getattr(error, "status", None) == 404
+
+    wait_for(gone, 15)
+    took = time.monotonic() - asked
+    assert 1.5 < took < 6, f"the deaf container should be SIGKILLed after the 2 s grace period, took {took:.1f}s"
+    assert "got TERM" in kubelet.logs(namespace, "stubborn", "polite")
+
+
+def test_escaped_processes_die_with_their_container(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    # The child leaves the container's process group and session, like a daemonizing server.
+    create_pod(
+        kube,
+        namespace,
+        "daemonizer",
+        {
+            "restartPolicy": "Never",
+            "containers": [
+                {"name": "main", "image": "busybox", "command": ["sh", "-c", "setsid sleep 300 & sleep 0.5; echo $!"]}
+            ],
+        },
+    )
+    wait_for(lambda: get_pod(kube, namespace, "daemonizer")["status"].get("phase") == "Succeeded", 30)
+    escaped_pid = int(kubelet.logs(namespace, "daemonizer", "main"))
+    marker = kubelet.pod_worker(namespace, "daemonizer").runners[0].marker
+    wait_for(
+        lambda: not processes_with_environment(CONTAINER_MARKER, marker),
+        5,
+        describe=lambda: processes_with_environment(CONTAINER_MARKER, marker),
+    )
+    assert not Path(f"/proc/{escaped_pid}").exists() or "Z" in Path(f"/proc/{escaped_pid}/stat").read_text().split()[2]
+
+
+def test_init_containers_run_in_order_and_a_failed_one_fails_the_pod(
+    kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
+    shared = {"volumeMounts": [{"name": "shared", "mountPath": "/shared"}]}
+    step = lambda name, script: {"name": name, "image": "busybox", "command": ["sh", "-c", script], **shared}  # noqa: E731
+    create_pod(
+        kube,
+        namespace,
+        "ordered",
+        {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [
+                step("first", "sleep 0.3; echo first >> /shared/order"),
+                step("second", "echo second >> /shared/order"),
+            ],
+            "containers": [step("main", "cat /shared/order")],
+        },
+    )
+    wait_for(lambda: get_pod(kube, namespace, "ordered")["status"].get("phase") == "Succeeded", 30)
+    assert kubelet.logs(namespace, "ordered", "main") == "first\nsecond\n"
+
+    create_pod(
+        kube,
+        namespace,
+        "broken",
+        {
+            "restartPolicy": "Never",
+            "volumes": [{"name": "shared", "emptyDir": {}}],
+            "initContainers": [step("fails", "exit 7")],
+            "containers": [step("main", "echo never")],
+        },
+    )
+    pod = wait_for(lambda: (p := get_pod(kube, namespace, "broken"))["status"].get("phase") == "Failed" and p, 30)
+    assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
+    assert "running" not in pod["status"]["containerStatuses"][0]["state"]
+    assert kubelet.logs(namespace, "broken", "main") == ""
