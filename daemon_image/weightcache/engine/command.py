@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any
 
 log = logging.getLogger("weightcache.engine")
@@ -108,7 +109,13 @@ def run(args: argparse.Namespace) -> int:
         from .weights import ensure_daemons
 
         ensure_daemons(source, [args.tp_rank], args.tp_size)
-    return run_rank(opts, timeline)
+    code = run_rank(opts, timeline)
+    # Leave without interpreter teardown: destructors of a process group whose peer died can abort
+    # (SIGABRT) and turn a clean exit code into a crash; everything worth keeping is already done.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def _source(args: argparse.Namespace) -> Any:
