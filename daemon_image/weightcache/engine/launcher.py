@@ -58,6 +58,8 @@ def launch(rank_argv: list[str], tp_size: int) -> int:
     while True:
         for rank, child in children.items():
             code = child.poll()
+            if code is not None and code != 0 and rank != 0 and terminating and children[0].returncode == 0:
+                continue  # rank 0 drained and left first; a follower that noticed before its stop is fine
             if code is not None and code != 0:
                 log.error("rank exited; stopping the engine",
                           extra={"fields": {"rank": rank, "code": code, "terminating": terminating}})

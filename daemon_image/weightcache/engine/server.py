@@ -31,6 +31,8 @@ from .tokenizer import Tokenizer
 
 log = logging.getLogger("weightcache.engine.server")
 
+MAX_BODY_BYTES = 4 * 2**20  # far above any prompt that fits a context; bounds what a client can make us buffer
+
 
 @dataclass
 class EngineState:
@@ -147,7 +149,7 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
             metrics.inc("weightcache_engine_requests_total", route=route, method=request.method, code=status)
             metrics.observe("weightcache_engine_request_seconds", time.perf_counter() - started, route=route)
 
-    app = web.Application(middlewares=[observe], client_max_size=4 * 2**20)
+    app = web.Application(middlewares=[observe], client_max_size=MAX_BODY_BYTES)
     app["state"] = state
     app["inflight"] = inflight
 
@@ -211,6 +213,9 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
             if not ids:
                 raise APIError(400, "the prompt is empty", "prompt")
         limit = state.max_model_len
+        if len(ids) >= limit:
+            raise APIError(400, f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)}, "
+                                "leaving no room to generate", "prompt", "context_length_exceeded")
         max_tokens = body.max_tokens if body.max_tokens is not None else min(16, limit - len(ids))
         if not 1 <= max_tokens <= limit:
             raise APIError(400, f"max_tokens must be between 1 and {limit}, got {max_tokens}", "max_tokens")
@@ -325,6 +330,9 @@ async def _parse(request: web.Request, model: type[BaseModel]) -> Any:
         raw = await request.json(loads=json.loads)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
+    except web.HTTPRequestEntityTooLarge:
+        raise APIError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes",
+                       code="request_too_large") from None
     if not isinstance(raw, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     try:
