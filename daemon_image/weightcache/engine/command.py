@@ -41,11 +41,12 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("port", int, 8000, "HTTP port (rank 0)", ()),
     ("tp-size", int, 1, "tensor-parallel size: number of rank processes", ()),
     ("dist-addr", str, None, "host:port where rank 0 hosts the rendezvous (default: a free local port)", ()),
-    ("dist-backend", str, "auto", "torch.distributed backend: auto (nccl on GPU, gloo on CPU), gloo or nccl", ()),
-    ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer before the engine fails", ()),
+    ("dist-backend", str, "auto", "torch.distributed backend: auto (gloo: the engine computes on CPU) or gloo", ()),
+    ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer while serving before the engine fails", ()),
+    ("startup-timeout", float, 1800.0, "seconds ranks may wait for each other at start-up (rendezvous, loading)", ()),
     ("weight-cache-mode", str, "off", "off (disk), client (map from a running daemon) or daemon (spawn daemons)", ()),
     ("weight-cache-fallback", str, "disk", "client/daemon mode without a matching cache: disk or error", ()),
-    ("socket-dir", str, None, "daemon socket directory", ("WEIGHTCACHE_SOCKET_DIR",)),
+    ("socket-dir", str, None, "daemon socket directory (default: the daemon's default)", ("WEIGHTCACHE_SOCKET_DIR",)),
     ("name", str, None, "the cache's name", ("WEIGHTCACHE_NAME",)),
     ("dtype", str, "auto", "auto (from config.json), bfloat16, float16 or float32", ()),
     ("quantization", str, "none", "none or fp8 (block-wise)", ()),
@@ -64,8 +65,9 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
 def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, kind, default, text, also in FLAGS:
         value = _env(flag, default, *also)
+        envs = " or ".join((ENV_PREFIX + flag.upper().replace("-", "_"), *also))
         p.add_argument(f"--{flag}", type=kind, default=kind(value) if isinstance(value, str) and kind is not str
-                       else value, help=f"{text} [env {ENV_PREFIX}{flag.upper().replace('-', '_')}]")
+                       else value, help=f"{text} [env {envs}]")
     rank = _env("tp-rank")
     p.add_argument("--tp-rank", type=int, default=int(rank) if rank is not None else None,
                    help="run only this rank (default: launch all ranks) [env WEIGHTCACHE_ENGINE_TP_RANK]")
@@ -102,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     opts = EngineOptions(
         source=source, tp_size=args.tp_size, tp_rank=args.tp_rank,
         dist_addr=args.dist_addr or "127.0.0.1:29500", dist_backend=args.dist_backend,
-        dist_timeout_s=args.dist_timeout, host=args.host, port=args.port, served_model_name=args.served_model_name,
+        dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
         drain_timeout_s=args.drain_timeout, threads=args.threads)
     if source.mode == "daemon" and args.tp_size == 1:
@@ -121,8 +123,10 @@ def run(args: argparse.Namespace) -> int:
 def _source(args: argparse.Namespace) -> Any:
     from .weights import WeightSource
 
+    from ..daemon import default_socket_dir
+
     return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,
-                        socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
+                        socket_dir=args.socket_dir or default_socket_dir(), name=args.name, dtype=args.dtype, quantization=args.quantization,
                         weight_block_size=args.weight_block_size, revision=args.revision,
                         daemon_timeout_s=args.daemon_timeout)
 

@@ -26,9 +26,13 @@ log = logging.getLogger("weightcache.engine.parallel")
 class Group:
     """The tensor-parallel group of this process."""
 
-    def __init__(self, rank: int = 0, size: int = 1) -> None:
+    def __init__(self, rank: int = 0, size: int = 1, serving: Any = None) -> None:
         self.rank = rank
         self.size = size
+        # Serving collectives go through a group with a short timeout: a hung peer must surface
+        # quickly. Start-up (rendezvous, the report exchange after loading) uses the default group,
+        # whose long timeout tolerates ranks that load their shards at different speeds.
+        self.serving = serving
 
     @property
     def is_leader(self) -> bool:
@@ -44,19 +48,19 @@ class Group:
         # float32 keeps TP=N within rounding of TP=1.
         if tensor.dtype in (torch.bfloat16, torch.float16):
             wide = tensor.float()
-            dist.all_reduce(wide)
+            dist.all_reduce(wide, group=self.serving)
             return wide.to(tensor.dtype)
-        dist.all_reduce(tensor)
+        dist.all_reduce(tensor, group=self.serving)
         return tensor
 
-    def all_gather(self, tensor: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    def all_gather(self, tensor: torch.Tensor, dim: int = -1, startup: bool = False) -> torch.Tensor:
         """Concatenate every rank's equally shaped part along ``dim`` (vocab-parallel logits)."""
         if self.size == 1:
             return tensor
         import torch.distributed as dist
 
         parts = [torch.empty_like(tensor) for _ in range(self.size)]
-        dist.all_gather(parts, tensor.contiguous())
+        dist.all_gather(parts, tensor.contiguous(), group=None if startup else self.serving)
         return torch.cat(parts, dim=dim)
 
     def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -64,18 +68,22 @@ class Group:
         if self.size > 1:
             import torch.distributed as dist
 
-            dist.broadcast(tensor, src=0)
+            dist.broadcast(tensor, src=0, group=self.serving)
         return tensor
 
     def gather_json(self, value: Any) -> list[Any]:
-        """Every rank's JSON-serialisable value, on every rank; JSON, not pickle, on the wire."""
+        """Every rank's JSON-serialisable value, on every rank; JSON, not pickle, on the wire.
+
+        Runs on the start-up group: it is the first collective after each rank has loaded its
+        weights, so it waits as long as the slowest rank's load.
+        """
         if self.size == 1:
             return [value]
         data = torch.frombuffer(bytearray(json.dumps(value).encode()), dtype=torch.uint8)
-        sizes = self.all_gather(torch.tensor([data.numel()], dtype=torch.int64), dim=0)
+        sizes = self.all_gather(torch.tensor([data.numel()], dtype=torch.int64), dim=0, startup=True)
         padded = torch.zeros(int(sizes.max()), dtype=torch.uint8)
         padded[: data.numel()] = data
-        joined = self.all_gather(padded, dim=0).view(self.size, -1)
+        joined = self.all_gather(padded, dim=0, startup=True).view(self.size, -1)
         return [json.loads(bytes(joined[r, : int(sizes[r])].tolist()).decode()) for r in range(self.size)]
 
     def close(self) -> None:
@@ -86,19 +94,25 @@ class Group:
                 dist.destroy_process_group()
 
 
-def init_group(rank: int, size: int, dist_addr: str, backend: str = "auto", timeout_s: float = 30.0) -> Group:
-    """Join the rendezvous at ``host:port`` (rank 0 listens there); one rank needs none."""
+def init_group(rank: int, size: int, dist_addr: str, backend: str = "gloo", timeout_s: float = 30.0,
+               startup_timeout_s: float = 1800.0) -> Group:
+    """Join the rendezvous at ``host:port`` (rank 0 listens there); one rank needs none.
+
+    ``startup_timeout_s`` bounds the rendezvous and the wait for the slowest rank's weights;
+    ``timeout_s`` bounds every collective while serving.
+    """
     if size == 1:
         return Group()
     import torch.distributed as dist
 
     if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        backend = "gloo"  # the engine computes on CPU tensors; see docs/engine.md for the GPU plan
     host, _, port = dist_addr.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--dist-addr must be host:port, got {dist_addr!r}")
     dist.init_process_group(backend, init_method=f"tcp://{host}:{port}", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+                            timeout=datetime.timedelta(seconds=startup_timeout_s))
+    serving = dist.new_group(list(range(size)), timeout=datetime.timedelta(seconds=timeout_s), backend=backend)
     log.info("distributed group joined", extra={"fields": {"rank": rank, "size": size, "backend": backend,
                                                             "addr": dist_addr}})
-    return Group(rank, size)
+    return Group(rank, size, serving)

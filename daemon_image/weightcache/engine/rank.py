@@ -43,6 +43,7 @@ class EngineOptions:
     dist_addr: str = "127.0.0.1:29500"
     dist_backend: str = "auto"
     dist_timeout_s: float = 30.0
+    startup_timeout_s: float = 1800.0
     host: str = "127.0.0.1"
     port: int = 8000
     served_model_name: str | None = None
@@ -75,7 +76,8 @@ def run_rank(opts: EngineOptions, timeline: Timeline) -> int:
 
 def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[str, Any]]]:
     """Distributed init → weights → model; returns the worker and every rank's start-up report."""
-    group: Group = init_group(opts.tp_rank, opts.tp_size, opts.dist_addr, opts.dist_backend, opts.dist_timeout_s)
+    group: Group = init_group(opts.tp_rank, opts.tp_size, opts.dist_addr, opts.dist_backend, opts.dist_timeout_s,
+                              opts.startup_timeout_s)
     timeline.mark("distributed_init")
     cfg = ModelConfig.from_checkpoint(opts.source.model)
     weights, report = load_rank(opts.source, Layout(opts.tp_size, opts.tp_rank))
