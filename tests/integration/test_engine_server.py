@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from engine_process import Engine, EngineFactory, engines, request, stream
 
+from weightcache.engine.launcher import free_port
+
 PROMPTS = ["The weight cache", "Once upon a time", "def add(a, b):"]
 CHAT = [{"role": "system", "content": "You count."}, {"role": "user", "content": "one, two,"}]
 
@@ -292,3 +294,23 @@ def test_daemon_mode_spawns_daemons_once_and_later_starts_map_them(llama, socket
             deadline = time.monotonic() + 30
             while RankFiles(socket_dir, "own", 0).lock_is_held() and time.monotonic() < deadline:
                 time.sleep(0.05)
+
+
+def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(llama, start_engine) -> None:
+    # How a supervisor may run ranks as separate processes (e.g. one container per rank).
+    common = ("--tp-size", "2", "--dist-addr", f"127.0.0.1:{free_port()}")
+    leader = start_engine(llama, *common, "--tp-rank", "0", wait=False)
+    deadline = time.monotonic() + 60
+    while ready_status(leader) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)
+    assert leader.get("/health").status == 200  # liveness answers while rank 1 is missing
+    not_ready = leader.get("/ready")
+    assert not_ready.status == 503 and not_ready.body["reason"] == "starting"
+    assert leader.post("/v1/completions", {"prompt": "hi"}).body["error"]["code"] == "not_ready"
+    follower = start_engine(llama, *common, "--tp-rank", "1", "--port", "0", wait=False)
+    leader.wait_ready(60)
+    assert [r["rank"] for r in ranks_of(leader)] == [0, 1] and ranks_of(leader)[1]["pid"] == follower.proc.pid
+    assert leader.complete(PROMPTS[0], max_tokens=4)["usage"]["completion_tokens"] >= 1
+    assert leader.stop() == 0
+    assert wait_exit(follower, 30) == 0  # rank 0 drained, then told rank 1 to stop

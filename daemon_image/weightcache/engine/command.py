@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port, served_model_name=args.served_model_name,
         max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
         drain_timeout_s=args.drain_timeout, threads=args.threads)
-    if source.mode == "daemon" and args.tp_size == 1:
+    if source.mode == "daemon":  # a no-op probe when the launcher has already seen to all ranks
         from .weights import ensure_daemons
 
         ensure_daemons(source, [args.tp_rank], args.tp_size)
