@@ -22,7 +22,7 @@ def test_metrics_render_prometheus_text_with_escaped_labels_and_cumulative_bucke
         m.observe("lat", v)
     text = m.render()
     assert '# TYPE x_total counter\nx_total{code="200",route="/v1/completions"} 3\n' in text
-    assert 'y{reason="say \\"hi\\" there"} 1.5' in text
+    assert 'y{reason="say \\"hi\\"\\nthere"} 1.5' in text
     assert 'lat_bucket{le="0.005"} 1' in text and 'lat_bucket{le="0.25"} 2' in text
     assert 'lat_bucket{le="60"} 2' in text and 'lat_bucket{le="+Inf"} 3' in text and "lat_count 3" in text
     sample = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_]+="([^"\\]|\\.)*",?)*\})? \S+$')

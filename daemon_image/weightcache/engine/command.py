@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
     opts = EngineOptions(
         source=source, tp_size=args.tp_size, tp_rank=args.tp_rank,
         dist_addr=args.dist_addr or "127.0.0.1:29500", dist_backend=args.dist_backend,
-        dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port, served_model_name=args.served_model_name,
-        max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
+        dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port,
+        served_model_name=args.served_model_name, max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
         drain_timeout_s=args.drain_timeout, threads=args.threads)
     if source.mode == "daemon":  # a no-op probe when the launcher has already seen to all ranks
         from .weights import ensure_daemons
@@ -126,8 +126,8 @@ def _source(args: argparse.Namespace) -> Any:
     from ..daemon import default_socket_dir
 
     return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,
-                        socket_dir=args.socket_dir or default_socket_dir(), name=args.name, dtype=args.dtype, quantization=args.quantization,
-                        weight_block_size=args.weight_block_size, revision=args.revision,
+                        socket_dir=args.socket_dir or default_socket_dir(), name=args.name, dtype=args.dtype,
+                        quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
                         daemon_timeout_s=args.daemon_timeout)
 
 

@@ -13,12 +13,15 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0
 Labels = tuple[tuple[str, str], ...]
 
 
+def _escape(value: str) -> str:
+    """Label values escape backslash, double quote and newline (the exposition format's rule)."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _labels(labels: Labels) -> str:
     if not labels:
         return ""
-    escaped = (f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34)).replace(chr(10), " ")}"'
-               for k, v in labels)
-    return "{" + ",".join(escaped) + "}"
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
 
 
 class Metrics:
