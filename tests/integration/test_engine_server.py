@@ -124,6 +124,28 @@ def test_concurrent_requests_get_what_they_would_get_alone(tp1_engine: Engine) -
     assert sampled[0] == sampled[1] != alone[PROMPTS[0] + " 0"]
 
 
+def test_stop_strings_end_the_completion_at_the_token_that_completes_them(tp1_engine: Engine,
+                                                                           checkpoint_factory) -> None:
+    from weightcache.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer(checkpoint_factory(family="llama"))  # the engine's checkpoint (session-cached)
+    full = tp1_engine.complete(PROMPTS[1], max_tokens=24, ignore_eos=True)["choices"][0]
+    text = full["text"]
+    # A random model emits invalid UTF-8 now and then; take an ASCII pair from the second half.
+    pairs = [text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].isascii()
+             and text[i:i + 2].strip() == text[i:i + 2]]
+    assert pairs, full
+    stop = pairs[0]
+    cut = tp1_engine.complete(PROMPTS[1], max_tokens=24, ignore_eos=True, stop=[stop])["choices"][0]
+    n = len(cut["token_ids"])
+    assert cut["finish_reason"] == "stop" and n < 24 and full["token_ids"][:n] == cut["token_ids"]
+    assert stop not in cut["text"]
+    assert stop in tok.decode(cut["token_ids"]) and stop not in tok.decode(cut["token_ids"][:-1])
+    events = stream(tp1_engine.port, "/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0,
+                                                         "ignore_eos": True, "stop": stop})
+    assert stream_text(events)[0::2] == (cut["text"], "stop")
+
+
 BAD_REQUESTS = [
     ("/v1/completions", b'{"prompt": "hi", ', 400, "invalid_json", None),
     ("/v1/completions", b'["prompt"]', 400, "invalid_json", None),

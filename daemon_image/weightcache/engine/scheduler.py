@@ -221,14 +221,10 @@ class Leader:
         request.generated.append(token)
         if request.first_token_at is None:
             request.first_token_at = time.monotonic()
-        finish = None
-        if token in self.tokenizer.eos_token_ids and not request.params.ignore_eos:
-            finish = "stop"
-            delta = ""
-        else:
-            delta, finish = self._text_delta(request)
-        if finish is None and len(request.generated) >= request.params.max_tokens:
-            finish = "length"
+        eos = token in self.tokenizer.eos_token_ids and not request.params.ignore_eos
+        at_limit = len(request.generated) >= request.params.max_tokens
+        delta, stopped = self._text_delta(request, final=eos or at_limit)
+        finish = "stop" if eos or stopped else "length" if at_limit else None
         event = Event("token", text=delta, token_id=token, prompt_tokens=len(request.prompt_ids),
                       completion_tokens=len(request.generated))
         request.sink(event)
@@ -243,22 +239,23 @@ class Leader:
         request.sink(Event("done", finish_reason=reason, prompt_tokens=len(request.prompt_ids),
                            completion_tokens=len(request.generated)))
 
-    def _text_delta(self, request: Request) -> tuple[str, str | None]:
-        """New text since the last event; holds back a partial UTF-8 character; applies stop strings."""
+    def _text_delta(self, request: Request, final: bool) -> tuple[str, bool]:
+        """New text since the last event, and whether a stop string ended it.
+
+        A token can end in the middle of a UTF-8 character; its text is held back until the next
+        token completes it, or sent as it is when this is the request's last token.
+        """
         ids = [t for t in request.generated if t not in self.tokenizer.eos_token_ids]
         text = self.tokenizer.decode(ids)
-        if text.endswith("\ufffd"):
-            return "", None
         for stop in request.params.stop:
             at = text.find(stop, max(len(request.text) - len(stop), 0))
             if at >= 0:
-                text = text[:at]
-                delta = text[len(request.text):]
-                request.text = text
-                return delta, "stop"
-        delta = text[len(request.text):]
-        request.text = text
-        return delta, None
+                delta, request.text = text[len(request.text):at], text[:at]
+                return delta, True
+        if text.endswith("\ufffd") and not final:
+            return "", False
+        delta, request.text = text[len(request.text):], text
+        return delta, False
 
     @staticmethod
     def _sample(logits: torch.Tensor, request: Request) -> int:
