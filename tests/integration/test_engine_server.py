@@ -336,3 +336,14 @@ def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(l
     assert leader.complete(PROMPTS[0], max_tokens=4)["usage"]["completion_tokens"] >= 1
     assert leader.stop() == 0
     assert wait_exit(follower, 30) == 0  # rank 0 drained, then told rank 1 to stop
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--tp-size", "3"), "not divisible by tensor-parallel size 3"),
+    (("--weight-cache-mode", "client"), "needs --socket-dir and --name"),
+    (("--weight-cache-mode", "sometimes"), "must be one of off, client, daemon"),
+])
+def test_a_misconfigured_engine_exits_2_before_starting_anything(llama, start_engine, args, words) -> None:
+    engine = start_engine(llama, *args, wait=False)
+    assert wait_exit(engine, 60) == 2
+    assert words in engine.output() and "ranks started" not in engine.output()

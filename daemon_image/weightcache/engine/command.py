@@ -90,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.model:
         raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")
+    from .config import ModelConfig
+
+    ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size)  # fail before starting anything
+    _source(args)
     if args.tp_rank is None and args.tp_size > 1:
         return _launch(args)
     if args.tp_rank is None:

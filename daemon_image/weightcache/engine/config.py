@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import UnsupportedArchitecture
+from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
@@ -68,4 +68,17 @@ class ModelConfig:
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path) -> "ModelConfig":
-        return cls.from_dict(json.loads((Path(model_dir) / "config.json").read_text()))
+        path = Path(model_dir) / "config.json"
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from None
+        except KeyError as exc:
+            raise CheckpointError(f"{path} lacks {exc}") from None
+
+    def check_tensor_parallel(self, tp_size: int) -> None:
+        """Refuse a tp size that does not split heads, kv heads, MLP and vocabulary evenly."""
+        for what, value in (("num_attention_heads", self.num_heads), ("num_key_value_heads", self.num_kv_heads),
+                            ("intermediate_size", self.intermediate_size), ("vocab_size", self.vocab_size)):
+            if value % tp_size:
+                raise ShardingError(f"{what}={value} is not divisible by tensor-parallel size {tp_size}")
