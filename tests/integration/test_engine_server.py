@@ -57,6 +57,7 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
 
     assert [r["weights"]["mode"] for r in ranks_of(cached)] == ["cache", "cache"]
     assert all(r["weights"]["bytes_mapped"] > 0 and r["weights"]["bytes_loaded"] == 0 for r in ranks_of(cached))
+    assert all(r["weights"]["weights_in_arena"] is True for r in ranks_of(cached))  # the serving model's own check
     assert [r["weights"]["mode"] for r in ranks_of(disk)] == ["disk", "disk"]
     assert all(r["weights"]["bytes_loaded"] > 0 for r in ranks_of(disk))
     metrics = cached.get("/metrics").body

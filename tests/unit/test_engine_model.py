@@ -145,9 +145,12 @@ def test_weights_are_used_in_place_never_copied(checkpoint_factory) -> None:
     ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)
     model, weights = engine_model(ckpt, "bfloat16")
     ptrs = {name: t.data_ptr() for name, t in weights.tensors.items()}
+    seen = set()
     for name, tensor in model.weights():
         target = weights.aliases.get(name, name)
         assert tensor.data_ptr() == ptrs[target], name
+        seen.add(target)
+    assert seen == set(weights.tensors)  # the check covers every tensor, biases and norms included
     assert model.lm_head.weight.data_ptr() == model.embed.data_ptr()
 
 

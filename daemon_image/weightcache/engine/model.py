@@ -217,12 +217,22 @@ class Model:
             raise BindError(f"{len(unused)} weight(s) have no place in the model, e.g. {unused[0]!r}")
 
     def weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every weight tensor the forward pass reads, by name (for zero-copy checks)."""
+        """Every tensor the forward pass reads, by name (for zero-copy checks)."""
         yield "model.embed_tokens.weight", self.embed
         for layer in self.layers:
+            p = f"model.layers.{layer.index}."
             for lin in layer.linears():
                 yield lin.name + ".weight", lin.weight
-            yield f"model.layers.{layer.index}.input_layernorm.weight", layer.input_norm.weight
+                if lin.bias is not None:
+                    yield lin.name + ".bias", lin.bias
+                if lin.scale_inv is not None:
+                    yield lin.name + ".weight" + SCALE_SUFFIX, lin.scale_inv
+            yield p + "input_layernorm.weight", layer.input_norm.weight
+            yield p + "post_attention_layernorm.weight", layer.post_norm.weight
+            if layer.q_norm is not None and layer.k_norm is not None:
+                yield p + "self_attn.q_norm.weight", layer.q_norm.weight
+                yield p + "self_attn.k_norm.weight", layer.k_norm.weight
+        yield "model.norm.weight", self.norm.weight
         yield "lm_head.weight", self.lm_head.weight
 
     def new_cache(self, capacity: int) -> KVCache:
