@@ -7,6 +7,7 @@ serving when the daemon dies (the engine holds its own reference to the mapped m
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -348,3 +349,45 @@ def test_a_misconfigured_engine_exits_2_before_starting_anything(llama, start_en
     engine = start_engine(llama, *args, wait=False)
     assert wait_exit(engine, 60) == 2
     assert words in engine.output() and "ranks started" not in engine.output()
+
+
+def test_drain_deadline_ends_unfinished_requests_with_an_error_and_exits_zero(llama, start_engine) -> None:
+    engine = start_engine(llama, "--drain-timeout", "0.5")
+    import json
+    import urllib.request
+
+    body = {"prompt": PROMPTS[0], "max_tokens": 500, "temperature": 0, "ignore_eos": True, "stream": True}
+    req = urllib.request.Request(f"http://127.0.0.1:{engine.port}/v1/completions", data=json.dumps(body).encode(),
+                                 method="POST")
+    chunks = []
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        for line in resp:
+            if line.startswith(b"data: "):
+                chunks.append(line[6:].strip())
+                if len(chunks) == 1:
+                    engine.proc.send_signal(signal.SIGTERM)
+    assert wait_exit(engine, 30) == 0
+    assert chunks[-1] == b"[DONE]"
+    error = json.loads(chunks[-2])["error"]
+    assert error["type"] == "server_error" and "stopped before this request finished" in error["message"]
+    assert len(chunks) - 2 < 500
+
+
+def test_a_client_that_goes_away_stops_its_generation(tp1_engine: Engine) -> None:
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection("127.0.0.1", tp1_engine.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps({
+        "prompt": PROMPTS[2], "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True}))
+    resp = conn.getresponse()
+    assert resp.readline().startswith(b"data: ")
+    conn.sock.close()  # hang up mid-stream
+    conn.close()
+    deadline = time.monotonic() + 10
+    while "reason=cancelled" not in tp1_engine.output() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    finished = re.search(r"msg=\"request finished\" .*reason=cancelled completion_tokens=(\d+)", tp1_engine.output())
+    assert finished and int(finished.group(1)) < 120, tp1_engine.output()[-2000:]
+    assert "weightcache_engine_active_requests 0\n" in tp1_engine.get("/metrics").body
+    assert tp1_engine.complete(PROMPTS[0], max_tokens=3)["usage"]["completion_tokens"] >= 1

@@ -234,6 +234,9 @@ class Leader:
         return True
 
     def _finish(self, request: Request, reason: str) -> None:
+        log.log(logging.INFO if reason == "cancelled" else logging.DEBUG, "request finished", extra={"fields": {
+            "slot": request.slot, "reason": reason, "completion_tokens": len(request.generated),
+            "prompt_tokens": len(request.prompt_ids), "seconds": f"{time.monotonic() - request.created:.3f}"}})
         self._send([OP_FREE, request.slot, 0, 0])
         self.worker.apply([OP_FREE, request.slot, 0, 0], None)
         request.sink(Event("done", finish_reason=reason, prompt_tokens=len(request.prompt_ids),
