@@ -89,12 +89,22 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
     text, _, finish = stream_text(events)
     assert (text, finish) == (chat_want["choices"][0]["message"]["content"], chat_want["choices"][0]["finish_reason"])
 
-    kill_daemon_group(daemon)  # mid-serving: the mapped memory stays valid for the engine
+    # A hot standby maps the same arenas while the active engine serves.
+    standby = start_engine(llama, "--tp-size", "2", "--weight-cache-mode", "client", "--weight-cache-fallback",
+                           "error", "--socket-dir", daemon.socket_dir, "--name", daemon.name)
+    assert [r["weights"]["mode"] for r in ranks_of(standby)] == ["cache", "cache"]
+
+    kill_daemon_group(daemon)  # mid-serving: the mapped memory stays valid for the engines
     assert not any(f.lock_is_held() for f in daemon.files)
     for prompt in PROMPTS:
         got = cached.complete(prompt, max_tokens=12)["choices"][0]
         assert (got["token_ids"], got["text"]) == (expected[prompt]["token_ids"], expected[prompt]["text"])
     assert cached.get("/ready").status == 200
+
+    os.killpg(cached.proc.pid, signal.SIGKILL)  # the active engine dies too: the standby carries on
+    for prompt in PROMPTS:
+        got = standby.complete(prompt, max_tokens=12)["choices"][0]
+        assert (got["token_ids"], got["text"]) == (expected[prompt]["token_ids"], expected[prompt]["text"])
 
 
 @pytest.fixture(scope="module")
