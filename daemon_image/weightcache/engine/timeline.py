@@ -17,15 +17,20 @@ PHASES = ("imports", "distributed_init", "weights_bound", "warmup", "ready")
 
 
 def process_start_time() -> float:
-    """Wall-clock time at which this process started, per the kernel; now if /proc is unavailable."""
+    """Wall-clock time at which this process started, per the kernel; now if /proc is unavailable.
+
+    The age comes from /proc/uptime (10 ms resolution) minus the start time in clock ticks since
+    boot; /proc/stat's btime would do too, but it is rounded to whole seconds.
+    """
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         start_ticks = int(fields[19])  # field 22 of stat(5); counted after the ")" that ends the name
-        with open("/proc/stat") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
-        return boot + start_ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, StopIteration, IndexError):
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        age = uptime - start_ticks / os.sysconf("SC_CLK_TCK")
+        return time.time() - max(age, 0.0)
+    except (OSError, ValueError, IndexError):
         return time.time()
 
 
