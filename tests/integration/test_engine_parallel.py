@@ -42,7 +42,7 @@ from weightcache.sharding import Layout
 model_dir, rank, size, addr, out, mode, socket_dir, name, dtype, quant = sys.argv[1:]
 rank, size = int(rank), int(size)
 torch.set_num_threads(1)
-group = init_group(rank, size, addr, "gloo", 60)
+group = init_group(rank, size, addr, "cpu", 60)
 source = WeightSource(model=model_dir, mode=mode, socket_dir=socket_dir or None, name=name or None,
                       dtype=dtype, quantization=quant, fallback="error")
 weights, report = load_rank(source, Layout(size, rank))

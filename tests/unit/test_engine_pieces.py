@@ -67,3 +67,15 @@ def test_timeline_starts_at_the_process_start_and_orders_phases() -> None:
     assert list(d) == ["imports", "distributed_init", "weights_bound", "warmup", "ready"]
     assert d["imports"] >= 1.0 and all(v >= 0 for v in d.values())
     assert abs(sum(d.values()) - t.marks["ready"]) < 1e-9
+
+
+def test_each_gpu_rank_gets_its_own_device_from_the_visible_list() -> None:
+    import pytest
+
+    from weightcache.engine.launcher import rank_gpus
+    from weightcache.errors import WeightCacheError
+
+    assert rank_gpus(2, None) == ["0", "1"]
+    assert rank_gpus(2, "GPU-aaa, GPU-bbb,GPU-ccc") == ["GPU-aaa", "GPU-bbb"]
+    with pytest.raises(WeightCacheError, match="needs 4 GPUs"):
+        rank_gpus(4, "3,5")

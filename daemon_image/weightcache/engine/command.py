@@ -41,7 +41,6 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("port", int, 8000, "HTTP port (rank 0)", ()),
     ("tp-size", int, 1, "tensor-parallel size: number of rank processes", ()),
     ("dist-addr", str, None, "host:port where rank 0 hosts the rendezvous (default: a free local port)", ()),
-    ("dist-backend", str, "auto", "torch.distributed backend: auto (gloo: the engine computes on CPU) or gloo", ()),
     ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer while serving before the engine fails", ()),
     ("startup-timeout", float, 1800.0, "seconds ranks may wait for each other at start-up (rendezvous, loading)", ()),
     ("weight-cache-mode", str, "off", "off (disk), client (map from a running daemon) or daemon (spawn daemons)", ()),
@@ -52,6 +51,8 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("quantization", str, "none", "none or fp8 (block-wise)", ()),
     ("weight-block-size", _block, None, "fp8 block, default 128,128", ()),
     ("revision", str, "", "model revision recorded in the fingerprint", ()),
+    ("backend", str, "cpu-shm", "arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU "
+                                "that holds the weights, one GPU per rank, and all-reduces with nccl", ()),
     ("served-model-name", str, None, "model id in the API (default: the checkpoint directory's name)", ()),
     ("max-model-len", int, None, "context length (default and maximum: max_position_embeddings)", ()),
     ("max-active", int, 8, "requests decoded concurrently (interleaved token by token)", ()),
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     source = _source(args)
     opts = EngineOptions(
         source=source, tp_size=args.tp_size, tp_rank=args.tp_rank,
-        dist_addr=args.dist_addr or "127.0.0.1:29500", dist_backend=args.dist_backend,
+        dist_addr=args.dist_addr or "127.0.0.1:29500",
         dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port,
         served_model_name=args.served_model_name, max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
         drain_timeout_s=args.drain_timeout, threads=args.threads)
@@ -125,14 +126,13 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace) -> Any:
-    from .weights import WeightSource
-
     from ..daemon import default_socket_dir
+    from .weights import WeightSource
 
     return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,
                         socket_dir=args.socket_dir or default_socket_dir(), name=args.name, dtype=args.dtype,
-                        quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
-                        daemon_timeout_s=args.daemon_timeout)
+                        quantization=args.quantization, weight_block_size=args.weight_block_size,
+                        revision=args.revision, backend=args.backend, daemon_timeout_s=args.daemon_timeout)
 
 
 def _launch(args: argparse.Namespace) -> int:
@@ -145,4 +145,4 @@ def _launch(args: argparse.Namespace) -> int:
 
         done = ensure_daemons(source, list(range(args.tp_size)), args.tp_size)
         log.info("daemons", extra={"fields": {k: v for k, v in done.items() if v is not None}})
-    return launch(_rank_argv(args, overrides), args.tp_size)
+    return launch(_rank_argv(args, overrides), args.tp_size, gpus=source.device == "cuda")

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+
+from ..errors import WeightCacheError
 
 log = logging.getLogger("weightcache.engine.launcher")
 
@@ -35,12 +38,26 @@ def _die_with_parent() -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def launch(rank_argv: list[str], tp_size: int) -> int:
-    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every rank; returns the engine's exit code."""
+def rank_gpus(tp_size: int, visible: str | None) -> list[str]:
+    """The GPU each rank sees as its only device: the r-th of CUDA_VISIBLE_DEVICES, or GPU r."""
+    devices = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(r) for r in range(tp_size)]
+    if len(devices) < tp_size:
+        raise WeightCacheError(f"--tp-size {tp_size} needs {tp_size} GPUs; CUDA_VISIBLE_DEVICES lists {visible!r}")
+    return devices[:tp_size]
+
+
+def launch(rank_argv: list[str], tp_size: int, gpus: bool = False) -> int:
+    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every rank; returns the engine's exit code.
+
+    With ``gpus``, rank r runs with CUDA_VISIBLE_DEVICES set to its own GPU only, so every rank
+    computes on its device 0 and nccl sees one distinct GPU per rank.
+    """
+    devices = rank_gpus(tp_size, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else []
     children: dict[int, subprocess.Popen[bytes]] = {}
     for rank in range(tp_size):
         argv = [sys.executable, "-m", "weightcache", "engine", *rank_argv, "--tp-rank", str(rank)]
-        children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL)
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[rank]} if gpus else None
+        children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, env=env)
     log.info("ranks started", extra={"fields": {"pids": ",".join(str(c.pid) for c in children.values())}})
 
     terminating = False

@@ -80,6 +80,8 @@ class Rotary:
         self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
     def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
         freqs = positions.float()[:, None] * self.inv_freq[None, :]
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().to(dtype), emb.sin().to(dtype)
@@ -100,9 +102,10 @@ class KVCache:
     length: int = 0
 
     @classmethod
-    def allocate(cls, layers: int, kv_heads: int, capacity: int, head_dim: int, dtype: torch.dtype) -> "KVCache":
+    def allocate(cls, layers: int, kv_heads: int, capacity: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> "KVCache":
         shape = (layers, kv_heads, capacity, head_dim)
-        return cls(torch.empty(shape, dtype=dtype), torch.empty(shape, dtype=dtype))
+        return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
 
     @property
     def capacity(self) -> int:
@@ -158,7 +161,7 @@ class DecoderLayer:
             values = values.repeat_interleave(group, dim=0)
         mask = None
         if n > 1:  # query i sits at position past+i and sees keys 0..past+i
-            mask = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)
+            mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(diagonal=past)
         out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.head_dim**-0.5)
         return self.group.all_reduce(self.o(out.transpose(0, 1).reshape(n, self.heads * self.head_dim)))
 
@@ -207,6 +210,7 @@ class Model:
         self.vocab_start = group.rank * vocab_part
         self.embed = get("model.embed_tokens.weight", (vocab_part, cfg.hidden_size))
         self.dtype = self.embed.dtype
+        self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
         self.layers = [DecoderLayer(i, cfg, group, get) for i in range(cfg.num_layers)]
         self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
         self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
@@ -237,7 +241,7 @@ class Model:
 
     def new_cache(self, capacity: int) -> KVCache:
         return KVCache.allocate(self.cfg.num_layers, self.cfg.num_kv_heads // self.group.size, capacity,
-                                self.cfg.head_dim, self.dtype)
+                                self.cfg.head_dim, self.dtype, self.device)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         if self.group.size == 1:
@@ -253,7 +257,8 @@ class Model:
         n = ids.shape[0]
         if cache.length + n > cache.capacity:
             raise ValueError(f"KV cache of {cache.capacity} positions cannot take {cache.length} + {n}")
-        positions = torch.arange(cache.length, cache.length + n)
+        ids = ids.to(self.device)
+        positions = torch.arange(cache.length, cache.length + n, device=self.device)
         cos, sin = self.rotary.tables(positions, self.dtype)
         x = self.embed_tokens(ids)
         for layer in self.layers:

@@ -41,7 +41,6 @@ class EngineOptions:
     tp_size: int = 1
     tp_rank: int = 0
     dist_addr: str = "127.0.0.1:29500"
-    dist_backend: str = "auto"
     dist_timeout_s: float = 30.0
     startup_timeout_s: float = 1800.0
     host: str = "127.0.0.1"
@@ -76,7 +75,10 @@ def run_rank(opts: EngineOptions, timeline: Timeline) -> int:
 
 def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[str, Any]]]:
     """Distributed init → weights → model; returns the worker and every rank's start-up report."""
-    group: Group = init_group(opts.tp_rank, opts.tp_size, opts.dist_addr, opts.dist_backend, opts.dist_timeout_s,
+    if opts.source.device == "cuda":
+        # The launcher gives each rank one visible GPU (CUDA_VISIBLE_DEVICES), so it is device 0.
+        torch.cuda.set_device(0)
+    group: Group = init_group(opts.tp_rank, opts.tp_size, opts.dist_addr, opts.source.device, opts.dist_timeout_s,
                               opts.startup_timeout_s)
     timeline.mark("distributed_init")
     cfg = ModelConfig.from_checkpoint(opts.source.model)

@@ -85,7 +85,7 @@ class Worker:
 
     def exchange(self, header: torch.Tensor) -> torch.Tensor:
         try:
-            return self.group.all_reduce(header)
+            return self.group.exchange(header)
         except RuntimeError as exc:
             raise RankFailure(f"rank {self.group.rank}: lost the tensor-parallel group: {exc}") from exc
 
@@ -107,7 +107,7 @@ class Worker:
     def tokens(self, n: int, ids: list[int] | None = None) -> torch.Tensor:
         tokens = torch.tensor(ids, dtype=torch.int64) if ids is not None else torch.zeros(n, dtype=torch.int64)
         try:
-            return self.group.broadcast(tokens)
+            return self.group.broadcast_tokens(tokens)
         except RuntimeError as exc:
             raise RankFailure(f"rank {self.group.rank}: lost the tensor-parallel group: {exc}") from exc
 
@@ -217,7 +217,7 @@ class Leader:
         tokens = self.worker.tokens(len(ids), ids)
         logits = self.worker.apply(header, tokens)
         assert logits is not None
-        token = self._sample(logits[-1], request)
+        token = self._sample(logits[-1].cpu(), request)  # CPU: the request's generator lives there
         request.generated.append(token)
         if request.first_token_at is None:
             request.first_token_at = time.monotonic()

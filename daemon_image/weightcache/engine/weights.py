@@ -32,6 +32,8 @@ log = logging.getLogger("weightcache.engine.weights")
 
 Mode = Literal["off", "client", "daemon"]
 MODES: tuple[str, ...] = ("off", "client", "daemon")
+# Arena backends whose tensors live in GPU memory: with them the engine computes on that GPU.
+GPU_BACKENDS: tuple[str, ...] = ("cuda-vmm", "cuda-ipc")
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,13 @@ class WeightSource:
     quantization: str = "none"
     weight_block_size: tuple[int, int] | None = None
     revision: str = ""
+    backend: str = "cpu-shm"
     daemon_timeout_s: float = 600.0
+
+    @property
+    def device(self) -> str:
+        """Where this engine's weights, and so its computation, live."""
+        return "cuda" if self.backend in GPU_BACKENDS else "cpu"
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -60,12 +68,14 @@ def load_rank(source: WeightSource, layout: Layout) -> tuple[Weights, dict[str, 
     """This rank's weights and its report (``mode_requested`` + the client's own report)."""
     if source.mode == "off":
         expected = expect(source.model, layout, dtype=source.dtype, quantization=source.quantization,
-                          weight_block_size=source.weight_block_size, revision=source.revision)
+                          weight_block_size=source.weight_block_size, revision=source.revision,
+                          backend=source.backend)
         weights = load_from_disk(expected)
     else:
         weights = load_weights(source.model, layout, socket_dir=source.socket_dir, name=source.name,
                                fallback=source.fallback, dtype=source.dtype, quantization=source.quantization,
-                               weight_block_size=source.weight_block_size, revision=source.revision)
+                               weight_block_size=source.weight_block_size, revision=source.revision,
+                               backend=source.backend)
     report = {"rank": layout.rank, "mode_requested": source.mode, **weights.report()}
     return weights, report
 
@@ -84,7 +94,7 @@ def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, log_dir
     # A live daemon on some rank would refuse a second one on the same rank: only spawn the missing.
     missing = [r for r in ranks if not RankFiles(source.socket_dir, source.name, r).lock_is_held()]
     argv = [sys.executable, "-m", "weightcache", "daemon", "--model", source.model, "--dtype", source.dtype,
-            "--quantization", source.quantization, "--revision", source.revision,
+            "--quantization", source.quantization, "--revision", source.revision, "--backend", source.backend,
             "--socket-dir", source.socket_dir, "--name", source.name, "--tp-size", str(tp_size),
             "--ranks", ",".join(str(r) for r in missing)]
     if source.weight_block_size:
