@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from engine_process import Engine, EngineFactory, engines, request, stream
 
 from weightcache.engine.launcher import free_port
@@ -354,6 +355,8 @@ def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(l
     (("--tp-size", "3"), "not divisible by tensor-parallel size 3"),
     (("--weight-cache-mode", "client"), "needs --socket-dir and --name"),
     (("--weight-cache-mode", "sometimes"), "must be one of off, client, daemon"),
+    pytest.param(("--backend", "cuda-vmm"), "sees no CUDA device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
 ])
 def test_a_misconfigured_engine_exits_2_before_starting_anything(llama, start_engine, args, words) -> None:
     engine = start_engine(llama, *args, wait=False)

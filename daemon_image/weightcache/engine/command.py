@@ -94,7 +94,12 @@ def run(args: argparse.Namespace) -> int:
     from .config import ModelConfig
 
     ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size)  # fail before starting anything
-    _source(args)
+    if _source(args).device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise WeightCacheError(f"--backend {args.backend} keeps weights in GPU memory, but this process sees no "
+                                   "CUDA device; use --backend cpu-shm here")
     if args.tp_rank is None and args.tp_size > 1:
         return _launch(args)
     if args.tp_rank is None:
