@@ -79,3 +79,20 @@ def test_each_gpu_rank_gets_its_own_device_from_the_visible_list() -> None:
     assert rank_gpus(2, "GPU-aaa, GPU-bbb,GPU-ccc") == ["GPU-aaa", "GPU-bbb"]
     with pytest.raises(WeightCacheError, match="needs 4 GPUs"):
         rank_gpus(4, "3,5")
+
+
+def test_engine_flags_come_from_the_environment_and_the_command_line_wins(monkeypatch) -> None:
+    from weightcache.cli import build_parser
+
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_MODEL", "/models/m")
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_TP_SIZE", "4")
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_WEIGHT_BLOCK_SIZE", "64,64")
+    monkeypatch.setenv("WEIGHTCACHE_SOCKET_DIR", "/run/wc")
+    monkeypatch.setenv("WEIGHTCACHE_NAME", "qwen")
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_PORT", "not-a-port")
+    args = build_parser().parse_args(["engine", "--port", "9000"])
+    assert (args.model, args.tp_size, args.weight_block_size, args.socket_dir, args.name, args.port) == (
+        "/models/m", 4, (64, 64), "/run/wc", "qwen", 9000)
+    assert args.tp_rank is None
+    # A bad environment value breaks only the engine command, and as a usage error.
+    assert build_parser().parse_args(["probe", "--name", "x"]).command == "probe"

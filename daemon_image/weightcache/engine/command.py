@@ -67,10 +67,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     for flag, kind, default, text, also in FLAGS:
         value = _env(flag, default, *also)
         envs = " or ".join((ENV_PREFIX + flag.upper().replace("-", "_"), *also))
-        p.add_argument(f"--{flag}", type=kind, default=kind(value) if isinstance(value, str) and kind is not str
-                       else value, help=f"{text} [env {envs}]")
-    rank = _env("tp-rank")
-    p.add_argument("--tp-rank", type=int, default=int(rank) if rank is not None else None,
+        # A string default (from the environment) is converted by argparse only when `engine` is the
+        # command, so a bad value is a clean usage error there and harmless to other commands.
+        p.add_argument(f"--{flag}", type=kind, default=value, help=f"{text} [env {envs}]")
+    p.add_argument("--tp-rank", type=int, default=_env("tp-rank"),
                    help="run only this rank (default: launch all ranks) [env WEIGHTCACHE_ENGINE_TP_RANK]")
 
 
