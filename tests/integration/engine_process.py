@@ -41,19 +41,21 @@ def request(port: int, method: str, path: str, body: Any = None, raw: bytes | No
         return Reply(status, text)
 
 
-def stream(port: int, path: str, body: dict[str, Any], timeout: float = 60) -> list[Any]:
-    """POST with stream: true; returns the decoded ``data:`` events, ``"[DONE]"`` included."""
+def stream_events(port: int, path: str, body: dict[str, Any], timeout: float = 60) -> Iterator[Any]:
+    """POST with stream: true; yields the decoded ``data:`` events as they arrive, ``"[DONE]"`` included."""
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps({**body, "stream": True}).encode(),
                                  method="POST", headers={"Content-Type": "application/json"})
-    events: list[Any] = []
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         for line in resp:
             line = line.decode().strip()
             if line.startswith("data: "):
                 payload = line[len("data: "):]
-                events.append(payload if payload == "[DONE]" else json.loads(payload))
-    return events
+                yield payload if payload == "[DONE]" else json.loads(payload)
+
+
+def stream(port: int, path: str, body: dict[str, Any], timeout: float = 60) -> list[Any]:
+    return list(stream_events(port, path, body, timeout))
 
 
 @dataclass

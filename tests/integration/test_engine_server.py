@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from engine_process import Engine, EngineFactory, engines, request, stream
+from engine_process import Engine, EngineFactory, engines, request, stream, stream_events
 
 from weightcache.engine.launcher import free_port
 
@@ -95,8 +95,28 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
                            "error", "--socket-dir", daemon.socket_dir, "--name", daemon.name)
     assert [r["weights"]["mode"] for r in ranks_of(standby)] == ["cache", "cache"]
 
-    kill_daemon_group(daemon)  # mid-serving: the mapped memory stays valid for the engines
+    # Mid-serving, literally: the daemon dies while a long streaming request is generating.
+    long_body = {"prompt": PROMPTS[0], "max_tokens": 400, "temperature": 0, "ignore_eos": True,
+                 "return_token_ids": True}
+    long_want = disk.complete(**long_body)["choices"][0]["token_ids"]
+    streamed: dict = {}
+    first = threading.Event()
+
+    def long_stream() -> None:
+        events = []
+        for event in stream_events(cached.port, "/v1/completions", long_body):
+            events.append(event)
+            first.set()
+        streamed["events"] = events
+
+    reader = threading.Thread(target=long_stream)
+    reader.start()
+    assert first.wait(30)
+    kill_daemon_group(daemon)  # the mapped memory stays valid for the engines
     assert not any(f.lock_is_held() for f in daemon.files)
+    assert reader.is_alive(), "the stream ended before the daemon died: nothing was tested mid-stream"
+    reader.join(timeout=120)
+    assert stream_text(streamed["events"])[1] == long_want
     for prompt in PROMPTS:
         got = cached.complete(prompt, max_tokens=12)["choices"][0]
         assert (got["token_ids"], got["text"]) == (expected[prompt]["token_ids"], expected[prompt]["text"])
