@@ -1,4 +1,4 @@
-"""``weightcache`` command line: daemon, status, probe, gen-checkpoint, hf-generate, demo, bench."""
+"""``weightcache`` command line: daemon, status, probe, gen-checkpoint, hf-generate, demo, bench, engine."""
 
 from __future__ import annotations
 
@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench import add_arguments
 
     add_arguments(b)
+
+    e = sub.add_parser("engine", help="the reference engine: a tensor-parallel OpenAI-compatible server")
+    from .engine.command import add_arguments as add_engine_arguments
+
+    add_engine_arguments(e)
     return parser
 
 
@@ -231,6 +236,10 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         from .bench import run as run_bench
 
         return run_bench(args)
+    if args.command == "engine":
+        from .engine.command import run as run_engine
+
+        return run_engine(args)
     raise AssertionError(args.command)
 
 

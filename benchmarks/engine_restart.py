@@ -1,0 +1,173 @@
+"""Engine restart benchmark: ``weightcache engine`` in ``off`` vs ``client`` mode on one checkpoint.
+
+For each mode it starts the engine (the launcher and its rank processes) several times and
+prints, per phase of the startup timeline, how long each took — process start → imports →
+distributed init → weights bound → warm-up → ready — plus the wall time to ``/ready`` seen from
+outside and the first-token latency of the first request (non-streaming, ``max_tokens=1``, and
+the first SSE chunk of a streaming one). ``off`` runs twice: with the checkpoint's pages dropped
+from the page cache first (a restart on a busy node) and warm. It is a script, not a test: it
+prints a table and asserts nothing.
+
+    PYTHONPATH=daemon_image .venv/bin/python benchmarks/engine_restart.py --size-gib 1 --tp-size 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+from weightcache.bench import _checkpoint, spec_for
+from weightcache.engine.launcher import free_port
+from weightcache.page_cache import drop_page_cache
+from weightcache.rankfiles import RankFiles
+from weightcache.sample_checkpoints import ModelSpec
+
+PHASES = ("imports", "distributed_init", "weights_bound", "warmup", "ready")
+
+
+def get(port: int, path: str, timeout: float = 5) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def post(port: int, path: str, body: dict, first_chunk: bool = False) -> float:
+    """Seconds until the response (or, streaming, its first data chunk) arrives."""
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(), method="POST")
+    started = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=120) as r:
+        if first_chunk:
+            for line in r:
+                if line.startswith(b"data: "):
+                    elapsed = time.perf_counter() - started
+                    r.read()
+                    return elapsed
+        r.read()
+    return time.perf_counter() - started
+
+
+def one_start(model: Path, tp: int, mode: str, socket_dir: str, name: str, log: Path) -> dict:
+    port = free_port()
+    argv = [sys.executable, "-m", "weightcache", "engine", "--model", str(model), "--port", str(port),
+            "--tp-size", str(tp), "--weight-cache-mode", mode, "--weight-cache-fallback", "error",
+            "--socket-dir", socket_dir, "--name", name, "--dtype", "bfloat16"]
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"engine exited {proc.returncode}; see {log}")
+            try:
+                if get(port, "/ready", timeout=1)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.005)
+        ready_wall = time.perf_counter() - started
+        prompt = {"prompt": "The weight cache keeps", "max_tokens": 1, "temperature": 0}
+        first_token = post(port, "/v1/completions", prompt)
+        first_chunk = post(port, "/v1/completions", {**prompt, "max_tokens": 8, "stream": True}, first_chunk=True)
+        metrics = get(port, "/metrics")[1]
+        health = json.loads(get(port, "/health")[1])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    marks = {m.group(1): float(m.group(2)) for m in re.finditer(
+        r'weightcache_engine_startup_seconds\{phase="(\w+)",rank="0"\} (\S+)', metrics)}
+    durations, previous = {}, 0.0
+    for phase in PHASES:
+        durations[phase] = marks[phase] - previous
+        previous = marks[phase]
+    weights = [r["weights"] for r in health["ranks"]]
+    return {"ready_wall": ready_wall, "launcher": ready_wall - marks["ready"], **durations,
+            "weight_seconds": max(w["seconds"] for w in weights), "modes": sorted({w["mode"] for w in weights}),
+            "bytes": sum(w["bytes_mapped"] + w["bytes_loaded"] for w in weights),
+            "first_token": first_token, "first_chunk": first_chunk}
+
+
+def engine_spec(size_gib: float, tensors: int) -> ModelSpec:
+    """``weightcache bench``'s Llama shape, rounded so that heads, kv heads and MLP split for tp ≤ 4."""
+    base = spec_for(size_gib, tensors)
+    hidden = max(512, round(base.hidden_size / 512) * 512)
+    return dataclasses.replace(base, hidden_size=hidden, intermediate_size=int(hidden * 2.75) // 512 * 512,
+                               num_heads=hidden // 64, num_kv_heads=hidden // 128, tokenizer=True)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--size-gib", type=float, default=1.0, help="approximate checkpoint size (bf16 Llama shape)")
+    p.add_argument("--tensors", type=int, default=300, help="approximate tensor count")
+    p.add_argument("--tp-size", type=int, default=2)
+    p.add_argument("--runs", type=int, default=3, help="engine starts per mode")
+    p.add_argument("--workdir", default=None, help="where the checkpoint is generated and kept between runs")
+    args = p.parse_args()
+
+    workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench-engine"))
+    spec = engine_spec(args.size_gib, args.tensors)
+    model = _checkpoint(workdir, spec)
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    socket_dir = tempfile.mkdtemp(prefix="wcb-")
+    name = "bench"
+    started = time.perf_counter()
+    daemon = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon",
+                               "--model", str(model), "--socket-dir", socket_dir, "--name", name, "--dtype", "bfloat16",
+                               "--tp-size", str(args.tp_size), "--ranks", f"0-{args.tp_size - 1}"],
+                              start_new_session=True)
+    results: dict[str, list[dict]] = {"off (cold page cache)": [], "off (warm page cache)": [], "client": []}
+    try:
+        files = [RankFiles(socket_dir, name, r) for r in range(args.tp_size)]
+        while not all(f.ready.exists() for f in files):
+            if daemon.poll() is not None:
+                raise SystemExit(f"daemon exited {daemon.returncode}")
+            time.sleep(0.01)
+        daemon_s = time.perf_counter() - started
+        for run in range(args.runs):
+            for label, mode in (("off (cold page cache)", "off"), ("off (warm page cache)", "off"), ("client", "client")):
+                if label.startswith("off (cold"):
+                    drop_page_cache(model)
+                log = Path(workdir) / f"engine-{mode}-{run}.log"
+                results[label].append(one_start(model, args.tp_size, mode, socket_dir, name, log))
+                print(f"run {run + 1}/{args.runs} {label}: ready in {results[label][-1]['ready_wall']:.3f} s", flush=True)
+    finally:
+        if daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGTERM)
+        daemon.wait(timeout=60)
+
+    print(f"\ncheckpoint: {size / 2**30:.2f} GiB bf16, {spec.num_layers} layers, hidden {spec.hidden_size}; "
+          f"tp={args.tp_size}; daemon first load {daemon_s:.2f} s; median of {args.runs} starts per mode; "
+          f"{os.cpu_count()} CPUs, torch threads 1 per rank\n")
+    rows = [("to /ready, wall (launcher start → 200)", "ready_wall", 1), ("  launcher (parse, spawn ranks)", "launcher", 1),
+            ("  rank 0: process start → imports", "imports", 1), ("  rank 0: distributed init", "distributed_init", 1),
+            ("  rank 0: weights bound (map or load + model)", "weights_bound", 1), ("  rank 0: warm-up", "warmup", 1),
+            ("weights: slowest rank's map/load", "weight_seconds", 1),
+            ("first token, non-streaming (max_tokens=1)", "first_token", 1000),
+            ("first SSE chunk, streaming", "first_chunk", 1000)]
+    labels = list(results)
+    header = f"| {'phase':<46} | " + " | ".join(f"{label:>22}" for label in labels) + " |"
+    print(header)
+    print("|" + "-" * 48 + "|" + "|".join("-" * 24 for _ in labels) + "|")
+    for title, key, scale in rows:
+        unit = "ms" if scale == 1000 else "s"
+        cells = [f"{statistics.median(r[key] for r in results[label]) * scale:.3f} {unit}" for label in labels]
+        print(f"| {title:<46} | " + " | ".join(f"{c:>22}" for c in cells) + " |")
+    modes = " | ".join(f"{label}: {results[label][0]['modes']}, {results[label][0]['bytes'] / 2**30:.2f} GiB"
+                       for label in labels)
+    print(f"\nweights used: {modes}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Model hyper-parameters read from a checkpoint's config.json, checked against what we implement.
+
+The engine implements the Llama decoder and its Qwen2 (q/k/v biases) and Qwen3 (per-head q/k
+RMSNorm) variants with default rotary embeddings. Anything else a config asks for — another
+activation, rotary scaling, sliding windows — is refused by name rather than computed wrongly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
+
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    architecture: str
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    max_position_embeddings: int
+    rms_norm_eps: float
+    rope_theta: float
+    tie_word_embeddings: bool
+    qk_norm: bool  # Qwen3: RMSNorm over each head's q and k before the rotary embedding
+    eos_token_ids: tuple[int, ...]
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> "ModelConfig":
+        arch = (config.get("architectures") or ["<missing>"])[0]
+        if arch not in SUPPORTED_ARCHITECTURES:
+            raise UnsupportedArchitecture(
+                f"the engine runs {', '.join(SUPPORTED_ARCHITECTURES)}; this checkpoint is {arch!r}")
+        act = config.get("hidden_act", "silu")
+        if act != "silu":
+            raise UnsupportedArchitecture(f"hidden_act {act!r} is not implemented; the engine runs SwiGLU (silu)")
+        rope = dict(config.get("rope_parameters") or config.get("rope_scaling") or {})
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise UnsupportedArchitecture(f"rotary scaling {rope_type!r} is not implemented; only default rotary is")
+        if config.get("use_sliding_window"):
+            raise UnsupportedArchitecture("sliding-window attention is not implemented")
+        if config.get("mlp_bias"):
+            raise UnsupportedArchitecture("mlp_bias is not implemented")
+        theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
+        heads = int(config["num_attention_heads"])
+        hidden = int(config["hidden_size"])
+        eos = config.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
+        return cls(
+            architecture=arch, hidden_size=hidden, intermediate_size=int(config["intermediate_size"]),
+            num_layers=int(config["num_hidden_layers"]), num_heads=heads,
+            num_kv_heads=int(config.get("num_key_value_heads") or heads),
+            head_dim=int(config.get("head_dim") or hidden // heads), vocab_size=int(config["vocab_size"]),
+            max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+            tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
+            qk_norm=arch == "Qwen3ForCausalLM", eos_token_ids=eos_ids)
+
+    @classmethod
+    def from_checkpoint(cls, model_dir: str | Path) -> "ModelConfig":
+        path = Path(model_dir) / "config.json"
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (OSError, ValueError) as exc:
+            raise CheckpointError(f"cannot read {path}: {exc}") from None
+        except KeyError as exc:
+            raise CheckpointError(f"{path} lacks {exc}") from None
+
+    def check_tensor_parallel(self, tp_size: int) -> None:
+        """Refuse a tp size that does not split heads, kv heads, MLP and vocabulary evenly."""
+        for what, value in (("num_attention_heads", self.num_heads), ("num_key_value_heads", self.num_kv_heads),
+                            ("intermediate_size", self.intermediate_size), ("vocab_size", self.vocab_size)):
+            if value % tp_size:
+                raise ShardingError(f"{what}={value} is not divisible by tensor-parallel size {tp_size}")

@@ -1,0 +1,100 @@
+"""``weightcache engine --tp-size N``: one process per rank, supervised as a unit.
+
+Ranks of one engine are useless apart. The launcher starts them (rank 0 serves HTTP), forwards
+SIGTERM to rank 0 only — rank 0 drains, then tells the other ranks to stop — and watches every
+child: if any rank exits non-zero, the rest are killed at once and the launcher exits non-zero,
+so a supervisor (kubelet, systemd, a test) sees the failure instead of a half-dead engine. The
+children get PR_SET_PDEATHSIG, so a launcher killed outright does not leave ranks behind.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from ..errors import WeightCacheError
+
+log = logging.getLogger("weightcache.engine.launcher")
+
+PR_SET_PDEATHSIG = 1
+POLL_S = 0.05
+FOLLOWER_GRACE_S = 15.0
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def rank_gpus(tp_size: int, visible: str | None) -> list[str]:
+    """The GPU each rank sees as its only device: the r-th of CUDA_VISIBLE_DEVICES, or GPU r."""
+    devices = [d.strip() for d in visible.split(",") if d.strip()] if visible else [str(r) for r in range(tp_size)]
+    if len(devices) < tp_size:
+        raise WeightCacheError(f"--tp-size {tp_size} needs {tp_size} GPUs; CUDA_VISIBLE_DEVICES lists {visible!r}")
+    return devices[:tp_size]
+
+
+def launch(rank_argv: list[str], tp_size: int, gpus: bool = False) -> int:
+    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every rank; returns the engine's exit code.
+
+    With ``gpus``, rank r runs with CUDA_VISIBLE_DEVICES set to its own GPU only, so every rank
+    computes on its device 0 and nccl sees one distinct GPU per rank.
+    """
+    devices = rank_gpus(tp_size, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else []
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    for rank in range(tp_size):
+        argv = [sys.executable, "-m", "weightcache", "engine", *rank_argv, "--tp-rank", str(rank)]
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[rank]} if gpus else None
+        children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, env=env)
+    log.info("ranks started", extra={"fields": {"pids": ",".join(str(c.pid) for c in children.values())}})
+
+    terminating = False
+
+    def on_term(signum: int, _frame: object) -> None:
+        nonlocal terminating
+        terminating = True
+        if children[0].poll() is None:
+            children[0].send_signal(signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    leader_exit_at: float | None = None
+    while True:
+        for rank, child in children.items():
+            code = child.poll()
+            if code is not None and code != 0 and rank != 0 and terminating and children[0].returncode == 0:
+                continue  # rank 0 drained and left first; a follower that noticed before its stop is fine
+            if code is not None and code != 0:
+                log.error("rank exited; stopping the engine",
+                          extra={"fields": {"rank": rank, "code": code, "terminating": terminating}})
+                _kill_all(children)
+                return code if code > 0 else 128 - code
+        if all(c.poll() is not None for c in children.values()):
+            return 0
+        if children[0].poll() is not None:  # rank 0 finished cleanly: followers must follow shortly
+            leader_exit_at = leader_exit_at or time.monotonic()
+            if time.monotonic() - leader_exit_at > FOLLOWER_GRACE_S:
+                log.error("ranks still running after rank 0 exited; killing them")
+                _kill_all(children)
+                return 1
+        time.sleep(POLL_S)
+
+
+def _kill_all(children: dict[int, subprocess.Popen[bytes]]) -> None:
+    for child in children.values():
+        if child.poll() is None:
+            child.kill()
+    for child in children.values():
+        child.wait()

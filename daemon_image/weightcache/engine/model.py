@@ -1,0 +1,268 @@
+"""The decoder forward pass over mapped weight views: Llama, Qwen2 and Qwen3, tensor-parallel.
+
+Every weight is used where it lies — a view into the daemon's arena (or into the disk loader's
+buffer) — and never copied: linears call ``F.linear`` on the view, and block-wise FP8 weights
+are dequantized one block-row at a time into a temporary that lives for a single matmul. The
+code follows transformers' modeling files operation for operation (RMSNorm in float32, rotary
+tables in float32 cast to the activation dtype, the same residual order) so that its logits can
+be held to transformers' within float32 rounding.
+
+Tensor parallelism is Megatron's: q/k/v/gate/up are column-parallel (each rank owns whole heads
+and a slice of the MLP), o/down are row-parallel and all-reduce their partial sums, and the
+embedding and lm_head are split by vocabulary rows. One all-reduce after attention, one after
+the MLP, one in the embedding and one all-gather of the logits per forward.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import BindError
+from ..quantization import SCALE_SUFFIX
+from .config import ModelConfig
+from .parallel import Group
+
+
+class Linear:
+    """``y = x Wᵀ + b`` for a weight view; FP8 weights are dequantized per block-row on the fly."""
+
+    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 scale_inv: torch.Tensor | None = None, block: tuple[int, int] | None = None) -> None:
+        self.name = name
+        self.weight = weight
+        self.bias = bias
+        self.scale_inv = scale_inv
+        self.block = block
+        if weight.dtype == torch.float8_e4m3fn and (scale_inv is None or block is None):
+            raise BindError(f"{name!r} is float8 but has no {SCALE_SUFFIX} or block size")
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.shape[0]
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.scale_inv is None:
+            return F.linear(x, self.weight, self.bias)
+        assert self.block is not None
+        rows, cols = self.block
+        in_features = self.weight.shape[1]
+        out = torch.empty(*x.shape[:-1], self.out_features, dtype=x.dtype, device=x.device)
+        for i, start in enumerate(range(0, self.out_features, rows)):
+            stop = min(start + rows, self.out_features)
+            # One block-row: (rows × in) float8 → float32 × its per-block scales → activation dtype.
+            scale = self.scale_inv[i].repeat_interleave(cols)[:in_features]
+            tile = (self.weight[start:stop].float() * scale).to(x.dtype)
+            out[..., start:stop] = F.linear(x, tile)
+        if self.bias is not None:
+            out += self.bias
+        return out
+
+
+class RMSNorm:
+    def __init__(self, weight: torch.Tensor, eps: float) -> None:
+        self.weight = weight
+        self.eps = eps
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        wide = x.float()
+        wide = wide * torch.rsqrt(wide.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * wide.to(x.dtype)
+
+
+class Rotary:
+    """Default rotary embedding (no scaling): tables computed in float32 for the given positions."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        self.inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+
+    def tables(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.inv_freq.device != positions.device:
+            self.inv_freq = self.inv_freq.to(positions.device)
+        freqs = positions.float()[:, None] * self.inv_freq[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+    @staticmethod
+    def apply(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+        return x * cos + rotated * sin
+
+
+@dataclass
+class KVCache:
+    """One request's keys and values on one rank: [layers, local kv heads, capacity, head_dim]."""
+
+    keys: torch.Tensor
+    values: torch.Tensor
+    length: int = 0
+
+    @classmethod
+    def allocate(cls, layers: int, kv_heads: int, capacity: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu") -> "KVCache":
+        shape = (layers, kv_heads, capacity, head_dim)
+        return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
+
+    @property
+    def capacity(self) -> int:
+        return self.keys.shape[2]
+
+
+class DecoderLayer:
+    def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter") -> None:
+        p = f"model.layers.{index}."
+        self.index = index
+        self.group = group
+        self.heads = cfg.num_heads // group.size
+        self.kv_heads = cfg.num_kv_heads // group.size
+        self.head_dim = cfg.head_dim
+        self.input_norm = RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps)
+        self.post_norm = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps)
+        self.q = get.linear(p + "self_attn.q_proj", (self.heads * cfg.head_dim, cfg.hidden_size))
+        self.k = get.linear(p + "self_attn.k_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
+        self.v = get.linear(p + "self_attn.v_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
+        self.o = get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim))
+        self.q_norm = RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
+        self.k_norm = RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
+        inter = cfg.intermediate_size // group.size
+        self.gate = get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size))
+        self.up = get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size))
+        self.down = get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))
+
+    def linears(self) -> list[Linear]:
+        return [self.q, self.k, self.v, self.o, self.gate, self.up, self.down]
+
+    def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        x = x + self.attention(self.input_norm(x), cos, sin, cache)
+        h = self.post_norm(x)
+        return x + self.group.all_reduce(self.down(F.silu(self.gate(h)) * self.up(h)))
+
+    def attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        n = x.shape[0]
+        q = self.q(x).view(n, self.heads, self.head_dim)
+        k = self.k(x).view(n, self.kv_heads, self.head_dim)
+        v = self.v(x).view(n, self.kv_heads, self.head_dim)
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = Rotary.apply(q.transpose(0, 1), cos, sin)  # [heads, n, head_dim]
+        k = Rotary.apply(k.transpose(0, 1), cos, sin)
+        past = cache.length
+        cache.keys[self.index, :, past : past + n] = k
+        cache.values[self.index, :, past : past + n] = v.transpose(0, 1)
+        keys = cache.keys[self.index, :, : past + n]
+        values = cache.values[self.index, :, : past + n]
+        group = self.heads // self.kv_heads
+        if group > 1:  # GQA: each kv head serves `group` consecutive query heads
+            keys = keys.repeat_interleave(group, dim=0)
+            values = values.repeat_interleave(group, dim=0)
+        mask = None
+        if n > 1:  # query i sits at position past+i and sees keys 0..past+i
+            mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(diagonal=past)
+        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.head_dim**-0.5)
+        return self.group.all_reduce(self.o(out.transpose(0, 1).reshape(n, self.heads * self.head_dim)))
+
+
+class _Getter:
+    """Looks tensors up by checkpoint name, following aliases, and checks shapes as it goes."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
+                 block: tuple[int, int] | None) -> None:
+        self.tensors = tensors
+        self.aliases = aliases
+        self.block = block
+        self.used: set[str] = set()
+
+    def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        key = self.aliases.get(name, name)
+        if key not in self.tensors:
+            raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
+        tensor = self.tensors[key]
+        if shape is not None and tuple(tensor.shape) != shape:
+            raise BindError(f"{name!r} has shape {tuple(tensor.shape)}, the model needs {shape}")
+        self.used.add(key)
+        return tensor
+
+    def optional(self, name: str) -> torch.Tensor | None:
+        return self(name) if self.aliases.get(name, name) in self.tensors else None
+
+    def linear(self, prefix: str, shape: tuple[int, int]) -> Linear:
+        weight = self(prefix + ".weight", shape)
+        scale = self.optional(prefix + ".weight" + SCALE_SUFFIX)
+        return Linear(prefix, weight, self.optional(prefix + ".bias"), scale,
+                      self.block if scale is not None else None)
+
+
+class Model:
+    """One rank's share of the decoder; ``forward`` appends to a request's KV cache."""
+
+    def __init__(self, cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
+                 group: Group, block: tuple[int, int] | None = None) -> None:
+        if cfg.num_heads % group.size or cfg.num_kv_heads % group.size or cfg.vocab_size % group.size:
+            raise BindError(f"heads, kv heads and vocabulary must divide by tp size {group.size}")
+        self.cfg = cfg
+        self.group = group
+        get = _Getter(tensors, aliases, block)
+        vocab_part = cfg.vocab_size // group.size
+        self.vocab_start = group.rank * vocab_part
+        self.embed = get("model.embed_tokens.weight", (vocab_part, cfg.hidden_size))
+        self.dtype = self.embed.dtype
+        self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
+        self.layers = [DecoderLayer(i, cfg, group, get) for i in range(cfg.num_layers)]
+        self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
+        self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
+        self.keep_alive: object = None  # whatever owns the memory the weight views point into
+        unused = sorted(set(tensors) - get.used)
+        if unused:
+            raise BindError(f"{len(unused)} weight(s) have no place in the model, e.g. {unused[0]!r}")
+
+    def weights(self) -> Iterator[tuple[str, torch.Tensor]]:
+        """Every tensor the forward pass reads, by name (for zero-copy checks)."""
+        yield "model.embed_tokens.weight", self.embed
+        for layer in self.layers:
+            p = f"model.layers.{layer.index}."
+            for lin in layer.linears():
+                yield lin.name + ".weight", lin.weight
+                if lin.bias is not None:
+                    yield lin.name + ".bias", lin.bias
+                if lin.scale_inv is not None:
+                    yield lin.name + ".weight" + SCALE_SUFFIX, lin.scale_inv
+            yield p + "input_layernorm.weight", layer.input_norm.weight
+            yield p + "post_attention_layernorm.weight", layer.post_norm.weight
+            if layer.q_norm is not None and layer.k_norm is not None:
+                yield p + "self_attn.q_norm.weight", layer.q_norm.weight
+                yield p + "self_attn.k_norm.weight", layer.k_norm.weight
+        yield "model.norm.weight", self.norm.weight
+        yield "lm_head.weight", self.lm_head.weight
+
+    def new_cache(self, capacity: int) -> KVCache:
+        return KVCache.allocate(self.cfg.num_layers, self.cfg.num_kv_heads // self.group.size, capacity,
+                                self.cfg.head_dim, self.dtype, self.device)
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.group.size == 1:
+            return F.embedding(ids, self.embed)
+        local = ids - self.vocab_start
+        inside = (local >= 0) & (local < self.embed.shape[0])
+        rows = F.embedding(local.clamp(0, self.embed.shape[0] - 1), self.embed)
+        return self.group.all_reduce(rows * inside[:, None].to(rows.dtype))
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: KVCache, all_logits: bool = False) -> torch.Tensor:
+        """Logits (full vocabulary, float32) for the last token, or for every token if asked."""
+        n = ids.shape[0]
+        if cache.length + n > cache.capacity:
+            raise ValueError(f"KV cache of {cache.capacity} positions cannot take {cache.length} + {n}")
+        ids = ids.to(self.device)
+        positions = torch.arange(cache.length, cache.length + n, device=self.device)
+        cos, sin = self.rotary.tables(positions, self.dtype)
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, cache)
+        cache.length += n
+        x = self.norm(x if all_logits else x[-1:])
+        return self.group.all_gather(self.lm_head(x), dim=-1).float()

@@ -1,0 +1,177 @@
+"""The engine's forward pass against transformers, in one process (TP=1; TP>1 is in integration).
+
+Tolerances. In float32 both implementations run the same operations in the same order except
+inside kernels (BLAS blocking, the attention kernel's reductions, our FP8 linear multiplying one
+block-row at a time): float32 has a 2^-24 relative rounding step, and accumulating a few hundred
+products of O(1) values puts the drift near 1e-5 of the logits' scale, so ``atol=2e-4`` (plus
+``rtol=1e-5``) is tight enough that a wrong rotary half, a missed norm, a GQA head mapping off by
+one or a transposed FP8 scale — each of which moves logits by O(0.1..10) — cannot pass. In
+bfloat16 (8 bits of mantissa) the same re-orderings move individual logits by up to a few bf16
+steps, so there we ask only for near-identical direction (cosine ≥ 0.999 per position).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from weightcache.binding import bind
+from weightcache.client import Weights, expect, load_from_disk
+from weightcache.engine.config import ModelConfig
+from weightcache.engine.model import Linear, Model
+from weightcache.engine.parallel import Group
+from weightcache.errors import BindError, UnsupportedArchitecture
+from weightcache.quantization import SCALE_SUFFIX, dequantize_block_fp8, quantize_block_fp8
+from weightcache.reference_hf import empty_hf_model, greedy, oracle_hf_model
+from weightcache.sharding import Layout
+
+PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
+ATOL, RTOL = 2e-4, 1e-5
+FP8_SPEC = dict(family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=2, num_layers=2)
+
+
+def engine_model(ckpt: Path, dtype: str, quantization: str = "none") -> tuple[Model, Weights]:
+    weights = load_from_disk(expect(str(ckpt), Layout(), dtype=dtype, quantization=quantization))
+    block = (128, 128) if quantization == "fp8" else None
+    model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, Group(), block)
+    model.keep_alive = weights
+    return model, weights
+
+
+def engine_greedy(model: Model, prompt: list[int], n: int) -> list[int]:
+    cache = model.new_cache(len(prompt) + n)
+    logits = model.forward(torch.tensor(prompt), cache)
+    out = []
+    for _ in range(n):
+        out.append(int(logits[-1].argmax()))
+        logits = model.forward(torch.tensor(out[-1:]), cache)
+    return out
+
+
+@pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False)])
+def test_float32_logits_match_transformers(checkpoint_factory, family: str, tied: bool) -> None:
+    ckpt = checkpoint_factory(family=family, tie_word_embeddings=tied)
+    model, _ = engine_model(ckpt, "float32")
+    oracle = oracle_hf_model(ckpt, "float32")
+    with torch.inference_mode():
+        want = oracle(torch.tensor([PROMPT])).logits[0].float()
+    got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
+    assert want.abs().max() > 1.0  # the comparison is not between two near-zero tensors
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+    assert engine_greedy(model, PROMPT, 10) == greedy(oracle, PROMPT, 10)
+
+
+def test_bfloat16_logits_point_the_same_way_as_transformers(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(family="qwen3")
+    model, _ = engine_model(ckpt, "bfloat16")
+    with torch.inference_mode():
+        want = oracle_hf_model(ckpt, "bfloat16")(torch.tensor([PROMPT])).logits[0].float()
+    got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
+    assert F.cosine_similarity(got, want, dim=-1).min() > 0.999
+
+
+def test_decoding_with_the_kv_cache_equals_recomputing_the_whole_sequence(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(family="llama")
+    model, _ = engine_model(ckpt, "float32")
+    full = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
+    cache = model.new_cache(len(PROMPT))
+    head = model.forward(torch.tensor(PROMPT[:4]), cache, all_logits=True)  # prefill, then one token at a time
+    steps = [model.forward(torch.tensor([t]), cache) for t in PROMPT[4:]]
+    torch.testing.assert_close(torch.cat([head, *steps]), full, atol=ATOL, rtol=RTOL)
+    assert cache.length == len(PROMPT)
+
+
+def test_interleaved_requests_keep_their_own_kv_state(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(family="llama")
+    model, _ = engine_model(ckpt, "float32")
+    a, b = [5, 6, 7, 8], [400, 3, 99]
+    alone_a, alone_b = engine_greedy(model, a, 6), engine_greedy(model, b, 6)
+    ca, cb = model.new_cache(10), model.new_cache(10)
+    la, lb = model.forward(torch.tensor(a), ca), model.forward(torch.tensor(b), cb)
+    out_a, out_b = [], []
+    for _ in range(6):  # alternate steps between the two requests, as the scheduler does
+        out_a.append(int(la[-1].argmax()))
+        la = model.forward(torch.tensor(out_a[-1:]), ca)
+        out_b.append(int(lb[-1].argmax()))
+        lb = model.forward(torch.tensor(out_b[-1:]), cb)
+    assert (out_a, out_b) == (alone_a, alone_b)
+
+
+def dequantized_reference(ckpt: Path, weights: Weights) -> torch.nn.Module:
+    """transformers' model bound to the FP8 weights dequantized in full: the FP8 oracle."""
+    tensors = {}
+    for name, tensor in weights.tensors.items():
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        if tensor.dtype == torch.float8_e4m3fn:
+            tensor = dequantize_block_fp8(tensor, weights.tensors[name + SCALE_SUFFIX], (128, 128), torch.float32)
+        tensors[name] = tensor
+    model = empty_hf_model(ckpt, "float32")
+    bind(model, tensors, weights.aliases)
+    return model
+
+
+@pytest.mark.parametrize("prequantized", [False, True])
+def test_fp8_logits_match_a_dequantized_reference(checkpoint_factory, prequantized: bool) -> None:
+    ckpt = checkpoint_factory(**FP8_SPEC, fp8=prequantized)
+    model, weights = engine_model(ckpt, "float32", "fp8")
+    fp8 = [lin for layer in model.layers for lin in layer.linears()]
+    assert fp8 and all(lin.weight.dtype == torch.float8_e4m3fn and lin.scale_inv is not None for lin in fp8)
+    reference = dequantized_reference(ckpt, weights)
+    with torch.inference_mode():
+        want = reference(torch.tensor([PROMPT])).logits[0]
+    got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+    assert engine_greedy(model, PROMPT, 8) == greedy(reference, PROMPT, 8)
+
+
+@pytest.mark.parametrize("shape", [(256, 384), (200, 300), (64, 130)])
+def test_fp8_linear_dequantizes_block_rows_including_ragged_edges(shape: tuple[int, int]) -> None:
+    gen = torch.Generator().manual_seed(0)
+    w = torch.randn(shape, generator=gen)
+    q, s = quantize_block_fp8(w, (128, 128))
+    x = torch.randn(5, shape[1], generator=gen)
+    got = Linear("t", q, scale_inv=s, block=(128, 128))(x)
+    # Block-rows change only the BLAS blocking of sums of ~300 O(1) float32 products.
+    torch.testing.assert_close(got, F.linear(x, dequantize_block_fp8(q, s, (128, 128))), atol=1e-4, rtol=1e-5)
+    # And it really is the quantized weight that is used, not something close to the original by luck.
+    assert not torch.allclose(got, F.linear(x, w), atol=1e-5)
+
+
+def test_weights_are_used_in_place_never_copied(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)
+    model, weights = engine_model(ckpt, "bfloat16")
+    ptrs = {name: t.data_ptr() for name, t in weights.tensors.items()}
+    seen = set()
+    for name, tensor in model.weights():
+        target = weights.aliases.get(name, name)
+        assert tensor.data_ptr() == ptrs[target], name
+        seen.add(target)
+    assert seen == set(weights.tensors)  # the check covers every tensor, biases and norms included
+    assert model.lm_head.weight.data_ptr() == model.embed.data_ptr()
+
+
+def test_weights_that_do_not_fit_the_model_are_refused_by_name(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(family="llama")
+    weights = load_from_disk(expect(str(ckpt), Layout(), dtype="float32"))
+    cfg = ModelConfig.from_checkpoint(ckpt)
+    missing = {k: v for k, v in weights.tensors.items() if k != "model.layers.1.mlp.up_proj.weight"}
+    with pytest.raises(BindError, match="model.layers.1.mlp.up_proj.weight"):
+        Model(cfg, missing, {}, Group())
+    extra = {**weights.tensors, "model.layers.9.mlp.up_proj.weight": weights.tensors["model.norm.weight"]}
+    with pytest.raises(BindError, match="no place"):
+        Model(cfg, extra, {}, Group())
+
+
+def test_unimplemented_model_features_are_refused(checkpoint_factory) -> None:
+    import json
+
+    base = json.loads((checkpoint_factory(family="llama") / "config.json").read_text())
+    ModelConfig.from_dict(base)
+    for change, words in [({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "llama3"),
+                          ({"hidden_act": "gelu"}, "gelu"), ({"architectures": ["MistralForCausalLM"]}, "Mistral")]:
+        with pytest.raises(UnsupportedArchitecture, match=words):
+            ModelConfig.from_dict({**base, **change})
