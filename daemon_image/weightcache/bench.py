@@ -22,12 +22,13 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from .page_cache import drop_page_cache
 from .rankfiles import RankFiles
-from .sample_checkpoints import ModelSpec, write_checkpoint
+
+if TYPE_CHECKING:
+    from .sample_checkpoints import ModelSpec
 
 TENSORS_PER_LAYER = 9  # q, k, v, o, gate, up, down, two norms (Llama)
 READ_CHUNK = 64 * 2**20
@@ -45,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
     """A Llama shape with about this many tensors and bf16 bytes (MLP 2.75× hidden, GQA 2:1)."""
+    from .sample_checkpoints import ModelSpec  # imports torch: not at parser-building time
     layers = max(1, (tensors - 3) // TENSORS_PER_LAYER)
     vocab = 4096
     # bytes ≈ 2 · (layers · (3h² + 3 · 2.75h²) + 2 · vocab · h); solve the quadratic for h.
@@ -58,6 +60,8 @@ def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
 
 
 def _checkpoint(workdir: Path, spec: ModelSpec, device: str) -> Path:
+    from .sample_checkpoints import write_checkpoint
+
     path = workdir / f"ckpt-h{spec.hidden_size}-l{spec.num_layers}{'-fp8' if spec.fp8 else ''}"
     stamp = path / "weightcache-sample.json"
     if not (stamp.exists() and json.loads(stamp.read_text()) == asdict(spec)):
@@ -81,6 +85,7 @@ def _raw_read(path: Path) -> float:
 
 def _safetensors_load(path: Path, cold: bool, device: str) -> float:
     """safetensors → the engine's memory (a private host copy, or the GPU)."""
+    import torch
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -105,6 +110,8 @@ def _child(argv: list[str]) -> None:
     """One fresh engine process: build the skeleton, then time map+bind."""
     model_dir, socket_dir, name, backend, quantization = argv
     t0 = time.perf_counter()
+    import torch
+
     from .binding import bind
     from .client import expect, map_weights
     from .reference_hf import empty_hf_model
@@ -152,6 +159,8 @@ class _Daemon:
 
 
 def run(args: argparse.Namespace) -> int:
+    import torch
+
     gpu = torch.cuda.is_available()
     backends = (args.backends or ("cuda-vmm,cuda-ipc" if gpu else "cpu-shm")).split(",")
     device = "cuda:0" if backends[0] != "cpu-shm" else "cpu"

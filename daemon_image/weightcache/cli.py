@@ -49,7 +49,7 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cache_args(p: argparse.ArgumentParser, required: bool) -> None:
-    from .daemon import default_socket_dir
+    from .rankfiles import default_socket_dir
 
     p.add_argument("--socket-dir", default=default_socket_dir(), help="directory holding <name>/rank-N.sock")
     p.add_argument("--name", required=required, default=None if required else "default", help="the cache's name")
@@ -154,7 +154,7 @@ def _default_backend(args: argparse.Namespace) -> None:
 def _dispatch(args: argparse.Namespace, started: float) -> int:
     _default_backend(args)
     if args.command in ("keeper", "keeper-ctl") and args.socket_dir is None:
-        from .daemon import default_socket_dir
+        from .rankfiles import default_socket_dir
 
         args.socket_dir = default_socket_dir()
     if args.command == "keeper":

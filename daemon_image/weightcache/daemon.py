@@ -267,7 +267,3 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
             log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
             forward(signal.SIGTERM, None)
     return exit_code
-
-
-def default_socket_dir() -> str:
-    return os.environ.get("WEIGHTCACHE_SOCKET_DIR") or str(Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "weightcache")

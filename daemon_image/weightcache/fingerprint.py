@@ -13,13 +13,14 @@ from __future__ import annotations
 import hashlib
 import json
 
-import torch
+from typing import TYPE_CHECKING
+
 from pydantic import BaseModel, ConfigDict
 
-from .checkpoint import Checkpoint
-from .manifest import LAYOUT_VERSION
-from .quantization import QuantConfig
-from .sharding import Layout
+if TYPE_CHECKING:  # the model classes here must import without torch (the CLI, the ready file)
+    from .checkpoint import Checkpoint
+    from .quantization import QuantConfig
+    from .sharding import Layout
 
 # Bumped whenever the meaning of the bytes on the wire changes; part of the environment stamp.
 PROTOCOL_VERSION = 1
@@ -83,6 +84,8 @@ class Fingerprint(BaseModel):
 
 def environment_stamp(backend: str, device: int = 0, access: str = "read-only") -> EnvironmentStamp:
     """The software and hardware the arena's bytes are valid for; GPU fields from ``device``."""
+    import torch  # not at module level: the CLI and the ready-file model must not pay for importing torch
+
     gpu: dict[str, str] = {"device_kind": "cpu"}
     if backend != "cpu-shm":
         from .cuda_arena import environment
@@ -92,9 +95,9 @@ def environment_stamp(backend: str, device: int = 0, access: str = "read-only") 
 
 
 def compute(
-    checkpoint: Checkpoint,
-    layout: Layout,
-    quant: QuantConfig,
+    checkpoint: "Checkpoint",
+    layout: "Layout",
+    quant: "QuantConfig",
     dtype: str,
     *,
     revision: str,
@@ -102,6 +105,8 @@ def compute(
     device: int = 0,
     access: str = "read-only",
 ) -> Fingerprint:
+    from .manifest import LAYOUT_VERSION
+
     return Fingerprint(
         model_path=str(checkpoint.path),
         revision=revision,

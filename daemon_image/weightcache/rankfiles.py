@@ -122,3 +122,7 @@ class RankFiles:
             os.close(fd)
         return False
 
+
+def default_socket_dir() -> str:
+    """``$WEIGHTCACHE_SOCKET_DIR``, else ``$XDG_RUNTIME_DIR/weightcache``, else ``/tmp/weightcache``."""
+    return os.environ.get("WEIGHTCACHE_SOCKET_DIR") or str(Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "weightcache")
