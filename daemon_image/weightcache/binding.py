@@ -35,54 +35,52 @@ def empty_model() -> Iterator[None]:
         nn.Module.register_parameter = original  # type: ignore[method-assign]
 
 
-def _slots(model: nn.Module) -> dict[str, tuple[nn.Module, str, torch.Tensor, bool]]:
-    """Every parameter and persistent buffer, tied ones under each of their names.
+def bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str] | None = None) -> None:
+    """Replace every parameter and persistent buffer; every check passes before anything changes.
 
-    An explicit stack instead of ``named_modules``: with tens of thousands of tensors the
-    recursive generator alone costs more than the binding.
+    One walk over the module tree with an explicit stack: with tens of thousands of tensors,
+    ``named_modules`` and a second pass over a name → slot table cost more than the binding.
+    Tied parameters (one Parameter under several names) stay tied.
     """
-    slots: dict[str, tuple[nn.Module, str, torch.Tensor, bool]] = {}
+    aliases = dict(aliases or {})
+    params: dict[str, nn.Parameter] = {}
+    used: set[str] = set()
+    pending: list[tuple[dict, str, torch.Tensor]] = []
     stack: list[tuple[str, nn.Module]] = [("", model)]
     while stack:
         prefix, module = stack.pop()
-        for leaf, param in module._parameters.items():
-            if param is not None:
-                slots[prefix + leaf] = (module, leaf, param, True)
+        for leaf, current in module._parameters.items():
+            if current is not None:
+                name = prefix + leaf
+                target = aliases.get(name, name)
+                param = params.get(target)
+                if param is None:
+                    param = params[target] = nn.Parameter(_checked(name, target, current, tensors), requires_grad=False)
+                used.add(name)
+                pending.append((module._parameters, leaf, param))
         skip = module._non_persistent_buffers_set
-        for leaf, buf in module._buffers.items():
-            if buf is not None and leaf not in skip:
-                slots[prefix + leaf] = (module, leaf, buf, False)
+        for leaf, current in module._buffers.items():
+            if current is not None and leaf not in skip:
+                name = prefix + leaf
+                target = aliases.get(name, name)
+                used.add(name)
+                pending.append((module._buffers, leaf, _checked(name, target, current, tensors)))
         for child_name, child in module._modules.items():
             if child is not None:
                 stack.append((f"{prefix}{child_name}.", child))
-    return slots
-
-
-def bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str] | None = None) -> None:
-    """Replace every parameter and persistent buffer; all checks pass before anything changes."""
-    aliases = dict(aliases or {})
-    slots = _slots(model)
-    if len(slots) != len(tensors) + len(aliases) or not slots.keys() == (tensors.keys() | aliases.keys()):
-        provided = set(tensors) | set(aliases)
-        missing = sorted(set(slots) - provided)
-        if missing:
-            raise BindError(f"{len(missing)} model tensor(s) are not in the cache, e.g. {missing[0]!r}")
-        extra = sorted(provided - set(slots))
+    targets = {aliases.get(n, n) for n in used} if aliases else used
+    extra = sorted((tensors.keys() - targets) | (aliases.keys() - used))
+    if extra:
         raise BindError(f"{len(extra)} cached tensor(s) have no place in the model, e.g. {extra[0]!r}")
-    for name, (_, _, current, _) in slots.items():
-        source = tensors[aliases.get(name, name)]
-        if source.shape != current.shape or source.dtype != current.dtype:
-            raise BindError(
-                f"{name!r}: cache has {source.dtype} {tuple(source.shape)}, model wants "
-                f"{current.dtype} {tuple(current.shape)}"
-            )
-    params: dict[str, nn.Parameter] = {}
-    for name, (module, leaf, _, is_param) in slots.items():
-        target = aliases.get(name, name)
-        if is_param:
-            param = params.get(target)
-            if param is None:
-                param = params[target] = nn.Parameter(tensors[target], requires_grad=False)
-            module._parameters[leaf] = param
-        else:
-            module._buffers[leaf] = tensors[target]
+    for slots, leaf, value in pending:
+        slots[leaf] = value
+
+
+def _checked(name: str, target: str, current: torch.Tensor, tensors: Mapping[str, torch.Tensor]) -> torch.Tensor:
+    source = tensors.get(target)
+    if source is None:
+        raise BindError(f"model tensor {name!r} is not in the cache")
+    if source.shape != current.shape or source.dtype != current.dtype:
+        raise BindError(f"{name!r}: cache has {source.dtype} {tuple(source.shape)}, model wants "
+                        f"{current.dtype} {tuple(current.shape)}")
+    return source
