@@ -9,7 +9,7 @@ VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test env cluster unit integration e2e gpu bench clean-venv
+.PHONY: demo test env cluster unit integration e2e gpu bench bench-engine clean-venv
 
 $(VENV)/.complete: requirements.lock
 	rm -rf $(VENV)
@@ -50,6 +50,9 @@ gpu: env
 bench: env
 	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 2000
 	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 20000
+
+bench-engine: env
+	$(PY) benchmarks/engine_restart.py --size-gib 3 --tp-size 2
 
 clean-venv:
 	rm -rf $(VENV) .venv
