@@ -1,0 +1,332 @@
+"""The WeightCache API (``weightcache.io/v1alpha1``) as pydantic models.
+
+These models are the single source of truth: ``crd.py`` generates the CustomResourceDefinition
+from them, and the operator parses the objects it reads with them. Every rule the API server
+enforces through a CEL expression (``x-kubernetes-validations``) is also checked by a model
+validator here, so a spec that the operator accepts is one the API server would accept; the CEL
+text and the Python check sit side by side so they change together.
+
+Field names are snake_case in Python and camelCase on the wire (pydantic aliases).
+Free-form Kubernetes objects (pod template spec, affinity, tolerations, resources) are plain
+dicts: the operator passes them through to the objects it renders, and the CRD keeps their
+unknown fields (``x-kubernetes-preserve-unknown-fields``) instead of pruning them.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "weightcache.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "WeightCache"
+PLURAL = "weightcaches"
+SINGULAR = "weightcache"
+SHORT_NAMES = ("wc",)
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+QuantizationMethod = Literal["none", "fp8"]
+Backend = Literal["cuda-vmm", "cuda-ipc", "cpu-shm"]
+GpuAccess = Literal["visibleDevices", "dra"]
+WeightFallback = Literal["disk", "error"]
+ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
+Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+FreeForm = dict[str, Any]
+"""A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
+
+
+def cel(rule: str, message: str) -> dict[str, str]:
+    """One ``x-kubernetes-validations`` entry; kept next to the Python check that mirrors it."""
+    return {"rule": rule, "message": message}
+
+
+def validations(*rules: dict[str, str]) -> dict[str, Any]:
+    """JSON-schema extra that attaches CEL rules to a model's or a field's schema."""
+    return {"x-kubernetes-validations": list(rules)}
+
+
+def default_object(model: type[BaseModel]) -> dict[str, Any]:
+    """Schema extra for a nested object whose fields all have defaults. The API server applies
+    nested defaults only when the object exists, and checks an object's default against its CEL
+    rules *without* nested defaults, so the default is the whole defaulted object, not ``{}``."""
+    return {"default": model().model_dump(by_alias=True, exclude_none=True, mode="json")}
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, unknown fields refused: the API server prunes fields its schema
+    does not know, so an unknown field reaching the models is a bug or a typo worth naming."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+# --- spec.model ---------------------------------------------------------------------------------
+
+
+class HostPathSource(ApiModel):
+    """A checkpoint directory present at the same path on every selected node."""
+
+    path: str = Field(min_length=1, max_length=4096, pattern=r"^/", description="Absolute path on the node.")
+
+
+class PvcSource(ApiModel):
+    """A checkpoint on a PersistentVolumeClaim in the cache's namespace, mounted read-only."""
+
+    claim_name: str = Field(min_length=1, max_length=253, description="PersistentVolumeClaim name.")
+    sub_path: str | None = Field(
+        default=None, max_length=4096, description="Directory inside the volume that holds the checkpoint."
+    )
+
+
+SOURCE_EXACTLY_ONE = cel("has(self.hostPath) != has(self.pvc)", "exactly one of hostPath or pvc must be set")
+SOURCE_IMMUTABLE = cel(
+    "self == oldSelf", "the model source is immutable; create a new WeightCache to serve another checkpoint"
+)
+
+
+class ModelSource(ApiModel):
+    """Where the checkpoint lives: exactly one of ``hostPath`` or ``pvc``."""
+
+    model_config = ConfigDict(json_schema_extra=validations(SOURCE_EXACTLY_ONE))
+
+    host_path: HostPathSource | None = None
+    pvc: PvcSource | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> ModelSource:
+        if (self.host_path is None) == (self.pvc is None):
+            raise ValueError(SOURCE_EXACTLY_ONE["message"])
+        return self
+
+
+class Quantization(ApiModel):
+    """How weights are post-processed once, in the daemon. ``fp8`` is block-wise FP8
+    (float8_e4m3fn weights, one float32 scale per block, the DeepSeek-V3 layout)."""
+
+    method: QuantizationMethod = "none"
+    weight_block_size: list[Annotated[int, Field(gt=0)]] = Field(
+        default=[128, 128], min_length=2, max_length=2, description="FP8 block shape [rows, columns]."
+    )
+
+
+class Model(ApiModel):
+    """The checkpoint and how it is loaded; all of it enters the weights' fingerprint."""
+
+    source: ModelSource = Field(json_schema_extra=validations(SOURCE_IMMUTABLE))
+    revision: str | None = Field(
+        default=None, max_length=256, description="Checkpoint revision, recorded in the fingerprint."
+    )
+    dtype: Dtype = Field(default="auto", description="auto takes the dtype from config.json.")
+    quantization: Quantization = Field(default_factory=Quantization, json_schema_extra=default_object(Quantization))
+
+
+# --- spec.parallelism, placement, daemon, engine, service ---------------------------------------
+
+RANKS_DIVIDE_NODES = cel(
+    "(self.tensor * self.pipeline) % self.nodes == 0",
+    "tensor * pipeline (the number of ranks) must be a multiple of nodes",
+)
+
+
+class Parallelism(ApiModel):
+    """The parallel layout; ranks per node = tensor × pipeline / nodes."""
+
+    model_config = ConfigDict(json_schema_extra=validations(RANKS_DIVIDE_NODES))
+
+    tensor: int = Field(default=1, ge=1, le=1024)
+    pipeline: int = Field(default=1, ge=1, le=1024)
+    nodes: int = Field(default=1, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _ranks_divide_nodes(self) -> Parallelism:
+        if (self.tensor * self.pipeline) % self.nodes:
+            raise ValueError(
+                f"{RANKS_DIVIDE_NODES['message']} (tensor {self.tensor} * pipeline {self.pipeline}"
+                f" = {self.ranks} ranks over {self.nodes} nodes)"
+            )
+        return self
+
+    @property
+    def ranks(self) -> int:
+        return self.tensor * self.pipeline
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks // self.nodes
+
+
+class Placement(ApiModel):
+    """Which nodes hold the weights; applied to daemon and engine pods alike."""
+
+    node_selector: dict[str, str] | None = None
+    affinity: FreeForm | None = Field(default=None, description="A core/v1 Affinity.")
+    tolerations: list[FreeForm] | None = Field(default=None, description="core/v1 Tolerations.")
+
+
+class Daemon(ApiModel):
+    """The per-node daemon that loads, shards and holds the weights."""
+
+    image: str = Field(min_length=1, max_length=1024)
+    resources: FreeForm | None = Field(
+        default=None, description="core/v1 ResourceRequirements; GPU requests are added by the operator."
+    )
+    backend: Backend = Field(default="cuda-vmm", description="cpu-shm runs without GPUs.")
+    extra_args: list[str] = Field(default=[], description="Appended to the daemon's command line.")
+
+
+class EnginePodSpec(BaseModel):
+    """A core/v1 PodSpec; only ``containers`` is checked here, the rest passes through."""
+
+    model_config = ConfigDict(extra="allow")
+
+    containers: list[FreeForm] = Field(min_length=1)
+
+
+class EngineTemplate(ApiModel):
+    """A pod template for engines, like a Deployment's; the operator adds the socket mount,
+    client environment, GPU access, labels and the daemon-ready readiness gate."""
+
+    metadata: FreeForm | None = None
+    spec: EnginePodSpec
+
+
+class Engine(ApiModel):
+    """Engine pods: per replica one active engine behind the Service and hot standbys that map
+    the same weights (KV-cache memory, not a second copy of the model)."""
+
+    replicas: int = Field(default=1, ge=0, le=1000)
+    standbys_per_replica: int = Field(default=0, ge=0, le=100)
+    template: EngineTemplate
+    port: int = Field(default=8000, ge=1, le=65535, description="The engine's serving port.")
+    gpu_access: GpuAccess = Field(
+        default="visibleDevices",
+        description="visibleDevices: engines request no GPUs and get the daemon's GPU UUIDs; "
+        "dra: a ResourceClaim shared with the daemon.",
+    )
+    weight_fallback: WeightFallback = Field(
+        default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
+    )
+
+
+class Service(ApiModel):
+    """The Service that selects the active engines only."""
+
+    name: str | None = Field(
+        default=None, max_length=63, description="Defaults to the WeightCache's name."
+    )
+    port: int = Field(default=8000, ge=1, le=65535)
+    type: ServiceType = "ClusterIP"
+
+
+DRA_NEEDS_GPU = cel(
+    "self.engine.gpuAccess != 'dra' || self.daemon.backend != 'cpu-shm'",
+    "engine.gpuAccess dra shares a GPU ResourceClaim and needs a GPU daemon backend (cuda-vmm or cuda-ipc)",
+)
+
+
+class WeightCacheSpec(ApiModel):
+    """A model kept resident on the selected nodes and the engines that serve it."""
+
+    model_config = ConfigDict(json_schema_extra=validations(DRA_NEEDS_GPU))
+
+    model: Model
+    parallelism: Parallelism = Field(default_factory=Parallelism, json_schema_extra=default_object(Parallelism))
+    placement: Placement = Field(default_factory=Placement, json_schema_extra=default_object(Placement))
+    daemon: Daemon
+    engine: Engine
+    service: Service = Field(default_factory=Service, json_schema_extra=default_object(Service))
+
+    @model_validator(mode="after")
+    def _dra_needs_gpu(self) -> WeightCacheSpec:
+        if self.engine.gpu_access == "dra" and self.daemon.backend == "cpu-shm":
+            raise ValueError(DRA_NEEDS_GPU["message"])
+        return self
+
+
+# --- status -------------------------------------------------------------------------------------
+
+
+class Condition(ApiModel):
+    """The Kubernetes condition convention (metav1.Condition): DaemonsReady, EnginesReady,
+    Available, Progressing, Degraded."""
+
+    type: str = Field(min_length=1, max_length=316)
+    status: ConditionStatus
+    reason: str | None = Field(default=None, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    message: str | None = Field(default=None, max_length=32768)
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class RankStatus(ApiModel):
+    """One local rank of a node's daemon, as its ready file reports it."""
+
+    rank: int = Field(ge=0)
+    ready: bool = False
+    bytes: int | None = Field(default=None, ge=0)
+    load_seconds: float | None = Field(default=None, ge=0)
+    gpu_uuid: str | None = None
+
+
+class NodeStatus(ApiModel):
+    """One node's daemon pod and its local ranks."""
+
+    node: str
+    ranks: list[RankStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["rank"]},
+    )
+    daemon_pod: str | None = None
+
+
+class EngineStatus(ApiModel):
+    """One replica: the engine pod behind the Service and its standbys."""
+
+    replica: int = Field(ge=0)
+    active: str | None = None
+    standbys: list[str] = Field(default_factory=list)
+
+
+class WeightCacheStatus(ApiModel):
+    """Written only by the operator, through the status subresource.
+
+    ``readyNodes``, ``activeEngines``, ``standbyEngines`` and ``model`` are summaries for the
+    printer columns, which can only show a field, not count or choose between fields."""
+
+    observed_generation: int | None = Field(default=None, ge=0)
+    phase: Phase | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    nodes: list[NodeStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["node"]},
+    )
+    engines: list[EngineStatus] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]},
+    )
+    daemon_spec_hash: str | None = None
+    ready_nodes: str | None = Field(default=None, description='Nodes whose daemons are ready, as "ready/desired".')
+    active_engines: int | None = Field(default=None, ge=0)
+    standby_engines: int | None = Field(default=None, ge=0)
+    model: str | None = Field(default=None, description="The model source and revision, in one line.")
+
+
+class WeightCache(ApiModel):
+    """A model's weights kept resident on selected nodes, and the engines that map them with
+    zero copies. The operator parses objects read from the API server with this model."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    api_version: Literal["weightcache.io/v1alpha1"] = API_VERSION
+    kind: Literal["WeightCache"] = KIND
+    metadata: FreeForm = Field(default_factory=dict)
+    spec: WeightCacheSpec
+    status: WeightCacheStatus | None = None
