@@ -111,6 +111,18 @@ def kubelet(
         agent.stop()
 
 
+@pytest.fixture(scope="session")
+def weightcache_crd(cluster: ControlPlane) -> str:
+    """The WeightCache CRD, generated from the pydantic models (not read from crds/, which a unit
+    test keeps equal), applied once per session and Established; returns its name."""
+    from weightcache_operator.crd import custom_resource_definition, render
+
+    name = custom_resource_definition()["metadata"]["name"]
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", "-", input=render())
+    cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    return name
+
+
 @pytest.fixture
 def namespace(request: pytest.FixtureRequest, kube: Kube) -> Iterator[str]:
     """A fresh namespace whose default ServiceAccount exists (pods are rejected before that)."""

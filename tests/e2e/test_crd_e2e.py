@@ -1,0 +1,199 @@
+"""The generated WeightCache CRD against the real API server: the schema is accepted as
+structural, valid objects are stored with the same defaults the pydantic models apply, and
+invalid ones are refused with messages that name the field and say what to fix."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from testcluster.controlplane import ControlPlane
+from testcluster.rest import MERGE, ApiError, Kube
+from weightcache_operator.spec import API_VERSION, PLURAL, WeightCache
+
+pytestmark = pytest.mark.e2e
+
+SAMPLE_PATH = Path(__file__).resolve().parents[2] / "examples" / "weightcache-cpu.yaml"
+
+
+def sample(name: str = "sample") -> dict[str, Any]:
+    obj = yaml.safe_load(SAMPLE_PATH.read_text())
+    obj["metadata"]["name"] = name
+    return obj
+
+
+def collection(namespace: str) -> str:
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}"
+
+
+def test_sample_is_stored_with_the_models_defaults(
+    cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str
+) -> None:
+    cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
+    stored = kube.get(f"{collection(namespace)}/tiny-llama")
+    # The API server's defaulting and the models' defaulting agree, field for field.
+    parsed = WeightCache.model_validate(stored)
+    assert stored["spec"] == parsed.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert stored["spec"]["engine"]["gpuAccess"] == "visibleDevices"
+    assert stored["spec"]["model"]["quantization"] == {"method": "none", "weightBlockSize": [128, 128]}
+    assert stored["spec"]["parallelism"] == {"tensor": 2, "pipeline": 1, "nodes": 1}
+
+
+def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str) -> None:
+    cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
+    header = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "READY", "NODES", "ACTIVE", "STANDBY", "MODEL", "AGE"]
+    kube.patch(
+        f"{collection(namespace)}/tiny-llama/status",
+        {
+            "status": {
+                "phase": "Ready",
+                "readyNodes": "1/1",
+                "activeEngines": 1,
+                "standbyEngines": 1,
+                "model": "/models/tiny-llama@seed-0",
+            }
+        },
+        content_type=MERGE,
+    )
+    row = cluster.kubectl("get", "wc", "tiny-llama", "-n", namespace, "--no-headers").stdout.split()
+    assert row[:6] == ["tiny-llama", "Ready", "1/1", "1", "1", "/models/tiny-llama@seed-0"]
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """A mutation of the sample: sets spec.<path> (dotted) to value."""
+
+    def mutate(obj: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = obj["spec"]
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+
+    return mutate
+
+
+def _delete(path: str) -> Callable[[dict[str, Any]], None]:
+    def mutate(obj: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node = obj["spec"]
+        for key in parents:
+            node = node[key]
+        del node[last]
+
+    return mutate
+
+
+BOTH_SOURCES = {"hostPath": {"path": "/models/a"}, "pvc": {"claimName": "models"}}
+
+# (id, mutation of the sample, what the API server's answer must contain)
+INVALID = [
+    ("bad-backend", _set("daemon.backend", "rocm"),
+     'spec.daemon.backend: Unsupported value: "rocm": supported values: "cuda-vmm", "cuda-ipc", "cpu-shm"'),
+    ("tensor-0", _set("parallelism.tensor", 0),
+     "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be greater than or equal to 1"),
+    ("port-70000", _set("engine.port", 70000),
+     "spec.engine.port: Invalid value: 70000: spec.engine.port in body should be less than or equal to 65535"),
+    ("both-sources", _set("model.source", BOTH_SOURCES),
+     "spec.model.source: Invalid value: exactly one of hostPath or pvc must be set"),
+    ("no-source", _set("model.source", {}), "exactly one of hostPath or pvc must be set"),
+    ("bad-dtype", _set("model.dtype", "int8"), 'spec.model.dtype: Unsupported value: "int8"'),
+    ("negative-replicas", _set("engine.replicas", -1),
+     "spec.engine.replicas in body should be greater than or equal to 0"),
+    ("negative-standbys", _set("engine.standbysPerReplica", -2),
+     "spec.engine.standbysPerReplica in body should be greater than or equal to 0"),
+    ("unknown-quantization", _set("model.quantization", {"method": "awq"}),
+     'spec.model.quantization.method: Unsupported value: "awq": supported values: "none", "fp8"'),
+    ("zero-block", _set("model.quantization", {"method": "fp8", "weightBlockSize": [0, 128]}),
+     "spec.model.quantization.weightBlockSize[0]: Invalid value: 0:"),
+    ("one-block-dim", _set("model.quantization", {"method": "fp8", "weightBlockSize": [128]}),
+     "spec.model.quantization.weightBlockSize: Invalid value: 1: spec.model.quantization.weightBlockSize in body "
+     "should have at least 2 items"),
+    ("ranks-not-multiple-of-nodes", _set("parallelism", {"tensor": 3, "nodes": 2}),
+     "tensor * pipeline (the number of ranks) must be a multiple of nodes"),
+    ("dra-on-cpu", _set("engine.gpuAccess", "dra"), "engine.gpuAccess dra shares a GPU ResourceClaim"),
+    ("relative-host-path", _set("model.source", {"hostPath": {"path": "models/a"}}),
+     "spec.model.source.hostPath.path in body should match '^/'"),
+    ("no-containers", _set("engine.template", {"spec": {"containers": []}}),
+     "spec.engine.template.spec.containers in body should have at least 1 items"),
+    ("no-daemon-image", _delete("daemon.image"), "spec.daemon.image: Required value"),
+    ("bad-service-type", _set("service", {"type": "ExternalName"}), 'spec.service.type: Unsupported value'),
+]
+
+
+@pytest.mark.parametrize(("mutate", "message"), [pytest.param(m, msg, id=i) for i, m, msg in INVALID])
+def test_invalid_objects_are_refused(
+    kube: Kube, weightcache_crd: str, namespace: str, mutate: Callable[[dict[str, Any]], None], message: str
+) -> None:
+    obj = sample("bad")
+    mutate(obj)
+    with pytest.raises(ApiError) as refused:
+        kube.create(collection(namespace), obj)
+    assert refused.value.status == 422, refused.value
+    assert message in str(refused.value)
+
+
+def test_model_source_is_immutable(kube: Kube, weightcache_crd: str, namespace: str) -> None:
+    path = f"{collection(namespace)}/pinned"
+    kube.create(collection(namespace), sample("pinned"))
+    for source in ({"hostPath": {"path": "/models/other"}}, {"hostPath": None, "pvc": {"claimName": "models"}}):
+        with pytest.raises(ApiError) as refused:
+            kube.patch(path, {"spec": {"model": {"source": source}}}, content_type=MERGE)
+        assert refused.value.status == 422
+        assert "spec.model.source: Invalid value: the model source is immutable" in str(refused.value)
+    # Everything else in spec stays mutable: scaling must not need a new object.
+    scaled = kube.patch(path, {"spec": {"engine": {"replicas": 3}, "model": {"revision": "seed-1"}}}, content_type=MERGE)
+    assert scaled["spec"]["engine"]["replicas"] == 3
+    assert scaled["metadata"]["generation"] == 2
+
+
+def test_status_subresource(kube: Kube, weightcache_crd: str, namespace: str) -> None:
+    path = f"{collection(namespace)}/statusful"
+    kube.create(collection(namespace), sample("statusful"))
+    ignored = kube.patch(path, {"status": {"phase": "Ready"}}, content_type=MERGE)
+    assert "status" not in ignored
+    status = {
+        "observedGeneration": 1,
+        "phase": "Loading",
+        "conditions": [
+            {
+                "type": "DaemonsReady",
+                "status": "False",
+                "reason": "Loading",
+                "message": "1 of 2 ranks ready on node-1",
+                "lastTransitionTime": "2026-11-29T09:00:00Z",
+                "observedGeneration": 1,
+            }
+        ],
+        "nodes": [
+            {
+                "node": "node-1",
+                "daemonPod": "statusful-daemon-abcde",
+                "ranks": [
+                    {"rank": 0, "ready": True, "bytes": 302_000_000, "loadSeconds": 0.93, "gpuUuid": "GPU-0"},
+                    {"rank": 1, "ready": False},
+                ],
+            }
+        ],
+        "engines": [{"replica": 0, "active": "statusful-engine-0-a", "standbys": ["statusful-engine-0-b"]}],
+        "daemonSpecHash": "0123abcd",
+    }
+    written = kube.patch(f"{path}/status", {"status": status}, content_type=MERGE)
+    assert written["status"] == status
+    assert written["metadata"]["generation"] == 1
+    # What the operator writes, the models read back unchanged.
+    parsed = WeightCache.model_validate(written)
+    assert parsed.status is not None
+    assert parsed.status.model_dump(by_alias=True, exclude_none=True, mode="json") == status
+    with pytest.raises(ApiError) as refused:
+        kube.patch(f"{path}/status", {"status": {"phase": "Sleeping"}}, content_type=MERGE)
+    assert 'status.phase: Unsupported value: "Sleeping"' in str(refused.value)
+    # A spec change through the main resource leaves the status alone.
+    updated = kube.patch(path, {"spec": {"engine": {"replicas": 2}}, "status": {"phase": "Failed"}}, content_type=MERGE)
+    assert updated["status"]["phase"] == "Loading"
+    assert updated["metadata"]["generation"] == 2
+    assert updated["status"] == written["status"]
