@@ -64,6 +64,43 @@ def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str
     assert row[:6] == ["tiny-llama", "Ready", "1/1", "1", "1", "/models/tiny-llama@seed-0"]
 
 
+GPU_VARIANT = {
+    "model": {
+        "source": {"pvc": {"claimName": "models", "subPath": "deepseek-v3"}},
+        "revision": "abc123",
+        "dtype": "bfloat16",
+        "quantization": {"method": "fp8"},
+    },
+    "parallelism": {"tensor": 8, "pipeline": 2, "nodes": 2},
+    "placement": {
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["llm"]}]}]}}},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    },
+    "daemon": {"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm", "extraArgs": ["--keeper"],
+               "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}},
+    "engine": {"replicas": 2, "standbysPerReplica": 1, "gpuAccess": "dra", "weightFallback": "error",
+               "template": {"metadata": {"labels": {"app": "llm"}},
+                            "spec": {"containers": [{"name": "sglang", "image": "lmsysorg/sglang:latest",
+                                                     "env": [{"name": "X", "value": "1"}]}],
+                                     "priorityClassName": "inference"}}},
+    "service": {"name": "llm", "port": 80, "type": "LoadBalancer"},
+}
+
+
+def test_gpu_variant_is_stored_whole(kube: Kube, weightcache_crd: str, namespace: str) -> None:
+    obj = {"apiVersion": API_VERSION, "kind": "WeightCache", "metadata": {"name": "gpu"}, "spec": GPU_VARIANT}
+    stored = kube.create(collection(namespace), obj)
+    # Free-form Kubernetes objects (affinity, resources, pod template) are kept, not pruned.
+    assert stored["spec"]["placement"] == GPU_VARIANT["placement"]
+    assert stored["spec"]["engine"]["template"] == GPU_VARIANT["engine"]["template"]
+    assert stored["spec"]["daemon"]["resources"] == GPU_VARIANT["daemon"]["resources"]
+    parsed = WeightCache.model_validate(stored)
+    assert stored["spec"] == parsed.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert parsed.spec.parallelism.ranks_per_node == 8
+
+
 def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
     """A mutation of the sample: sets spec.<path> (dotted) to value."""
 

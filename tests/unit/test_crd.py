@@ -3,6 +3,9 @@ models' defaults. The API server's own verdict on the schema is in tests/e2e/tes
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,15 @@ def test_command_prints_and_writes_the_same_text(tmp_path: Path, capsys: pytest.
     assert crd.main(["--write", str(tmp_path / "out.yaml")]) == 0
     assert printed == (tmp_path / "out.yaml").read_text() == crd.render()
     assert yaml.safe_load(printed) == crd.custom_resource_definition()
+
+
+def test_module_command_runs() -> None:
+    """The command the Makefile runs, as a real process (catches import-order mistakes)."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    result = subprocess.run(
+        [sys.executable, "-m", "weightcache_operator.crd"], capture_output=True, text=True, env=environment, check=True
+    )
+    assert result.stdout == crd.render()
 
 
 def schema_nodes(node: dict[str, Any], where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
