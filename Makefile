@@ -9,7 +9,7 @@ VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test env cluster unit integration e2e gpu bench bench-engine clean-venv
+.PHONY: demo test env cluster unit integration e2e gpu bench bench-engine crds clean-venv
 
 $(VENV)/.complete: requirements.lock
 	rm -rf $(VENV)
@@ -50,6 +50,10 @@ gpu: env
 bench: env
 	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 2000
 	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 20000
+
+# crds/weightcache.yaml is generated from operator/weightcache_operator/spec.py; a unit test fails when they differ.
+crds: env
+	$(PY) -m weightcache_operator.crd --write
 
 bench-engine: env
 	$(PY) benchmarks/engine_restart.py --size-gib 3 --tp-size 2
