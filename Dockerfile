@@ -13,8 +13,8 @@ COPY pyproject.toml README.md ./
 COPY daemon_image/ daemon_image/
 COPY operator/ operator/
 RUN pip install --no-cache-dir --no-deps . \
-    && pip install --no-cache-dir "kopf>=1.37" "kubernetes>=29.0" "pydantic>=2.6" "pyyaml>=6.0"
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+    && pip install --no-cache-dir "kopf>=1.37" "kubernetes>=29.0" "pydantic>=2.6" "pyyaml>=6.0" \
+    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
 USER 10001
 ENTRYPOINT ["python", "-m", "weightcache_operator"]
 
@@ -22,18 +22,21 @@ FROM nvidia/cuda:12.8.1-runtime-ubuntu24.04 AS daemon
 LABEL org.opencontainers.image.title="weightcache-daemon" \
       org.opencontainers.image.description="weightcache daemon, keeper and reference engine" \
       org.opencontainers.image.licenses="Apache-2.0"
+# The CUDA base tag pins the distribution release; Ubuntu's point versions of python3.12 rotate with
+# security updates, so pinning them here would break the build rather than make it reproducible.
+# hadolint ignore=DL3008
 RUN apt-get update \
     && apt-get install -y --no-install-recommends python3.12 python3.12-venv \
-    && rm -rf /var/lib/apt/lists/*
+    && rm -rf /var/lib/apt/lists/* \
+    && python3.12 -m venv /opt/weightcache
 ENV VIRTUAL_ENV=/opt/weightcache PATH=/opt/weightcache/bin:$PATH
-RUN python3.12 -m venv /opt/weightcache
 WORKDIR /app
 COPY requirements.lock pyproject.toml README.md ./
 RUN pip install --no-cache-dir -r requirements.lock
 COPY daemon_image/ daemon_image/
 COPY operator/ operator/
-RUN pip install --no-cache-dir --no-deps .
-RUN useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+RUN pip install --no-cache-dir --no-deps . \
+    && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
 USER 10001
 ENTRYPOINT ["weightcache"]
 CMD ["--help"]
