@@ -77,21 +77,7 @@ def aggregate(
         "model": _model_line(cache),
     }
     if observed.problems:
-        message = "; ".join(observed.problems)
-        return {
-            **base,
-            "phase": "Failed",
-            "readyNodes": f"0/{observed.desired_nodes}",
-            "activeEngines": 0,
-            "standbyEngines": 0,
-            "conditions": [
-                condition("DaemonsReady", False, "InvalidSpec", message),
-                condition("EnginesReady", False, "InvalidSpec", message),
-                condition("Available", False, "InvalidSpec", message),
-                condition("Progressing", False, "InvalidSpec", message),
-                condition("Degraded", True, "InvalidSpec", message),
-            ],
-        }
+        return invalid_status(generation, observed.problems, now, previous, base)
 
     ranks = local_ranks(cache)
     nodes = []
@@ -174,6 +160,29 @@ def aggregate(
             ),
         ],
     }
+
+
+def invalid_status(
+    generation: int | None,
+    problems: list[str],
+    now: datetime,
+    previous: list[dict[str, Any]] | None = None,
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
+    so it also serves objects the models cannot parse at all."""
+    message = "; ".join(problems)
+    old = {c["type"]: c for c in previous or []}
+    conditions = []
+    for kind, status in (("DaemonsReady", "False"), ("EnginesReady", "False"), ("Available", "False"),
+                         ("Progressing", "False"), ("Degraded", "True")):  # fmt: skip
+        before = old.get(kind)
+        same = before is not None and before.get("status") == status
+        conditions.append({"type": kind, "status": status, "reason": "InvalidSpec", "message": message,
+                           "lastTransitionTime": before["lastTransitionTime"] if same and before else _stamp(now),
+                           "observedGeneration": generation})  # fmt: skip
+    return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "conditions": conditions,
+            "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
 
 
 def _role(pod: Pod) -> str | None:

@@ -28,9 +28,12 @@ from .layout import (
 Role = Literal["active", "standby"]
 
 
-def engine_pod(cache: WeightCache, replica: int, role: Role) -> dict[str, Any]:
+def engine_pod(cache: WeightCache, replica: int, role: Role, nodes: list[str] | None = None) -> dict[str, Any]:
     """One engine pod for ``replica`` in ``role``; named by the API server (generateName), so a
-    replacement can be created while its predecessor is still terminating."""
+    replacement can be created while its predecessor is still terminating.
+
+    ``nodes``: the nodes whose daemons are ready now; the pod is pinned to them so it never
+    starts (and, with fallback disk, silently loads from disk) where no daemon holds the weights."""
     ref = CacheRef.of(cache)
     spec = cache.spec
     template = spec.engine.template
@@ -65,7 +68,9 @@ def engine_pod(cache: WeightCache, replica: int, role: Role) -> dict[str, Any]:
     gates = [g for g in pod_spec.get("readinessGates", []) if g.get("conditionType") != READY_GATE]
     pod_spec["readinessGates"] = [*gates, {"conditionType": READY_GATE}]
     for key, value in placement_fields(cache).items():
-        pod_spec.setdefault(key, value)
+        pod_spec.setdefault(key, copy.deepcopy(value))
+    if nodes is not None:
+        _pin_to_nodes(pod_spec, nodes)
     pod_spec.setdefault("restartPolicy", "Always")
 
     return {
@@ -115,3 +120,18 @@ def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:
         # (the fetch reply names it), whatever ordinal numbering their runtime gives them.
         env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
     return env
+
+
+def _pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
+    """ANDs ``hostname in nodes`` into every required node-affinity term (terms are ORed, the
+    expressions of one term ANDed), keeping whatever affinity the template or placement set."""
+    pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": sorted(nodes)}
+    required = (
+        pod_spec.setdefault("affinity", {})
+        .setdefault("nodeAffinity", {})
+        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
+    )
+    terms = required.setdefault("nodeSelectorTerms", []) or [{}]
+    for term in terms:
+        term.setdefault("matchExpressions", []).append(dict(pin, values=list(pin["values"])))
+    required["nodeSelectorTerms"] = terms

@@ -1,0 +1,211 @@
+"""The operator as a real process against the real control plane and the process kubelet:
+examples/weightcache-cpu.yaml → daemons Ready → engines Ready (gated on their node's daemon) →
+a completion through the Service equal to an engine that read the checkpoint from disk.
+
+The operator authenticates as a ServiceAccount bound to the ClusterRole below, so a missing or
+excessive permission shows up here, not in production."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.kubelet.processes import CONTAINER_MARKER
+from testcluster.rest import ApiError, Kube
+from testcluster.strays import MARKER, processes_with_environment
+from testcluster.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+PEERING = REPO / "crds" / "kopf-peering.yaml"
+GATE = "weightcache.io/daemon-ready"
+PROMPT = {"prompt": "The weight cache", "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+
+# Least privilege: what the operator reads, what it creates, and kopf's own needs.
+CLUSTER_ROLE_RULES = [
+    {"apiGroups": ["weightcache.io"], "resources": ["weightcaches"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["weightcache.io"], "resources": ["weightcaches/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
+    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "create", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+    {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
+    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated checkpoint at the sample's hostPath (/models/tiny-llama) on every node."""
+    made = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")}, capture_output=True)  # fmt: skip
+    for node in ("node-1", "node-2"):
+        target = kubelet.node_root(node) / "models" / "tiny-llama"
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(made, target)
+    return made
+
+
+@pytest.fixture(scope="module")
+def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The completion of an engine that loads the same checkpoint from disk (weight cache off);
+    started at module setup so its torch import overlaps nothing a test waits on twice."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("off") / "engine.log"
+    sample = yaml.safe_load(SAMPLE.read_text())["spec"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "engine", "--model", str(checkpoint), "--tp-size",
+         str(sample["parallelism"]["tensor"]), "--dtype", sample["model"]["dtype"], "--weight-cache-mode", "off",
+         "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
+        env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")},
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return http_json(f"http://127.0.0.1:{port}/ready", timeout=2) is not None
+            except OSError:
+                return False
+
+        wait_for(ready, 180, interval=0.5, describe=lambda: log.read_text()[-2000:])
+        yield http_json(f"http://127.0.0.1:{port}/v1/completions", PROMPT)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.fixture
+def operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str,
+             tmp_path: Path, test_session_id: str) -> Iterator[subprocess.Popen]:  # fmt: skip
+    """``python -m weightcache_operator`` as a ServiceAccount with the ClusterRole above."""
+    # The file holds the CRD and its object: the object maps only once the CRD is Established.
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING), check=False)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING))
+    role = f"weightcache-operator-{namespace}"
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "weightcache-operator"}})
+    kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                {"metadata": {"name": role}, "rules": CLUSTER_ROLE_RULES})  # fmt: skip
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {"metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}]},
+    )  # fmt: skip
+    kubeconfig = cluster.service_account_kubeconfig(namespace, "weightcache-operator")
+    log = tmp_path / "operator.log"
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
+        "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
+        "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+        MARKER: test_session_id,
+    }
+    proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+    proc.log = log  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        for kind in ("clusterrolebindings", "clusterroles"):
+            try:
+                kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{kind}/{role}")
+            except ApiError:
+                pass
+        print(f"--- operator log tail\n{log.read_text()[-6000:]}")
+
+
+def pods(kube: Kube, namespace: str, selector: str) -> list[dict]:
+    return kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
+
+
+def is_ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def gate(pod: dict) -> str | None:
+    return next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == GATE), None)
+
+
+def test_sample_becomes_ready_and_serves_the_disk_completion(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, disk_completion: dict, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+
+    def phase() -> str | None:
+        assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
+        return (kube.get(wc).get("status") or {}).get("phase")
+
+    wait_for(lambda: phase() == "Ready", 300, interval=0.5,
+             describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))  # fmt: skip
+
+    daemons = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon")
+    assert sorted(p["spec"]["nodeName"] for p in daemons) == ["node-1", "node-2"] and all(map(is_ready, daemons))
+    engines = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=engine")
+    roles = sorted(p["metadata"]["labels"]["weightcache.io/role"] for p in engines)
+    assert roles == ["active", "standby"] and all(map(is_ready, engines)) and all(gate(p) == "True" for p in engines)
+    for engine in engines:
+        assert engine["metadata"]["ownerReferences"][0]["kind"] == "WeightCache"
+
+    status = kube.get(wc)["status"]
+    assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"DaemonsReady": "True", "EnginesReady": "True", "Available": "True",
+                          "Progressing": "False", "Degraded": "False"}  # fmt: skip
+    table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
+    assert table[0].split()[:5] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE"], table
+    assert table[1].split()[:5] == ["tiny-llama", "Ready", "2/2", "1", "1"], table
+
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    host, port = proxy.address
+    served = http_json(f"http://{host}:{port}/v1/completions", PROMPT)
+    assert served["choices"][0]["text"] == disk_completion["choices"][0]["text"]
+    assert served["choices"][0].get("token_ids") == disk_completion["choices"][0].get("token_ids")
+    # The engine behind the Service mapped the daemon's arena: no rank read the checkpoint.
+    health = http_json(f"http://{host}:{port}/health")
+    assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
