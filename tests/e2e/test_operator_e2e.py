@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -209,3 +209,115 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     # The engine behind the Service mapped the daemon's arena: no rank read the checkpoint.
     health = http_json(f"http://{host}:{port}/health")
     assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
+
+
+def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) -> None:
+    body = yaml.safe_load(SAMPLE.read_text())
+    for path, value in spec_changes.items():
+        *parents, leaf = path.split("__")
+        node = body["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+
+
+def wait_phase(kube: Kube, namespace: str, operator: subprocess.Popen, want: str, timeout: float = 300,
+               also: Callable[[dict], bool] = lambda status: True) -> dict:  # fmt: skip
+    """Waits for ``status.phase == want`` (and ``also(status)``): the status written after a
+    change, not a stale one from before it."""
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+
+    def status() -> dict | None:
+        assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
+        found = kube.get(wc).get("status") or {}
+        return found if found.get("phase") == want and also(found) else None
+
+    return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
+
+
+ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
+DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
+
+
+def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {"active": [], "standby": []}
+    for pod in pods(kube, namespace, ENGINES):
+        if not pod["metadata"].get("deletionTimestamp"):
+            found[pod["metadata"]["labels"]["weightcache.io/role"]].append(pod["metadata"]["name"])
+    return found
+
+
+def test_failover_gate_scaling_and_deletion(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path,
+) -> None:  # fmt: skip
+    apply_sample(cluster, namespace)
+    wait_phase(kube, namespace, operator, "Ready")
+    before = by_role(kube, namespace)
+    assert len(before["active"]) == 1 and len(before["standby"]) == 1
+
+    # Deleting the active engine promotes the standby (its weights are mapped already) and a new
+    # standby is created: the replica is whole again.
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{before['active'][0]}")
+    wait_for(lambda: by_role(kube, namespace)["active"] == before["standby"], 30,
+             describe=lambda: by_role(kube, namespace))  # fmt: skip
+    wait_for(lambda: len(by_role(kube, namespace)["standby"]) == 1, 30, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] != before["active"][0])
+    assert status["engines"][0]["active"] == before["standby"][0]
+    assert len(status["engines"][0]["standbys"]) == 1 and status["engines"][0]["standbys"] != before["standby"]
+
+    # The gate follows the node's daemon: it drops while that daemon is replaced, and returns.
+    active = next(p for p in pods(kube, namespace, ENGINES) if p["metadata"]["name"] == status["engines"][0]["active"])
+    node = active["spec"]["nodeName"]
+    daemon = next(p for p in pods(kube, namespace, DAEMONS) if p["spec"]["nodeName"] == node)
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{daemon['metadata']['name']}")
+    get_active = lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/{active['metadata']['name']}")  # noqa: E731
+    wait_for(lambda: gate(get_active()) == "False" and not is_ready(get_active()), 20,
+             describe=lambda: get_active()["status"]["conditions"])  # fmt: skip
+    wait_for(lambda: gate(get_active()) == "True" and is_ready(get_active()), 60,
+             describe=lambda: get_active()["status"]["conditions"])  # fmt: skip
+    wait_phase(kube, namespace, operator, "Ready")
+
+    # Scaling standbys down converges.
+    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
+                    "-p", '{"spec": {"engine": {"standbysPerReplica": 0}}}')  # fmt: skip
+    wait_for(lambda: by_role(kube, namespace)["standby"] == [], 30, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["standbys"] == [])
+    assert (status["activeEngines"], status["standbyEngines"]) == (1, 0)
+
+    # Deleting the WeightCache removes every object and process it created.
+    socket_dirs = [kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")]
+    assert any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "the daemons wrote ready files"
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
+    assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    for kind in ("apis/apps/v1/namespaces/{ns}/daemonsets", "api/v1/namespaces/{ns}/services"):
+        assert kube.get("/" + kind.format(ns=namespace))["items"] == []
+    for worker in kubelet.pods_in(namespace):
+        for runner in [*worker.init_runners, *worker.runners]:
+            assert runner.process is None or runner.process.poll() is not None, (worker.name, runner.name)
+            assert not processes_with_environment(CONTAINER_MARKER, runner.marker), (worker.name, runner.name)
+    assert not any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "daemons removed their ready files"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"parallelism__nodes": 2}, "nodes is 2"),
+        ({"daemon__resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
+        ({"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
+         "GPUs per node must be ≥ ranks per node"),
+    ],
+)  # fmt: skip
+def test_invalid_spec_is_reported_and_nothing_is_created(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, changes: dict, message: str
+) -> None:
+    apply_sample(cluster, namespace, **changes)
+    status = wait_phase(kube, namespace, operator, "Failed", timeout=60)
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec") and message in degraded["message"]
+    assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
+    assert operator.poll() is None
+    # Deleting an invalid object completes: its finalizer has nothing to wait for.
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=30s")
