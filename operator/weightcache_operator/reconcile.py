@@ -145,8 +145,9 @@ class Reconciler:
 
     def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str]) -> None:
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica. A replica
-        without an active engine promotes a standby (a Ready one first) rather than waiting for a
-        new pod: the standby has the weights mapped already. New pods go only to nodes whose
+        without an active engine, or whose active is not Ready while a standby is, promotes a
+        standby (a Ready one first) rather than waiting for a new pod: the standby has the
+        weights mapped already. New pods go only to nodes whose
         daemon is ready; while there is none, nothing is created."""
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
@@ -170,6 +171,15 @@ class Reconciler:
                 self._set_role(ns, promoted, "active")
                 log.info("promoted standby", extra={"pod": promoted["metadata"]["name"], "replica": replica})
                 actives = [promoted]
+            elif actives and not pod_ready(actives[0]) and standbys and pod_ready(standbys[0]):
+                # Failover: the active engine died, fails readiness or lost its node; a Ready
+                # standby takes the Service's traffic and the old active waits as a standby.
+                promoted, demoted = standbys.pop(0), actives[0]
+                self._set_role(ns, promoted, "active")
+                self._set_role(ns, demoted, "standby")
+                log.info("failover", extra={"replica": replica, "active": promoted["metadata"]["name"],
+                                            "demoted": demoted["metadata"]["name"]})  # fmt: skip
+                actives, standbys = [promoted], [*standbys, demoted]
             if not ready_nodes:
                 continue
             if not actives:

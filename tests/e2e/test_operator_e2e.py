@@ -250,7 +250,7 @@ def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:
 
 def test_failover_gate_scaling_and_deletion(
     cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
     apply_sample(cluster, namespace)
     wait_phase(kube, namespace, operator, "Ready")
@@ -266,6 +266,22 @@ def test_failover_gate_scaling_and_deletion(
     status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] != before["active"][0])
     assert status["engines"][0]["active"] == before["standby"][0]
     assert len(status["engines"][0]["standbys"]) == 1 and status["engines"][0]["standbys"] != before["standby"]
+
+    # The active engine's processes die (its container restarts in place): the Ready standby
+    # takes the Service's traffic at once and the old active becomes the standby.
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    crashed, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
+    standby_ip = kube.get(f"/api/v1/namespaces/{namespace}/pods/{standby}")["status"]["podIP"]
+    worker = kubelet.pod_worker(namespace, crashed)
+    assert worker is not None and worker.runners[0].process is not None
+    os.killpg(worker.runners[0].process.pid, signal.SIGKILL)
+    wait_for(lambda: by_role(kube, namespace) == {"active": [standby], "standby": [crashed]}, 30,
+             describe=lambda: by_role(kube, namespace))  # fmt: skip
+    wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 30, describe=lambda: proxy.ready_endpoints)
+    host, port = proxy.address
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] == standby)
+    assert status["engines"][0]["standbys"] == [crashed]
 
     # The gate follows the node's daemon: it drops while that daemon is replaced, and returns.
     active = next(p for p in pods(kube, namespace, ENGINES) if p["metadata"]["name"] == status["engines"][0]["active"])

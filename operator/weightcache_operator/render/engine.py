@@ -60,7 +60,7 @@ def engine_pod(cache: WeightCache, replica: int, role: Role, nodes: list[str] | 
     main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
     main.setdefault(
         "readinessProbe",
-        {"httpGet": {"path": "/ready", "port": spec.engine.port}, "periodSeconds": 1, "failureThreshold": 1},
+        {"httpGet": {"path": "/ready", "port": spec.engine.port}, "periodSeconds": 1, "failureThreshold": 2},
     )
 
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in ("model", sock_vol["name"])]
