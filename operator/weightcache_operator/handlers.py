@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import zlib
 from typing import Any
 
 import kopf
@@ -43,7 +44,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.name = PEERING_NAME
     settings.peering.mandatory = True
     settings.peering.clusterwide = True
-    settings.peering.priority = int(os.environ.get("WEIGHTCACHE_OPERATOR_PRIORITY", random.randint(1, 1_000_000)))
+    settings.peering.priority = _priority(os.environ.get("WEIGHTCACHE_OPERATOR_PRIORITY", ""))
     # kopf's own bookkeeping goes to annotations: the CRD's status schema is closed, so a
     # status.kopf field would be pruned by the API server.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="weightcache.io")
@@ -54,6 +55,14 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30]
     reconciler()
+
+
+def _priority(text: str) -> int:
+    """Replicas must have distinct priorities (equal ones all pause, as a conflict): an integer
+    as given, any other text (the pod's uid) hashed, nothing → random."""
+    if text.strip().isdigit():
+        return int(text)
+    return zlib.crc32(text.encode()) % 1_000_000 + 1 if text else random.randint(1, 1_000_000)
 
 
 def _run(namespace: str, name: str, apply: bool) -> None:

@@ -37,19 +37,9 @@ PEERING = REPO / "crds" / "kopf-peering.yaml"
 GATE = "weightcache.io/daemon-ready"
 PROMPT = {"prompt": "The weight cache", "max_tokens": 8, "temperature": 0, "return_token_ids": True}
 
-# Least privilege: what the operator reads, what it creates, and kopf's own needs.
-CLUSTER_ROLE_RULES = [
-    {"apiGroups": ["weightcache.io"], "resources": ["weightcaches"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["weightcache.io"], "resources": ["weightcaches/status"], "verbs": ["patch"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
-    {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "create", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
-    {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
-]
+DEPLOY = REPO / "deploy" / "operator.yaml"
+CLUSTER_ROLE_RULES = next(d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole")["rules"]
+"""The shipped least-privilege ClusterRole: the operator under test runs with exactly these rules."""
 
 
 def free_port() -> int:
@@ -197,6 +187,7 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     assert conditions == {"DaemonsReady": "True", "EnginesReady": "True", "Available": "True",
                           "Progressing": "False", "Degraded": "False"}  # fmt: skip
     table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
+    print("\n".join(table))
     assert table[0].split()[:5] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE"], table
     assert table[1].split()[:5] == ["tiny-llama", "Ready", "2/2", "1", "1"], table
 

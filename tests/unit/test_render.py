@@ -292,3 +292,40 @@ def test_terminating_or_unready_engines_are_not_counted() -> None:
     assert (status["activeEngines"], status["standbyEngines"]) == (0, 1)
     assert status["engines"][0] == {"replica": 0, "active": None, "standbys": []}
     assert conditions(status)["Available"] == ("False", "NoActiveEngine")
+
+
+def test_new_engines_are_pinned_to_nodes_with_ready_daemons_keeping_user_affinity() -> None:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    pod = engine_pod(make(**{"placement.affinity": affinity}), 0, "active", nodes=["node-2", "node-1"])
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["a"]},
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]},
+    ]}]  # fmt: skip
+    assert "nodeAffinity" not in (engine_pod(make(), 0, "active").get("spec", {}).get("affinity") or {})
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [term], (
+        "the spec's affinity object must not be mutated"
+    )
+
+
+def test_shipped_cluster_role_names_every_verb_and_resource() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "operator.yaml"
+    role = next(d for d in yaml.safe_load_all(deploy.read_text()) if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
+    secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert not secrets, "the operator reads no Secrets"
+
+
+def test_operator_priority_from_environment() -> None:
+    from weightcache_operator.handlers import _priority
+
+    assert _priority("42") == 42
+    uid = "0b6f0e7e-8a3c-4f59-9d7d-5c3f3c1d2e10"
+    assert _priority(uid) == _priority(uid) and _priority(uid) != _priority(uid[::-1])
+    assert 1 <= _priority("") <= 1_000_000
