@@ -99,9 +99,10 @@ def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture
-def operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str,
-             tmp_path: Path, test_session_id: str) -> Iterator[subprocess.Popen]:  # fmt: skip
-    """``python -m weightcache_operator`` as a ServiceAccount with the ClusterRole above."""
+def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str,
+                   tmp_path: Path, test_session_id: str) -> Iterator[Callable[..., subprocess.Popen]]:  # fmt: skip
+    """A factory: ``start_operator(priority=None)`` runs ``python -m weightcache_operator`` as a
+    ServiceAccount bound to the shipped ClusterRole; every operator is stopped afterwards."""
     # The file holds the CRD and its object: the object maps only once the CRD is Established.
     cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING), check=False)
     cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
@@ -117,34 +118,53 @@ def operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd:
          "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}]},
     )  # fmt: skip
     kubeconfig = cluster.service_account_kubeconfig(namespace, "weightcache-operator")
-    log = tmp_path / "operator.log"
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
-        "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
-        "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
-        MARKER: test_session_id,
-    }
-    proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
-                            stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
-    proc.log = log  # type: ignore[attr-defined]
+    started: list[subprocess.Popen] = []
+
+    def start(priority: int | None = None) -> subprocess.Popen:
+        log = tmp_path / f"operator-{len(started)}.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
+            "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
+            "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+            MARKER: test_session_id,
+        }
+        if priority is not None:
+            env["WEIGHTCACHE_OPERATOR_PRIORITY"] = str(priority)
+        proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc.log = log  # type: ignore[attr-defined]
+        started.append(proc)
+        return proc
+
     try:
-        yield proc
+        yield start
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        for proc in started:
+            stop_operator(proc)
         for kind in ("clusterrolebindings", "clusterroles"):
             try:
                 kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{kind}/{role}")
             except ApiError:
                 pass
-        print(f"--- operator log tail\n{log.read_text()[-6000:]}")
+        for proc in started:
+            print(f"--- operator {proc.pid} log tail\n{proc.log.read_text()[-6000:]}")  # type: ignore[attr-defined]
+
+
+def stop_operator(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., subprocess.Popen]) -> subprocess.Popen:
+    return start_operator()
 
 
 def pods(kube: Kube, namespace: str, selector: str) -> list[dict]:
@@ -328,3 +348,26 @@ def test_invalid_spec_is_reported_and_nothing_is_created(
     assert operator.poll() is None
     # Deleting an invalid object completes: its finalizer has nothing to wait for.
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=30s")
+
+
+def test_two_replicas_do_not_fight_and_hand_over(
+    cluster: ControlPlane, kube: Kube, namespace: str, start_operator: Callable[..., subprocess.Popen]
+) -> None:
+    """kopf peering: the lower-priority replica pauses while the higher one runs, and takes over
+    (here: the deletion and its finalizer) once the higher one is gone."""
+    leader = start_operator(priority=200)
+    follower = start_operator(priority=100)
+    # kopf starts paused and resumes once the peering object shows no higher-priority peer.
+    resumed = lambda proc: "Resuming operations" in proc.log.read_text()  # noqa: E731
+    wait_for(lambda: resumed(leader), 30, describe=lambda: leader.log.read_text()[-3000:])  # type: ignore[attr-defined]
+    apply_sample(cluster, namespace, parallelism__nodes=2)
+    wait_phase(kube, namespace, leader, "Failed", timeout=60)
+    follower_log = follower.log.read_text()  # type: ignore[attr-defined]
+    assert not resumed(follower) and "tiny-llama" not in follower_log, f"the follower was not paused:\n{follower_log}"
+    peering = json.loads(cluster.kubectl("get", "clusterkopfpeering", "weightcache-operator", "-o", "json").stdout)
+    assert {100, 200} <= {p["priority"] for p in peering["status"].values()}, "both replicas announce themselves"
+
+    stop_operator(leader)
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
+    assert follower.poll() is None
+    assert resumed(follower) and "Deletion is processed" in follower.log.read_text()  # type: ignore[attr-defined]
