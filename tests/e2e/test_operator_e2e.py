@@ -355,17 +355,21 @@ def test_two_replicas_do_not_fight_and_hand_over(
 ) -> None:
     """kopf peering: the lower-priority replica pauses while the higher one runs, and takes over
     (here: the deletion and its finalizer) once the higher one is gone."""
-    leader = start_operator(priority=200)
-    follower = start_operator(priority=100)
     # kopf starts paused and resumes once the peering object shows no higher-priority peer.
     resumed = lambda proc: "Resuming operations" in proc.log.read_text()  # noqa: E731
+    leader = start_operator(priority=200)
     wait_for(lambda: resumed(leader), 30, describe=lambda: leader.log.read_text()[-3000:])  # type: ignore[attr-defined]
+    follower = start_operator(priority=100)
+
+    def priorities() -> set[int]:
+        peering = json.loads(cluster.kubectl("get", "clusterkopfpeering", "weightcache-operator", "-o", "json").stdout)
+        return {p["priority"] for p in (peering.get("status") or {}).values()}
+
+    wait_for(lambda: {100, 200} <= priorities(), 30, describe=priorities)
     apply_sample(cluster, namespace, parallelism__nodes=2)
     wait_phase(kube, namespace, leader, "Failed", timeout=60)
     follower_log = follower.log.read_text()  # type: ignore[attr-defined]
     assert not resumed(follower) and "tiny-llama" not in follower_log, f"the follower was not paused:\n{follower_log}"
-    peering = json.loads(cluster.kubectl("get", "clusterkopfpeering", "weightcache-operator", "-o", "json").stdout)
-    assert {100, 200} <= {p["priority"] for p in peering["status"].values()}, "both replicas announce themselves"
 
     stop_operator(leader)
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
