@@ -375,3 +375,25 @@ def test_two_replicas_do_not_fight_and_hand_over(
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
     assert follower.poll() is None
     assert resumed(follower) and "Deletion is processed" in follower.log.read_text()  # type: ignore[attr-defined]
+
+
+def test_deletion_completes_with_a_node_gone(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path,
+) -> None:  # fmt: skip
+    """A node that stops answering never confirms its pods' stop: the finalizer deletes them with
+    grace 0 once the node is NotReady, so deleting the WeightCache still completes."""
+    apply_sample(cluster, namespace)
+    wait_for(lambda: sorted(p["spec"].get("nodeName") or "" for p in pods(kube, namespace, DAEMONS)
+                            if is_ready(p)) == ["node-1", "node-2"], 120,
+             describe=lambda: pods(kube, namespace, DAEMONS))  # fmt: skip
+    kubelet.fail_node("node-2")
+    try:
+        wait_for(lambda: not any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
+        cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
+        assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    finally:
+        kubelet.recover_node("node-2")
+        wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
+                             for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
