@@ -306,12 +306,17 @@ def test_failover_gate_scaling_and_deletion(
              describe=lambda: get_active()["status"]["conditions"])  # fmt: skip
     wait_phase(kube, namespace, operator, "Ready")
 
-    # Scaling standbys down converges.
+    # Scaling converges both ways: two replicas without standbys, then one.
     cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
-                    "-p", '{"spec": {"engine": {"standbysPerReplica": 0}}}')  # fmt: skip
-    wait_for(lambda: by_role(kube, namespace)["standby"] == [], 30, describe=lambda: by_role(kube, namespace))
-    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["standbys"] == [])
-    assert (status["activeEngines"], status["standbyEngines"]) == (1, 0)
+                    "-p", '{"spec": {"engine": {"replicas": 2, "standbysPerReplica": 0}}}')  # fmt: skip
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 2)
+    assert (status["activeEngines"], status["standbyEngines"]) == (2, 0)
+    assert [len(by_role(kube, namespace)[r]) for r in ("active", "standby")] == [2, 0]
+    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
+                    "-p", '{"spec": {"engine": {"replicas": 1}}}')  # fmt: skip
+    wait_for(lambda: len(by_role(kube, namespace)["active"]) == 1, 30, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 1)
+    assert (status["activeEngines"], status["standbyEngines"]) == (1, 0) and by_role(kube, namespace)["standby"] == []
 
     # Deleting the WeightCache removes every object and process it created.
     socket_dirs = [kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")]
