@@ -51,6 +51,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="weightcache.io", key="last-handled-configuration"
     )
+    settings.persistence.finalizer = "weightcache.io/cleanup"
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30]

@@ -351,6 +351,8 @@ def test_invalid_spec_is_reported_and_nothing_is_created(
     assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
     assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
     assert operator.poll() is None
+    wc = kube.get(f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama")
+    assert wc["metadata"]["finalizers"] == ["weightcache.io/cleanup"]
     # Deleting an invalid object completes: its finalizer has nothing to wait for.
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=30s")
 
