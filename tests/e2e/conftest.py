@@ -96,7 +96,8 @@ def kubelet(
     config = KubeletConfig(
         root=tmp_path_factory.mktemp("kubelet"),
         nodes=nodes,
-        environment={MARKER: test_session_id},
+        # Pods run our CLI (`python -m weightcache`) from this checkout, as the daemon image has it installed.
+        environment={MARKER: test_session_id, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "daemon_image")},
         serving_cert=cluster.kubelet_serving_cert,
     )
     agent = ProcessKubelet(kube, cluster.port, config)

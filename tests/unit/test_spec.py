@@ -32,7 +32,7 @@ def test_sample_parses_with_defaults() -> None:
     assert s.daemon.backend == "cpu-shm" and s.daemon.extra_args == []
     assert (s.engine.replicas, s.engine.standbys_per_replica, s.engine.port) == (1, 1, 8000)
     assert (s.engine.gpu_access, s.engine.weight_fallback) == ("visibleDevices", "disk")
-    assert s.engine.template.spec.containers[0]["command"] == ["weightcache", "engine"]
+    assert s.engine.template.spec.containers[0]["command"] == ["python", "-m", "weightcache", "engine"]
     assert (s.service.name, s.service.port, s.service.type) == (None, 8000, "ClusterIP")
     assert s.placement.node_selector == {"weightcache.io/test-node": "true"}
     assert cache.status is None

@@ -1,0 +1,105 @@
+"""kopf registrations: *when* a reconciliation pass runs. *What* a pass does is in reconcile.py.
+
+- create / update / resume of a WeightCache, and a periodic resync timer: a full pass
+  (server-side apply of the DaemonSet and Service, engines, readiness gates, status);
+- any event of a pod labelled ``weightcache.io/cache``: a pass without the applies, which
+  recreates deleted engines, promotes standbys and flips readiness gates within one watch event;
+- deletion: the finalizer kopf adds for the delete handler stays until every pod is gone.
+
+Invalid specs never raise: they become a ``Degraded``/``InvalidSpec`` condition, so kopf does not
+retry them in a loop. Transient API errors raise ``kopf.TemporaryError`` and are retried later.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import zlib
+from typing import Any
+
+import kopf
+
+from .kubeapi import ApiError, KubeApi
+from .reconcile import Reconciler, StillTerminating
+from .render import CACHE_LABEL
+from .spec import GROUP, PLURAL, VERSION
+
+RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
+PEERING_NAME = os.environ.get("WEIGHTCACHE_OPERATOR_PEERING", "weightcache-operator")
+
+_state: dict[str, Reconciler] = {}
+
+
+def reconciler() -> Reconciler:
+    if "r" not in _state:
+        _state["r"] = Reconciler(KubeApi.load())
+    return _state["r"]
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Peering: replicas see each other through a ClusterKopfPeering object (crds/kopf-peering.yaml)
+    # and only the highest priority one handles events, so two replicas never fight.
+    settings.peering.name = PEERING_NAME
+    settings.peering.mandatory = True
+    settings.peering.clusterwide = True
+    settings.peering.priority = _priority(os.environ.get("WEIGHTCACHE_OPERATOR_PRIORITY", ""))
+    # kopf's own bookkeeping goes to annotations: the CRD's status schema is closed, so a
+    # status.kopf field would be pruned by the API server.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="weightcache.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="weightcache.io", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "weightcache.io/cleanup"
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 60
+    settings.batching.error_delays = [1, 2, 5, 10, 30]
+    reconciler()
+
+
+def _priority(text: str) -> int:
+    """Replicas must have distinct priorities (equal ones all pause, as a conflict): an integer
+    as given, any other text (the pod's uid) hashed, nothing → random."""
+    if text.strip().isdigit():
+        return int(text)
+    return zlib.crc32(text.encode()) % 1_000_000 + 1 if text else random.randint(1, 1_000_000)
+
+
+def _run(namespace: str, name: str, apply: bool) -> None:
+    try:
+        reconciler().reconcile(namespace, name, apply=apply)
+    except ApiError as error:
+        raise kopf.TemporaryError(f"API error: {error}", delay=2) from error
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def on_change(namespace: str, name: str, **_: Any) -> None:
+    _run(namespace, name, apply=True)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+def resync(namespace: str, name: str, meta: kopf.Meta, **_: Any) -> None:
+    if not meta.get("deletionTimestamp"):
+        _run(namespace, name, apply=True)
+
+
+@kopf.on.event("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
+def on_pod(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+    try:
+        reconciler().reconcile(namespace, labels[CACHE_LABEL], apply=False)
+    except ApiError as error:
+        # Event handlers are not retried by kopf; the next pod event or the resync timer will be.
+        logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+def on_delete(namespace: str, name: str, **_: Any) -> None:
+    try:
+        reconciler().finalize(namespace, name)
+    except StillTerminating as waiting:
+        raise kopf.TemporaryError(str(waiting), delay=1) from waiting
+    except ApiError as error:
+        raise kopf.TemporaryError(f"API error: {error}", delay=2) from error

@@ -1,0 +1,36 @@
+"""Pure renderers: a parsed WeightCache in, Kubernetes manifests (plain dicts) out.
+
+Nothing here talks to the API server, reads the clock or the environment, so every object the
+operator applies can be unit-tested from a spec alone and two operator replicas render the same
+bytes for the same spec (server-side apply then has nothing to fight about).
+"""
+
+from .daemon import daemon_daemonset
+from .engine import engine_pod
+from .layout import (
+    CACHE_LABEL,
+    COMPONENT_LABEL,
+    READY_GATE,
+    REPLICA_LABEL,
+    ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
+    CacheRef,
+    daemon_spec_hash,
+    local_ranks,
+)
+from .service import engine_service
+
+__all__ = [
+    "CACHE_LABEL",
+    "COMPONENT_LABEL",
+    "READY_GATE",
+    "REPLICA_LABEL",
+    "ROLE_LABEL",
+    "SPEC_HASH_ANNOTATION",
+    "CacheRef",
+    "daemon_daemonset",
+    "daemon_spec_hash",
+    "engine_pod",
+    "engine_service",
+    "local_ranks",
+]

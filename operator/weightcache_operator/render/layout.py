@@ -1,0 +1,141 @@
+"""Names, labels, paths and the rank → node mapping shared by every renderer.
+
+Rank → node mapping (deterministic, documented in docs/operator.md): ranks are numbered
+``pp_rank * tensor + tp_rank``; with ``nodes = 1`` every selected node runs a daemon for all ranks
+``0 .. ranks-1`` and holds a full copy, so an engine can start on any selected node and maps from
+the daemon of its own node. ``nodes > 1`` (an engine spanning nodes) is refused by validation for
+now; the mapping it will use is node slot ``i`` (selected nodes sorted by name) holding ranks
+``i*ranks_per_node .. (i+1)*ranks_per_node - 1``, which ``local_ranks`` already computes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec import API_VERSION, KIND, WeightCache
+
+CACHE_LABEL = "weightcache.io/cache"
+COMPONENT_LABEL = "weightcache.io/component"
+REPLICA_LABEL = "weightcache.io/replica"
+ROLE_LABEL = "weightcache.io/role"
+SPEC_HASH_ANNOTATION = "weightcache.io/daemon-spec-hash"
+SPEC_HASH_LABEL = "weightcache.io/daemon-spec-hash"
+READY_GATE = "weightcache.io/daemon-ready"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
+
+SOCKET_HOST_ROOT = "/run/weightcache"
+"""Host directory under which each cache gets ``<namespace>-<name>``; shared by daemon and engines."""
+SOCKET_MOUNT = "/run/weightcache"
+"""Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
+MODEL_MOUNT = "/weightcache/model"
+"""Where daemon and engines see the checkpoint: the same path on both sides, because the resolved
+model path is part of the weights' fingerprint."""
+
+
+@dataclass(frozen=True)
+class CacheRef:
+    """Identity of the WeightCache object being rendered (from its metadata)."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    @classmethod
+    def of(cls, cache: WeightCache) -> CacheRef:
+        meta = cache.metadata
+        return cls(name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""))
+
+    @property
+    def socket_host_dir(self) -> str:
+        return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}"
+
+    @property
+    def daemon_name(self) -> str:
+        return f"{self.name}-daemon"
+
+    def owner_reference(self) -> dict[str, Any]:
+        """Makes the garbage collector delete what we render when the WeightCache goes."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def labels(self, component: str) -> dict[str, str]:
+        return {CACHE_LABEL: self.name, COMPONENT_LABEL: component, **MANAGED_BY}
+
+
+def local_ranks(cache: WeightCache, slot: int = 0) -> list[int]:
+    """The global ranks held by node slot ``slot`` (see the module docstring)."""
+    per_node = cache.spec.parallelism.ranks_per_node
+    return list(range(slot * per_node, (slot + 1) * per_node))
+
+
+def rank_range(ranks: list[int]) -> str:
+    """``[0, 1, 2]`` → ``"0-2"``, the form ``--ranks`` takes."""
+    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
+
+
+def daemon_spec_hash(cache: WeightCache) -> str:
+    """A digest of everything that decides what the daemons hold and how they run. Engines are
+    gated on daemons carrying this hash, so an engine never turns Ready against daemons of an
+    older spec (model, dtype, quantization, layout, image, backend, args)."""
+    spec = cache.spec
+    relevant = {
+        "model": spec.model.model_dump(by_alias=True, mode="json"),
+        "parallelism": spec.parallelism.model_dump(by_alias=True, mode="json"),
+        "placement": spec.placement.model_dump(by_alias=True, mode="json"),
+        "daemon": spec.daemon.model_dump(by_alias=True, mode="json"),
+    }
+    canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def model_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The checkpoint as a read-only volume and its mount at MODEL_MOUNT."""
+    source = cache.spec.model.source
+    mount: dict[str, Any] = {"name": "model", "mountPath": MODEL_MOUNT, "readOnly": True}
+    if source.host_path is not None:
+        volume = {"name": "model", "hostPath": {"path": source.host_path.path, "type": "Directory"}}
+    else:
+        assert source.pvc is not None
+        volume = {"name": "model", "persistentVolumeClaim": {"claimName": source.pvc.claim_name, "readOnly": True}}
+        if source.pvc.sub_path:
+            mount["subPath"] = source.pvc.sub_path
+    return volume, mount
+
+
+def socket_volume(ref: CacheRef) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The per-cache host directory holding ``<name>/rank-N.sock|.ready`` and ``keeper.sock``."""
+    volume = {"name": "weightcache-sockets", "hostPath": {"path": ref.socket_host_dir, "type": "DirectoryOrCreate"}}
+    return volume, {"name": "weightcache-sockets", "mountPath": SOCKET_MOUNT}
+
+
+def placement_fields(cache: WeightCache) -> dict[str, Any]:
+    """nodeSelector / affinity / tolerations, applied to daemons and engines alike."""
+    placement = cache.spec.placement
+    fields: dict[str, Any] = {}
+    if placement.node_selector:
+        fields["nodeSelector"] = dict(placement.node_selector)
+    if placement.affinity:
+        fields["affinity"] = placement.affinity
+    if placement.tolerations:
+        fields["tolerations"] = list(placement.tolerations)
+    return fields
+
+
+def model_args(cache: WeightCache) -> list[str]:
+    """The flags daemon and engine must agree on: they all enter the fingerprint."""
+    model = cache.spec.model
+    args = ["--model", MODEL_MOUNT, "--dtype", model.dtype, "--quantization", model.quantization.method]
+    if model.quantization.method == "fp8":
+        args += ["--weight-block-size", ",".join(str(n) for n in model.quantization.weight_block_size)]
+    if model.revision:
+        args += ["--revision", model.revision]
+    return args

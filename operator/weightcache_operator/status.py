@@ -1,0 +1,205 @@
+"""Status aggregation: daemon pods + engine pods (as read from the API server) → ``status``.
+
+Pure: the caller passes the clock and the previous conditions, so a condition's
+``lastTransitionTime`` changes only when its status does, and tests need no API server.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from .render.layout import REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
+from .spec import WeightCache
+
+Pod = dict[str, Any]
+
+
+def pod_ready(pod: Pod) -> bool:
+    """Ready condition True and not being deleted (a terminating pod serves no new work)."""
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def daemon_pod_current(pod: Pod, spec_hash: str) -> bool:
+    """A daemon pod an engine may rely on: Ready and running the expected daemon spec."""
+    return pod_ready(pod) and (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
+
+
+def crash_looping(pod: Pod) -> str | None:
+    """The name of a container in CrashLoopBackOff, if any."""
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == "CrashLoopBackOff":
+            return status.get("name")
+    return None
+
+
+@dataclass
+class Observed:
+    """What the operator saw in one pass."""
+
+    daemon_pods: list[Pod] = field(default_factory=list)
+    engine_pods: list[Pod] = field(default_factory=list)
+    desired_nodes: int = 0
+    """``DaemonSet.status.desiredNumberScheduled``: the nodes the placement selects."""
+    problems: list[str] = field(default_factory=list)
+    """Validation messages; non-empty means the spec is not run at all."""
+
+
+def aggregate(
+    cache: WeightCache, observed: Observed, now: datetime, previous: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The ``status`` to write (everything except what kopf keeps under its own key)."""
+    generation = cache.metadata.get("generation")
+    spec_hash = daemon_spec_hash(cache)
+    old = {c["type"]: c for c in previous or []}
+
+    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        status = "True" if ok else "False"
+        before = old.get(kind)
+        since = before["lastTransitionTime"] if before and before.get("status") == status else _stamp(now)
+        return {
+            "type": kind,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": since,
+            "observedGeneration": generation,
+        }
+
+    base = {
+        "observedGeneration": generation,
+        "daemonSpecHash": spec_hash,
+        "model": _model_line(cache),
+    }
+    if observed.problems:
+        return invalid_status(generation, observed.problems, now, previous, base)
+
+    ranks = local_ranks(cache)
+    nodes = []
+    ready_nodes = 0
+    for pod in sorted(observed.daemon_pods, key=lambda p: p.get("spec", {}).get("nodeName") or ""):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if not node:
+            continue
+        current = daemon_pod_current(pod, spec_hash)
+        ready_nodes += current
+        nodes.append(
+            {
+                "node": node,
+                "daemonPod": pod["metadata"]["name"],
+                "ranks": [{"rank": r, "ready": current} for r in ranks],
+            }
+        )
+
+    replicas = cache.spec.engine.replicas
+    standbys_per = cache.spec.engine.standbys_per_replica
+    engines = []
+    active_ready = standby_ready = 0
+    for replica in range(replicas):
+        mine = [p for p in observed.engine_pods if (p["metadata"].get("labels") or {}).get(REPLICA_LABEL) == str(replica)]
+        actives = sorted(p["metadata"]["name"] for p in mine if _role(p) == "active" and not _deleting(p))
+        standbys = sorted(p["metadata"]["name"] for p in mine if _role(p) == "standby" and not _deleting(p))
+        active_ready += min(1, sum(pod_ready(p) for p in mine if _role(p) == "active"))
+        standby_ready += min(standbys_per, sum(pod_ready(p) for p in mine if _role(p) == "standby"))
+        engines.append({"replica": replica, "active": actives[0] if actives else None, "standbys": standbys})
+
+    desired = observed.desired_nodes
+    daemons_ok = desired > 0 and ready_nodes >= desired
+    engines_ok = active_ready == replicas and standby_ready == replicas * standbys_per
+    available = replicas > 0 and active_ready == replicas
+    looping = [f"{p['metadata']['name']}/{c}" for p in [*observed.daemon_pods, *observed.engine_pods]
+               if (c := crash_looping(p))]  # fmt: skip
+
+    if desired == 0:
+        daemons_reason, daemons_msg = "NoNodesSelected", "no node matches spec.placement"
+    elif daemons_ok:
+        daemons_reason, daemons_msg = "AllNodesReady", f"{ready_nodes}/{desired} nodes hold every local rank"
+    else:
+        daemons_reason, daemons_msg = "Loading", f"{ready_nodes}/{desired} nodes ready"
+    engines_msg = (
+        f"{active_ready}/{replicas} active and {standby_ready}/{replicas * standbys_per} standby engines ready"
+    )
+
+    if looping:
+        phase = "Degraded"
+    elif daemons_ok and engines_ok:
+        phase = "Ready"
+    elif observed.daemon_pods or observed.engine_pods:
+        phase = "Loading"
+    else:
+        phase = "Pending"
+
+    return {
+        **base,
+        "phase": phase,
+        "nodes": nodes,
+        "engines": engines,
+        "readyNodes": f"{ready_nodes}/{desired}",
+        "activeEngines": active_ready,
+        "standbyEngines": standby_ready,
+        "conditions": [
+            condition("DaemonsReady", daemons_ok, daemons_reason, daemons_msg),
+            condition("EnginesReady", engines_ok, "AllEnginesReady" if engines_ok else "EnginesStarting", engines_msg),
+            condition("Available", available, "ActiveEnginesReady" if available else "NoActiveEngine", engines_msg),
+            condition(
+                "Progressing",
+                not (daemons_ok and engines_ok),
+                "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
+                f"daemons: {daemons_msg}; engines: {engines_msg}",
+            ),
+            condition(
+                "Degraded",
+                bool(looping),
+                "CrashLoop" if looping else "Healthy",
+                f"crash-looping containers: {', '.join(looping)}" if looping else "no container is crash-looping",
+            ),
+        ],
+    }
+
+
+def invalid_status(
+    generation: int | None,
+    problems: list[str],
+    now: datetime,
+    previous: list[dict[str, Any]] | None = None,
+    base: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
+    so it also serves objects the models cannot parse at all."""
+    message = "; ".join(problems)
+    old = {c["type"]: c for c in previous or []}
+    conditions = []
+    for kind, status in (("DaemonsReady", "False"), ("EnginesReady", "False"), ("Available", "False"),
+                         ("Progressing", "False"), ("Degraded", "True")):  # fmt: skip
+        before = old.get(kind)
+        same = before is not None and before.get("status") == status
+        conditions.append({"type": kind, "status": status, "reason": "InvalidSpec", "message": message,
+                           "lastTransitionTime": before["lastTransitionTime"] if same and before else _stamp(now),
+                           "observedGeneration": generation})  # fmt: skip
+    return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "conditions": conditions,
+            "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
+
+
+def _role(pod: Pod) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
+
+
+def _deleting(pod: Pod) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def _stamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _model_line(cache: WeightCache) -> str:
+    source = cache.spec.model.source
+    where = f"hostPath:{source.host_path.path}" if source.host_path else f"pvc:{source.pvc.claim_name}"  # type: ignore[union-attr]
+    if source.pvc and source.pvc.sub_path:
+        where += f"/{source.pvc.sub_path}"
+    return f"{where}@{cache.spec.model.revision}" if cache.spec.model.revision else where

@@ -1,0 +1,406 @@
+"""The operator as a real process against the real control plane and the process kubelet:
+examples/weightcache-cpu.yaml → daemons Ready → engines Ready (gated on their node's daemon) →
+a completion through the Service equal to an engine that read the checkpoint from disk.
+
+The operator authenticates as a ServiceAccount bound to the ClusterRole below, so a missing or
+excessive permission shows up here, not in production."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.kubelet.processes import CONTAINER_MARKER
+from testcluster.rest import ApiError, Kube
+from testcluster.strays import MARKER, processes_with_environment
+from testcluster.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+PEERING = REPO / "crds" / "kopf-peering.yaml"
+GATE = "weightcache.io/daemon-ready"
+PROMPT = {"prompt": "The weight cache", "max_tokens": 8, "temperature": 0, "return_token_ids": True}
+
+DEPLOY = REPO / "deploy" / "operator.yaml"
+CLUSTER_ROLE_RULES = next(d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole")["rules"]
+"""The shipped least-privilege ClusterRole: the operator under test runs with exactly these rules."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+@pytest.fixture(scope="module")
+def checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated checkpoint at the sample's hostPath (/models/tiny-llama) on every node."""
+    made = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
+    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")}, capture_output=True)  # fmt: skip
+    for node in ("node-1", "node-2"):
+        target = kubelet.node_root(node) / "models" / "tiny-llama"
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(made, target)
+    return made
+
+
+@pytest.fixture(scope="module")
+def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The completion of an engine that loads the same checkpoint from disk (weight cache off);
+    started at module setup so its torch import overlaps nothing a test waits on twice."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("off") / "engine.log"
+    sample = yaml.safe_load(SAMPLE.read_text())["spec"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "engine", "--model", str(checkpoint), "--tp-size",
+         str(sample["parallelism"]["tensor"]), "--dtype", sample["model"]["dtype"], "--weight-cache-mode", "off",
+         "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
+        env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")},
+        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return http_json(f"http://127.0.0.1:{port}/ready", timeout=2) is not None
+            except OSError:
+                return False
+
+        wait_for(ready, 180, interval=0.5, describe=lambda: log.read_text()[-2000:])
+        yield http_json(f"http://127.0.0.1:{port}/v1/completions", PROMPT)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.fixture
+def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str,
+                   tmp_path: Path, test_session_id: str) -> Iterator[Callable[..., subprocess.Popen]]:  # fmt: skip
+    """A factory: ``start_operator(priority=None)`` runs ``python -m weightcache_operator`` as a
+    ServiceAccount bound to the shipped ClusterRole; every operator is stopped afterwards."""
+    # The file holds the CRD and its object: the object maps only once the CRD is Established.
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING), check=False)
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING))
+    role = f"weightcache-operator-{namespace}"
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "weightcache-operator"}})
+    kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                {"metadata": {"name": role}, "rules": CLUSTER_ROLE_RULES})  # fmt: skip
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {"metadata": {"name": role},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+         "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}]},
+    )  # fmt: skip
+    kubeconfig = cluster.service_account_kubeconfig(namespace, "weightcache-operator")
+    started: list[subprocess.Popen] = []
+
+    def start(priority: int | None = None) -> subprocess.Popen:
+        log = tmp_path / f"operator-{len(started)}.log"
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
+            "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
+            "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+            MARKER: test_session_id,
+        }
+        if priority is not None:
+            env["WEIGHTCACHE_OPERATOR_PRIORITY"] = str(priority)
+        proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
+                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc.log = log  # type: ignore[attr-defined]
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            stop_operator(proc)
+        for kind in ("clusterrolebindings", "clusterroles"):
+            try:
+                kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{kind}/{role}")
+            except ApiError:
+                pass
+        for proc in started:
+            print(f"--- operator {proc.pid} log tail\n{proc.log.read_text()[-6000:]}")  # type: ignore[attr-defined]
+
+
+def stop_operator(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., subprocess.Popen]) -> subprocess.Popen:
+    return start_operator()
+
+
+def pods(kube: Kube, namespace: str, selector: str) -> list[dict]:
+    return kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
+
+
+def is_ready(pod: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
+
+
+def gate(pod: dict) -> str | None:
+    return next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == GATE), None)
+
+
+def test_sample_becomes_ready_and_serves_the_disk_completion(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, disk_completion: dict, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+
+    def phase() -> str | None:
+        assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
+        return (kube.get(wc).get("status") or {}).get("phase")
+
+    wait_for(lambda: phase() == "Ready", 300, interval=0.5,
+             describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))  # fmt: skip
+
+    daemons = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon")
+    assert sorted(p["spec"]["nodeName"] for p in daemons) == ["node-1", "node-2"] and all(map(is_ready, daemons))
+    engines = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=engine")
+    roles = sorted(p["metadata"]["labels"]["weightcache.io/role"] for p in engines)
+    assert roles == ["active", "standby"] and all(map(is_ready, engines)) and all(gate(p) == "True" for p in engines)
+    for engine in engines:
+        assert engine["metadata"]["ownerReferences"][0]["kind"] == "WeightCache"
+
+    status = kube.get(wc)["status"]
+    assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"DaemonsReady": "True", "EnginesReady": "True", "Available": "True",
+                          "Progressing": "False", "Degraded": "False"}  # fmt: skip
+    table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
+    print("\n".join(table))
+    assert table[0].split()[:5] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE"], table
+    assert table[1].split()[:5] == ["tiny-llama", "Ready", "2/2", "1", "1"], table
+
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    host, port = proxy.address
+    served = http_json(f"http://{host}:{port}/v1/completions", PROMPT)
+    assert served["choices"][0]["text"] == disk_completion["choices"][0]["text"]
+    assert served["choices"][0].get("token_ids") == disk_completion["choices"][0].get("token_ids")
+    # The engine behind the Service mapped the daemon's arena: no rank read the checkpoint.
+    health = http_json(f"http://{host}:{port}/health")
+    assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
+
+
+def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) -> None:
+    body = yaml.safe_load(SAMPLE.read_text())
+    for path, value in spec_changes.items():
+        *parents, leaf = path.split("__")
+        node = body["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+
+
+def wait_phase(kube: Kube, namespace: str, operator: subprocess.Popen, want: str, timeout: float = 300,
+               also: Callable[[dict], bool] = lambda status: True) -> dict:  # fmt: skip
+    """Waits for ``status.phase == want`` (and ``also(status)``): the status written after a
+    change, not a stale one from before it."""
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+
+    def status() -> dict | None:
+        assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
+        found = kube.get(wc).get("status") or {}
+        return found if found.get("phase") == want and also(found) else None
+
+    return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
+
+
+ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
+DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
+
+
+def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {"active": [], "standby": []}
+    for pod in pods(kube, namespace, ENGINES):
+        if not pod["metadata"].get("deletionTimestamp"):
+            found[pod["metadata"]["labels"]["weightcache.io/role"]].append(pod["metadata"]["name"])
+    return found
+
+
+def test_failover_gate_scaling_and_deletion(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    apply_sample(cluster, namespace)
+    wait_phase(kube, namespace, operator, "Ready")
+    before = by_role(kube, namespace)
+    assert len(before["active"]) == 1 and len(before["standby"]) == 1
+
+    # Deleting the active engine promotes the standby (its weights are mapped already) and a new
+    # standby is created: the replica is whole again.
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{before['active'][0]}")
+    wait_for(lambda: by_role(kube, namespace)["active"] == before["standby"], 30,
+             describe=lambda: by_role(kube, namespace))  # fmt: skip
+    wait_for(lambda: len(by_role(kube, namespace)["standby"]) == 1, 30, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] != before["active"][0])
+    assert status["engines"][0]["active"] == before["standby"][0]
+    assert len(status["engines"][0]["standbys"]) == 1 and status["engines"][0]["standbys"] != before["standby"]
+
+    # The active engine's processes die (its container restarts in place): the Ready standby
+    # takes the Service's traffic at once and the old active becomes the standby.
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    crashed, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
+    standby_ip = kube.get(f"/api/v1/namespaces/{namespace}/pods/{standby}")["status"]["podIP"]
+    worker = kubelet.pod_worker(namespace, crashed)
+    assert worker is not None and worker.runners[0].process is not None
+    os.killpg(worker.runners[0].process.pid, signal.SIGKILL)
+    wait_for(lambda: by_role(kube, namespace) == {"active": [standby], "standby": [crashed]}, 30,
+             describe=lambda: by_role(kube, namespace))  # fmt: skip
+    wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 30, describe=lambda: proxy.ready_endpoints)
+    host, port = proxy.address
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] == standby)
+    assert status["engines"][0]["standbys"] == [crashed]
+
+    # The gate follows the node's daemon: it drops while that daemon is replaced, and returns.
+    active = next(p for p in pods(kube, namespace, ENGINES) if p["metadata"]["name"] == status["engines"][0]["active"])
+    node = active["spec"]["nodeName"]
+    daemon = next(p for p in pods(kube, namespace, DAEMONS) if p["spec"]["nodeName"] == node)
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{daemon['metadata']['name']}")
+    get_active = lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/{active['metadata']['name']}")  # noqa: E731
+    wait_for(lambda: gate(get_active()) == "False" and not is_ready(get_active()), 20,
+             describe=lambda: get_active()["status"]["conditions"])  # fmt: skip
+    wait_for(lambda: gate(get_active()) == "True" and is_ready(get_active()), 60,
+             describe=lambda: get_active()["status"]["conditions"])  # fmt: skip
+    wait_phase(kube, namespace, operator, "Ready")
+
+    # Scaling converges both ways: two replicas without standbys, then one.
+    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
+                    "-p", '{"spec": {"engine": {"replicas": 2, "standbysPerReplica": 0}}}')  # fmt: skip
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 2)
+    assert (status["activeEngines"], status["standbyEngines"]) == (2, 0)
+    assert [len(by_role(kube, namespace)[r]) for r in ("active", "standby")] == [2, 0]
+    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
+                    "-p", '{"spec": {"engine": {"replicas": 1}}}')  # fmt: skip
+    wait_for(lambda: len(by_role(kube, namespace)["active"]) == 1, 30, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 1)
+    assert (status["activeEngines"], status["standbyEngines"]) == (1, 0) and by_role(kube, namespace)["standby"] == []
+
+    # Deleting the WeightCache removes every object and process it created.
+    socket_dirs = [kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")]
+    assert any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "the daemons wrote ready files"
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
+    assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    for kind in ("apis/apps/v1/namespaces/{ns}/daemonsets", "api/v1/namespaces/{ns}/services"):
+        assert kube.get("/" + kind.format(ns=namespace))["items"] == []
+    for worker in kubelet.pods_in(namespace):
+        for runner in [*worker.init_runners, *worker.runners]:
+            assert runner.process is None or runner.process.poll() is not None, (worker.name, runner.name)
+            assert not processes_with_environment(CONTAINER_MARKER, runner.marker), (worker.name, runner.name)
+    assert not any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "daemons removed their ready files"
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"parallelism__nodes": 2}, "nodes is 2"),
+        ({"daemon__resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
+        ({"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
+         "GPUs per node must be ≥ ranks per node"),
+    ],
+)  # fmt: skip
+def test_invalid_spec_is_reported_and_nothing_is_created(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, changes: dict, message: str
+) -> None:
+    apply_sample(cluster, namespace, **changes)
+    status = wait_phase(kube, namespace, operator, "Failed", timeout=60)
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec") and message in degraded["message"]
+    assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
+    assert operator.poll() is None
+    wc = kube.get(f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama")
+    assert wc["metadata"]["finalizers"] == ["weightcache.io/cleanup"]
+    # Deleting an invalid object completes: its finalizer has nothing to wait for.
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=30s")
+
+
+def test_two_replicas_do_not_fight_and_hand_over(
+    cluster: ControlPlane, kube: Kube, namespace: str, start_operator: Callable[..., subprocess.Popen]
+) -> None:
+    """kopf peering: the lower-priority replica pauses while the higher one runs, and takes over
+    (here: the deletion and its finalizer) once the higher one is gone."""
+    # kopf starts paused and resumes once the peering object shows no higher-priority peer.
+    resumed = lambda proc: "Resuming operations" in proc.log.read_text()  # noqa: E731
+    leader = start_operator(priority=200)
+    wait_for(lambda: resumed(leader), 30, describe=lambda: leader.log.read_text()[-3000:])  # type: ignore[attr-defined]
+    follower = start_operator(priority=100)
+
+    def priorities() -> set[int]:
+        peering = json.loads(cluster.kubectl("get", "clusterkopfpeering", "weightcache-operator", "-o", "json").stdout)
+        return {p["priority"] for p in (peering.get("status") or {}).values()}
+
+    wait_for(lambda: {100, 200} <= priorities(), 30, describe=priorities)
+    apply_sample(cluster, namespace, parallelism__nodes=2)
+    wait_phase(kube, namespace, leader, "Failed", timeout=60)
+    follower_log = follower.log.read_text()  # type: ignore[attr-defined]
+    assert not resumed(follower) and "tiny-llama" not in follower_log, f"the follower was not paused:\n{follower_log}"
+
+    stop_operator(leader)
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
+    assert follower.poll() is None
+    assert resumed(follower) and "Deletion is processed" in follower.log.read_text()  # type: ignore[attr-defined]
+
+
+def test_deletion_completes_with_a_node_gone(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path,
+) -> None:  # fmt: skip
+    """A node that stops answering never confirms its pods' stop: the finalizer deletes them with
+    grace 0 once the node is NotReady, so deleting the WeightCache still completes."""
+    apply_sample(cluster, namespace)
+    wait_for(lambda: sorted(p["spec"].get("nodeName") or "" for p in pods(kube, namespace, DAEMONS)
+                            if is_ready(p)) == ["node-1", "node-2"], 120,
+             describe=lambda: pods(kube, namespace, DAEMONS))  # fmt: skip
+    kubelet.fail_node("node-2")
+    try:
+        wait_for(lambda: not any(c["type"] == "Ready" and c["status"] == "True"
+                                 for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
+        cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
+        assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    finally:
+        kubelet.recover_node("node-2")
+        wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
+                             for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip

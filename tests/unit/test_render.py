@@ -1,0 +1,331 @@
+"""Renderers (spec → manifests), status aggregation and cross-field validation messages."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any
+
+import pytest
+
+from weightcache_operator.render import (
+    READY_GATE,
+    SPEC_HASH_ANNOTATION,
+    daemon_daemonset,
+    daemon_spec_hash,
+    engine_pod,
+    engine_service,
+    local_ranks,
+)
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.status import Observed, aggregate
+from weightcache_operator.validation import parse
+
+BASE: dict[str, Any] = {
+    "apiVersion": "weightcache.io/v1alpha1",
+    "kind": "WeightCache",
+    "metadata": {"name": "tiny", "namespace": "ns", "uid": "uid-1", "generation": 3},
+    "spec": {
+        "model": {"source": {"hostPath": {"path": "/models/tiny"}}, "revision": "r1", "dtype": "float32"},
+        "parallelism": {"tensor": 2},
+        "placement": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        "daemon": {"image": "wc/daemon:1", "backend": "cpu-shm"},
+        "engine": {
+            "replicas": 1,
+            "standbysPerReplica": 1,
+            "template": {
+                "metadata": {"labels": {"app": "chat"}},
+                "spec": {"containers": [{"name": "engine", "image": "e:1", "command": ["weightcache", "engine"],
+                                         "env": [{"name": "WEIGHTCACHE_ENGINE_THREADS", "value": "1"}]}]},
+            },
+        },
+    },
+}  # fmt: skip
+
+
+def make(**changes: Any) -> WeightCache:
+    """BASE with dotted-path changes, e.g. ``make(**{"daemon.backend": "cuda-ipc"})``."""
+    body = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = body["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    cache, problems = parse(body)
+    assert cache is not None and not problems, problems
+    return cache
+
+
+def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
+    spec = obj["spec"]["template"]["spec"] if obj["kind"] == "DaemonSet" else obj["spec"]
+    return next(c for c in spec["containers"] if c["name"] == name)
+
+
+def env_of(c: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in c["env"]}
+
+
+# --- daemon -------------------------------------------------------------------------------------
+
+
+def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
+    ds = daemon_daemonset(make())
+    pod = ds["spec"]["template"]["spec"]
+    daemon = container(ds, "daemon")
+    cmd = daemon["command"]
+    assert cmd[:4] == ["python", "-m", "weightcache", "daemon"]
+    assert cmd[cmd.index("--ranks") + 1] == "0-1" and cmd[cmd.index("--tp-size") + 1] == "2"
+    assert cmd[cmd.index("--name") + 1] == "tiny" and cmd[cmd.index("--revision") + 1] == "r1"
+    assert cmd[cmd.index("--keeper") + 1] == "auto"
+    assert daemon["readinessProbe"]["exec"]["command"][3:] == [
+        "probe", "--socket-dir", "/run/weightcache", "--name", "tiny", "--ranks", "0-1"]  # fmt: skip
+    assert container(ds, "keeper")["command"][3] == "keeper"
+    assert "resources" not in daemon, "cpu-shm requests no GPUs"
+    assert "hostIPC" not in pod and "hostPID" not in pod
+    assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["model"]["hostPath"]["path"] == "/models/tiny"
+    assert volumes["weightcache-sockets"]["hostPath"] == {"path": "/run/weightcache/ns-tiny", "type": "DirectoryOrCreate"}
+    assert {"name": "model", "mountPath": "/weightcache/model", "readOnly": True} in daemon["volumeMounts"]
+    spec_hash = daemon_spec_hash(make())
+    assert ds["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash
+    assert ds["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+@pytest.mark.parametrize(
+    ("backend", "keeper", "host_ns"), [("cuda-vmm", True, False), ("cuda-ipc", False, True), ("cpu-shm", True, False)]
+)
+def test_backends(backend: str, keeper: bool, host_ns: bool) -> None:
+    ds = daemon_daemonset(make(**{"daemon.backend": backend, "parallelism.tensor": 4}))
+    pod = ds["spec"]["template"]["spec"]
+    names = [c["name"] for c in pod["containers"]]
+    assert ("keeper" in names) is keeper
+    assert bool(pod.get("hostIPC")) is host_ns and bool(pod.get("hostPID")) is host_ns
+    resources = container(ds, "daemon").get("resources", {})
+    if backend == "cpu-shm":
+        assert resources == {}
+    else:
+        assert resources["limits"]["nvidia.com/gpu"] == "4" == resources["requests"]["nvidia.com/gpu"]
+
+
+def test_user_resources_and_extra_args_pass_through() -> None:
+    cache = make(**{"daemon.backend": "cuda-vmm", "daemon.resources": {"limits": {"nvidia.com/gpu": 8, "memory": "64Gi"}},
+                    "daemon.extraArgs": ["--load-workers", "8"]})  # fmt: skip
+    daemon = container(daemon_daemonset(cache), "daemon")
+    assert daemon["resources"]["limits"] == {"nvidia.com/gpu": 8, "memory": "64Gi"}
+    assert daemon["command"][-2:] == ["--load-workers", "8"]
+
+
+def test_pvc_source_mounts_sub_path_read_only() -> None:
+    cache = make(**{"model.source": {"pvc": {"claimName": "models", "subPath": "qwen3"}}})
+    ds = daemon_daemonset(cache)
+    vol = next(v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "model")
+    assert vol["persistentVolumeClaim"] == {"claimName": "models", "readOnly": True}
+    mount = next(m for m in container(ds, "daemon")["volumeMounts"] if m["name"] == "model")
+    assert mount == {"name": "model", "mountPath": "/weightcache/model", "readOnly": True, "subPath": "qwen3"}
+
+
+def test_spec_hash_follows_daemon_inputs_only() -> None:
+    base = daemon_spec_hash(make())
+    assert daemon_spec_hash(make()) == base
+    assert daemon_spec_hash(make(**{"model.dtype": "bfloat16"})) != base
+    assert daemon_spec_hash(make(**{"daemon.image": "wc/daemon:2"})) != base
+    assert daemon_spec_hash(make(**{"engine.replicas": 3})) == base, "engine scaling must not restart daemons"
+
+
+def test_rank_to_node_mapping() -> None:
+    assert local_ranks(make(**{"parallelism.tensor": 4})) == [0, 1, 2, 3]
+    cache = make(**{"parallelism.tensor": 4, "parallelism.pipeline": 2})
+    assert local_ranks(cache) == list(range(8))
+
+
+# --- engines and service -----------------------------------------------------------------------
+
+
+def test_engine_pod_gets_socket_env_gate_and_labels() -> None:
+    pod = engine_pod(make(), replica=0, role="standby")
+    meta = pod["metadata"]
+    assert meta["generateName"] == "tiny-0-"
+    assert meta["labels"] == {
+        "app": "chat", "weightcache.io/cache": "tiny", "weightcache.io/component": "engine",
+        "app.kubernetes.io/managed-by": "weightcache-operator", "weightcache.io/replica": "0",
+        "weightcache.io/role": "standby",
+    }  # fmt: skip
+    assert meta["ownerReferences"][0]["kind"] == "WeightCache"
+    assert pod["spec"]["readinessGates"] == [{"conditionType": READY_GATE}]
+    engine = container(pod, "engine")
+    env = env_of(engine)
+    assert env["WEIGHTCACHE_SOCKET_DIR"] == "/run/weightcache" and env["WEIGHTCACHE_NAME"] == "tiny"
+    assert env["WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE"] == "client"
+    assert env["WEIGHTCACHE_ENGINE_WEIGHT_CACHE_FALLBACK"] == "disk"
+    assert env["WEIGHTCACHE_ENGINE_TP_SIZE"] == "2" and env["WEIGHTCACHE_ENGINE_REVISION"] == "r1"
+    assert env["WEIGHTCACHE_ENGINE_HOST"] == "$(POD_IP)" and env["WEIGHTCACHE_ENGINE_THREADS"] == "1"
+    names = [e["name"] for e in engine["env"]]
+    assert names.index("POD_IP") < names.index("WEIGHTCACHE_ENGINE_HOST"), "$(POD_IP) expands only if defined first"
+    assert engine["readinessProbe"]["httpGet"] == {"path": "/ready", "port": 8000}
+    mounts = {m["name"]: m for m in engine["volumeMounts"]}
+    assert mounts["weightcache-sockets"]["mountPath"] == "/run/weightcache" and mounts["model"]["readOnly"]
+    assert pod["spec"]["nodeSelector"] == {"pool": "gpu"}
+
+
+def test_template_env_wins_and_gpu_access() -> None:
+    tpl = copy.deepcopy(BASE["spec"]["engine"]["template"])
+    tpl["spec"]["containers"][0]["env"] = [{"name": "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE", "value": "off"}]
+    cache = make(**{"engine.template": tpl, "daemon.backend": "cuda-vmm", "engine.weightFallback": "error"})
+    engine = container(engine_pod(cache, 2, "active"), "engine")
+    env = [e for e in engine["env"] if e["name"] == "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE"]
+    assert env == [{"name": "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE", "value": "off"}]
+    assert env_of(engine)["NVIDIA_VISIBLE_DEVICES"] == "all"
+    assert env_of(engine)["WEIGHTCACHE_ENGINE_WEIGHT_CACHE_FALLBACK"] == "error"
+    assert "resources" not in engine, "visibleDevices: engines request no GPUs"
+    assert "NVIDIA_VISIBLE_DEVICES" not in env_of(container(engine_pod(make(), 0, "active"), "engine"))
+
+
+def test_service_selects_active_engines() -> None:
+    svc = engine_service(make(**{"service": {"name": "chat", "port": 80, "type": "ClusterIP"}, "engine.port": 8001}))
+    assert svc["metadata"]["name"] == "chat"
+    assert svc["spec"]["selector"] == {
+        "weightcache.io/cache": "tiny", "weightcache.io/component": "engine", "weightcache.io/role": "active"}  # fmt: skip
+    assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["ports"][0]["targetPort"] == 8001
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("changes", "needle"),
+    [
+        ({"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "daemon.resources": {"limits": {"nvidia.com/gpu": 2}}},
+         "GPUs per node must be ≥ ranks per node"),
+        ({"parallelism.nodes": 2}, "nodes is 2"),
+        ({"daemon.resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
+        ({"model.quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
+        ({"engine.template": {"spec": {"containers": [{"image": "x"}]}}}, "containers[0] needs a name"),
+        ({"engine.template": {"spec": {"hostNetwork": True, "containers": [{"name": "e"}]}}}, "hostNetwork"),
+        ({"daemon.backend": "rdma"}, "daemon.backend"),
+        ({"parallelism.tensor": 3, "parallelism.nodes": 2}, "multiple of nodes"),
+    ],
+)
+def test_invalid_specs_are_named(changes: dict[str, Any], needle: str) -> None:
+    body = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = body["spec"]
+        for part in parents:
+            node = node[part]
+        node[leaf] = value
+    cache, problems = parse(body)
+    assert problems and any(needle in p for p in problems), problems
+
+
+# --- status ------------------------------------------------------------------------------------
+
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+
+
+def fake_pod(name: str, ready: bool, labels: dict[str, str] | None = None, node: str = "node-1",
+             annotations: dict[str, str] | None = None, waiting: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """A pod as the API server returns it, reduced to the fields aggregation reads."""
+    statuses = [{"name": "main", "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
+    return {
+        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+                   "containerStatuses": statuses},
+    }  # fmt: skip
+
+
+def engine(name: str, replica: int, role: str, ready: bool) -> dict[str, Any]:
+    return fake_pod(name, ready, {"weightcache.io/replica": str(replica), "weightcache.io/role": role})
+
+
+def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_status_ready_loading_and_transition_times() -> None:
+    cache = make()
+    good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
+    daemon = fake_pod("tiny-daemon-x", True, annotations=good)
+    seen = Observed([daemon], [engine("tiny-0-a", 0, "active", True), engine("tiny-0-b", 0, "standby", True)], 1)
+    status = aggregate(cache, seen, NOW)
+    assert status["phase"] == "Ready" and status["readyNodes"] == "1/1"
+    assert (status["activeEngines"], status["standbyEngines"]) == (1, 1)
+    assert status["engines"] == [{"replica": 0, "active": "tiny-0-a", "standbys": ["tiny-0-b"]}]
+    assert status["nodes"][0]["ranks"] == [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}]
+    assert status["model"] == "hostPath:/models/tiny@r1" and status["observedGeneration"] == 3
+    assert conditions(status) == {
+        "DaemonsReady": ("True", "AllNodesReady"), "EnginesReady": ("True", "AllEnginesReady"),
+        "Available": ("True", "ActiveEnginesReady"), "Progressing": ("False", "Converged"),
+        "Degraded": ("False", "Healthy"),
+    }  # fmt: skip
+
+    # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.
+    later = datetime(2026, 11, 29, 10, 5, tzinfo=timezone.utc)
+    stale = fake_pod("tiny-daemon-x", True, annotations={SPEC_HASH_ANNOTATION: "old"})
+    status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"])
+    by_type = {c["type"]: c for c in status2["conditions"]}
+    assert status2["phase"] == "Loading" and status2["readyNodes"] == "0/1"
+    assert by_type["DaemonsReady"]["lastTransitionTime"] == "2026-11-29T10:05:00Z"
+    assert by_type["Available"]["lastTransitionTime"] == "2026-11-29T10:00:00Z", "unchanged status keeps its time"
+
+
+def test_status_pending_degraded_and_invalid() -> None:
+    cache = make()
+    assert aggregate(cache, Observed([], [], 0), NOW)["phase"] == "Pending"
+    looping = fake_pod("tiny-daemon-x", False, waiting="CrashLoopBackOff")
+    status = aggregate(cache, Observed([looping], [], 1), NOW)
+    assert status["phase"] == "Degraded" and conditions(status)["Degraded"] == ("True", "CrashLoop")
+    invalid = aggregate(cache, Observed(problems=["spec.parallelism.nodes is 2: ..."]), NOW)
+    assert invalid["phase"] == "Failed"
+    degraded = next(c for c in invalid["conditions"] if c["type"] == "Degraded")
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec" and "nodes is 2" in degraded["message"]
+
+
+def test_terminating_or_unready_engines_are_not_counted() -> None:
+    cache = make(**{"engine.replicas": 2})
+    going = engine("tiny-0-a", 0, "active", True)
+    going["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
+    seen = Observed([], [going, engine("tiny-1-a", 1, "active", False), engine("tiny-1-b", 1, "standby", True)], 1)
+    status = aggregate(cache, seen, NOW)
+    assert (status["activeEngines"], status["standbyEngines"]) == (0, 1)
+    assert status["engines"][0] == {"replica": 0, "active": None, "standbys": []}
+    assert conditions(status)["Available"] == ("False", "NoActiveEngine")
+
+
+def test_new_engines_are_pinned_to_nodes_with_ready_daemons_keeping_user_affinity() -> None:
+    term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+    affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    pod = engine_pod(make(**{"placement.affinity": affinity}), 0, "active", nodes=["node-2", "node-1"])
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [
+        {"key": "zone", "operator": "In", "values": ["a"]},
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]},
+    ]}]  # fmt: skip
+    assert "nodeAffinity" not in (engine_pod(make(), 0, "active").get("spec", {}).get("affinity") or {})
+    assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [term], (
+        "the spec's affinity object must not be mutated"
+    )
+
+
+def test_shipped_cluster_role_names_every_verb_and_resource() -> None:
+    from pathlib import Path
+
+    import yaml
+
+    deploy = Path(__file__).resolve().parents[2] / "deploy" / "operator.yaml"
+    role = next(d for d in yaml.safe_load_all(deploy.read_text()) if d["kind"] == "ClusterRole")
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule
+    secrets = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert not secrets, "the operator reads no Secrets"
+
+
+def test_operator_priority_from_environment() -> None:
+    from weightcache_operator.handlers import _priority
+
+    assert _priority("42") == 42
+    uid = "0b6f0e7e-8a3c-4f59-9d7d-5c3f3c1d2e10"
+    assert _priority(uid) == _priority(uid) and _priority(uid) != _priority(uid[::-1])
+    assert 1 <= _priority("") <= 1_000_000
