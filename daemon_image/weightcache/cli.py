@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _default_backend(args: argparse.Namespace) -> None:
     if getattr(args, "backend", "unset") is None:
-        import torch
+        from .gpu_identity import gpu_count  # not torch: a restarting daemon must not pay for it
 
-        args.backend = "cuda-vmm" if torch.cuda.is_available() else "cpu-shm"
+        args.backend = "cuda-vmm" if gpu_count() else "cpu-shm"
 
 
 def _dispatch(args: argparse.Namespace, started: float) -> int:
