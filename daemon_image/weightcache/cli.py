@@ -181,10 +181,10 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
 
         if args.ranks or args.status_addr:
             # The status endpoint lives in the launcher, so asking for it launches even one rank.
-            from .status_endpoint import parse_addr
+            from .readonly_http import parse_addr
 
             ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank).rank]
-            status_addr = parse_addr(args.status_addr) if args.status_addr else None
+            status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
             os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
             passthrough = _daemon_passthrough(args)
             return launch_local_ranks(ranks, args.tp_size, args.pp_size, passthrough, status_addr,

@@ -242,12 +242,12 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
     """
     endpoint = None
     if status_addr is not None:
-        from .status_endpoint import StatusEndpoint, collect
+        from .status_endpoint import collect, status_endpoint
 
         # Exit codes as the wait loop below records them: polling the children from the HTTP
         # thread could reap one before os.wait() sees it and hang the loop.
         exited: dict[int, int] = {}
-        endpoint = StatusEndpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get))
+        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get))
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)

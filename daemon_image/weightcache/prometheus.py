@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 Labels = tuple[tuple[str, str], ...]
@@ -53,12 +54,13 @@ class Metrics:
         with self._lock:
             self._values[name][key] = value
 
-    def clear(self, name: str) -> None:
-        """Drops every series of ``name``: for gauges rewritten whole, so a series whose subject
-        is gone (a deleted cache) stops being exported instead of freezing at its last value."""
+    def replace(self, name: str, series: Iterable[tuple[float, Mapping[str, object]]]) -> None:
+        """Sets every series of gauge ``name`` at once, dropping those not given: a series whose
+        subject is gone (a deleted cache) stops being exported instead of freezing at its last
+        value, and a scrape never sees the family half rewritten."""
+        values = {tuple(sorted((k, str(v)) for k, v in labels.items())): float(value) for value, labels in series}
         with self._lock:
-            self._values.pop(name, None)
-            self._hist.pop(name, None)
+            self._values[name] = values
 
     def observe(self, name: str, value: float, **labels: object) -> None:
         key = tuple(sorted((k, str(v)) for k, v in labels.items()))
