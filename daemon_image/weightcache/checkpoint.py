@@ -66,10 +66,13 @@ class Checkpoint:
     config_sha256: str
     shards: list[ShardFile]
     tensors: dict[str, TensorInfo]
-    bytes_read: int = 0  # accounted by the loader, which knows what each task reads
+    bytes_read: int = 0
+    """Tensor bytes actually read from the shard files so far (``read`` and ``pread`` count what
+    they return), so "no weight byte came from disk" is a measurement, not a plan."""
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     _fds: dict[str, int] = field(default_factory=dict, repr=False)
     _open_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def architecture(self) -> str:
@@ -104,6 +107,7 @@ class Checkpoint:
             index: list[slice] = [slice(None)] * len(info.shape)
             index[dim] = slice(start, stop)
             tensor = handle.get_slice(name)[tuple(index)]
+        self._count(tensor.numel() * tensor.element_size())
         return tensor
 
     def rows_span(self, name: str, start: int, stop: int) -> tuple[str, int, int]:
@@ -128,6 +132,11 @@ class Checkpoint:
             if n == 0:
                 raise CheckpointError(f"{self.path / file} ended at byte {offset + done}; the file was truncated")
             done += n
+            self._count(n)
+
+    def _count(self, nbytes: int) -> None:
+        with self._count_lock:  # loader threads read concurrently; += on an attribute is not atomic
+            self.bytes_read += nbytes
 
     def close(self) -> None:
         self._handles.clear()

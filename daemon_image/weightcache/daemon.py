@@ -250,12 +250,22 @@ class KeeperLink:
             self._stop.wait(self.RETRY_S)
 
 
-def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str]) -> int:
+def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str],
+                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "") -> int:
     """Start one daemon process per local rank and supervise them as a unit.
 
     Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
-    launcher exits with the first failure's code; SIGTERM is forwarded to every child.
+    launcher exits with the first failure's code; SIGTERM is forwarded to every child. With
+    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py).
     """
+    endpoint = None
+    if status_addr is not None:
+        from .status_endpoint import collect, status_endpoint
+
+        # Exit codes as the wait loop below records them: polling the children from the HTTP
+        # thread could reap one before os.wait() sees it and hang the loop.
+        exited: dict[int, int] = {}
+        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get))
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
@@ -272,16 +282,24 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    if endpoint is not None:
+        endpoint.start()
     exit_code = 0
-    while children:
-        pid, status = os.wait()
-        rank = next((r for r, c in children.items() if c.pid == pid), None)
-        if rank is None:
-            continue
-        child = children.pop(rank)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode != 0 and exit_code == 0:
-            exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
-            log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
-            forward(signal.SIGTERM, None)
+    try:
+        while children:
+            pid, status = os.wait()
+            rank = next((r for r, c in children.items() if c.pid == pid), None)
+            if rank is None:
+                continue
+            child = children.pop(rank)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if endpoint is not None:
+                exited[rank] = child.returncode
+            if child.returncode != 0 and exit_code == 0:
+                exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
+                log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
+                forward(signal.SIGTERM, None)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
     return exit_code

@@ -340,7 +340,6 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
         pool.shutdown(wait=True, cancel_futures=True)
     if not on_host:
         torch.cuda.synchronize(arena.device)
-    checkpoint.bytes_read += plan.read_bytes
     if not checksums:
         return list(plan.entries)
     return [e.model_copy(update={"checksum": crc[e.name]}) for e in plan.entries]
