@@ -24,13 +24,17 @@ from .render import (
     READY_GATE,
     REPLICA_LABEL,
     ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
     CacheRef,
     daemon_daemonset,
+    SPEC_HASH_LABEL,
     daemon_spec_hash,
     engine_pod,
     engine_service,
+    engine_template_hash,
 )
 from .render.layout import MANAGED_BY
+from .rollout import Desired, Plan, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, WeightCache
 from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
 from .validation import parse
@@ -133,8 +137,6 @@ class Reconciler:
         ns = f"/api/v1/namespaces/{namespace}"
         if apply:
             self.api.apply(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon", daemon_daemonset(cache))
-            service = engine_service(cache)
-            self.api.apply(f"{ns}/services/{service['metadata']['name']}", service)
 
         spec_hash = daemon_spec_hash(cache)
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
@@ -142,10 +144,6 @@ class Reconciler:
             p["spec"]["nodeName"] for p in daemon_pods if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)
         )
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._scale_engines(cache, engines, ready_nodes)
-        engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._sync_gates(namespace, engines, set(ready_nodes))
-
         try:
             ds = self.api.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon")
             desired = (ds.get("status") or {}).get("desiredNumberScheduled", 0)
@@ -153,28 +151,98 @@ class Reconciler:
             if error.status != 404:
                 raise
             desired = 0
+        previous_rollout = (body.get("status") or {}).get("rollout")
+        want = _desired(cache)
+        serving = self._serving_generation(cache)
+        steps = plan(want, engines, daemon_pods, serving, self.clock(), previous_rollout, desired)
+        self._roll(cache, steps, ready_nodes, apply or serving != steps.serve_generation)
+        if steps.promote or steps.retire:
+            engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
+        self._scale_engines(cache, engines, ready_nodes, frozenset(steps.held))
+        engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
+        self._sync_gates(namespace, engines, _ready_daemons(daemon_pods))
+
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
         observed = Observed(daemon_pods, engines, desired, daemon_reports=reports)
         status = aggregate(cache, observed, self.clock(), previous)
+        self._add_rollout(body, status, steps, want, reports, previous)
         self._write_status(body, status)
         self.metrics.cache_status(namespace, name, status)
         return status["phase"]
+
+    def _serving_generation(self, cache: WeightCache) -> str | None:
+        """The generation the live Service selects; None when there is no Service (yet)."""
+        ref = CacheRef.of(cache)
+        try:
+            live = self.api.get(f"/api/v1/namespaces/{ref.namespace}/services/{cache.spec.service.name or ref.name}")
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+        return ((live.get("spec") or {}).get("selector") or {}).get(SPEC_HASH_LABEL)
+
+    def _roll(self, cache: WeightCache, steps: Plan, ready_nodes: list[str], apply_service: bool) -> None:
+        """Carries out a rollout plan. The order is what keeps the Service whole: new actives are
+        labelled first, then the Service is applied (switching generation when the plan says so),
+        and only then are old pods deleted, each with its grace period so in-flight requests
+        finish."""
+        ref = CacheRef.of(cache)
+        ns = f"/api/v1/namespaces/{ref.namespace}"
+        for name in steps.promote:
+            self._set_role(f"{ns}/pods", {"metadata": {"name": name, "labels": {}}}, "active")
+            log.info("rollout promoted", extra={"pod": name})
+        if apply_service:
+            service = engine_service(cache, steps.serve_generation)
+            self.api.apply(f"{ns}/services/{service['metadata']['name']}", service)
+        for name in steps.retire:
+            self._delete_pod(f"{ns}/pods", {"metadata": {"name": name}}, "rolled out")
+        for replica in steps.create:
+            if ready_nodes:
+                self._create(f"{ns}/pods", engine_pod(cache, replica, "standby", ready_nodes))
+        if steps.replace_daemon:
+            self.api.delete(f"{ns}/pods/{steps.replace_daemon}")
+            log.info("replacing daemon", extra={"pod": steps.replace_daemon, "reason": "generation change"})
+
+    def _add_rollout(self, body: Object, status: dict[str, Any], steps: Plan, want: Desired,
+                     reports: dict[str, Any], previous: list[dict[str, Any]]) -> None:  # fmt: skip
+        """Adds ``status.rollout`` and the rollout conditions; posts an Event when a rollout
+        starts, stalls or completes."""
+        now = self.clock()
+        before = (body.get("status") or {}).get("rollout")
+        rollout = rollout_status(steps, want, now, before)
+        if rollout is not None:
+            status["rollout"] = rollout
+        ranks = [(r.gpu_uuid, r.bytes) for report in reports.values() if not isinstance(report, str)
+                 for r in report.ranks]  # fmt: skip
+        # The daemons report no free GPU memory yet: the strategy says node by node, and why.
+        strategy = generation_strategy(ranks, {}) if steps.mode == "Generation" else None
+        extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
+        replaced = {c["type"] for c in extra}
+        status["conditions"] = [c for c in status["conditions"] if c["type"] not in replaced] + extra
+        if rollout is not None and (before or {}).get("phase") != rollout["phase"]:
+            kind = "Warning" if rollout["phase"] == "Stalled" else "Normal"
+            message = rollout.get("message") or f"{rollout.get('mode')} rollout: {rollout.get('currentStep')}"
+            if strategy is not None and rollout["phase"] == "Progressing":
+                message += f"; {strategy[0]}: {strategy[1]}"
+            self._event(body, kind, f"Rollout{rollout['phase']}", message)
 
     def _forget(self, namespace: str, name: str) -> None:
         self.daemon_status.forget((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
-    def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str]) -> None:
+    def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str],
+                       held: frozenset[str] = frozenset()) -> None:  # fmt: skip
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica. A replica
         without an active engine, or whose active is not Ready while a standby is, promotes a
         standby (a Ready one first) rather than waiting for a new pod: the standby has the
         weights mapped already. New pods go only to nodes whose
-        daemon is ready; while there is none, nothing is created."""
+        daemon is ready; while there is none, nothing is created. ``held``: a rollout's surge
+        pods, neither counted nor trimmed here."""
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
         spec = cache.spec.engine
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["metadata"]["name"] not in held]
         for pod in live:
             replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
             if not replica.isdigit() or int(replica) >= spec.replicas or pod["status"].get("phase") in ("Failed", "Succeeded"):
@@ -211,14 +279,16 @@ class Reconciler:
             for extra in standbys[spec.standbys_per_replica:][::-1]:
                 self._delete_pod(ns, extra, "too many standbys")
 
-    def _sync_gates(self, namespace: str, engines: list[Object], ready_nodes: set[str]) -> None:
+    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[str, str]) -> None:
         """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
-        Ready with the expected spec hash; patches only what differs."""
+        Ready holding the generation the engine maps (its own spec hash annotation: during a
+        generation change old engines stay Ready on old daemons); patches only what differs."""
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
-            want = "True" if node in ready_nodes else "False"
+            mine = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+            want = "True" if node in ready_daemons and ready_daemons[node] == mine else "False"
             have = next((c.get("status") for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
             if have == want:
                 continue
@@ -290,6 +360,22 @@ class Reconciler:
             self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
         except ApiError as error:  # an event is a courtesy; never fail a pass for it
             log.warning("event not posted", extra={"error": str(error)})
+
+
+def _desired(cache: WeightCache) -> Desired:
+    engine = cache.spec.engine
+    return Desired(engine_hash=engine_template_hash(cache), generation=daemon_spec_hash(cache),
+                   replicas=engine.replicas, standbys=engine.standbys_per_replica,
+                   ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
+
+
+def _ready_daemons(daemon_pods: list[Object]) -> dict[str, str]:
+    """Node → the spec hash of its Ready daemon pod."""
+    return {
+        p["spec"]["nodeName"]: (p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION, "")
+        for p in daemon_pods
+        if p["spec"].get("nodeName") and pod_ready(p)
+    }
 
 
 def _phase_message(status: dict[str, Any]) -> str:

@@ -195,6 +195,18 @@ class EngineTemplate(ApiModel):
     spec: EnginePodSpec
 
 
+class EngineRollout(ApiModel):
+    """How a change to the engine template rolls through the replicas (one at a time)."""
+
+    ready_deadline_seconds: int = Field(
+        default=600,
+        ge=1,
+        le=86400,
+        description="A new-version engine not Ready this long after its creation stops the rollout;"
+        " the old version keeps serving.",
+    )
+
+
 class Engine(ApiModel):
     """Engine pods: per replica one active engine behind the Service and hot standbys that map
     the same weights (KV-cache memory, not a second copy of the model)."""
@@ -211,6 +223,7 @@ class Engine(ApiModel):
     weight_fallback: WeightFallback = Field(
         default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
     )
+    rollout: EngineRollout = Field(default_factory=EngineRollout, json_schema_extra=default_object(EngineRollout))
 
 
 class Service(ApiModel):
@@ -304,6 +317,23 @@ class EngineStatus(ApiModel):
     standbys: list[str] = Field(default_factory=list)
 
 
+class RolloutStatus(ApiModel):
+    """The last (or current) change rolled onto running engines (operator/weightcache_operator/rollout.py)."""
+
+    phase: Literal["Progressing", "Stalled", "Complete"]
+    mode: Literal["Engine", "Generation"] | None = Field(
+        default=None, description="Engine: the engine template changed; Generation: what the daemons hold changed."
+    )
+    revision: str | None = Field(default=None, description="The engine template hash being rolled out.")
+    generation: str | None = Field(default=None, description="The daemon spec hash being rolled out.")
+    updated: int = Field(default=0, ge=0, description="Replicas whose engines all run the new version.")
+    total: int = Field(default=0, ge=0)
+    current_step: str | None = None
+    message: str | None = Field(default=None, description="Why the rollout stalled.")
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
 class WeightCacheStatus(ApiModel):
     """Written only by the operator, through the status subresource.
 
@@ -325,6 +355,7 @@ class WeightCacheStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]},
     )
     daemon_spec_hash: str | None = None
+    rollout: RolloutStatus | None = None
     ready_nodes: str | None = Field(default=None, description='Nodes whose daemons are ready, as "ready/desired".')
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)

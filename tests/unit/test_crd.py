@@ -114,6 +114,8 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.port": 8000,
     ".spec.engine.gpuAccess": "visibleDevices",
     ".spec.engine.weightFallback": "disk",
+    ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
+    ".spec.engine.rollout.readyDeadlineSeconds": 600,
     ".spec.service": {"port": 8000, "type": "ClusterIP"},
     ".spec.service.port": 8000,
     ".spec.service.type": "ClusterIP",

@@ -15,6 +15,7 @@ from weightcache_operator.render import (
     daemon_spec_hash,
     engine_pod,
     engine_service,
+    engine_template_hash,
     local_ranks,
 )
 from weightcache_operator.spec import WeightCache
@@ -154,7 +155,8 @@ def test_engine_pod_gets_socket_env_gate_and_labels() -> None:
     assert meta["labels"] == {
         "app": "chat", "weightcache.io/cache": "tiny", "weightcache.io/component": "engine",
         "app.kubernetes.io/managed-by": "weightcache-operator", "weightcache.io/replica": "0",
-        "weightcache.io/role": "standby",
+        "weightcache.io/role": "standby", "weightcache.io/daemon-spec-hash": daemon_spec_hash(make()),
+        "weightcache.io/engine-hash": engine_template_hash(make()),
     }  # fmt: skip
     assert meta["ownerReferences"][0]["kind"] == "WeightCache"
     assert pod["spec"]["readinessGates"] == [{"conditionType": READY_GATE}]
@@ -190,8 +192,33 @@ def test_service_selects_active_engines() -> None:
     svc = engine_service(make(**{"service": {"name": "chat", "port": 80, "type": "ClusterIP"}, "engine.port": 8001}))
     assert svc["metadata"]["name"] == "chat"
     assert svc["spec"]["selector"] == {
-        "weightcache.io/cache": "tiny", "weightcache.io/component": "engine", "weightcache.io/role": "active"}  # fmt: skip
+        "weightcache.io/cache": "tiny", "weightcache.io/component": "engine", "weightcache.io/role": "active",
+        "weightcache.io/daemon-spec-hash": daemon_spec_hash(make())}  # fmt: skip
     assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["ports"][0]["targetPort"] == 8001
+    # During a generation change the operator keeps the old generation selected until it switches.
+    assert engine_service(make(), "0ld")["spec"]["selector"]["weightcache.io/daemon-spec-hash"] == "0ld"
+
+
+def test_engine_hash_follows_the_rendered_pod_not_its_role_or_node() -> None:
+    """A rollout's version: the template, port, env and the daemon generation change it; the
+    role, replica and nodes an engine is pinned to do not (they differ between pods of a version)."""
+    base = make()
+    assert engine_template_hash(base) == engine_template_hash(make())
+    same = {engine_pod(base, r, role, nodes)["metadata"]["labels"]["weightcache.io/engine-hash"]
+            for r, role, nodes in ((0, "active", None), (3, "standby", ["node-1"]))}  # fmt: skip
+    assert same == {engine_template_hash(base)}
+    tpl = copy.deepcopy(BASE["spec"]["engine"]["template"])
+    tpl["spec"]["containers"][0]["env"] = [{"name": "VERSION", "value": "2"}]
+    changed = [make(**{"engine.template": tpl}), make(**{"engine.port": 8123}), make(**{"model.revision": "r2"})]
+    assert len({engine_template_hash(c) for c in changed} | {engine_template_hash(base)}) == 4
+    assert daemon_spec_hash(changed[0]) == daemon_spec_hash(base), "a template change leaves the daemons alone"
+    assert daemon_spec_hash(changed[2]) != daemon_spec_hash(base)
+    # The rollout settings decide how a version rolls, not what it is.
+    assert engine_template_hash(make(**{"engine.rollout": {"readyDeadlineSeconds": 5}})) == engine_template_hash(base)
+
+
+def test_daemonset_is_replaced_by_the_operator_only() -> None:
+    assert daemon_daemonset(make())["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
 # --- validation --------------------------------------------------------------------------------

@@ -6,14 +6,16 @@ bytes for the same spec (server-side apply then has nothing to fight about).
 """
 
 from .daemon import daemon_daemonset
-from .engine import engine_pod
+from .engine import engine_pod, engine_template_hash
 from .layout import (
     CACHE_LABEL,
     COMPONENT_LABEL,
+    ENGINE_HASH_LABEL,
     READY_GATE,
     REPLICA_LABEL,
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
+    SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
     local_ranks,
@@ -23,14 +25,17 @@ from .service import engine_service
 __all__ = [
     "CACHE_LABEL",
     "COMPONENT_LABEL",
+    "ENGINE_HASH_LABEL",
     "READY_GATE",
     "REPLICA_LABEL",
     "ROLE_LABEL",
     "SPEC_HASH_ANNOTATION",
+    "SPEC_HASH_LABEL",
     "CacheRef",
     "daemon_daemonset",
     "daemon_spec_hash",
     "engine_pod",
+    "engine_template_hash",
     "engine_service",
     "local_ranks",
 ]

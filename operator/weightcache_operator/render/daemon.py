@@ -111,7 +111,9 @@ def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
         },
         "spec": {
             "selector": {"matchLabels": {k: labels[k] for k in ("weightcache.io/cache", "weightcache.io/component")}},
-            "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+            # The operator replaces daemon pods itself, node by node after draining the node's
+            # engines (rollout.py): the DaemonSet controller would not wait for the drain.
+            "updateStrategy": {"type": "OnDelete"},
             "template": {
                 "metadata": {
                     "labels": {**labels, SPEC_HASH_LABEL: spec_hash},

@@ -7,6 +7,8 @@ Engines are Pods the operator owns directly (not a Deployment) because each carr
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from typing import Any, Literal
 
 from ..spec import WeightCache
@@ -18,6 +20,8 @@ from .layout import (
     ROLE_LABEL,
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
+    ENGINE_HASH_LABEL,
+    SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
     model_volume,
@@ -33,7 +37,27 @@ def engine_pod(cache: WeightCache, replica: int, role: Role, nodes: list[str] | 
     replacement can be created while its predecessor is still terminating.
 
     ``nodes``: the nodes whose daemons are ready now; the pod is pinned to them so it never
-    starts (and, with fallback disk, silently loads from disk) where no daemon holds the weights."""
+    starts (and, with fallback disk, silently loads from disk) where no daemon holds the weights.
+
+    Labelled with ``engine_template_hash`` (its version, for rollouts) and the daemon spec hash
+    (its generation, which the Service selects)."""
+    pod = _render(cache, replica, role, nodes)
+    pod["metadata"]["labels"][ENGINE_HASH_LABEL] = engine_template_hash(cache)
+    return pod
+
+
+def engine_template_hash(cache: WeightCache) -> str:
+    """A digest of the engine pod as rendered without what differs between pods of one version
+    (replica, role, the nodes it is pinned to): a change to it is an engine rollout. It covers
+    the daemon spec hash too (the pod carries it), so a generation change is also a new version."""
+    pod = _render(cache, 0, "active", None)
+    for label in (REPLICA_LABEL, ROLE_LABEL):
+        del pod["metadata"]["labels"][label]
+    canonical = json.dumps(pod, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _render(cache: WeightCache, replica: int, role: Role, nodes: list[str] | None) -> dict[str, Any]:
     ref = CacheRef.of(cache)
     spec = cache.spec
     template = spec.engine.template
@@ -45,6 +69,7 @@ def engine_pod(cache: WeightCache, replica: int, role: Role, nodes: list[str] | 
         **ref.labels("engine"),
         REPLICA_LABEL: str(replica),
         ROLE_LABEL: role,
+        SPEC_HASH_LABEL: daemon_spec_hash(cache),
     }
     annotations = {**(meta.get("annotations") or {}), SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
 

@@ -23,6 +23,10 @@ REPLICA_LABEL = "weightcache.io/replica"
 ROLE_LABEL = "weightcache.io/role"
 SPEC_HASH_ANNOTATION = "weightcache.io/daemon-spec-hash"
 SPEC_HASH_LABEL = "weightcache.io/daemon-spec-hash"
+"""On daemon pods and on engine pods (the generation whose weights an engine maps); the Service
+selects one value of it, so it never sends traffic to two generations at once."""
+ENGINE_HASH_LABEL = "weightcache.io/engine-hash"
+"""On engine pods: a digest of the rendered engine pod, so a rollout can tell versions apart."""
 READY_GATE = "weightcache.io/daemon-ready"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 

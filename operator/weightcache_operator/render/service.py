@@ -1,15 +1,18 @@
 """The Service in front of a cache's engines: it selects active engines only, so standbys map the
-weights and turn Ready without receiving traffic until the operator promotes one."""
+weights and turn Ready without receiving traffic until the operator promotes one, and of one
+daemon generation only, so during a generation change clients never reach two fingerprints."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..spec import WeightCache
-from .layout import CACHE_LABEL, COMPONENT_LABEL, ROLE_LABEL, CacheRef
+from .layout import CACHE_LABEL, COMPONENT_LABEL, ROLE_LABEL, SPEC_HASH_LABEL, CacheRef, daemon_spec_hash
 
 
-def engine_service(cache: WeightCache) -> dict[str, Any]:
+def engine_service(cache: WeightCache, generation: str | None = None) -> dict[str, Any]:
+    """``generation``: the daemon spec hash to serve; the current one unless a generation change
+    is still moving engines over (rollout.serve_generation decides)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
     return {
@@ -23,7 +26,12 @@ def engine_service(cache: WeightCache) -> dict[str, Any]:
         },
         "spec": {
             "type": spec.service.type,
-            "selector": {CACHE_LABEL: ref.name, COMPONENT_LABEL: "engine", ROLE_LABEL: "active"},
+            "selector": {
+                CACHE_LABEL: ref.name,
+                COMPONENT_LABEL: "engine",
+                ROLE_LABEL: "active",
+                SPEC_HASH_LABEL: generation or daemon_spec_hash(cache),
+            },
             "ports": [{"name": "http", "port": spec.service.port, "targetPort": spec.engine.port, "protocol": "TCP"}],
         },
     }

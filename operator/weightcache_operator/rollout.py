@@ -1,0 +1,405 @@
+"""Rollout decisions: observed pods + the desired versions → what to do next. Pure.
+
+Two kinds of change reach running engines:
+
+- **Engine rollout** (the engine template changed, the daemons did not): replicas roll one at a
+  time. For the replica whose turn it is, a new-version standby is started next to the old pods
+  (a *surge* pod, hidden from the ordinary scaling logic so it is not trimmed as an extra
+  standby); once it is Ready it is relabelled active and the old active is deleted with its grace
+  period (the engine drains on SIGTERM), then the old standbys go and new ones are created. Both
+  versions map the same daemon arena, so briefly having two actives behind the Service mixes
+  nothing. A replica is done when no old pod is left (terminating ones included) and its new
+  active and standbys are Ready; only then does the next one start.
+- **Generation change** (what the daemons hold changed: ``daemon_spec_hash``): node by node,
+  a node's old-generation engines are drained, then its daemon pod is deleted (the DaemonSet is
+  ``OnDelete``, so it is replaced only then) and reloads; new-generation engines start next to it.
+  The Service selects one generation (a label in its selector) and switches atomically once every
+  replica has a Ready new-generation engine, so clients never see two fingerprints at once.
+
+A new-version pod that is not Ready within ``readyDeadlineSeconds`` of its creation stalls the
+rollout: nothing more is promoted or retired, the old version keeps serving, and the status says
+which pod and why. Changing the spec back makes the old pods current again; the stalled pod is
+then the outdated one and is retired like any other.
+
+Blue/green per node (both daemon generations resident at once) is decided by
+``generation_strategy`` from the daemons' free-GPU-memory reports; see its docstring for what is
+executed today.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from .render.layout import ENGINE_HASH_LABEL, REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
+from .status import pod_ready
+
+Pod = dict[str, Any]
+RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
+Strategy = Literal["BlueGreen", "NodeByNode"]
+
+
+@dataclass(frozen=True)
+class Desired:
+    """What the spec asks for now."""
+
+    engine_hash: str
+    generation: str
+    """``daemon_spec_hash``: what the daemons hold."""
+    replicas: int
+    standbys: int
+    ready_deadline_s: float
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """The facts about one engine pod that decisions use."""
+
+    name: str
+    replica: int | None
+    role: str | None
+    engine_hash: str | None
+    generation: str | None
+    node: str | None
+    ready: bool
+    deleting: bool
+    created: datetime | None
+
+    @classmethod
+    def of(cls, pod: Pod) -> EngineView:
+        meta = pod["metadata"]
+        labels = meta.get("labels") or {}
+        replica = labels.get(REPLICA_LABEL, "")
+        return cls(
+            name=meta["name"],
+            replica=int(replica) if replica.isdigit() else None,
+            role=labels.get(ROLE_LABEL),
+            engine_hash=labels.get(ENGINE_HASH_LABEL),
+            generation=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
+            node=(pod.get("spec") or {}).get("nodeName"),
+            ready=pod_ready(pod),
+            deleting=bool(meta.get("deletionTimestamp")),
+            created=_parse_time(meta.get("creationTimestamp")),
+        )
+
+
+@dataclass(frozen=True)
+class DaemonView:
+    name: str
+    node: str | None
+    generation: str | None
+    ready: bool
+
+    @classmethod
+    def of(cls, pod: Pod) -> DaemonView:
+        meta = pod["metadata"]
+        return cls(
+            name=meta["name"],
+            node=(pod.get("spec") or {}).get("nodeName"),
+            generation=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
+            ready=pod_ready(pod) and not meta.get("deletionTimestamp"),
+        )
+
+
+@dataclass
+class Plan:
+    """The actions of one pass, in the order the reconciler carries them out: ``promote``, then
+    point the Service at ``serve_generation``, then ``retire``, ``create``, ``replace_daemon``."""
+
+    serve_generation: str
+    promote: list[str] = field(default_factory=list)
+    """Pods to relabel active."""
+    retire: list[str] = field(default_factory=list)
+    """Old pods to delete with their grace period (drain)."""
+    create: list[int] = field(default_factory=list)
+    """Replicas that get a new-version standby (a surge pod)."""
+    held: set[str] = field(default_factory=set)
+    """Surge pods the ordinary scaling must neither count nor trim."""
+    replace_daemon: str | None = None
+    """A drained node's old-generation daemon pod to delete (the DaemonSet recreates it)."""
+    mode: Literal["Engine", "Generation"] | None = None
+    phase: RolloutPhase | None = None
+    step: str = ""
+    updated: int = 0
+    stalled: str | None = None
+    """Why the rollout stopped, when it did."""
+
+
+def plan(
+    want: Desired,
+    engines: list[Pod],
+    daemons: list[Pod],
+    serving: str | None,
+    now: datetime,
+    previous: dict[str, Any] | None = None,
+    desired_nodes: int = 0,
+) -> Plan:
+    """Decides the next actions. ``serving``: the generation the live Service selects (None when
+    there is no Service yet or it selects none); ``previous``: the last ``status.rollout``."""
+    pods = [EngineView.of(p) for p in engines]
+    nodes = [DaemonView.of(p) for p in daemons]
+    result = Plan(serve_generation=serve_generation(want, pods, serving))
+    outdated = [p for p in pods if p.engine_hash != want.engine_hash]
+    generation_change = any(d.generation != want.generation for d in nodes) or any(
+        p.generation != want.generation for p in pods
+    )
+    result.updated = sum(_done(want, pods, r) for r in range(want.replicas))
+    if generation_change:
+        result.mode = "Generation"
+        _plan_generation(want, pods, nodes, result, now, desired_nodes)
+    elif outdated:
+        result.mode = "Engine"
+        _plan_engine(want, pods, result, now)
+    was = (previous or {}).get("phase")
+    if result.mode is not None:
+        result.phase = "Stalled" if result.stalled else "Progressing"
+    elif was in ("Progressing", "Stalled"):
+        # The last old pod is gone; wait until the last replica is whole before calling it done.
+        undone = next((r for r in range(want.replicas) if not _done(want, pods, r)), None)
+        result.phase = "Progressing" if undone is not None else "Complete"
+        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
+        result.mode = (previous or {}).get("mode")
+    elif was == "Complete":
+        result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
+    return result
+
+
+def serve_generation(want: Desired, pods: list[EngineView], serving: str | None) -> str:
+    """The generation the Service selects: the old one while it still has a Ready active engine
+    and the new one is not Ready for every replica; then the new one, in a single switch."""
+    if serving is None or serving == want.generation:
+        return want.generation
+    new_everywhere = all(
+        any(p.replica == r and p.generation == want.generation and p.ready for p in pods) for r in range(want.replicas)
+    )
+    old_serves = any(p.generation == serving and p.role == "active" and p.ready for p in pods)
+    return want.generation if new_everywhere or not old_serves else serving
+
+
+def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
+    turn = next((r for r in range(want.replicas) if not _done(want, pods, r)), None)
+    if turn is None:
+        # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
+        result.step = "removing pods of scaled-down replicas"
+        return
+    _roll_replica(want, pods, turn, result, now)
+
+
+def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime) -> None:
+    """One replica's next step: surge → wait Ready → promote + drain the old active → old
+    standbys out, new ones in (created by the ordinary scaling) → Ready."""
+    mine = [p for p in pods if p.replica == replica]
+    live = [p for p in mine if not p.deleting]
+    new = sorted((p for p in live if p.engine_hash == want.engine_hash), key=_preference)
+    old_live = [p for p in live if p.engine_hash != want.engine_hash]
+    active = next((p for p in live if p.role == "active"), None)
+    if active is None:
+        result.step = f"replica {replica}: waiting for an active engine"
+        return
+    if active.engine_hash != want.engine_hash:
+        if not new:
+            result.create.append(replica)
+            result.step = f"replica {replica}: starting a new-version standby"
+            return
+        surge = new[0]
+        result.held.add(surge.name)
+        if not surge.ready:
+            result.step = f"replica {replica}: waiting for {surge.name} to turn Ready"
+            _check_deadline(want, surge, now, result)
+            return
+        result.promote.append(surge.name)
+        result.retire += [p.name for p in old_live]
+        result.step = f"replica {replica}: promoted {surge.name}, draining {active.name}"
+        return
+    if old_live:
+        result.retire += [p.name for p in old_live]
+        result.step = f"replica {replica}: retiring old standbys"
+    elif any(p.engine_hash != want.engine_hash for p in mine):
+        result.step = f"replica {replica}: waiting for old engines to finish draining"
+    else:
+        waiting = [p for p in new if not p.ready]
+        result.step = f"replica {replica}: waiting for new standbys to turn Ready"
+        for pod in waiting:
+            _check_deadline(want, pod, now, result)
+
+
+def _plan_generation(
+    want: Desired, pods: list[EngineView], nodes: list[DaemonView], result: Plan, now: datetime, desired_nodes: int
+) -> None:
+    """Node by node: drain → replace the daemon → new-generation engines next to it; the Service
+    switches generation once every replica has a Ready new-generation engine."""
+    new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.generation == want.generation)
+    switched = result.serve_generation == want.generation
+    for replica in range(want.replicas):
+        live = [p for p in pods if p.replica == replica and not p.deleting]
+        new = sorted((p for p in live if p.generation == want.generation and p.engine_hash == want.engine_hash),
+                     key=_preference)  # fmt: skip
+        active = next((p for p in live if p.role == "active"), None)
+        if active is not None and active.generation == want.generation:
+            if switched:
+                result.retire += [p.name for p in live if p.generation != want.generation]
+            continue
+        if not new:
+            if new_nodes:
+                result.create.append(replica)
+            continue
+        result.held.add(new[0].name)
+        if not new[0].ready:
+            _check_deadline(want, new[0], now, result)
+        elif switched:
+            result.promote.append(new[0].name)
+            result.retire += [p.name for p in live if p.generation != want.generation]
+    if result.stalled:
+        return
+    old = [d for d in nodes if d.generation != want.generation]
+    settling = [d for d in nodes if not d.ready] or len(nodes) < desired_nodes
+    if not old:
+        result.step = "new daemons on every node; moving engines over"
+        return
+    if settling:
+        result.step = "waiting for the replaced daemon to load"
+        return
+    # The node whose drain costs the least serving capacity first.
+    serving = result.serve_generation
+
+    def serving_actives(node: str | None) -> int:
+        return sum(p.node == node and p.role == "active" and p.ready and p.generation == serving for p in pods)
+
+    target = min(old, key=lambda d: (serving_actives(d.node), d.node or ""))
+    if serving_actives(target.node) and new_nodes:
+        # New-generation engines are on their way elsewhere; drain this node after the switch.
+        result.step = f"waiting for new-generation engines before draining {target.node}"
+        return
+    on_node = [p for p in pods if p.node == target.node and p.generation != want.generation]
+    result.retire += [p.name for p in on_node if not p.deleting and p.name not in result.retire]
+    if on_node:
+        result.step = f"draining engines on {target.node}"
+        return
+    result.replace_daemon = target.name
+    result.step = f"replacing the daemon on {target.node}"
+
+
+def _done(want: Desired, pods: list[EngineView], replica: int) -> bool:
+    mine = [p for p in pods if p.replica == replica]
+    if any(p.engine_hash != want.engine_hash for p in mine):
+        return False
+    live = [p for p in mine if not p.deleting]
+    active_ok = any(p.role == "active" and p.ready for p in live)
+    return active_ok and sum(p.role != "active" and p.ready for p in live) >= want.standbys
+
+
+def _check_deadline(want: Desired, pod: EngineView, now: datetime, result: Plan) -> None:
+    if pod.created is None:
+        return
+    waited = (now - pod.created).total_seconds()
+    if waited > want.ready_deadline_s:
+        result.stalled = (
+            f"{pod.name} of the new version was not Ready {waited:.0f}s after its creation"
+            f" (engine.rollout.readyDeadlineSeconds is {want.ready_deadline_s:g}); the old version keeps"
+            " serving. Fix the engine template (kubectl logs the pod) or change it back, and the rollout resumes"
+        )
+
+
+def _preference(pod: EngineView) -> tuple[bool, str, str]:
+    """Ready first, then the oldest (it has been warming longest)."""
+    return (not pod.ready, pod.created.isoformat() if pod.created else "", pod.name)
+
+
+def _parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+# --- status --------------------------------------------------------------------------------------
+
+
+def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``status.rollout``, or None when no rollout has happened yet. ``startedAt`` is kept while
+    the target stays the same; ``finishedAt`` is stamped once, when the rollout completes."""
+    if result.phase is None:
+        return None
+    before = previous or {}
+    same_target = before.get("revision") == want.engine_hash
+    if result.phase == "Complete" and before.get("phase") == "Complete":
+        return before if same_target else {**before, "revision": want.engine_hash, "updated": want.replicas,
+                                           "total": want.replicas}  # fmt: skip
+    started = before.get("startedAt") if same_target and before.get("startedAt") else _stamp(now)
+    body: dict[str, Any] = {
+        "phase": result.phase,
+        "mode": result.mode,
+        "revision": want.engine_hash,
+        "generation": want.generation,
+        "updated": result.updated,
+        "total": want.replicas,
+        "currentStep": result.step,
+        "startedAt": started,
+    }
+    if result.stalled:
+        body["message"] = result.stalled
+    if result.phase == "Complete":
+        body["finishedAt"] = _stamp(now)
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def rollout_conditions(
+    result: Plan, strategy: tuple[Strategy, str] | None, now: datetime, previous: list[dict[str, Any]],
+    generation: int | None,
+) -> list[dict[str, Any]]:
+    """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
+    ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
+    rolling; ``GenerationChange`` saying node by node or blue/green, and why."""
+    old = {c["type"]: c for c in previous}
+
+    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        status = "True" if ok else "False"
+        before = old.get(kind)
+        since = before["lastTransitionTime"] if before and before.get("status") == status else _stamp(now)
+        return {"type": kind, "status": status, "reason": reason, "message": message[:32768],
+                "lastTransitionTime": since, "observedGeneration": generation}  # fmt: skip
+
+    out = []
+    if result.stalled:
+        out.append(condition("Progressing", False, "RolloutStalled", result.stalled))
+    elif result.phase == "Progressing":
+        out.append(condition("Progressing", True, f"{result.mode}Rollout", result.step))
+    if result.mode == "Generation" and result.phase in ("Progressing", "Stalled") and strategy is not None:
+        out.append(condition("GenerationChange", True, strategy[0], strategy[1]))
+    elif "GenerationChange" in old:
+        out.append(condition("GenerationChange", False, "Converged", "every daemon holds the current generation"))
+    return out
+
+
+def generation_strategy(
+    ranks: list[tuple[str | None, int | None]], free_by_gpu: dict[str, int], headroom: float = 1.1
+) -> tuple[Strategy, str]:
+    """Blue/green when every GPU holding a rank has room for that rank's arena once more (times
+    ``headroom`` for the allocator's slack), so both generations can be resident while the new
+    one loads; otherwise node by node. ``ranks``: (GPU UUID, arena bytes) of each node-local rank
+    the daemons report; ``free_by_gpu``: reported free bytes per GPU UUID.
+
+    Today the daemons report no free GPU memory (``free_by_gpu`` is empty), so the reconciler
+    always gets — and runs — node by node; running two daemon generations side by side on one
+    node is not implemented yet."""
+    if not ranks:
+        return "NodeByNode", "no daemon has reported its ranks yet"
+    need: dict[str, int] = {}
+    for gpu, size in ranks:
+        if gpu is None:
+            return "NodeByNode", "the ranks hold no GPU memory (cpu-shm): both generations would share host memory"
+        if size is None:
+            return "NodeByNode", f"the arena size on GPU {gpu} is not reported yet"
+        need[gpu] = need.get(gpu, 0) + size
+    for gpu, size in sorted(need.items()):
+        free = free_by_gpu.get(gpu)
+        if free is None:
+            return "NodeByNode", f"GPU {gpu} reports no free memory"
+        if free < size * headroom:
+            return "NodeByNode", (f"GPU {gpu} has {free} bytes free, a second generation needs"
+                                  f" {int(size * headroom)}")  # fmt: skip
+    return "BlueGreen", f"every GPU has room for a second generation ({len(need)} GPUs checked)"
+
+
+def _stamp(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")

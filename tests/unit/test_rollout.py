@@ -1,0 +1,200 @@
+"""Rollout decisions (operator/weightcache_operator/rollout.py): pods as the API server returns
+them in, actions out. The e2e tests run the same decisions against a real control plane."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from weightcache_operator.rollout import (
+    Desired,
+    generation_strategy,
+    plan,
+    rollout_conditions,
+    rollout_status,
+    serve_generation,
+    EngineView,
+)
+
+NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+WANT = Desired(engine_hash="new", generation="g1", replicas=2, standbys=1, ready_deadline_s=60)
+
+
+def engine(name: str, replica: int, role: str, version: str = "new", generation: str = "g1", *, ready: bool = True,
+           node: str = "node-1", age_s: float = 10, deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+    meta: dict[str, Any] = {
+        "name": name,
+        "labels": {"weightcache.io/replica": str(replica), "weightcache.io/role": role,
+                   "weightcache.io/engine-hash": version, "weightcache.io/daemon-spec-hash": generation},
+        "annotations": {"weightcache.io/daemon-spec-hash": generation},
+        "creationTimestamp": (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }  # fmt: skip
+    if deleting:
+        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"metadata": meta, "spec": {"nodeName": node},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+
+
+def daemon(name: str, node: str, generation: str = "g1", *, ready: bool = True) -> dict[str, Any]:
+    return {"metadata": {"name": name, "annotations": {"weightcache.io/daemon-spec-hash": generation}},
+            "spec": {"nodeName": node},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+
+
+DAEMONS = [daemon("d1", "node-1"), daemon("d2", "node-2")]
+
+
+def old_pair(replica: int, version: str = "old") -> list[dict[str, Any]]:
+    return [engine(f"a{replica}", replica, "active", version), engine(f"s{replica}", replica, "standby", version)]
+
+
+# --- engine rollout -----------------------------------------------------------------------------
+
+
+def test_nothing_outdated_is_no_rollout() -> None:
+    result = plan(WANT, old_pair(0, "new") + old_pair(1, "new"), DAEMONS, "g1", NOW, None, 2)
+    assert (result.mode, result.phase, result.create, result.promote, result.retire) == (None, None, [], [], [])
+    assert rollout_status(result, WANT, NOW, None) is None
+
+
+def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
+    result = plan(WANT, old_pair(0) + old_pair(1), DAEMONS, "g1", NOW, None, 2)
+    assert (result.mode, result.phase, result.create) == ("Engine", "Progressing", [0])
+    assert result.promote == [] and result.retire == [] and result.updated == 0
+    status = rollout_status(result, WANT, NOW, None)
+    assert status is not None and (status["updated"], status["total"], status["revision"]) == (0, 2, "new")
+    assert "replica 0" in status["currentStep"]
+
+
+def test_an_unready_surge_is_held_and_waited_for() -> None:
+    pods = [*old_pair(0), engine("n0", 0, "standby", ready=False), *old_pair(1)]
+    result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
+    assert result.held == {"n0"}, "the scaler must not trim the surge as a second standby"
+    assert (result.create, result.promote, result.retire, result.stalled) == ([], [], [], None)
+
+
+def test_a_ready_surge_is_promoted_and_the_old_pods_drained() -> None:
+    pods = [*old_pair(0), engine("n0", 0, "standby"), *old_pair(1)]
+    result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
+    assert result.promote == ["n0"] and sorted(result.retire) == ["a0", "s0"]
+    assert not {"a1", "s1"} & set(result.retire), "one replica at a time"
+
+
+def test_the_next_replica_starts_only_when_the_first_is_whole() -> None:
+    draining = [engine("n0", 0, "active"), engine("a0", 0, "active", "old", deleting=True), *old_pair(1)]
+    result = plan(WANT, draining, DAEMONS, "g1", NOW, None, 2)
+    assert (result.create, result.retire) == ([], []) and "draining" in result.step
+    restoring = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False), *old_pair(1)]
+    assert plan(WANT, restoring, DAEMONS, "g1", NOW, None, 2).create == []
+    whole = [engine("n0", 0, "active"), engine("m0", 0, "standby"), *old_pair(1)]
+    result = plan(WANT, whole, DAEMONS, "g1", NOW, None, 2)
+    assert (result.create, result.updated) == ([1], 1)
+
+
+def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_serving() -> None:
+    pods = [*old_pair(0), engine("n0", 0, "standby", ready=False, age_s=61), *old_pair(1)]
+    result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
+    assert result.phase == "Stalled" and result.stalled and "n0" in result.stalled
+    assert "readyDeadlineSeconds" in result.stalled and "change it back" in result.stalled
+    assert (result.create, result.promote, result.retire) == ([], [], [])
+    assert result.held == {"n0"}, "kept for its logs, not counted as a standby"
+    conditions = rollout_conditions(result, None, NOW, [], 4)
+    assert [(c["type"], c["status"], c["reason"]) for c in conditions] == [("Progressing", "False", "RolloutStalled")]
+    status = rollout_status(result, WANT, NOW, None)
+    assert status is not None and status["phase"] == "Stalled" and status["message"] == result.stalled
+
+
+def test_changing_the_spec_back_retires_the_broken_pod_and_completes() -> None:
+    back = Desired(engine_hash="old", generation="g1", replicas=2, standbys=1, ready_deadline_s=60)
+    pods = [*old_pair(0), engine("n0", 0, "standby", "new", ready=False, age_s=300), *old_pair(1)]
+    previous = {"phase": "Stalled", "revision": "new", "startedAt": "2026-05-01T11:00:00Z"}
+    result = plan(back, pods, DAEMONS, "g1", NOW, previous, 2)
+    assert result.retire == ["n0"] and result.promote == [] and result.stalled is None
+    after = plan(back, [*old_pair(0), *old_pair(1)], DAEMONS, "g1", NOW, rollout_status(result, back, NOW, previous), 2)
+    assert after.phase == "Complete"
+    status = rollout_status(after, back, NOW, {"phase": "Progressing", "revision": "old", "startedAt": "2026-05-01T11:59:00Z"})
+    assert status is not None and status["finishedAt"] == "2026-05-01T12:00:00Z"
+    assert status["startedAt"] == "2026-05-01T11:59:00Z" and (status["updated"], status["total"]) == (2, 2)
+
+
+def test_complete_stays_complete_until_something_is_outdated() -> None:
+    done = {"phase": "Complete", "revision": "new", "finishedAt": "2026-05-01T11:00:00Z"}
+    scaling = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False)]
+    result = plan(WANT, scaling, DAEMONS, "g1", NOW, done, 2)
+    assert result.phase == "Complete" and rollout_status(result, WANT, NOW, done) == done
+
+
+# --- generation change --------------------------------------------------------------------------
+
+
+def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_new_one() -> None:
+    one = Desired(engine_hash="new", generation="g2", replicas=2, standbys=0, ready_deadline_s=60)
+    views = [EngineView.of(p) for p in (engine("a0", 0, "active", "old", "g1"), engine("a1", 1, "active", "old", "g1"),
+                                        engine("n0", 0, "standby", generation="g2"))]  # fmt: skip
+    assert serve_generation(one, views, "g1") == "g1"
+    views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
+    assert serve_generation(one, views, "g1") == "g2"
+    # Nothing of the old generation serves any more: switching loses nothing.
+    dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False))]
+    assert serve_generation(one, dead, "g1") == "g2"
+    assert serve_generation(one, [], None) == "g2", "a new Service selects the current generation"
+
+
+GEN = Desired(engine_hash="new", generation="g2", replicas=1, standbys=1, ready_deadline_s=60)
+
+
+def test_generation_change_drains_the_node_without_serving_engines_first() -> None:
+    pods = [engine("a0", 0, "active", "old", "g1", node="node-1"), engine("s0", 0, "standby", "old", "g1", node="node-2")]
+    daemons = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1")]
+    result = plan(GEN, pods, daemons, "g1", NOW, None, 2)
+    assert (result.mode, result.serve_generation, result.retire) == ("Generation", "g1", ["s0"])
+    assert result.replace_daemon is None, "the daemon goes only once its engines are gone"
+    drained = plan(GEN, [pods[0], {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}}],
+                   daemons, "g1", NOW, None, 2)  # fmt: skip
+    assert drained.replace_daemon is None and "draining" in drained.step
+    result = plan(GEN, [pods[0]], daemons, "g1", NOW, None, 2)
+    assert result.replace_daemon == "d2" and result.retire == []
+
+
+def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switches() -> None:
+    active = engine("a0", 0, "active", "old", "g1", node="node-1")
+    loading = [daemon("d1", "node-1", "g1"), daemon("d2b", "node-2", "g2", ready=False)]
+    result = plan(GEN, [active], loading, "g1", NOW, None, 2)
+    assert (result.create, result.replace_daemon) == ([], None) and "load" in result.step
+    loaded = [daemon("d1", "node-1", "g1"), daemon("d2b", "node-2", "g2")]
+    result = plan(GEN, [active], loaded, "g1", NOW, None, 2)
+    assert result.create == [0] and result.replace_daemon is None and result.retire == []
+    assert "before draining node-1" in result.step, "node-1 still serves; it waits for the switch"
+    surge = engine("n0", 0, "standby", generation="g2", node="node-2")
+    result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
+    assert result.serve_generation == "g2" and result.promote == ["n0"] and result.retire == ["a0"]
+    # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
+    after = [engine("n0", 0, "active", generation="g2", node="node-2")]
+    result = plan(GEN, after, loaded, "g2", NOW, None, 2)
+    assert result.replace_daemon == "d1"
+    done = plan(GEN, [*after, engine("m0", 0, "standby", generation="g2", node="node-2")],
+                [daemon("d1b", "node-1", "g2"), loaded[1]], "g2", NOW, {"phase": "Progressing", "mode": "Generation"}, 2)  # fmt: skip
+    assert (done.mode, done.phase) == ("Generation", "Complete")
+
+
+def test_generation_strategy_blue_green_only_with_room_on_every_gpu() -> None:
+    ranks = [("GPU-a", 40 << 30), ("GPU-b", 40 << 30)]
+    mode, why = generation_strategy(ranks, {"GPU-a": 90 << 30, "GPU-b": 50 << 30})
+    assert mode == "BlueGreen" and "2 GPUs" in why
+    mode, why = generation_strategy(ranks, {"GPU-a": 90 << 30, "GPU-b": 40 << 30})
+    assert mode == "NodeByNode" and "GPU-b" in why and "needs" in why
+    assert generation_strategy(ranks, {"GPU-a": 90 << 30})[0] == "NodeByNode"
+    mode, why = generation_strategy([(None, 1 << 20)], {})
+    assert mode == "NodeByNode" and "cpu-shm" in why
+    assert generation_strategy([], {})[0] == "NodeByNode"
+
+
+def test_generation_condition_says_which_strategy_and_clears_afterwards() -> None:
+    result = plan(GEN, [engine("a0", 0, "active", "old", "g1")], [daemon("d1", "node-1", "g1")], "g1", NOW, None, 1)
+    conditions = rollout_conditions(result, ("NodeByNode", "no room"), NOW, [], 7)
+    change = next(c for c in conditions if c["type"] == "GenerationChange")
+    assert (change["status"], change["reason"], change["message"], change["observedGeneration"]) == (
+        "True", "NodeByNode", "no room", 7)  # fmt: skip
+    finished = plan(GEN, [], [], "g2", NOW, {"phase": "Complete"}, 0)
+    cleared = rollout_conditions(finished, None, NOW, conditions, 8)
+    assert [(c["type"], c["status"]) for c in cleared] == [("GenerationChange", "False")]
