@@ -1,0 +1,223 @@
+"""Rollouts on the real control plane with the process kubelet and the operator as a process:
+an engine template change rolls through under load without a failed request, a daemon restart
+or a weight byte read from disk; a broken new version stalls and keeps the old one serving until
+the spec is changed back; a daemon generation change never puts two fingerprints behind the
+Service."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from test_operator_e2e import (  # noqa: F401 - fixtures
+    DAEMONS,
+    ENGINES,
+    SAMPLE,
+    checkpoint,
+    http_json,
+    is_ready,
+    operator,
+    pods,
+    start_operator,
+    wait_phase,
+)
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.load import SteadyLoad
+from testcluster.rest import Kube
+from testcluster.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+WC = "/apis/weightcache.io/v1alpha1/namespaces/{ns}/weightcaches/tiny-llama"
+
+
+def sample(**changes: object) -> dict:
+    body = yaml.safe_load(SAMPLE.read_text())
+    for path, value in changes.items():
+        *parents, leaf = path.split("__")
+        node = body["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return body
+
+
+def apply(cluster: ControlPlane, namespace: str, body: dict) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+
+
+def with_engine_env(body: dict, name: str, value: str) -> dict:
+    body = copy.deepcopy(body)
+    body["spec"]["engine"]["template"]["spec"]["containers"][0]["env"].append({"name": name, "value": value})
+    return body
+
+
+def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, list[int]]]:
+    """Node → (daemon pod uid, container restarts, each rank's disk_bytes_read as the daemon
+    itself reports it on its status endpoint)."""
+    facts = {}
+    for pod in pods(kube, namespace, DAEMONS):
+        own = http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)
+        restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+        facts[pod["spec"]["nodeName"]] = (pod["metadata"]["uid"], restarts, [r["disk_bytes_read"] for r in own["ranks"]])
+    return facts
+
+
+def rollout(kube: Kube, namespace: str) -> dict:
+    return (kube.get(WC.format(ns=namespace)).get("status") or {}).get("rollout") or {}
+
+
+def events(kube: Kube, namespace: str, reason: str) -> list[dict]:
+    found = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return [e for e in found if e.get("reason") == reason and e["involvedObject"]["name"] == "tiny-llama"]
+
+
+def env_of(pod: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
+
+
+def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    apply(cluster, namespace, sample())
+    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
+    before_status = wait_phase(kube, namespace, operator, "Ready", also=reported)
+    before = daemon_facts(kube, namespace)
+    old_engines = {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    load = SteadyLoad(*proxy.address).start()
+    try:
+        apply(cluster, namespace, with_engine_env(sample(), "ENGINE_VERSION", "2"))
+        wait_for(lambda: rollout(kube, namespace).get("phase") == "Progressing", 30,
+                 describe=lambda: rollout(kube, namespace))  # fmt: skip
+
+        def rolled() -> bool:
+            engines = [p for p in pods(kube, namespace, ENGINES)]
+            return (rollout(kube, namespace).get("phase") == "Complete" and len(engines) == 2
+                    and all(env_of(p).get("ENGINE_VERSION") == "2" and is_ready(p) for p in engines))  # fmt: skip
+
+        wait_for(rolled, 300, interval=0.5, describe=lambda: (rollout(kube, namespace), pods(kube, namespace, ENGINES)))
+    finally:
+        result = load.stop()
+    print(f"load during the rollout: {result}")
+    assert result.ok > 0 and result.failed == [], result.failed
+    # The Service never lost its ready active engine once it had one.
+    assert all(change.ready for change in proxy.changes[1:]), [c.ready for c in proxy.changes]
+    status = wait_phase(kube, namespace, operator, "Ready")
+    done = status["rollout"]
+    assert (done["mode"], done["updated"], done["total"]) == ("Engine", 1, 1) and done["finishedAt"] >= done["startedAt"]
+    assert not old_engines & {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}, "every old engine retired"
+    # No daemon restarted or re-read the checkpoint: same pods, same restart counts, same counters.
+    assert daemon_facts(kube, namespace) == before
+    assert status["daemonSpecHash"] == before_status["daemonSpecHash"]
+    disk = [r["diskBytesRead"] for n in status["nodes"] for r in n["ranks"]]
+    assert disk == [r["diskBytesRead"] for n in before_status["nodes"] for r in n["ranks"]]
+    assert len(events(kube, namespace, "RolloutComplete")) >= 1
+    host, port = proxy.address
+    health = http_json(f"http://{host}:{port}/health")
+    assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
+
+
+def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    good = sample(engine__rollout={"readyDeadlineSeconds": 15})
+    apply(cluster, namespace, good)
+    wait_phase(kube, namespace, operator, "Ready")
+    serving = {p["metadata"]["name"]: p["metadata"]["labels"]["weightcache.io/role"] for p in pods(kube, namespace, ENGINES)}
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+
+    broken = copy.deepcopy(good)
+    broken["spec"]["engine"]["template"]["spec"]["containers"][0]["command"] = [
+        "python", "-c", "import sys; print('this engine version is broken'); sys.exit(3)"]  # fmt: skip
+    apply(cluster, namespace, broken)
+    wait_for(lambda: rollout(kube, namespace).get("phase") == "Stalled", 120, interval=0.5,
+             describe=lambda: rollout(kube, namespace))  # fmt: skip
+    stalled = kube.get(WC.format(ns=namespace))["status"]
+    progressing = next(c for c in stalled["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolloutStalled")
+    assert "readyDeadlineSeconds" in progressing["message"] and "readyDeadlineSeconds" in stalled["rollout"]["message"]
+    assert events(kube, namespace, "RolloutStalled"), "a Warning event says why"
+    # The old version keeps serving: same active, Ready, answering through the Service.
+    now = {p["metadata"]["name"]: p for p in pods(kube, namespace, ENGINES)}
+    for name, role in serving.items():
+        assert now[name]["metadata"]["labels"]["weightcache.io/role"] == role and is_ready(now[name]), name
+    assert len(now) == 3, "the broken pod is kept (for its logs), not retried in a loop"
+    host, port = proxy.address
+    assert http_json(f"http://{host}:{port}/v1/completions", {"prompt": "a", "max_tokens": 2})["choices"]
+
+    apply(cluster, namespace, good)
+    wait_for(lambda: rollout(kube, namespace).get("phase") == "Complete", 60, interval=0.5,
+             describe=lambda: rollout(kube, namespace))  # fmt: skip
+    wait_for(lambda: sorted(p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)) == sorted(serving), 60,
+             describe=lambda: [p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+    status = wait_phase(kube, namespace, operator, "Ready")
+    assert next(c for c in status["conditions"] if c["type"] == "Progressing")["status"] == "False"
+    assert http_json(f"http://{host}:{port}/v1/completions", {"prompt": "a", "max_tokens": 2})["choices"]
+
+
+def test_generation_change_never_mixes_fingerprints_behind_the_service(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    apply(cluster, namespace, sample())
+    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
+    before = wait_phase(kube, namespace, operator, "Ready", also=reported)
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+
+    # Every engine pod IP ever seen → the daemon generation it maps, recorded while things change.
+    generation_of: dict[str, str] = {}
+    stop = threading.Event()
+
+    def watch_pods() -> None:
+        while not stop.is_set():
+            for pod in pods(kube, namespace, ENGINES):
+                ip = pod["status"].get("podIP")
+                if ip:
+                    generation_of.setdefault(ip, pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"])
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch_pods, daemon=True)
+    watcher.start()
+    load = SteadyLoad(*proxy.address).start()
+    try:
+        apply(cluster, namespace, sample(model__revision="seed-1"))
+        new_fingerprints = lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]  # noqa: E731
+                                      and (s.get("rollout") or {}).get("phase") == "Complete"
+                                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint(
+                                          {n["fingerprint"] for n in before["nodes"]}))  # fmt: skip
+        after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=new_fingerprints)
+    finally:
+        result = load.stop()
+        stop.set()
+        watcher.join()
+    print(f"load during the generation change: {result}")
+    assert after["rollout"]["mode"] == "Generation" and len({n["fingerprint"] for n in after["nodes"]}) == 1
+    seen = [{generation_of.get(e.rsplit(":", 1)[0], "?") for e in change.ready} for change in proxy.changes]
+    print("generations behind the Service, change by change:", seen)
+    assert all(len(gens) <= 1 for gens in seen), seen
+    assert {g for gens in seen for g in gens} == {before["daemonSpecHash"], after["daemonSpecHash"]}
+    assert "?" not in {g for gens in seen for g in gens}
+    strategy = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
+    assert any("NodeByNode" in m and "cpu-shm" in m for m in strategy), strategy
+    condition = next(c for c in after["conditions"] if c["type"] == "GenerationChange")
+    assert (condition["status"], condition["reason"]) == ("False", "Converged")
+    assert result.ok > 0
+    host, port = proxy.address
+    health = http_json(f"http://{host}:{port}/health")
+    assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
+    daemons = pods(kube, namespace, DAEMONS)
+    assert {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] for p in daemons} == {after["daemonSpecHash"]}
+    assert json.dumps(after).count(before["daemonSpecHash"]) == 0
