@@ -233,6 +233,9 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
              60, describe=lambda: operator_logs(kubelet, namespace, release)[-3000:])  # fmt: skip
     assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
     assert phase(kube, namespace) != "Ready"
+    # Refused as the chart's ServiceAccount: the pod used its projected token, not an admin's.
+    refused = [line for line in operator_logs(kubelet, namespace, release).splitlines() if "forbidden" in line]
+    assert refused and all(account in line for line in refused), refused[:3]
 
     # The rule back: the operator's next retry creates the DaemonSet.
     cluster.kubectl("patch", "role", f"{release}-operator", "-n", namespace, "--type=json", "-p", json.dumps(
