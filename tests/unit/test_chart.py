@@ -291,3 +291,13 @@ def test_deploy_manifest_is_the_rendered_chart(helm: str) -> None:
     assert all(line.startswith("#") for line in header.splitlines())
     rendered = run_helm(helm, "template", "weightcache", str(CHART), "--namespace", "weightcache-system")
     assert body == rendered.stdout, "deploy/operator.yaml differs from the chart: run `make manifests` and commit it"
+
+
+def test_makefile_finds_the_same_helm(helm: str) -> None:
+    """`make manifests` locates helm with `python -m testcluster which helm`, starting nothing."""
+    result = subprocess.run([sys.executable, "-m", "testcluster", "which", "helm"], cwd=ROOT / "tests" / "cluster",
+                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert result.stdout.strip() == helm
+    refused = subprocess.run([sys.executable, "-m", "testcluster", "which"], cwd=ROOT / "tests" / "cluster",
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "name the tool, helm or kubectl" in refused.stderr
