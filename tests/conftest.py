@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -64,17 +65,31 @@ def socket_dir() -> Iterator[str]:
 
 
 @pytest.fixture
-def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[[], subprocess.Popen[str]]]:
+def torch_free_env(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import torch`` raises: proves a process path never imports it.
+    Its ``torch/version.py`` is the real one, which the fingerprint reads as text."""
+    import torch
+
+    poisoned = tmp_path / "no-torch" / "torch"
+    poisoned.mkdir(parents=True)
+    shutil.copy(Path(torch.__file__).parent / "version.py", poisoned / "version.py")
+    (poisoned / "__init__.py").write_text("raise ImportError('torch imported on a torch-free path')\n")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(poisoned.parent), *sys.path])}
+
+
+@pytest.fixture
+def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start ``weightcache keeper`` on the test's socket dir; waits until it answers."""
     from weightcache.errors import CacheUnavailable
     from weightcache.keeper import KeeperClient, keeper_socket
 
     procs: list[subprocess.Popen[str]] = []
 
-    def start() -> subprocess.Popen[str]:
+    def start(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         log = tmp_path / f"keeper-{len(procs)}.log"
         proc = subprocess.Popen([sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
-                                stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                                stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                                env=env)
         procs.append(proc)
         deadline = time.monotonic() + 60
         while True:
@@ -100,7 +115,8 @@ def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., Daem
     handles: list[DaemonHandle] = []
 
     def start(model: Path, *args: str, name: str = "test", ranks: list[int] | None = None, wait: bool = True,
-              socket_dir_override: str | None = None, timeout: float = 120) -> DaemonHandle:
+              socket_dir_override: str | None = None, timeout: float = 120,
+              env: dict[str, str] | None = None) -> DaemonHandle:
         sdir = socket_dir_override or socket_dir
         ranks = ranks or [0]
         log = tmp_path / f"daemon-{name}-{len(handles)}.log"
@@ -108,7 +124,7 @@ def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., Daem
                 "--name", name, *args]
         launched = time.time()
         proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+                                start_new_session=True, env=env)
         handle = DaemonHandle(proc, sdir, name, ranks, log, [RankFiles(sdir, name, r) for r in ranks])
         handles.append(handle)
         if wait:

@@ -9,6 +9,10 @@ grow. Three backends share one interface:
 
 Daemons create (or re-adopt from the keeper) an ``Arena``; engines get a ``MappedArena``.
 fd-based backends can be held by the keeper, which is what lets a cache outlive its daemon.
+
+Re-adoption imports neither torch nor CUDA into the daemon: an adopted arena is an fd the daemon
+passes on, never writes, so a restarted daemon serves again within a second instead of paying
+seconds for ``import torch`` and a CUDA context it would not use.
 """
 
 from __future__ import annotations
@@ -19,12 +23,13 @@ import mmap
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Literal
-
-import torch
+from typing import TYPE_CHECKING, Literal
 
 from .errors import WeightCacheError
 from .protocol import CudaIpcHandle
+
+if TYPE_CHECKING:
+    import torch
 
 # Linux ≥ 5.1: forbids new writable mappings while the daemon keeps the one it filled through.
 F_SEAL_FUTURE_WRITE = 0x0010
@@ -71,10 +76,10 @@ class CpuShmArena(Arena):
 
     def __init__(self, size: int, label: str, fd: int | None = None) -> None:
         self.size = self.mapping_bytes = size
+        self._buffer: torch.Tensor | None = None
         if fd is not None:  # adopted from the keeper: already filled and sealed
             self.fd = fd
             self._map = mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-            self._buffer = _frombuffer(self._map, size)
             return
         self.fd = os.memfd_create(f"weightcache:{label}", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
@@ -91,9 +96,11 @@ class CpuShmArena(Arena):
             self._map.madvise(MADV_POPULATE_WRITE)
         except OSError:
             pass  # older kernel: pages fault in as the loader writes them
-        self._buffer = torch.frombuffer(self._map, dtype=torch.uint8, count=size)
+        self._buffer = _frombuffer(self._map, size)
 
     def buffer(self) -> torch.Tensor:
+        if self._buffer is None:  # adopted: made on first use only (tests and tools read it back)
+            self._buffer = _frombuffer(self._map, self.size)
         return self._buffer
 
     def seal(self) -> None:
@@ -105,7 +112,7 @@ class CpuShmArena(Arena):
         return Export(fd=os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC))
 
     def close(self) -> None:
-        self._buffer = None  # type: ignore[assignment]
+        self._buffer = None
         try:
             self._map.close()
         except BufferError:
@@ -113,7 +120,34 @@ class CpuShmArena(Arena):
         os.close(self.fd)
 
 
+class HeldFdArena(Arena):
+    """A ``cuda-vmm`` arena re-adopted from the keeper, held as its exported fd and nothing more.
+
+    The fd keeps the allocation alive and is all an engine needs; the daemon never writes an
+    adopted arena, so it neither imports the allocation into CUDA nor creates a context.
+    """
+
+    backend = "cuda-vmm"
+
+    def __init__(self, fd: int, size: int, mapping_bytes: int, device_uuid: str | None) -> None:
+        self._fd = fd
+        self.size = size
+        self.mapping_bytes = mapping_bytes
+        self.device_uuid = device_uuid
+
+    def buffer(self) -> torch.Tensor:
+        raise WeightCacheError("an arena re-adopted from the keeper is held by fd only and is never written again")
+
+    def export(self) -> Export:
+        return Export(fd=os.dup(self._fd))
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
 def _frombuffer(buf: mmap.mmap, size: int) -> torch.Tensor:
+    import torch
+
     with warnings.catch_warnings():
         # torch warns that the buffer is not writable: that is the point.
         warnings.simplefilter("ignore", UserWarning)
@@ -130,14 +164,12 @@ def create_arena(backend: str, size: int, label: str, device: int = 0) -> Arena:
     raise WeightCacheError(f"backend {backend!r} is unknown; known: cpu-shm, {', '.join(GPU_BACKENDS)}")
 
 
-def adopt_arena(backend: str, fd: int, size: int, mapping_bytes: int, device: int = 0) -> Arena:
-    """Take over an arena the keeper held: no allocation, no loading."""
+def adopt_arena(backend: str, fd: int, size: int, mapping_bytes: int, device_uuid: str | None) -> Arena:
+    """Take over an arena the keeper held: no allocation, no loading; owns ``fd`` from now on."""
     if backend == "cpu-shm":
         return CpuShmArena(size, "adopted", fd=fd)
     if backend == "cuda-vmm":
-        from . import cuda_arena
-
-        return cuda_arena.CudaVmmArena.adopt(fd, size, mapping_bytes, device)
+        return HeldFdArena(fd, size, mapping_bytes, device_uuid)
     raise WeightCacheError(f"backend {backend!r} cannot be held by the keeper (it has no fd)")
 
 

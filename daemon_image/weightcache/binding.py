@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .errors import BindError
+from .gcpause import gc_paused
 
 
 @contextlib.contextmanager
@@ -40,9 +41,14 @@ def bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: Mapping
 
     One walk over the module tree with an explicit stack, and the per-tensor work inlined: with
     tens of thousands of tensors, Python overhead per tensor is the whole cost of binding.
-    Tied parameters (one Parameter under several names) stay tied.
+    Tied parameters (one Parameter under several names) stay tied. The collector is paused
+    meanwhile (see gcpause): its walks over the skeleton would cost more than the binding.
     """
-    aliases = dict(aliases or {})
+    with gc_paused():
+        _bind(model, tensors, dict(aliases or {}))
+
+
+def _bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: dict[str, str]) -> None:
     get, resolve = tensors.get, aliases.get
     make_param = torch.Tensor._make_subclass  # what nn.Parameter(t, requires_grad=False) does, minus its wrapper
     Parameter = nn.Parameter

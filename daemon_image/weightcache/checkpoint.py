@@ -15,13 +15,15 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from safetensors import safe_open
 
 from .dtypes import SAFETENSORS_DTYPES, itemsize
 from .errors import CheckpointError
+
+if TYPE_CHECKING:  # reading headers needs no torch (see dtypes.py); reading tensors imports it
+    import torch
 
 INDEX_FILE = "model.safetensors.index.json"
 CONFIG_FILE = "config.json"
@@ -64,10 +66,13 @@ class Checkpoint:
     config_sha256: str
     shards: list[ShardFile]
     tensors: dict[str, TensorInfo]
-    bytes_read: int = 0  # accounted by the loader, which knows what each task reads
+    bytes_read: int = 0
+    """Tensor bytes actually read from the shard files so far (``read`` and ``pread`` count what
+    they return), so "no weight byte came from disk" is a measurement, not a plan."""
     _handles: dict[str, Any] = field(default_factory=dict, repr=False)
     _fds: dict[str, int] = field(default_factory=dict, repr=False)
     _open_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _count_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def architecture(self) -> str:
@@ -102,6 +107,7 @@ class Checkpoint:
             index: list[slice] = [slice(None)] * len(info.shape)
             index[dim] = slice(start, stop)
             tensor = handle.get_slice(name)[tuple(index)]
+        self._count(tensor.numel() * tensor.element_size())
         return tensor
 
     def rows_span(self, name: str, start: int, stop: int) -> tuple[str, int, int]:
@@ -126,6 +132,11 @@ class Checkpoint:
             if n == 0:
                 raise CheckpointError(f"{self.path / file} ended at byte {offset + done}; the file was truncated")
             done += n
+            self._count(n)
+
+    def _count(self, nbytes: int) -> None:
+        with self._count_lock:  # loader threads read concurrently; += on an attribute is not atomic
+            self.bytes_read += nbytes
 
     def close(self) -> None:
         self._handles.clear()
@@ -134,8 +145,13 @@ class Checkpoint:
         self._fds.clear()
 
 
-def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
-    """Open and fully validate a checkpoint directory; raise ``CheckpointError`` naming the fix."""
+def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) -> Checkpoint:
+    """Open and fully validate a checkpoint directory; raise ``CheckpointError`` naming the fix.
+
+    ``stamps_only``: config and shard identities (what a fingerprint needs) without parsing the
+    tensor headers: ``tensors`` stays empty. A daemon re-adopting from the keeper needs nothing
+    more, and parsing and checking 20,000 header entries would cost it a third of its second.
+    The stamps are the same bytes either way, so the fingerprints agree."""
     root = Path(path)
     if not root.is_dir():
         raise CheckpointError(f"checkpoint directory {root} does not exist or is not a directory")
@@ -160,6 +176,10 @@ def open_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
 
     shards: list[ShardFile] = []
     tensors: dict[str, TensorInfo] = {}
+    if stamps_only:
+        shards = [_stamp(root / file_name)[0] for file_name in files]
+        return Checkpoint(path=root, config=config, config_sha256=hashlib.sha256(config_bytes).hexdigest(),
+                          shards=shards, tensors=tensors)
     for file_name in files:
         shard, header = _read_header(root / file_name)
         shards.append(shard)
@@ -215,8 +235,8 @@ def _read_index(root: Path) -> dict[str, str] | None:
     return dict(weight_map)
 
 
-def _read_header(path: Path) -> tuple[ShardFile, dict[str, tuple[str, tuple[int, ...], int]]]:
-    """Parse and check one safetensors header; the file size must cover every tensor's bytes."""
+def _stamp(path: Path) -> tuple[ShardFile, bytes, os.stat_result]:
+    """A shard's identity for the fingerprint, with its raw header bytes and its stat."""
     stat = path.stat()
     with path.open("rb") as fh:
         prefix = fh.read(8)
@@ -229,6 +249,19 @@ def _read_header(path: Path) -> tuple[ShardFile, dict[str, tuple[str, tuple[int,
                 f"file has {stat.st_size}"
             )
         header_bytes = fh.read(header_len)
+    shard = ShardFile(
+        name=path.name,
+        size=stat.st_size,
+        mtime_ns=stat.st_mtime_ns,
+        header_sha256=hashlib.sha256(header_bytes).hexdigest(),
+    )
+    return shard, header_bytes, stat
+
+
+def _read_header(path: Path) -> tuple[ShardFile, dict[str, tuple[str, tuple[int, ...], int]]]:
+    """Parse and check one safetensors header; the file size must cover every tensor's bytes."""
+    shard, header_bytes, stat = _stamp(path)
+    header_len = len(header_bytes)
     try:
         header = json.loads(header_bytes)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -258,10 +291,4 @@ def _read_header(path: Path) -> tuple[ShardFile, dict[str, tuple[str, tuple[int,
             f"{path} is truncated or padded: its header needs {8 + header_len + data_end} bytes, "
             f"the file has {stat.st_size}; re-copy this shard"
         )
-    shard = ShardFile(
-        name=path.name,
-        size=stat.st_size,
-        mtime_ns=stat.st_mtime_ns,
-        header_sha256=hashlib.sha256(header_bytes).hexdigest(),
-    )
     return shard, parsed

@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--keeper", choices=["auto", "off"], default="auto",
                    help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens")
     d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors")
+    d.add_argument("--status-addr", default=None, metavar="HOST:PORT",
+                   help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
+                        "off unless given (the operator sets $(POD_IP):9400)")
 
     k = sub.add_parser("keeper", help="hold arena fds so caches outlive their daemons (no CUDA)")
     k.add_argument("--socket-dir", default=None)
@@ -146,9 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _default_backend(args: argparse.Namespace) -> None:
     if getattr(args, "backend", "unset") is None:
-        import torch
+        from .gpu_identity import gpu_count  # not torch: a restarting daemon must not pay for it
 
-        args.backend = "cuda-vmm" if torch.cuda.is_available() else "cpu-shm"
+        args.backend = "cuda-vmm" if gpu_count() else "cpu-shm"
 
 
 def _dispatch(args: argparse.Namespace, started: float) -> int:
@@ -176,10 +179,16 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         from .daemon import DaemonConfig, launch_local_ranks, run
         from .sharding import Layout
 
-        if args.ranks:
+        if args.ranks or args.status_addr:
+            # The status endpoint lives in the launcher, so asking for it launches even one rank.
+            from .readonly_http import parse_addr
+
+            ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank).rank]
+            status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
             os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
             passthrough = _daemon_passthrough(args)
-            return launch_local_ranks(args.ranks, args.tp_size, args.pp_size, passthrough)
+            return launch_local_ranks(ranks, args.tp_size, args.pp_size, passthrough, status_addr,
+                                      args.socket_dir, args.name)
         cfg = DaemonConfig(
             model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank),
             socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,

@@ -13,14 +13,13 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import torch
+from typing import TYPE_CHECKING, Any, Literal
 
 from .arena import GPU_BACKENDS, Access, MappedArena, map_arena
 from .checkpoint import Checkpoint, open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import Fingerprint, compute
+from .gpu_identity import gpu_count
 from .loader import load_to_memory, plan_rank, resolve_dtype
 from .manifest import Manifest, tensor_views
 from .protocol import (
@@ -45,6 +44,9 @@ from .protocol import (
 from .quantization import QuantConfig, resolve
 from .rankfiles import RankFiles
 from .sharding import Layout
+
+if TYPE_CHECKING:  # the connection and protocol parts serve the torch-free daemon and keeper too
+    import torch
 
 Fallback = Literal["disk", "error"]
 
@@ -131,7 +133,7 @@ def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str
            device: int = 0, access: Access = "read-only") -> Expected:
     """What this engine expects to map; ``device`` is the engine's own GPU ordinal (GPU backends)."""
     resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
-    if backend in GPU_BACKENDS and not torch.cuda.is_available():
+    if backend in GPU_BACKENDS and not gpu_count():
         raise CacheUnavailable(f"backend {backend} needs a GPU but this process sees no CUDA device "
                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
     checkpoint = open_checkpoint(model)

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from . import gpu_identity
 from .arena import Access, Arena, Export, MappedArena
 from .errors import CacheUnavailable, WeightCacheError
 from .protocol import CudaIpcHandle
@@ -48,25 +49,17 @@ def _ok(result: Any, what: str) -> Any:
 
 
 def device_uuid(ordinal: int) -> str:
-    return f"GPU-{torch.cuda.get_device_properties(ordinal).uuid}"
+    return gpu_identity.gpu_facts(ordinal).uuid
 
 
 def ordinal_for_uuid(uuid: str) -> int:
     """This process's ordinal for a GPU, whatever CUDA_VISIBLE_DEVICES says."""
-    for ordinal in range(torch.cuda.device_count()):
-        if device_uuid(ordinal) == uuid:
-            return ordinal
-    raise CacheUnavailable(
-        f"GPU {uuid} is not visible to this process (CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); "
-        "give the engine the same GPU as the daemon for this rank")
-
-
-def environment(ordinal: int) -> dict[str, str]:
-    """The GPU part of the fingerprint's environment stamp."""
-    props = torch.cuda.get_device_properties(ordinal)
-    version = _ok(_cu().cuDriverGetVersion(), "cuDriverGetVersion")
-    return {"device_kind": props.name, "compute_capability": f"{props.major}.{props.minor}",
-            "driver_version": f"{version // 1000}.{version % 1000 // 10}", "cuda_runtime": str(torch.version.cuda)}
+    ordinal = gpu_identity.ordinal_for_uuid(uuid)
+    if ordinal is None:
+        raise CacheUnavailable(
+            f"GPU {uuid} is not visible to this process (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); give the engine the same GPU as the daemon for this rank")
+    return ordinal
 
 
 def _context(ordinal: int) -> None:
@@ -133,42 +126,28 @@ class _VmmMapping:
 class CudaVmmArena(Arena):
     backend = "cuda-vmm"
 
-    def __init__(self, size: int, ordinal: int, handle: Any = None, mapping_bytes: int | None = None,
-                 export_fd: int | None = None) -> None:
+    def __init__(self, size: int, ordinal: int) -> None:
         cu = _cu()
         _context(ordinal)
         self.size = size
         self.ordinal = ordinal
         self.device_uuid = device_uuid(ordinal)
-        if handle is None:
-            gran = _ok(cu.cuMemGetAllocationGranularity(
-                _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity")
-            self.mapping_bytes = -(-size // gran) * gran
-            try:
-                handle = _ok(cu.cuMemCreate(self.mapping_bytes, _prop(ordinal), 0), "cuMemCreate")
-            except WeightCacheError as exc:
-                free, total = torch.cuda.mem_get_info(ordinal)
-                raise WeightCacheError(f"cannot allocate {self.mapping_bytes} bytes on {self.device_uuid} "
-                                       f"({free} of {total} free): {exc}") from None
-        else:
-            self.mapping_bytes = mapping_bytes or size
+        gran = _ok(cu.cuMemGetAllocationGranularity(
+            _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity")
+        self.mapping_bytes = -(-size // gran) * gran
+        try:
+            handle = _ok(cu.cuMemCreate(self.mapping_bytes, _prop(ordinal), 0), "cuMemCreate")
+        except WeightCacheError as exc:
+            free, total = torch.cuda.mem_get_info(ordinal)
+            raise WeightCacheError(f"cannot allocate {self.mapping_bytes} bytes on {self.device_uuid} "
+                                   f"({free} of {total} free): {exc}") from None
         self._mapping = _VmmMapping(handle, self.mapping_bytes, ordinal, "read-write")
         self._buffer = _tensor_at(self._mapping.ptr, size, ordinal)
-        if export_fd is None:
-            export_fd = int(_ok(cu.cuMemExportToShareableHandle(
-                handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                "cuMemExportToShareableHandle"))
-        # One exported fd for the arena's life, dup'ed per engine: an imported (re-adopted) handle
-        # cannot be exported again, but the fd it came from can be shared any number of times.
-        self._fd = export_fd
-
-    @classmethod
-    def adopt(cls, fd: int, size: int, mapping_bytes: int, ordinal: int) -> "CudaVmmArena":
-        cu = _cu()
-        _context(ordinal)
-        handle = _ok(cu.cuMemImportFromShareableHandle(
-            fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), "cuMemImportFromShareableHandle")
-        return cls(size, ordinal, handle=handle, mapping_bytes=mapping_bytes, export_fd=os.dup(fd))
+        # One exported fd for the arena's life, dup'ed per engine and deposited with the keeper; a
+        # daemon that re-adopts gets this fd back and serves it as it is (arena.HeldFdArena).
+        self._fd = int(_ok(cu.cuMemExportToShareableHandle(
+            handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+            "cuMemExportToShareableHandle"))
 
     def buffer(self) -> torch.Tensor:
         return self._buffer

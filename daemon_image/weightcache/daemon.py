@@ -24,6 +24,7 @@ from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
 from .checkpoint import open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import compute
+from .gpu_identity import gpu_count, gpu_facts
 from .keeper import KeeperClient, keeper_socket
 from .loader import fill, plan_rank, resolve_dtype
 from .manifest import Manifest
@@ -63,17 +64,16 @@ def run(cfg: DaemonConfig) -> int:
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
     if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
         raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
-    if cfg.backend in GPU_BACKENDS:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU and none is visible; use --backend cpu-shm")
-    checkpoint = open_checkpoint(cfg.model)
+    if cfg.backend in GPU_BACKENDS and cfg.device >= gpu_count():
+        # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
+        raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
+                               "are visible; use --backend cpu-shm or give the pod a GPU")
+    # Stamps first: enough to fingerprint, and all a re-adoption needs (see open_checkpoint).
+    checkpoint = open_checkpoint(cfg.model, stamps_only=cfg.keeper == "auto" and arena_fd_backend(cfg.backend))
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
     dtype = resolve_dtype(cfg.dtype, checkpoint)
     fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend,
                           device=cfg.device, access=cfg.engine_access)
-    plan = plan_rank(checkpoint, cfg.layout, quant, dtype)
     rank = cfg.layout.rank
     files = RankFiles(cfg.socket_dir, cfg.name, rank)
     gid = grp.getgrnam(cfg.socket_group).gr_gid if cfg.socket_group else None
@@ -100,6 +100,14 @@ def run(cfg: DaemonConfig) -> int:
             arena, manifest, load_seconds = adopted
             disk_bytes = 0
         else:
+            # Planned only when loading: the plan of an adopted arena is its manifest, made under the
+            # same fingerprint, and planning 20,000 tensors would cost a re-adoption most of its second.
+            if not checkpoint.tensors:
+                checkpoint = open_checkpoint(cfg.model)
+                stamps = [(s.name, s.size, s.mtime_ns, s.header_sha256) for s in checkpoint.shards]
+                if stamps != [(s.name, s.size, s.mtime_ns, s.header_sha256) for s in fingerprint.shards]:
+                    raise WeightCacheError(f"{cfg.model} changed while the daemon started; start it again")
+            plan = plan_rank(checkpoint, cfg.layout, quant, dtype)
             log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
                                                    "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
@@ -166,14 +174,24 @@ def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> t
     if got is None:
         return None
     withdrawn, fd = got
+    holding = withdrawn.holding
+    own_gpu = gpu_facts(cfg.device).uuid if cfg.backend in GPU_BACKENDS else None
+    if holding.device_uuid != own_gpu:
+        # Same fingerprint, another GPU (the pod got a different device): this daemon's GPU is the
+        # one the scheduler gave it, so the old arena goes and the weights load again.
+        os.close(fd)
+        log.info("keeper's arena is on another GPU; releasing it",
+                 extra={"fields": {**fields, "held_on": holding.device_uuid, "own": own_gpu}})
+        with KeeperClient(keeper_path) as keeper:
+            keeper.release(cfg.name, cfg.layout.rank)
+        return None
     try:
         manifest = withdrawn.manifest
         manifest.validate_bounds()
-        arena = adopt_arena(withdrawn.holding.backend, fd, manifest.arena_bytes, withdrawn.holding.mapping_bytes,
-                            cfg.device)
-    finally:
-        if cfg.backend != "cpu-shm":
-            os.close(fd)  # cuMem import holds the allocation; a memfd stays owned by the adopted arena
+        arena = adopt_arena(holding.backend, fd, manifest.arena_bytes, holding.mapping_bytes, holding.device_uuid)
+    except BaseException:
+        os.close(fd)
+        raise
     seconds = time.perf_counter() - started
     log.info("re-adopted from the keeper", extra={"fields": {**fields, "seconds": f"{seconds:.3f}"}})
     return arena, manifest, seconds
@@ -232,12 +250,22 @@ class KeeperLink:
             self._stop.wait(self.RETRY_S)
 
 
-def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str]) -> int:
+def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str],
+                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "") -> int:
     """Start one daemon process per local rank and supervise them as a unit.
 
     Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
-    launcher exits with the first failure's code; SIGTERM is forwarded to every child.
+    launcher exits with the first failure's code; SIGTERM is forwarded to every child. With
+    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py).
     """
+    endpoint = None
+    if status_addr is not None:
+        from .status_endpoint import collect, status_endpoint
+
+        # Exit codes as the wait loop below records them: polling the children from the HTTP
+        # thread could reap one before os.wait() sees it and hang the loop.
+        exited: dict[int, int] = {}
+        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get))
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
@@ -254,16 +282,24 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
+    if endpoint is not None:
+        endpoint.start()
     exit_code = 0
-    while children:
-        pid, status = os.wait()
-        rank = next((r for r, c in children.items() if c.pid == pid), None)
-        if rank is None:
-            continue
-        child = children.pop(rank)
-        child.returncode = os.waitstatus_to_exitcode(status)
-        if child.returncode != 0 and exit_code == 0:
-            exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
-            log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
-            forward(signal.SIGTERM, None)
+    try:
+        while children:
+            pid, status = os.wait()
+            rank = next((r for r, c in children.items() if c.pid == pid), None)
+            if rank is None:
+                continue
+            child = children.pop(rank)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if endpoint is not None:
+                exited[rank] = child.returncode
+            if child.returncode != 0 and exit_code == 0:
+                exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
+                log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
+                forward(signal.SIGTERM, None)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
     return exit_code

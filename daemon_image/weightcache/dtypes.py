@@ -2,26 +2,33 @@
 
 torch dtypes are not serialisable and their ``str()`` differs between versions, so every
 place that crosses a process boundary uses these short, stable names instead.
+
+torch is imported only by the functions that return torch dtypes: a daemon re-adopting its
+arena from the keeper reads headers and sizes but never touches a tensor, and importing torch
+would cost it seconds of its sub-second restart.
 """
 
 from __future__ import annotations
 
-import torch
+import functools
+from typing import TYPE_CHECKING
 
-_BY_NAME: dict[str, torch.dtype] = {
-    "float32": torch.float32,
-    "float16": torch.float16,
-    "bfloat16": torch.bfloat16,
-    "float8_e4m3fn": torch.float8_e4m3fn,
-    "int64": torch.int64,
-    "int32": torch.int32,
-    "int16": torch.int16,
-    "int8": torch.int8,
-    "uint8": torch.uint8,
-    "bool": torch.bool,
-    "float64": torch.float64,
+if TYPE_CHECKING:
+    import torch
+
+ITEMSIZE: dict[str, int] = {
+    "float32": 4,
+    "float16": 2,
+    "bfloat16": 2,
+    "float8_e4m3fn": 1,
+    "int64": 8,
+    "int32": 4,
+    "int16": 2,
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "float64": 8,
 }
-_BY_DTYPE: dict[torch.dtype, str] = {dtype: name for name, dtype in _BY_NAME.items()}
 
 # safetensors header dtype codes → our names.
 SAFETENSORS_DTYPES: dict[str, str] = {
@@ -41,20 +48,35 @@ SAFETENSORS_DTYPES: dict[str, str] = {
 FLOATING_COMPUTE_DTYPES = ("float32", "float16", "bfloat16")
 
 
+@functools.cache
+def _by_name() -> dict[str, torch.dtype]:
+    import torch
+
+    return {name: getattr(torch, name) for name in ITEMSIZE}
+
+
+@functools.cache
+def _by_dtype() -> dict[torch.dtype, str]:
+    return {dtype: name for name, dtype in _by_name().items()}
+
+
 def to_torch(name: str) -> torch.dtype:
     """The torch dtype for a wire name; unknown names are an error, never a guess."""
     try:
-        return _BY_NAME[name]
+        return _by_name()[name]
     except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(_BY_NAME))}") from None
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(ITEMSIZE))}") from None
 
 
 def to_name(dtype: torch.dtype) -> str:
     try:
-        return _BY_DTYPE[dtype]
+        return _by_dtype()[dtype]
     except KeyError:
-        raise ValueError(f"dtype {dtype} cannot be cached; supported: {', '.join(sorted(_BY_NAME))}") from None
+        raise ValueError(f"dtype {dtype} cannot be cached; supported: {', '.join(sorted(ITEMSIZE))}") from None
 
 
 def itemsize(name: str) -> int:
-    return to_torch(name).itemsize
+    try:
+        return ITEMSIZE[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; known: {', '.join(sorted(ITEMSIZE))}") from None

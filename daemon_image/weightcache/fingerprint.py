@@ -83,15 +83,20 @@ class Fingerprint(BaseModel):
 
 
 def environment_stamp(backend: str, device: int = 0, access: str = "read-only") -> EnvironmentStamp:
-    """The software and hardware the arena's bytes are valid for; GPU fields from ``device``."""
-    import torch  # not at module level: the CLI and the ready-file model must not pay for importing torch
+    """The software and hardware the arena's bytes are valid for; GPU fields from ``device``.
 
-    gpu: dict[str, str] = {"device_kind": "cpu"}
+    Imports no torch (see gpu_identity): a re-adopting daemon computes this on its critical path."""
+    from .gpu_identity import gpu_count, gpu_facts, torch_build
+
+    torch_version, cuda_runtime = torch_build()
+    gpu: dict[str, str | None] = {"device_kind": "cpu"}
     if backend != "cpu-shm":
-        from .cuda_arena import environment
-
-        gpu = environment(device) if torch.cuda.is_available() else {"device_kind": "no-gpu"}
-    return EnvironmentStamp(torch_version=torch.__version__.split("+")[0], backend=backend, access=access, **gpu)
+        gpu = {"device_kind": "no-gpu"}
+        if device < gpu_count():
+            facts = gpu_facts(device)
+            gpu = {"device_kind": facts.name, "compute_capability": facts.compute_capability,
+                   "driver_version": facts.driver_version, "cuda_runtime": cuda_runtime}
+    return EnvironmentStamp(torch_version=torch_version, backend=backend, access=access, **gpu)
 
 
 def compute(

@@ -12,14 +12,17 @@ daemon must not be able to make an engine read outside the arena.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from . import dtypes
 from .errors import ProtocolError
+from .gcpause import gc_paused
+
+if TYPE_CHECKING:  # views need torch; the daemon and keeper only move manifests (see dtypes.py)
+    import torch
 
 LAYOUT_VERSION = 1
 # 256 bytes covers every dtype's alignment and the GPU backends' preferred access granule.
@@ -145,17 +148,20 @@ class Manifest(BaseModel):
 
     def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
         """Zero-copy views of every tensor into a flat uint8 arena (call ``validate_bounds`` first)."""
+        import torch
+
         cols = self._columns()
         typed = _typed_bases(arena, self.dtype_names)
         dims, strides = cols["dims"].tolist(), cols["strides"].tolist()
         as_strided = torch.as_strided
         views: dict[str, torch.Tensor] = {}
         pos = 0
-        for name, code, nd, offset in zip(self.names, cols["codes"].tolist(), cols["ndims"].tolist(),
-                                          cols["offsets"].tolist()):
-            base, size = typed[code]
-            views[name] = as_strided(base, dims[pos:pos + nd], strides[pos:pos + nd], offset // size)
-            pos += nd
+        with gc_paused():
+            for name, code, nd, offset in zip(self.names, cols["codes"].tolist(), cols["ndims"].tolist(),
+                                              cols["offsets"].tolist()):
+                base, size = typed[code]
+                views[name] = as_strided(base, dims[pos:pos + nd], strides[pos:pos + nd], offset // size)
+                pos += nd
         return views
 
 
@@ -183,6 +189,8 @@ def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def tensor_views(arena: torch.Tensor, entries: list[TensorEntry]) -> dict[str, torch.Tensor]:
     """Views for row-form entries (the loader's plan); same mechanism as ``Manifest.views``."""
+    import torch
+
     names = sorted({e.dtype for e in entries})
     typed = dict(zip(names, _typed_bases(arena, names)))
     return {e.name: torch.as_strided(typed[e.dtype][0], e.shape, e.stride, e.offset // typed[e.dtype][1])

@@ -1,4 +1,5 @@
-"""Readiness of a node's ranks, as a Kubernetes readiness probe or a script would check it.
+"""Readiness of a node's ranks, as a Kubernetes readiness probe, the status endpoint or a script
+would check it.
 
 A rank is ready when its ready file parses, a live process holds its lock (the kernel's word,
 immune to pid reuse and pid namespaces), and its socket answers with the same pid and
@@ -9,27 +10,34 @@ from __future__ import annotations
 
 from .client import DaemonConnection
 from .errors import WeightCacheError
+from .protocol import StatusReply
 from .rankfiles import RankFiles
+
+
+def inspect_rank(socket_dir: str, name: str, rank: int, timeout_s: float = 2.0) -> tuple[StatusReply | None, str | None]:
+    """(the rank's status reply if it answered, the problem if it is not ready); a ready rank
+    gives ``(reply, None)``."""
+    files = RankFiles(socket_dir, name, rank)
+    ready = files.read_ready()
+    if ready is None:
+        return None, f"rank {rank}: no ready file at {files.ready}"
+    if not files.lock_is_held():
+        return None, f"rank {rank}: ready file names pid {ready.pid}, but no live daemon holds {files.lock}"
+    try:
+        with DaemonConnection(files.socket, timeout_s, client="probe") as conn:
+            status = conn.status()
+    except WeightCacheError as exc:
+        return None, f"rank {rank}: socket does not answer: {exc}"
+    if status.pid != ready.pid or status.fingerprint_digest != ready.fingerprint_digest:
+        return status, f"rank {rank}: socket is served by pid {status.pid}, ready file names pid {ready.pid}"
+    return status, None
 
 
 def probe(socket_dir: str, name: str, ranks: list[int], timeout_s: float = 2.0) -> list[str]:
     """Problems found, one line each; an empty list means every rank is ready."""
     problems = []
     for rank in ranks:
-        files = RankFiles(socket_dir, name, rank)
-        ready = files.read_ready()
-        if ready is None:
-            problems.append(f"rank {rank}: no ready file at {files.ready}")
-            continue
-        if not files.lock_is_held():
-            problems.append(f"rank {rank}: ready file names pid {ready.pid}, but no live daemon holds {files.lock}")
-            continue
-        try:
-            with DaemonConnection(files.socket, timeout_s, client="probe") as conn:
-                status = conn.status()
-        except WeightCacheError as exc:
-            problems.append(f"rank {rank}: socket does not answer: {exc}")
-            continue
-        if status.pid != ready.pid or status.fingerprint_digest != ready.fingerprint_digest:
-            problems.append(f"rank {rank}: socket is served by pid {status.pid}, ready file names pid {ready.pid}")
+        _status, problem = inspect_rank(socket_dir, name, rank, timeout_s)
+        if problem is not None:
+            problems.append(problem)
     return problems

@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict
 
 from .errors import UnsupportedQuantization
 
-FP8_DTYPE = torch.float8_e4m3fn
-FP8_MAX = float(torch.finfo(FP8_DTYPE).max)  # 448.0
+if TYPE_CHECKING:  # resolving the allowlist needs no torch; quantizing imports it (see dtypes.py)
+    import torch
+
+FP8_MAX = 448.0
+"""The largest finite float8_e4m3fn value (``torch.finfo(torch.float8_e4m3fn).max``)."""
 DEFAULT_BLOCK = (128, 128)
 SCALE_SUFFIX = "_scale_inv"
 SUPPORTED = "'none' and block-wise 'fp8' (float8_e4m3fn weights with weight_block_size, default [128, 128])"
@@ -80,8 +82,18 @@ def scale_shape(shape: tuple[int, ...], block: tuple[int, int]) -> tuple[int, in
     return math.ceil(shape[0] / block[0]), math.ceil(shape[1] / block[1])
 
 
+def __getattr__(name: str) -> Any:
+    if name == "FP8_DTYPE":  # torch.float8_e4m3fn, without importing torch for every user of this module
+        import torch
+
+        return torch.float8_e4m3fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def quantize_block_fp8(weight: torch.Tensor, block: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Quantize a 2-D weight per block; returns (float8 weight, float32 scale_inv) with w ≈ q · s."""
+    import torch
+
     rows, cols = weight.shape
     br, bc = block
     pr, pc = math.ceil(rows / br) * br, math.ceil(cols / bc) * bc
@@ -90,13 +102,15 @@ def quantize_block_fp8(weight: torch.Tensor, block: tuple[int, int]) -> tuple[to
     amax = blocks.abs().amax(dim=(1, 3))
     # An all-zero block gets scale 1 so that its quantized values are exact zeros, not NaN.
     scale_inv = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-    quantized = (blocks / scale_inv[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    quantized = (blocks / scale_inv[:, None, :, None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     return quantized.view(pr, pc)[:rows, :cols].contiguous(), scale_inv.contiguous()
 
 
 def dequantize_block_fp8(
-    quantized: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], dtype: torch.dtype = torch.float32
+    quantized: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], dtype: torch.dtype | None = None
 ) -> torch.Tensor:
+    """The inverse of ``quantize_block_fp8`` up to rounding; float32 unless ``dtype`` says otherwise."""
     rows, cols = quantized.shape
     scale = scale_inv.repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)[:, :cols]
-    return (quantized.float() * scale).to(dtype)
+    full = quantized.float() * scale
+    return full if dtype is None else full.to(dtype)

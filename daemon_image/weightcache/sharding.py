@@ -9,6 +9,7 @@ rather than silently dropped, because a forgotten tensor is a wrong model.
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,13 @@ class Rule:
     stage: Stage
     quantize: bool = False  # block-wise FP8 applies (linear weights inside decoder layers)
 
+    @functools.cached_property
+    def _compiled(self) -> re.Pattern[str]:
+        return re.compile(self.pattern)
+
     def match(self, name: str) -> re.Match[str] | None:
-        return re.fullmatch(self.pattern, name)
+        # Compiled once: a plan matches every tensor of a checkpoint (tens of thousands) against these.
+        return self._compiled.fullmatch(name)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Scope: every namespace, or the comma-separated $WEIGHTCACHE_OPERATOR_NAMESPACES. Credentials:
 in-cluster ServiceAccount, else $KUBECONFIG. Liveness: ``/healthz`` on
-$WEIGHTCACHE_OPERATOR_HEALTH (default 0.0.0.0:8080)."""
+$WEIGHTCACHE_OPERATOR_HEALTH (default 0.0.0.0:8080). Prometheus: ``/metrics`` on
+$WEIGHTCACHE_OPERATOR_METRICS (default 0.0.0.0:9090; see metrics.py)."""
 
 from __future__ import annotations
 

@@ -19,8 +19,11 @@ import zlib
 from typing import Any
 
 import kopf
+from weightcache.errors import WeightCacheError
+from weightcache.readonly_http import ReadOnlyServer
 
 from .kubeapi import ApiError, KubeApi
+from .metrics import metrics_server
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
 from .spec import GROUP, PLURAL, VERSION
@@ -29,6 +32,7 @@ RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30
 PEERING_NAME = os.environ.get("WEIGHTCACHE_OPERATOR_PEERING", "weightcache-operator")
 
 _state: dict[str, Reconciler] = {}
+_servers: dict[str, ReadOnlyServer] = {}
 
 
 def reconciler() -> Reconciler:
@@ -55,7 +59,20 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30]
-    reconciler()
+    # Every replica serves /metrics (a paused one shows no passes), bound before any pass runs.
+    if "metrics" not in _servers:
+        try:
+            _servers["metrics"] = metrics_server(reconciler().metrics)
+        except WeightCacheError as error:  # a bad address or a taken port: retrying will not help
+            raise kopf.PermanentError(str(error)) from error
+        _servers["metrics"].start()
+
+
+@kopf.on.cleanup()
+def stop_metrics(**_: Any) -> None:
+    server = _servers.pop("metrics", None)
+    if server is not None:
+        server.stop()
 
 
 def _priority(text: str) -> int:

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
+from .daemon_status import DaemonStatusReader
 from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
+from .metrics import OperatorMetrics
 from .render import (
     CACHE_LABEL,
     COMPONENT_LABEL,
@@ -46,9 +49,12 @@ class StillTerminating(Exception):
 class Reconciler:
     """Passes over caches; one at a time per cache, bursts of triggers coalesced into one rerun."""
 
-    def __init__(self, api: KubeApi, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc)) -> None:
+    def __init__(self, api: KubeApi, clock: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+                 daemon_status: DaemonStatusReader | None = None, metrics: OperatorMetrics | None = None) -> None:
         self.api = api
         self.clock = clock
+        self.daemon_status = daemon_status or DaemonStatusReader()
+        self.metrics = metrics or OperatorMetrics()
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._dirty: dict[tuple[str, str], bool] = {}
         self._guard = threading.Lock()
@@ -68,7 +74,12 @@ class Reconciler:
             phase = None
             while True:
                 self._dirty[key] = False
-                phase = self._pass(namespace, name, apply)
+                started, outcome = time.perf_counter(), "error"
+                try:
+                    phase = self._pass(namespace, name, apply)
+                    outcome = "ok" if phase is not None else "gone"
+                finally:
+                    self.metrics.pass_done(namespace, name, outcome, time.perf_counter() - started)
                 if not self._dirty.get(key):
                     return phase
         finally:
@@ -104,9 +115,11 @@ class Reconciler:
             body = self.api.get(cache_path(namespace, name))
         except ApiError as error:
             if error.status == 404:
+                self._forget(namespace, name)
                 return None
             raise
         if body["metadata"].get("deletionTimestamp"):
+            self._forget(namespace, name)
             return None  # the finalizer owns it now; never recreate what it deletes
         cache, problems = parse(body)
         previous = (body.get("status") or {}).get("conditions") or []
@@ -114,6 +127,7 @@ class Reconciler:
             # Nothing is created for an invalid spec; the condition says what to fix.
             status = invalid_status(body["metadata"].get("generation"), problems, self.clock(), previous)
             self._write_status(body, status)
+            self.metrics.cache_status(namespace, name, status)
             return status["phase"]
 
         ns = f"/api/v1/namespaces/{namespace}"
@@ -139,9 +153,17 @@ class Reconciler:
             if error.status != 404:
                 raise
             desired = 0
-        status = aggregate(cache, Observed(daemon_pods, engines, desired), self.clock(), previous)
+        # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
+        reports = self.daemon_status.read((namespace, name), daemon_pods)
+        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports)
+        status = aggregate(cache, observed, self.clock(), previous)
         self._write_status(body, status)
+        self.metrics.cache_status(namespace, name, status)
         return status["phase"]
+
+    def _forget(self, namespace: str, name: str) -> None:
+        self.daemon_status.forget((namespace, name))
+        self.metrics.cache_status(namespace, name, None)
 
     def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str]) -> None:
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica. A replica

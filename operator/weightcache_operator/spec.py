@@ -264,13 +264,19 @@ class Condition(ApiModel):
 
 
 class RankStatus(ApiModel):
-    """One local rank of a node's daemon, as its ready file reports it."""
+    """One local rank of a node's daemon, as the daemon pod's status endpoint reports it."""
 
     rank: int = Field(ge=0)
     ready: bool = False
-    bytes: int | None = Field(default=None, ge=0)
+    bytes: int | None = Field(default=None, ge=0, description="Bytes of the rank's arena.")
     load_seconds: float | None = Field(default=None, ge=0)
-    gpu_uuid: str | None = None
+    gpu_uuid: str | None = Field(default=None, description="The GPU holding the rank's weights; unset on cpu-shm.")
+    source: Literal["disk", "keeper"] | None = Field(
+        default=None, description="disk: loaded from the checkpoint; keeper: re-adopted without reading it."
+    )
+    disk_bytes_read: int | None = Field(
+        default=None, ge=0, description="Checkpoint bytes the rank's loader read (0 after a keeper re-adoption)."
+    )
 
 
 class NodeStatus(ApiModel):
@@ -282,6 +288,12 @@ class NodeStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["rank"]},
     )
     daemon_pod: str | None = None
+    fingerprint: str | None = Field(
+        default=None, description="Digest of the ranks' weight fingerprints: equal on nodes holding the same weights."
+    )
+    report_error: str | None = Field(
+        default=None, description="Why the daemon pod's status endpoint could not be read (then ranks show pod readiness only)."
+    )
 
 
 class EngineStatus(ApiModel):

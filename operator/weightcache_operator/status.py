@@ -1,7 +1,9 @@
-"""Status aggregation: daemon pods + engine pods (as read from the API server) → ``status``.
+"""Status aggregation: daemon pods + engine pods (as read from the API server) and the daemon
+pods' own reports (daemon_status.py) → ``status``.
 
-Pure: the caller passes the clock and the previous conditions, so a condition's
-``lastTransitionTime`` changes only when its status does, and tests need no API server.
+Pure: the caller passes the clock, the previous conditions and the fetched reports, so a
+condition's ``lastTransitionTime`` changes only when its status does, and tests need no API
+server and no daemon.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
+
+from weightcache.daemon_report import DaemonReport
 
 from .render.layout import REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
 from .spec import WeightCache
@@ -48,6 +52,8 @@ class Observed:
     """``DaemonSet.status.desiredNumberScheduled``: the nodes the placement selects."""
     problems: list[str] = field(default_factory=list)
     """Validation messages; non-empty means the spec is not run at all."""
+    daemon_reports: dict[str, DaemonReport | str] = field(default_factory=dict)
+    """Daemon pod name → its status endpoint's report, or why it could not be read."""
 
 
 def aggregate(
@@ -88,13 +94,8 @@ def aggregate(
             continue
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
-        nodes.append(
-            {
-                "node": node,
-                "daemonPod": pod["metadata"]["name"],
-                "ranks": [{"rank": r, "ready": current} for r in ranks],
-            }
-        )
+        nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current,
+                                 observed.daemon_reports.get(pod["metadata"]["name"])))  # fmt: skip
 
     replicas = cache.spec.engine.replicas
     standbys_per = cache.spec.engine.standbys_per_replica
@@ -160,6 +161,28 @@ def aggregate(
             ),
         ],
     }
+
+
+def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None) -> dict[str, Any]:
+    """A node's ranks: ready only while the pod is current *and* the daemon says so; bytes, load
+    time, GPU and fingerprint from the daemon's report when there is one."""
+    entry: dict[str, Any] = {"node": node, "daemonPod": pod}
+    reported = {r.rank: r for r in report.ranks} if isinstance(report, DaemonReport) else {}
+    entry["ranks"] = []
+    for rank in ranks:
+        seen = reported.get(rank)
+        if seen is None:
+            entry["ranks"].append({"rank": rank, "ready": current})
+            continue
+        facts = {"bytes": seen.bytes, "loadSeconds": seen.load_seconds, "gpuUuid": seen.gpu_uuid,
+                 "source": seen.source, "diskBytesRead": seen.disk_bytes_read}  # fmt: skip
+        entry["ranks"].append({"rank": rank, "ready": current and seen.ready,
+                               **{k: v for k, v in facts.items() if v is not None}})  # fmt: skip
+    if isinstance(report, DaemonReport) and report.fingerprint:
+        entry["fingerprint"] = report.fingerprint
+    elif isinstance(report, str):
+        entry["reportError"] = report[:1024]
+    return entry
 
 
 def invalid_status(

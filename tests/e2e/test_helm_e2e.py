@@ -9,6 +9,7 @@ The RBAC rules are checked by impersonation, and one real run shows a removed ru
 from __future__ import annotations
 
 import json
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,6 +66,11 @@ def snapshot(kube: Kube, namespace: str) -> dict[str, tuple[str, int]]:
     }  # fmt: skip
 
 
+def fetch(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.read().decode()
+
+
 def operator_logs(kubelet: ProcessKubelet, namespace: str, release: str) -> str:
     return "\n".join(
         kubelet.logs(namespace, w.name, "operator") for w in kubelet.pods_in(namespace) if w.name.startswith(release)
@@ -105,6 +111,7 @@ def kube_names(cluster: ControlPlane, kind: str, namespace: str) -> list[str]:
 
 def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_resources(
     cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, release: str, checkpoint: Path,  # noqa: F811
+    service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
     installed = cluster.helm("install", release, str(CHART), "-n", namespace, *FAST, "--wait", "--timeout=120s")
     assert "kubectl get wc -n NAMESPACE -w" in installed.stdout, installed.stdout
@@ -124,6 +131,14 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     assert len(before) == 4, before  # a daemon per node, the active engine and its standby
     assert len(pods(kube, namespace, DAEMONS)) == 2 and len(pods(kube, namespace, ENGINES)) == 2
     daemonset = kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"][0]
+
+    # The metrics Service reaches both replicas' /metrics; only the acting one counts the cache.
+    proxy = service_proxy(namespace, f"{release}-operator-metrics", "metrics")
+    proxy.wait_for_ready(2)
+    host, port = proxy.address
+    assert "# TYPE weightcache_operator_caches gauge" in fetch(f"http://{host}:{port}/metrics")
+    counted = [fetch(f"http://{p['status']['podIP']}:9090/metrics") for p in first]
+    assert sorted('weightcache_operator_caches{phase="Ready"} 1' in text for text in counted) == [False, True], counted
 
     # A new chart value rolls the operator's pods and nothing else.
     cluster.helm("upgrade", release, str(CHART), "-n", namespace, "--reuse-values", "--set", "logLevel=debug",

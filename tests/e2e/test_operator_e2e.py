@@ -126,12 +126,14 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
 
     def start(priority: int | None = None) -> subprocess.Popen:
         log = tmp_path / f"operator-{len(started)}.log"
+        metrics_port = free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
             "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
             "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
             "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+            "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{metrics_port}",
             MARKER: test_session_id,
         }
         if priority is not None:
@@ -139,6 +141,7 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
         proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
                                 stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
         proc.log = log  # type: ignore[attr-defined]
+        proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # type: ignore[attr-defined]
         started.append(proc)
         return proc
 
@@ -334,6 +337,81 @@ def test_failover_gate_scaling_and_deletion(
             assert runner.process is None or runner.process.poll() is not None, (worker.name, runner.name)
             assert not processes_with_environment(CONTAINER_MARKER, runner.marker), (worker.name, runner.name)
     assert not any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "daemons removed their ready files"
+
+
+def http_text(url: str, timeout: float = 10) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of the series ``name`` whose labels include ``labels``."""
+    for line in text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no {name}{labels} in:\n{text}")
+
+
+def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """The operator fills status.nodes from each daemon pod's status endpoint and exports its own
+    metrics; a daemon whose rank is frozen (SIGSTOP: its probe stops answering) turns NotReady,
+    the engines on its node lose the daemon-ready gate and their Ready, and the Service sends
+    nothing there; thawed, everything is Ready again."""
+    apply_sample(cluster, namespace)
+    reported = lambda s: all(n.get("fingerprint") for n in s.get("nodes", [])) and len(s.get("nodes", [])) == 2  # noqa: E731
+    status = wait_phase(kube, namespace, operator, "Ready", also=reported)
+    socket_dir = lambda node: kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama"  # noqa: E731
+    daemons = {p["spec"]["nodeName"]: p for p in pods(kube, namespace, DAEMONS)}
+    for entry in status["nodes"]:
+        pod = daemons[entry["node"]]
+        assert entry["daemonPod"] == pod["metadata"]["name"] and "reportError" not in entry, entry
+        own = http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)  # what the daemon says itself
+        assert entry["fingerprint"] == own["fingerprint"] and own["ready"]
+        for rank in entry["ranks"]:
+            held = json.loads((socket_dir(entry["node"]) / f"rank-{rank['rank']}.ready").read_text())
+            assert rank["ready"] and rank["bytes"] == held["arena_bytes"] > 0, (rank, held)
+            assert rank["loadSeconds"] == held["load_seconds"] and rank["source"] == "disk" and rank["diskBytesRead"] > 0
+            assert "gpuUuid" not in rank, "cpu-shm holds no GPU"
+
+    scraped = http_text(operator.metrics_url)  # type: ignore[attr-defined]
+    assert metric(scraped, "weightcache_operator_caches", phase="Ready") >= 1
+    assert metric(scraped, "weightcache_operator_reconcile_total", namespace=namespace, cache="tiny-llama", outcome="ok") > 0
+    assert metric(scraped, "weightcache_operator_reconcile_seconds_count", namespace=namespace, cache="tiny-llama") > 0
+    assert metric(scraped, "weightcache_operator_engines", namespace=namespace, cache="tiny-llama", role="active") == 1
+
+    # Freeze rank 0 of the daemon on the active engine's node: its load is blocked mid-life.
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    active = next(p for p in pods(kube, namespace, ENGINES) if p["metadata"]["labels"]["weightcache.io/role"] == "active")
+    node = active["spec"]["nodeName"]
+    frozen = json.loads((socket_dir(node) / "rank-0.ready").read_text())["pid"]
+    on_node = lambda: [p for p in pods(kube, namespace, ENGINES) if p["spec"]["nodeName"] == node]  # noqa: E731
+    node_ips = lambda: {p["status"].get("podIP") for p in on_node()}  # noqa: E731
+    os.kill(frozen, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not is_ready(kube.get(f"/api/v1/namespaces/{namespace}/pods/{daemons[node]['metadata']['name']}")),
+                 60, describe=f"the daemon on {node} stayed Ready")  # fmt: skip
+        wait_for(lambda: on_node() and all(gate(p) == "False" and not is_ready(p) for p in on_node()), 30,
+                 describe=lambda: [(p["metadata"]["name"], p["status"].get("conditions")) for p in on_node()])  # fmt: skip
+        wait_for(lambda: not {e.rsplit(":", 1)[0] for e in proxy.ready_endpoints} & node_ips(), 30,
+                 describe=lambda: (proxy.ready_endpoints, node_ips()))  # fmt: skip
+        own = http_json(f"http://{daemons[node]['status']['podIP']}:9400/status", timeout=10)
+        assert [r["ready"] for r in own["ranks"]] == [False, True] and not own["ready"], own
+        assert "socket does not answer" in own["ranks"][0]["problem"]
+        blocked = wait_phase(kube, namespace, operator, "Loading")
+        entry = next(n for n in blocked["nodes"] if n["node"] == node)
+        assert [r["ready"] for r in entry["ranks"]] == [False, False], entry
+    finally:
+        os.kill(frozen, signal.SIGCONT)
+    wait_phase(kube, namespace, operator, "Ready", also=reported)
+    wait_for(lambda: all(gate(p) == "True" and is_ready(p) for p in pods(kube, namespace, ENGINES)), 60,
+             describe=lambda: [(p["metadata"]["name"], p["status"].get("conditions")) for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+    proxy.wait_for_ready(1)
+    host, port = proxy.address
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
 
 
 @pytest.mark.parametrize(

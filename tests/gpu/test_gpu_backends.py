@@ -92,7 +92,8 @@ def test_write_through_a_read_only_mapping_kills_only_the_writer(gpu_ckpt, start
     assert daemon.proc.poll() is None
 
 
-def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gpu_ckpt, start_keeper, start_daemon) -> None:
+def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gpu_ckpt, start_keeper, start_daemon,
+                                                                            torch_free_env) -> None:
     start_keeper()
     daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
     deadline = time.monotonic() + 60
@@ -107,7 +108,8 @@ def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gp
     assert json.loads(engine.stdout.readline())["digest"] == before
     engine.kill()
 
-    again = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    # Re-adoption neither imports torch nor creates a CUDA context (arena.HeldFdArena).
+    again = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16", env=torch_free_env)
     st = status(again)
     assert st.adopted and st.disk_bytes_read == 0
     print(f"re-adoption: {again.files[0].read_ready().load_seconds * 1000:.1f} ms")
@@ -133,6 +135,21 @@ def test_two_engines_map_one_arena_without_copies(checkpoint_factory, start_daem
     assert all(r["params_inside_arena"] for r in reports)
     # Each engine costs its CUDA context and activations; a copy of the weights would add 2 × arena.
     assert growth < arena, (growth, arena)
+
+
+def test_gpu_identity_without_torch_agrees_with_torch() -> None:
+    """The driver-API facts (daemon side, torch-free) and torch's view (engine side) must format
+    identically, or fingerprints and UUID lookups would disagree between the two."""
+    from weightcache.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid, torch_build
+
+    assert gpu_count() == torch.cuda.device_count()
+    for ordinal in range(gpu_count()):
+        props = torch.cuda.get_device_properties(ordinal)
+        facts = gpu_facts(ordinal)
+        assert facts.uuid == f"GPU-{props.uuid}"
+        assert (facts.name, facts.compute_capability) == (props.name, f"{props.major}.{props.minor}")
+        assert ordinal_for_uuid(facts.uuid) == ordinal
+    assert torch_build() == (torch.__version__.split("+")[0], torch.version.cuda)
 
 
 def test_engine_finds_the_gpu_by_uuid_whatever_its_numbering(gpu_ckpt, start_daemon) -> None:

@@ -78,6 +78,10 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--ranks") + 1] == "0-1" and cmd[cmd.index("--tp-size") + 1] == "2"
     assert cmd[cmd.index("--name") + 1] == "tiny" and cmd[cmd.index("--revision") + 1] == "r1"
     assert cmd[cmd.index("--keeper") + 1] == "auto"
+    # The status endpoint on the pod IP, found by the operator through the named port.
+    assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
+    assert daemon["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
     assert daemon["readinessProbe"]["exec"]["command"][3:] == [
         "probe", "--socket-dir", "/run/weightcache", "--name", "tiny", "--ranks", "0-1"]  # fmt: skip
     assert container(ds, "keeper")["command"][3] == "keeper"

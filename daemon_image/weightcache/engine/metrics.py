@@ -1,76 +1,10 @@
-"""Prometheus metrics in the text exposition format, written by hand: a few counters, one histogram.
-
-A dependency on prometheus_client would be larger than this module; the format is simple and
-stable (https://prometheus.io/docs/instrumenting/exposition_formats/).
-"""
+"""The engine's Prometheus metrics: names, kinds and help texts (the writer is ``weightcache.prometheus``)."""
 
 from __future__ import annotations
 
-import threading
-from collections import defaultdict
+from ..prometheus import Metrics
 
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-Labels = tuple[tuple[str, str], ...]
-
-
-def _escape(value: str) -> str:
-    """Label values escape backslash, double quote and newline (the exposition format's rule)."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(labels: Labels) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in labels) + "}"
-
-
-class Metrics:
-    """Thread-safe: the HTTP loop and the scheduler thread both record."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._help: dict[str, tuple[str, str]] = {}
-        self._values: dict[str, dict[Labels, float]] = defaultdict(dict)
-        self._hist: dict[str, dict[Labels, list[float]]] = defaultdict(dict)  # bucket counts + [sum, count]
-
-    def describe(self, name: str, kind: str, text: str) -> None:
-        self._help[name] = (kind, text)
-
-    def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
-        key = tuple(sorted((k, str(v)) for k, v in labels.items()))
-        with self._lock:
-            self._values[name][key] = self._values[name].get(key, 0.0) + amount
-
-    def set(self, name: str, value: float, **labels: object) -> None:
-        key = tuple(sorted((k, str(v)) for k, v in labels.items()))
-        with self._lock:
-            self._values[name][key] = value
-
-    def observe(self, name: str, value: float, **labels: object) -> None:
-        key = tuple(sorted((k, str(v)) for k, v in labels.items()))
-        with self._lock:
-            counts = self._hist[name].setdefault(key, [0.0] * (len(LATENCY_BUCKETS) + 2))
-            for i, bound in enumerate(LATENCY_BUCKETS):
-                if value <= bound:
-                    counts[i] += 1
-            counts[-2] += value
-            counts[-1] += 1
-
-    def render(self) -> str:
-        lines: list[str] = []
-        with self._lock:
-            for name in sorted(set(self._values) | set(self._hist)):
-                kind, text = self._help.get(name, ("untyped", name))
-                lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-                for labels, value in sorted(self._values.get(name, {}).items()):
-                    lines.append(f"{name}{_labels(labels)} {value:.17g}")
-                for labels, counts in sorted(self._hist.get(name, {}).items()):
-                    for bound, count in zip(LATENCY_BUCKETS, counts):
-                        lines.append(f"{name}_bucket{_labels(labels + (('le', f'{bound:g}'),))} {count:.17g}")
-                    lines.append(f"{name}_bucket{_labels(labels + (('le', '+Inf'),))} {counts[-1]:.17g}")
-                    lines.append(f"{name}_sum{_labels(labels)} {counts[-2]:.17g}")
-                    lines.append(f"{name}_count{_labels(labels)} {counts[-1]:.17g}")
-        return "\n".join(lines) + "\n"
+__all__ = ["Metrics", "engine_metrics"]
 
 
 def engine_metrics() -> Metrics:

@@ -10,6 +10,8 @@ from .layout import (
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
     SPEC_HASH_LABEL,
+    STATUS_PORT,
+    STATUS_PORT_NAME,
     CacheRef,
     daemon_spec_hash,
     local_ranks,
@@ -49,12 +51,17 @@ def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
         "--socket-dir", SOCKET_MOUNT,
         "--name", ref.name,
         "--keeper", "auto" if spec.daemon.backend in KEEPER_BACKENDS else "off",
+        # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
+        # other network namespaces (hostNetwork pods) to find on every interface.
+        "--status-addr", f"$(POD_IP):{STATUS_PORT}",
         *spec.daemon.extra_args,
     ]  # fmt: skip
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
         "command": daemon_cmd,
+        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
         "readinessProbe": {
             "exec": {"command": [*CLI, "probe", "--socket-dir", SOCKET_MOUNT, "--name", ref.name,

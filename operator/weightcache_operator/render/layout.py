@@ -30,6 +30,10 @@ SOCKET_HOST_ROOT = "/run/weightcache"
 """Host directory under which each cache gets ``<namespace>-<name>``; shared by daemon and engines."""
 SOCKET_MOUNT = "/run/weightcache"
 """Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
+STATUS_PORT = 9400
+STATUS_PORT_NAME = "status"
+"""The daemon pod's status endpoint (GET /status, GET /metrics), bound to the pod IP; the
+operator finds it through the container port of this name."""
 MODEL_MOUNT = "/weightcache/model"
 """Where daemon and engines see the checkpoint: the same path on both sides, because the resolved
 model path is part of the weights' fingerprint."""

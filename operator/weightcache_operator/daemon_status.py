@@ -1,0 +1,103 @@
+"""Reading the daemon pods' status endpoints (``GET http://<podIP>:9400/status``).
+
+The daemons hold no Kubernetes API rights; the operator asks them instead. A pass must never
+wait long on a wedged daemon, so each read has a short timeout, pods are read in parallel, a
+failure becomes a message in ``status.nodes[].reportError`` instead of an exception, and a pod is
+read again only when the API server says it changed (its uid or resourceVersion: readiness flips
+change it) — a pass triggered by an engine pod's event costs no HTTP request at all. A failed read
+is retried after ``RETRY_FAILED_S`` even if the pod did not change, so a transient error does not
+stick to a pod that stays Ready for days.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from pydantic import ValidationError
+from weightcache.daemon_report import DaemonReport
+
+from .render.layout import STATUS_PORT, STATUS_PORT_NAME
+
+FETCH_TIMEOUT_S = 2.0
+RETRY_FAILED_S = 10.0
+MAX_REPORT_BYTES = 1 << 20
+"""A report is a few hundred bytes per rank; anything near this is not one."""
+
+Fetched = DaemonReport | str
+"""The daemon's report, or why it could not be read."""
+Fetch = Callable[[str, float], DaemonReport]
+
+# Pod IPs are reached directly: an HTTP(S)_PROXY in the operator's environment must not route
+# (or log) in-cluster status requests.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def status_url(pod: dict[str, Any]) -> str | None:
+    """The pod's status URL, from its IP and the container port named ``status``; None without an IP."""
+    ip = (pod.get("status") or {}).get("podIP")
+    if not ip:
+        return None
+    ports = [p for c in (pod.get("spec") or {}).get("containers") or [] for p in c.get("ports") or []]
+    port = next((p["containerPort"] for p in ports if p.get("name") == STATUS_PORT_NAME), STATUS_PORT)
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}/status"
+
+
+def http_fetch(url: str, timeout_s: float) -> DaemonReport:
+    with _OPENER.open(url, timeout=timeout_s) as response:
+        return DaemonReport.model_validate_json(response.read(MAX_REPORT_BYTES + 1)[:MAX_REPORT_BYTES])
+
+
+class DaemonStatusReader:
+    """Remembers, per cache, the last report of each daemon pod and the pod version it was read at."""
+
+    def __init__(self, fetch: Fetch = http_fetch, timeout_s: float = FETCH_TIMEOUT_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._fetch = fetch
+        self.timeout_s = timeout_s
+        self._clock = clock
+        # cache → pod uid → (pod version, when read, what was read)
+        self._memo: dict[tuple[str, str], dict[str, tuple[tuple[str, str], float, Fetched]]] = {}
+
+    def read(self, cache: tuple[str, str], pods: list[dict[str, Any]]) -> dict[str, Fetched]:
+        """Pod name → report (or the reason there is none) for each of ``cache``'s daemon pods."""
+        before = self._memo.get(cache, {})
+        now = self._clock()
+        kept: dict[str, tuple[tuple[str, str], float, Fetched]] = {}
+        todo: list[tuple[str, tuple[str, str], str]] = []
+        names: dict[str, str] = {}
+        for pod in pods:
+            meta = pod["metadata"]
+            uid, version = meta.get("uid", meta["name"]), (meta.get("resourceVersion", ""), meta["name"])
+            names[uid] = meta["name"]
+            if uid in before and before[uid][0] == version:
+                _version, read_at, fetched = before[uid]
+                if isinstance(fetched, DaemonReport) or now - read_at < RETRY_FAILED_S:
+                    kept[uid] = before[uid]
+                    continue
+            url = status_url(pod)
+            if url is None:
+                kept[uid] = (version, now, "the pod has no IP yet")
+            else:
+                todo.append((uid, version, url))
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="daemon-status") as pool:
+                for (uid, version, _url), fetched in zip(todo, pool.map(lambda t: self._one(t[2]), todo)):
+                    kept[uid] = (version, now, fetched)
+        self._memo[cache] = kept  # pods that are gone are dropped with the old map
+        return {names[uid]: fetched for uid, (_version, _at, fetched) in kept.items()}
+
+    def forget(self, cache: tuple[str, str]) -> None:
+        self._memo.pop(cache, None)
+
+    def _one(self, url: str) -> Fetched:
+        try:
+            return self._fetch(url, self.timeout_s)
+        except ValidationError as exc:
+            return f"GET {url}: not a daemon report ({exc.error_count()} schema errors)"
+        except (OSError, ValueError) as exc:  # refused, timed out, HTTP error status, bad JSON
+            return f"GET {url}: {exc}"

@@ -1,0 +1,76 @@
+"""The operator's Prometheus metrics, served on ``$WEIGHTCACHE_OPERATOR_METRICS`` (default
+``0.0.0.0:9090``) at ``/metrics``.
+
+- ``weightcache_operator_reconcile_total{namespace,cache,outcome}``: passes, by how they ended
+  (``ok``, ``error``: an API error, retried; ``gone``: the object was deleted or is being deleted).
+- ``weightcache_operator_reconcile_seconds{namespace,cache,outcome}``: their latency (histogram).
+- ``weightcache_operator_caches{phase}``: caches in each phase, every phase listed (0 included).
+- ``weightcache_operator_engines{namespace,cache,role}``: Ready engines by role (active, standby).
+
+The writer is ``weightcache.prometheus`` (standard library only), so no new dependency.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any, get_args
+
+from weightcache.prometheus import Metrics
+from weightcache.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
+
+from .spec import Phase
+
+METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
+DEFAULT_METRICS_ADDR = "0.0.0.0:9090"
+PHASES: tuple[str, ...] = get_args(Phase)
+
+
+class OperatorMetrics:
+    """Counters and histograms accumulate; the per-cache gauges are recomputed from the latest
+    state of every cache at each change, so a deleted cache's series disappear."""
+
+    def __init__(self) -> None:
+        self.registry = Metrics()
+        m = self.registry
+        m.describe("weightcache_operator_reconcile_total", "counter", "reconciliation passes by cache and outcome")
+        m.describe("weightcache_operator_reconcile_seconds", "histogram", "reconciliation pass latency by cache and outcome")
+        m.describe("weightcache_operator_caches", "gauge", "WeightCaches in each phase")
+        m.describe("weightcache_operator_engines", "gauge", "Ready engine pods by cache and role")
+        self._lock = threading.Lock()
+        self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
+        self._publish()
+
+    def pass_done(self, namespace: str, cache: str, outcome: str, seconds: float) -> None:
+        self.registry.inc("weightcache_operator_reconcile_total", namespace=namespace, cache=cache, outcome=outcome)
+        self.registry.observe("weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache,
+                              outcome=outcome)  # fmt: skip
+
+    def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
+        """The status just written for a cache; None once the cache is gone."""
+        with self._lock:
+            if status is None:
+                self._caches.pop((namespace, cache), None)
+            else:
+                self._caches[(namespace, cache)] = (str(status.get("phase")), int(status.get("activeEngines") or 0),
+                                                    int(status.get("standbyEngines") or 0))  # fmt: skip
+            self._publish()
+
+    def render(self) -> str:
+        return self.registry.render()
+
+    def _publish(self) -> None:
+        caches = self._caches.values()
+        self.registry.replace("weightcache_operator_caches",
+                              [(sum(p == phase for p, _a, _s in caches), {"phase": phase}) for phase in PHASES])
+        self.registry.replace("weightcache_operator_engines", [
+            (count, {"namespace": namespace, "cache": cache, "role": role})
+            for (namespace, cache), (_phase, active, standby) in sorted(self._caches.items())
+            for role, count in (("active", active), ("standby", standby))
+        ])  # fmt: skip
+
+def metrics_server(metrics: OperatorMetrics, addr: str | None = None) -> ReadOnlyServer:
+    """The ``/metrics`` endpoint, bound (a taken port fails the operator's startup, loudly)."""
+    text = addr or os.environ.get(METRICS_ENV) or DEFAULT_METRICS_ADDR
+    return ReadOnlyServer(parse_addr(text, f"${METRICS_ENV}"), {"/metrics": lambda: (PROMETHEUS_TEXT, metrics.render().encode())},
+                          what="operator metrics")  # fmt: skip

@@ -1,0 +1,192 @@
+"""The daemon pod's status endpoint, against real launcher and rank processes over real HTTP:
+the numbers it reports are the ones the ranks loaded, a rank that has not finished is not ready,
+a re-adopted rank read nothing from disk, and the endpoint is read-only."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from weightcache.checkpoint import open_checkpoint
+from weightcache.client import load_weights
+from weightcache.daemon_report import DaemonReport, node_fingerprint
+from weightcache.loader import plan_rank, resolve_dtype
+from weightcache.quantization import resolve
+from weightcache.sharding import Layout
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url: str) -> tuple[int, str, str]:
+    """(status code, content type, body), errors included."""
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.headers["Content-Type"], response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers["Content-Type"], error.read().decode()
+
+
+def report(base: str) -> DaemonReport:
+    code, kind, body = get(f"{base}/status")
+    assert (code, kind) == (200, "application/json"), body
+    return DaemonReport.model_validate_json(body)
+
+
+def samples(base: str) -> dict[tuple[str, str], float]:
+    """``/metrics`` as {(metric name, rank): value}."""
+    code, kind, body = get(f"{base}/metrics")
+    assert code == 200 and kind.startswith("text/plain; version=0.0.4"), body
+    found = {}
+    for line in body.splitlines():
+        if match := re.fullmatch(r'(\w+)\{cache="test",gpu="",rank="(\d+)"\} (\S+)', line):
+            found[(match[1], match[2])] = float(match[3])
+    return found
+
+
+def wait_for_report(base: str, proc: subprocess.Popen, ready: bool, timeout: float = 120) -> DaemonReport:
+    deadline = time.monotonic() + timeout
+    while True:
+        assert proc.poll() is None, f"launcher exited {proc.returncode}"
+        try:
+            found = report(base)
+            if found.ready == ready:
+                return found
+        except OSError:
+            pass  # not listening yet
+        assert time.monotonic() < deadline, f"status never showed ready={ready}"
+        time.sleep(0.1)
+
+
+def planned_read_bytes(model: Path, rank: int, tp: int) -> int:
+    """What rank ``rank`` must read from disk, from the safetensors headers alone."""
+    checkpoint = open_checkpoint(model)
+    plan = plan_rank(checkpoint, Layout(tp, rank), resolve("none", None, None), resolve_dtype("auto", checkpoint))
+    return plan.read_bytes
+
+
+def test_status_and_metrics_report_what_each_rank_loaded(llama: Path, start_daemon) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off",
+                          "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1])  # fmt: skip
+    found = wait_for_report(base, daemon.proc, ready=True)
+    assert found.cache == "test" and [r.rank for r in found.ranks] == [0, 1]
+    for rank, files in zip(found.ranks, daemon.files):
+        info = files.read_ready()
+        assert info is not None
+        assert rank.ready and rank.problem is None and rank.pid == info.pid != daemon.proc.pid
+        assert (rank.backend, rank.gpu_uuid, rank.source) == ("cpu-shm", None, "disk")
+        assert rank.bytes == info.arena_bytes and rank.tensor_count == info.tensor_count
+        assert rank.load_seconds == info.load_seconds and rank.fingerprint == info.fingerprint_digest
+        # Counted by the reads themselves, compared with what the plan says the rank must read.
+        assert rank.disk_bytes_read == planned_read_bytes(llama, rank.rank, 2) > 0
+        assert rank.maps_served == 0
+    assert found.ranks[0].fingerprint != found.ranks[1].fingerprint
+    assert found.fingerprint == node_fingerprint(found.ranks) and found.fingerprint is not None
+
+    # An engine rank maps rank 0's arena: the endpoint counts the map; no byte of it came from disk.
+    weights = load_weights(str(llama), Layout(2, 0), socket_dir=daemon.socket_dir, name="test", fallback="error")
+    assert weights.mode == "cache"
+    metrics = samples(base)
+    assert metrics[("weightcache_daemon_maps_served_total", "0")] == 1
+    assert metrics[("weightcache_daemon_maps_served_total", "1")] == 0
+    for rank in found.ranks:
+        r = str(rank.rank)
+        assert metrics[("weightcache_daemon_rank_ready", r)] == 1
+        assert metrics[("weightcache_daemon_bytes_held", r)] == rank.bytes
+        assert metrics[("weightcache_daemon_disk_read_bytes_total", r)] == rank.disk_bytes_read
+        assert metrics[("weightcache_daemon_load_seconds", r)] == rank.load_seconds
+        assert metrics[("weightcache_daemon_adopted", r)] == 0
+    assert daemon.stop() == 0
+
+
+def test_a_readopted_rank_reports_the_keeper_and_no_disk_read(llama: Path, start_daemon, start_keeper) -> None:
+    start_keeper()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    args = ("--status-addr", f"127.0.0.1:{port}")
+    first = start_daemon(llama, *args)
+    loaded = wait_for_report(base, first.proc, ready=True).ranks[0]
+    assert loaded.source == "disk" and loaded.disk_bytes_read == planned_read_bytes(llama, 0, 1)
+    deadline = time.monotonic() + 30
+    while not report(base).ranks[0].deposited:  # the keeper holds the arena once deposited
+        assert time.monotonic() < deadline, "the rank never deposited its arena with the keeper"
+        time.sleep(0.05)
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    os.killpg(first.proc.pid, signal.SIGKILL)  # the launcher's rank too: the pod's container died
+
+    second = start_daemon(llama, *args)
+    adopted = wait_for_report(base, second.proc, ready=True).ranks[0]
+    assert (adopted.source, adopted.disk_bytes_read) == ("keeper", 0)
+    assert adopted.fingerprint == loaded.fingerprint and adopted.bytes == loaded.bytes
+    assert samples(base)[("weightcache_daemon_adopted", "0")] == 1
+
+
+def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout: float = 120) -> list[int]:
+    """SIGSTOP each rank process the moment the launcher spawns it: it is then still importing
+    torch, long before its load could finish, and stays there until SIGCONT."""
+    stopped: list[int] = []
+    deadline = time.monotonic() + timeout
+    while len(stopped) < count:
+        assert launcher.poll() is None, f"the launcher exited with {launcher.returncode}"
+        assert time.monotonic() < deadline, "the launcher never started its ranks"
+        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
+        for pid in map(int, children):
+            if pid not in stopped:
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        time.sleep(0.002)
+    return stopped
+
+
+def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: Path, start_daemon) -> None:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off",
+                          "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1], wait=False)  # fmt: skip
+    children = stop_children_as_they_start(daemon.proc, 2)
+    try:
+        loading = wait_for_report(base, daemon.proc, ready=False)
+        assert [(r.rank, r.ready, r.bytes, r.fingerprint) for r in loading.ranks] == [(0, False, None, None),
+                                                                                       (1, False, None, None)]
+        assert all("no ready file" in (r.problem or "") for r in loading.ranks) and loading.fingerprint is None
+        metrics = samples(base)
+        assert metrics[("weightcache_daemon_rank_ready", "0")] == 0 and ("weightcache_daemon_bytes_held", "0") not in metrics
+
+        for path in ("/", "/status/", "/metrics/x", "/../etc/passwd", "/%00", "/" + "a" * 5000):
+            code, kind, body = get(base + path)
+            assert (code, kind) == (404, "application/json") and "GET /status" in json.loads(body)["error"], path
+        for method in ("POST", "PUT", "DELETE", "PATCH"):
+            request = urllib.request.Request(f"{base}/status", data=b'{"ready": true}', method=method)
+            try:
+                urllib.request.urlopen(request, timeout=10)
+                raise AssertionError(f"{method} was accepted")
+            except urllib.error.HTTPError as error:
+                assert error.code == 405 and error.headers["Allow"] == "GET", method
+                assert "read-only" in json.loads(error.read())["error"]
+        assert report(base).ranks == loading.ranks  # nothing a request sent changed anything
+    finally:
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
+    ready = wait_for_report(base, daemon.proc, ready=True)
+    assert [r.pid for r in ready.ranks] == children and all(r.bytes for r in ready.ranks)
+
+
+def test_a_bad_status_addr_is_refused_with_the_fix(llama: Path, socket_dir: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "weightcache", "daemon", "--model", str(llama), "--socket-dir",
+                             socket_dir, "--name", "test", "--status-addr", "9400"],
+                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 2 and "--status-addr '9400' is not HOST:PORT (e.g. 0.0.0.0:9400" in result.stderr
