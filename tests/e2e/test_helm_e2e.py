@@ -161,7 +161,7 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     wait_for(new_leader_resynced, 60, describe=lambda: operator_logs(kubelet, namespace, release)[-4000:])
     # ... and leaves the daemons and engines exactly as they were.
     assert snapshot(kube, namespace) == before
-    # Readiness may flap meanwhile: the daemons' exec probe imports torch, >10 s on a loaded 2-core host.
+    # The status may have been written while a daemon's exec probe timed out on a loaded 2-core host.
     wait_for(lambda: phase(kube, namespace) == "Ready", 120, describe=lambda: phase(kube, namespace))
     after = kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{daemonset['metadata']['name']}")
     assert after["metadata"]["generation"] == daemonset["metadata"]["generation"]
