@@ -43,7 +43,8 @@ def reconciler() -> Reconciler:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # Peering: replicas see each other through a ClusterKopfPeering object (crds/kopf-peering.yaml)
+    # Peering: replicas see each other through a ClusterKopfPeering object (its CRD: crds/kopf-peering.yaml;
+    # the object: the chart's templates/peering.yaml, one per release; cluster-scoped in either install scope)
     # and only the highest priority one handles events, so two replicas never fight.
     settings.peering.name = PEERING_NAME
     settings.peering.mandatory = True
