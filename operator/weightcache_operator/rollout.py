@@ -209,6 +209,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
             _check_deadline(want, surge, now, result)
             return
         result.promote.append(surge.name)
+        result.held.discard(surge.name)  # active from now on: the scaler must see it
         result.retire += [p.name for p in old_live]
         result.step = f"replica {replica}: promoted {surge.name}, draining {active.name}"
         return
@@ -249,6 +250,7 @@ def _plan_generation(
             _check_deadline(want, new[0], now, result)
         elif switched:
             result.promote.append(new[0].name)
+            result.held.discard(new[0].name)
             result.retire += [p.name for p in live if p.generation != want.generation]
     if result.stalled:
         return

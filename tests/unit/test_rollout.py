@@ -77,6 +77,7 @@ def test_a_ready_surge_is_promoted_and_the_old_pods_drained() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby"), *old_pair(1)]
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
     assert result.promote == ["n0"] and sorted(result.retire) == ["a0", "s0"]
+    assert result.held == set(), "the promoted pod is the replica's active: the scaler must count it"
     assert not {"a1", "s1"} & set(result.retire), "one replica at a time"
 
 
@@ -168,6 +169,7 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     surge = engine("n0", 0, "standby", generation="g2", node="node-2")
     result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
     assert result.serve_generation == "g2" and result.promote == ["n0"] and result.retire == ["a0"]
+    assert result.held == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
     result = plan(GEN, after, loaded, "g2", NOW, None, 2)
