@@ -33,7 +33,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import KubeletConfig, ProcessKubelet
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.load import SteadyLoad
-from testcluster.rest import Kube
+from testcluster.rest import ApiError, Kube
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.strays import MARKER, new_session_id
 from testcluster.waiting import wait_for
@@ -50,6 +50,14 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _lists(kube: Kube, path: str) -> bool:
+    try:
+        kube.get(path)
+        return True
+    except ApiError:
+        return False
 
 
 def status(kube: Kube) -> dict:
@@ -103,10 +111,16 @@ def main() -> None:
 
         plane.kubectl("apply", "--server-side", "-f", "-", input=render())
         plane.kubectl("wait", "--for=condition=Established", f"crd/{custom_resource_definition()['metadata']['name']}")
-        peering = str(REPO / "crds" / "kopf-peering.yaml")
-        plane.kubectl("apply", "--server-side", "-f", peering, check=False)
+        plane.kubectl("apply", "--server-side", "-f", str(REPO / "crds" / "kopf-peering.yaml"))
         plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev")
-        plane.kubectl("apply", "--server-side", "-f", peering)
+        # The peering object the operator waits for (mandatory peering) ships in deploy/operator.yaml.
+        deployed = yaml.safe_load_all((REPO / "deploy" / "operator.yaml").read_text())
+        peering = next(d for d in deployed if d and d["kind"] == "ClusterKopfPeering")
+        plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(peering))
+        # Right after a CRD is Established its storage may still answer 429; kopf's peering
+        # start-up does not always recover from that, so wait until both kinds list.
+        wait_for(lambda: _lists(kube, "/apis/kopf.dev/v1/clusterkopfpeerings")
+                 and _lists(kube, "/apis/weightcache.io/v1alpha1/weightcaches"), 60)  # fmt: skip
         kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
         wait_for(lambda: kube.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"), 30)
 
