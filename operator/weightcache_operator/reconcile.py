@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .daemon_status import DaemonStatusReader
+from .failover import Promotion, failover_status, plan_replica, unready_nodes
 from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
 from .metrics import OperatorMetrics
 from .render import (
@@ -32,7 +33,7 @@ from .render import (
 )
 from .render.layout import MANAGED_BY
 from .spec import GROUP, PLURAL, VERSION, WeightCache
-from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
+from .status import Observed, aggregate, daemon_pod_current, invalid_status
 from .validation import parse
 
 log = logging.getLogger("weightcache_operator.reconcile")
@@ -108,6 +109,12 @@ class Reconciler:
         if waiting:
             raise StillTerminating(f"waiting for {len(waiting)} pods to stop: {', '.join(sorted(waiting))}")
 
+    def caches_on_node(self, node: str) -> list[tuple[str, str]]:
+        """(namespace, name) of every cache with an engine pod bound to ``node``."""
+        found = self.api.get("/api/v1/pods", labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}",
+                             fieldSelector=f"spec.nodeName={node}")["items"]  # fmt: skip
+        return sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][CACHE_LABEL]) for p in found})
+
     # --- one pass --------------------------------------------------------------------------------
 
     def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
@@ -136,13 +143,18 @@ class Reconciler:
             service = engine_service(cache)
             self.api.apply(f"{ns}/services/{service['metadata']['name']}", service)
 
+        noticed = self.clock()
         spec_hash = daemon_spec_hash(cache)
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
         ready_nodes = sorted(
             p["spec"]["nodeName"] for p in daemon_pods if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)
         )
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._scale_engines(cache, engines, ready_nodes)
+        # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
+        # the failover below sees it without waiting for the kubelet to drop their Ready.
+        self._sync_gates(namespace, engines, set(ready_nodes))
+        unready = unready_nodes(self.api.list("/api/v1/nodes"))
+        stranded, failover = self._scale_engines(body, cache, engines, ready_nodes, unready, noticed)
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         self._sync_gates(namespace, engines, set(ready_nodes))
 
@@ -155,8 +167,10 @@ class Reconciler:
             desired = 0
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
-        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports)
+        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
         status = aggregate(cache, observed, self.clock(), previous)
+        if failover is not None:
+            status["lastFailover"] = failover
         self._write_status(body, status)
         self.metrics.cache_status(namespace, name, status)
         return status["phase"]
@@ -165,51 +179,55 @@ class Reconciler:
         self.daemon_status.forget((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
-    def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str]) -> None:
-        """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica. A replica
-        without an active engine, or whose active is not Ready while a standby is, promotes a
-        standby (a Ready one first) rather than waiting for a new pod: the standby has the
-        weights mapped already. New pods go only to nodes whose
-        daemon is ready; while there is none, nothing is created."""
+    def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_nodes: list[str],
+                       unready: dict[str, datetime | None], noticed: datetime) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
+        """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica; the
+        per-replica decisions (failover included) are failover.plan_replica's. New pods go only to
+        nodes whose daemon is ready; while there is none, nothing is created. Returns why a
+        replica is left without a Ready engine after a failure (for the Degraded condition) and
+        the failover done in this pass, if any (for status.lastFailover)."""
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
         spec = cache.spec.engine
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-        for pod in live:
+        spec_hash = daemon_spec_hash(cache)
+        stranded, failover = [], None
+        for pod in pods:
             replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
-            if not replica.isdigit() or int(replica) >= spec.replicas or pod["status"].get("phase") in ("Failed", "Succeeded"):
+            if not pod["metadata"].get("deletionTimestamp") and (not replica.isdigit() or int(replica) >= spec.replicas):
                 self._delete_pod(ns, pod, "scaled down" if replica.isdigit() else "no replica label")
         for replica in range(spec.replicas):
-            mine = [p for p in live if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)
-                    and p["status"].get("phase") not in ("Failed", "Succeeded")]  # fmt: skip
-            mine.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
-            actives = [p for p in mine if p["metadata"]["labels"].get(ROLE_LABEL) == "active"]
-            standbys = [p for p in mine if p["metadata"]["labels"].get(ROLE_LABEL) != "active"]
-            for extra in actives[1:]:
-                self._set_role(ns, extra, "standby")
-                standbys.append(extra)
-            if not actives and standbys:
-                promoted = standbys.pop(0)
-                self._set_role(ns, promoted, "active")
-                log.info("promoted standby", extra={"pod": promoted["metadata"]["name"], "replica": replica})
-                actives = [promoted]
-            elif actives and not pod_ready(actives[0]) and standbys and pod_ready(standbys[0]):
-                # Failover: the active engine died, fails readiness or lost its node; a Ready
-                # standby takes the Service's traffic and the old active waits as a standby.
-                promoted, demoted = standbys.pop(0), actives[0]
-                self._set_role(ns, promoted, "active")
-                self._set_role(ns, demoted, "standby")
-                log.info("failover", extra={"replica": replica, "active": promoted["metadata"]["name"],
-                                            "demoted": demoted["metadata"]["name"]})  # fmt: skip
-                actives, standbys = [promoted], [*standbys, demoted]
+            mine = [p for p in pods if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)]
+            plan = plan_replica(replica, mine, spec.standbys_per_replica, spec_hash, unready)
+            if plan.promotion is not None:
+                failover = self._promote(body, plan.promotion, noticed) or failover
+            for pod in plan.demote:
+                self._set_role(ns, pod, "standby")
+            for pod, why in plan.delete:
+                self._delete_pod(ns, pod, why)
+            if plan.stranded:
+                stranded.append(plan.stranded)
             if not ready_nodes:
                 continue
-            if not actives:
+            if plan.create_active:
                 self._create(ns, engine_pod(cache, replica, "active", ready_nodes))
-            for _ in range(spec.standbys_per_replica - len(standbys)):
+            for _ in range(plan.create_standbys):
                 self._create(ns, engine_pod(cache, replica, "standby", ready_nodes))
-            for extra in standbys[spec.standbys_per_replica:][::-1]:
-                self._delete_pod(ns, extra, "too many standbys")
+        return stranded, failover
+
+    def _promote(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
+        """Relabels the standby to active (the Service follows the label), then records the
+        failover: the ``status.lastFailover`` entry it returns, an Event and metrics."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        self._set_role(f"/api/v1/namespaces/{namespace}/pods", promotion.promoted, "active")
+        record = failover_status(promotion, noticed, self.clock())
+        log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
+        if promotion.failure is None:
+            return None  # an active that never got Ready swapped for a Ready standby: not a failover
+        self.metrics.failover(namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"])
+        self._event(body, "Warning", "Failover",
+                    f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
+                    f"promoted {record['to']} in {record['promotionMs']} ms")  # fmt: skip
+        return record
 
     def _sync_gates(self, namespace: str, engines: list[Object], ready_nodes: set[str]) -> None:
         """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
@@ -232,6 +250,8 @@ class Reconciler:
             try:
                 self.api.patch(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
                                {"status": {"conditions": [condition]}}, STRATEGIC_MERGE)  # fmt: skip
+                others = [c for c in pod["status"].get("conditions") or [] if c["type"] != READY_GATE]
+                pod["status"]["conditions"] = [*others, condition]  # what the rest of the pass sees
                 log.info("readiness gate", extra={"pod": pod["metadata"]["name"], "node": node, "status": want})
             except ApiError as error:
                 if error.status != 404:

@@ -36,6 +36,8 @@ WeightFallback = Literal["disk", "error"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]
+FailoverSignal = Literal["PodDeleted", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
+                         "ReadinessFailed"]  # fmt: skip
 
 FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
@@ -304,6 +306,25 @@ class EngineStatus(ApiModel):
     standbys: list[str] = Field(default_factory=list)
 
 
+class FailoverStatus(ApiModel):
+    """The latest failover: which engine failed, how the operator learned it, which standby took
+    over and how fast. Detection runs from the failure's timestamp as the API server shows it
+    (deletion requested, container finished, condition or node condition transition; one-second
+    resolution) to the operator's pass noticing it; promotion from noticing to the relabel
+    being patched."""
+
+    time: datetime = Field(description="When the operator noticed the failure.")
+    replica: int = Field(ge=0)
+    from_: str | None = Field(default=None, alias="from", description="The failed active engine pod.")
+    from_node: str | None = None
+    to: str = Field(description="The standby promoted to active.")
+    to_node: str | None = None
+    signal: FailoverSignal | None = None
+    reason: str | None = Field(default=None, max_length=1024)
+    detection_ms: float | None = Field(default=None, ge=0)
+    promotion_ms: float = Field(ge=0)
+
+
 class WeightCacheStatus(ApiModel):
     """Written only by the operator, through the status subresource.
 
@@ -329,6 +350,7 @@ class WeightCacheStatus(ApiModel):
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)
     model: str | None = Field(default=None, description="The model source and revision, in one line.")
+    last_failover: FailoverStatus | None = None
 
 
 class WeightCache(ApiModel):

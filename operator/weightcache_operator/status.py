@@ -54,6 +54,8 @@ class Observed:
     """Validation messages; non-empty means the spec is not run at all."""
     daemon_reports: dict[str, DaemonReport | str] = field(default_factory=dict)
     """Daemon pod name → its status endpoint's report, or why it could not be read."""
+    stranded: list[str] = field(default_factory=list)
+    """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
 
 
 def aggregate(
@@ -126,7 +128,7 @@ def aggregate(
         f"{active_ready}/{replicas} active and {standby_ready}/{replicas * standbys_per} standby engines ready"
     )
 
-    if looping:
+    if looping or observed.stranded:
         phase = "Degraded"
     elif daemons_ok and engines_ok:
         phase = "Ready"
@@ -153,14 +155,19 @@ def aggregate(
                 "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
                 f"daemons: {daemons_msg}; engines: {engines_msg}",
             ),
-            condition(
-                "Degraded",
-                bool(looping),
-                "CrashLoop" if looping else "Healthy",
-                f"crash-looping containers: {', '.join(looping)}" if looping else "no container is crash-looping",
-            ),
+            condition("Degraded", bool(looping or observed.stranded), *_degraded(looping, observed.stranded)),
         ],
     }
+
+
+def _degraded(looping: list[str], stranded: list[str]) -> tuple[str, str]:
+    """Reason and message of the Degraded condition: a failover that found no Ready standby
+    first (it is what a user of the Service notices), then crash loops."""
+    if stranded:
+        return "NoReadyStandby", "; ".join(stranded)
+    if looping:
+        return "CrashLoop", f"crash-looping containers: {', '.join(looping)}"
+    return "Healthy", "no container is crash-looping and every failed active had a standby"
 
 
 def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None) -> dict[str, Any]:
