@@ -64,6 +64,11 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None]) -> Failur
     node = (pod.get("spec") or {}).get("nodeName")
     if node and node in unready_nodes:
         return Failure("NodeNotReady", unready_nodes[node], f"node {node} of {name} is not Ready", True)
+    gate = _condition(pod, READY_GATE)
+    if gate and gate.get("status") == "False":
+        # Ahead of Ready: the operator sets the gate, and the kubelet drops Ready only after it.
+        return Failure("DaemonNotReady", _parse(gate.get("lastTransitionTime")),
+                       f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
     if pod_ready(pod):
         return None
     ready = _condition(pod, "Ready")
@@ -76,10 +81,6 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None]) -> Failur
         ended = _parse(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
         if ended and (ready_since is None or ended >= ready_since - _SAME_INCIDENT):
             return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} restarted", False)
-    gate = _condition(pod, READY_GATE)
-    if gate and gate.get("status") == "False":
-        return Failure("DaemonNotReady", _parse(gate.get("lastTransitionTime")),
-                       f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
     # Ready turned False after the container started: it had been Ready (a pod that was never
     # Ready keeps the False it got before its container started).
     started = _latest(_parse((c.get("state", {}).get("running") or {}).get("startedAt"))
@@ -132,10 +133,15 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     serving.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
     actives = [p for p in serving if _role(p) == "active"]
     standbys = [p for p in serving if _role(p) != "active"]
-    # Surplus actives (a promotion whose demotion never happened): keep the Ready, oldest one.
+    # Surplus actives (an operator stopped between a promotion and the retirement): keep the
+    # Ready, oldest one; retire the failed ones as the interrupted failover would have.
     for extra in actives[1:]:
-        plan.demote.append(extra)
-        standbys.append(extra)
+        failure = failure_of(extra, unready_nodes)
+        if failure is None:
+            plan.demote.append(extra)
+            standbys.append(extra)
+        else:
+            plan.delete.append((extra, f"failed ({failure.signal}): {failure.detail}"))
     active = actives[0] if actives else None
 
     if active is not None:

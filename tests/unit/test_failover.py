@@ -108,9 +108,9 @@ def test_a_false_gate_names_the_daemon() -> None:
     gated = pod("a", "active", ready=False, gate="False", ready_since=50)
     failure = failure_of(gated, {})
     assert failure is not None and failure.signal == "DaemonNotReady" and "daemon on node-1" in failure.detail
-    # The operator turns the gate False before the kubelet recomputes Ready: still a failure.
+    # The operator turns the gate False before the kubelet recomputes Ready: already a failure.
     failure = failure_of(pod("a", "active", ready=True, gate="False"), {})
-    assert failure is None, "a pod whose Ready is still True is served; the gate flip shows in the next pass"
+    assert failure is not None and failure.signal == "DaemonNotReady"
 
 
 # --- plans ---------------------------------------------------------------------------------------
@@ -193,16 +193,20 @@ def test_no_active_at_all_promotes_a_standby_or_creates_one() -> None:
 
 def test_restart_after_the_relabel_converges_to_one_active_without_a_second_promotion() -> None:
     """The operator died after promoting ``s`` and before retiring ``a``: two actives. The next
-    pass keeps the Ready one, demotes (not promotes) the other, and promotes nobody."""
+    pass keeps the Ready one, retires the failed one as the failover would have, and promotes
+    nobody; a surplus active that has not failed is demoted instead."""
     failed = pod("a", "active", ready=False, ready_since=60)
     failed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(60)}}
     promoted = pod("s", "active", node="node-2", created=1)
     plan = plan_replica(0, [failed, promoted], 1, HASH, {})
-    assert plan.promotion is None and names(plan.demote) == ["a"] and plan.delete == []
-    assert plan.create_standbys == 0, "the demoted pod is the standby; it restarts in place"
+    assert plan.promotion is None and plan.demote == [] and names([p for p, _ in plan.delete]) == ["a"]
+    assert plan.create_standbys == 1
+    healthy = pod("b", "active", created=2)
+    plan = plan_replica(0, [healthy, promoted], 1, HASH, {})
+    assert plan.promotion is None and names(plan.demote) == ["b"] and plan.delete == [] and plan.create_standbys == 0
     # Once demoted, the pass after that has nothing left to do.
-    failed["metadata"]["labels"]["weightcache.io/role"] = "standby"
-    plan = plan_replica(0, [failed, promoted], 1, HASH, {})
+    healthy["metadata"]["labels"]["weightcache.io/role"] = "standby"
+    plan = plan_replica(0, [healthy, promoted], 1, HASH, {})
     assert (plan.promotion, plan.demote, plan.delete, plan.create_standbys) == (None, [], [], 0)
 
 
