@@ -131,6 +131,9 @@ class Cache:
         return last
 
 
+# Seven failovers, each waiting for a replacement standby to start (torch import and all): longer
+# than the suite's default per-test limit on a loaded 2-core machine.
+@pytest.mark.timeout(1800)
 def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover_converges(
     cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str,
     start_operator: Callable[..., subprocess.Popen], checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
