@@ -65,16 +65,18 @@ def socket_dir() -> Iterator[str]:
 
 
 @pytest.fixture
-def torch_free_env(tmp_path: Path) -> dict[str, str]:
-    """An environment in which ``import torch`` raises: proves a process path never imports it.
-    Its ``torch/version.py`` is the real one, which the fingerprint reads as text."""
+def lean_env(tmp_path: Path) -> dict[str, str]:
+    """An environment in which ``import torch`` and ``import numpy`` raise: proves a process path
+    (probe, keeper, re-adopting daemon) never imports them. ``torch/version.py`` is the real one,
+    which the fingerprint reads as text."""
     import torch
 
-    poisoned = tmp_path / "no-torch" / "torch"
-    poisoned.mkdir(parents=True)
-    shutil.copy(Path(torch.__file__).parent / "version.py", poisoned / "version.py")
-    (poisoned / "__init__.py").write_text("raise ImportError('torch imported on a torch-free path')\n")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(poisoned.parent), *sys.path])}
+    root = tmp_path / "lean"
+    for package in ("torch", "numpy"):
+        (root / package).mkdir(parents=True)
+        (root / package / "__init__.py").write_text(f"raise ImportError('{package} imported on a lean path')\n")
+    shutil.copy(Path(torch.__file__).parent / "version.py", root / "torch" / "version.py")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), *sys.path])}
 
 
 @pytest.fixture

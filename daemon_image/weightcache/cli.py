@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 import time
 
 from . import logfmt
@@ -176,6 +177,11 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
                 print(json.dumps({"released": keeper.release(args.name, args.rank)}))
         return 0
     if args.command == "daemon":
+        if args.backend in ("cuda-vmm", "cuda-ipc"):
+            # cuInit takes ~0.2 s on an H200; it runs while the imports below do (it drops the GIL).
+            from .gpu_identity import gpu_count
+
+            threading.Thread(target=gpu_count, name="cuinit", daemon=True).start()
         from .daemon import DaemonConfig, launch_local_ranks, run
         from .sharding import Layout
 

@@ -186,8 +186,9 @@ def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> t
             keeper.release(cfg.name, cfg.layout.rank)
         return None
     try:
+        # No validate_bounds here: the daemon never reads through the manifest, and every engine
+        # checks it before making a view (client.py); the check would cost this path numpy's import.
         manifest = withdrawn.manifest
-        manifest.validate_bounds()
         arena = adopt_arena(holding.backend, fd, manifest.arena_bytes, holding.mapping_bytes, holding.device_uuid)
     except BaseException:
         os.close(fd)

@@ -14,14 +14,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from . import dtypes
 from .errors import ProtocolError
 from .gcpause import gc_paused
 
-if TYPE_CHECKING:  # views need torch; the daemon and keeper only move manifests (see dtypes.py)
+if TYPE_CHECKING:
+    # Views need torch and checks need numpy; the daemon and keeper only move manifests, and
+    # importing either would cost a re-adopting daemon a large part of its second (see dtypes.py).
+    import numpy as np
     import torch
 
 LAYOUT_VERSION = 1
@@ -44,6 +46,8 @@ class TensorEntry(BaseModel):
 
 
 def _pack(values: list[int], dtype: str) -> bytes:
+    import numpy as np
+
     return np.asarray(values, dtype=dtype).tobytes()
 
 
@@ -82,6 +86,8 @@ class Manifest(BaseModel):
             checksums=_pack([e.checksum for e in entries], "<u4"), aliases=dict(aliases or {}))
 
     def _columns(self) -> dict[str, np.ndarray]:
+        import numpy as np
+
         cols = {
             "codes": np.frombuffer(self.dtype_codes, "<u1"), "ndims": np.frombuffer(self.ndims, "<u1"),
             "dims": np.frombuffer(self.dims, "<i8"), "strides": np.frombuffer(self.strides, "<i8"),
@@ -100,6 +106,8 @@ class Manifest(BaseModel):
 
     def validate_bounds(self) -> None:
         """Reject a manifest whose entries escape the arena or contradict their own shapes."""
+        import numpy as np
+
         if self.layout_version != LAYOUT_VERSION:
             raise ProtocolError(f"manifest layout version {self.layout_version} is not {LAYOUT_VERSION}")
         cols = self._columns()

@@ -29,6 +29,7 @@ from .kubeapi import ApiError, KubeApi
 from .metrics import metrics_server
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
+from .scope import watched_namespaces
 from .spec import GROUP, PLURAL, VERSION
 
 RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
@@ -46,7 +47,8 @@ def reconciler() -> Reconciler:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    # Peering: replicas see each other through a ClusterKopfPeering object (crds/kopf-peering.yaml)
+    # Peering: replicas see each other through a ClusterKopfPeering object (its CRD: crds/kopf-peering.yaml;
+    # the object: the chart's templates/peering.yaml, one per release; cluster-scoped in either install scope)
     # and only the highest priority one handles events, so two replicas never fight.
     settings.peering.name = PEERING_NAME
     settings.peering.mandatory = True
@@ -131,7 +133,7 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
     _node_ready[name] = ready
     if before == ready or (before is None and ready):
         return
-    for namespace, cache in reconciler().caches_on_node(name):
+    for namespace, cache in reconciler().caches_on_node(name, watched_namespaces(os.environ)):
         try:
             reconciler().reconcile(namespace, cache, apply=False)
         except ApiError as error:

@@ -109,10 +109,13 @@ class Reconciler:
         if waiting:
             raise StillTerminating(f"waiting for {len(waiting)} pods to stop: {', '.join(sorted(waiting))}")
 
-    def caches_on_node(self, node: str) -> list[tuple[str, str]]:
-        """(namespace, name) of every cache with an engine pod bound to ``node``."""
-        found = self.api.get("/api/v1/pods", labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}",
-                             fieldSelector=f"spec.nodeName={node}")["items"]  # fmt: skip
+    def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
+        """(namespace, name) of every cache with an engine pod bound to ``node``; only in
+        ``namespaces`` when given (a namespaced install may not list pods cluster-wide)."""
+        paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces or []] or ["/api/v1/pods"]
+        found = [pod for path in paths
+                 for pod in self.api.get(path, labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}",
+                                         fieldSelector=f"spec.nodeName={node}")["items"]]  # fmt: skip
         return sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][CACHE_LABEL]) for p in found})
 
     # --- one pass --------------------------------------------------------------------------------

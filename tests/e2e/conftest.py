@@ -96,8 +96,10 @@ def kubelet(
     config = KubeletConfig(
         root=tmp_path_factory.mktemp("kubelet"),
         nodes=nodes,
-        # Pods run our CLI (`python -m weightcache`) from this checkout, as the daemon image has it installed.
-        environment={MARKER: test_session_id, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "daemon_image")},
+        # Pods run our code from this checkout (`python -m weightcache`, `python -m weightcache_operator`),
+        # as the images have both packages installed.
+        environment={MARKER: test_session_id, "PYTHONPATH": os.pathsep.join(
+            str(Path(__file__).resolve().parents[2] / part) for part in ("daemon_image", "operator"))},  # fmt: skip
         serving_cert=cluster.kubelet_serving_cert,
     )
     agent = ProcessKubelet(kube, cluster.port, config)

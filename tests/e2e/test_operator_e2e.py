@@ -38,8 +38,12 @@ GATE = "weightcache.io/daemon-ready"
 PROMPT = {"prompt": "The weight cache", "max_tokens": 8, "temperature": 0, "return_token_ids": True}
 
 DEPLOY = REPO / "deploy" / "operator.yaml"
-CLUSTER_ROLE_RULES = next(d for d in yaml.safe_load_all(DEPLOY.read_text()) if d["kind"] == "ClusterRole")["rules"]
-"""The shipped least-privilege ClusterRole: the operator under test runs with exactly these rules."""
+_DEPLOYED = list(yaml.safe_load_all(DEPLOY.read_text()))
+CLUSTER_ROLE_RULES = next(d for d in _DEPLOYED if d["kind"] == "ClusterRole")["rules"]
+"""The shipped least-privilege ClusterRole (the chart rendered with default values, whose peering
+object is named like the operator's default peering): the operator under test runs with exactly
+these rules."""
+PEERING_OBJECT = next(d for d in _DEPLOYED if d["kind"] == "ClusterKopfPeering")
 
 
 def free_port() -> int:
@@ -103,10 +107,10 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
                    tmp_path: Path, test_session_id: str) -> Iterator[Callable[..., subprocess.Popen]]:  # fmt: skip
     """A factory: ``start_operator(priority=None)`` runs ``python -m weightcache_operator`` as a
     ServiceAccount bound to the shipped ClusterRole; every operator is stopped afterwards."""
-    # The file holds the CRD and its object: the object maps only once the CRD is Established.
-    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING), check=False)
-    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    # The peering object (a template in the chart) maps only once its CRD is Established.
     cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    cluster.apply(yaml.safe_dump(PEERING_OBJECT))
     role = f"weightcache-operator-{namespace}"
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "weightcache-operator"}})
     kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles",

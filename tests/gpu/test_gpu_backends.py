@@ -93,7 +93,7 @@ def test_write_through_a_read_only_mapping_kills_only_the_writer(gpu_ckpt, start
 
 
 def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gpu_ckpt, start_keeper, start_daemon,
-                                                                            torch_free_env) -> None:
+                                                                            lean_env) -> None:
     start_keeper()
     daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
     deadline = time.monotonic() + 60
@@ -109,7 +109,7 @@ def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gp
     engine.kill()
 
     # Re-adoption neither imports torch nor creates a CUDA context (arena.HeldFdArena).
-    again = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16", env=torch_free_env)
+    again = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16", env=lean_env)
     st = status(again)
     assert st.adopted and st.disk_bytes_read == 0
     print(f"re-adoption: {again.files[0].read_ready().load_seconds * 1000:.1f} ms")

@@ -136,8 +136,11 @@ def test_a_readopted_rank_reports_the_keeper_and_no_disk_read(llama: Path, start
 
 
 def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout: float = 120) -> list[int]:
-    """SIGSTOP each rank process the moment the launcher spawns it: it is then still importing
-    torch, long before its load could finish, and stays there until SIGCONT."""
+    """SIGSTOP each rank process the moment the launcher spawns it: it is then still starting,
+    long before its load could finish, and stays there until SIGCONT. Only rank processes (their
+    argv has ``--tp-rank``, which the launcher's own has not) are stopped: the launcher may run
+    short helpers of its own (ctypes runs ``ldconfig`` to find libcuda), and stopping one of
+    those would hang it."""
     stopped: list[int] = []
     deadline = time.monotonic() + timeout
     while len(stopped) < count:
@@ -145,7 +148,13 @@ def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout:
         assert time.monotonic() < deadline, "the launcher never started its ranks"
         children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
         for pid in map(int, children):
-            if pid not in stopped:
+            if pid in stopped:
+                continue
+            try:
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except FileNotFoundError:
+                continue  # a helper that already exited
+            if b"--tp-rank" in argv:
                 os.kill(pid, signal.SIGSTOP)
                 stopped.append(pid)
         time.sleep(0.002)

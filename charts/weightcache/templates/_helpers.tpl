@@ -1,0 +1,90 @@
+{{/*
+Names. Everything is named after the release, so two releases (say, two teams' namespaced
+installs) never share a ClusterRole or a peering object. Release "weightcache" gives
+"weightcache-operator", the name deploy/operator.yaml has always used.
+*/}}
+{{- define "weightcache.fullname" -}}
+{{- printf "%s-operator" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "weightcache.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "weightcache.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name: set the name of an existing ServiceAccount when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Selector labels never change between chart versions: a Deployment's selector is immutable. */}}
+{{- define "weightcache.selectorLabels" -}}
+app.kubernetes.io/name: weightcache-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "weightcache.labels" -}}
+{{ include "weightcache.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: weightcache
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "weightcache.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "weightcache.daemonImage" -}}
+{{- printf "%s:%s" .Values.daemon.image.repository (default .Chart.AppVersion .Values.daemon.image.tag) -}}
+{{- end -}}
+
+{{/*
+RBAC, in two groups so that a namespaced install can grant the first per namespace (Role) and
+only the second cluster-wide. tests/unit/test_chart.py enumerates both; tests/e2e/test_helm_e2e.py
+runs the operator with exactly these rules and shows it fails without each group.
+*/}}
+{{- define "weightcache.namespacedRules" -}}
+# The API it serves: read specs, keep kopf's finalizer and annotations, write status.
+- apiGroups: [weightcache.io]
+  resources: [weightcaches]
+  verbs: [get, list, watch, patch]
+- apiGroups: [weightcache.io]
+  resources: [weightcaches/status]
+  verbs: [patch]
+# What it creates per cache: engine pods (and their readiness gate), the daemon DaemonSet, the Service.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [apps]
+  resources: [daemonsets]
+  verbs: [get, create, patch, delete]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, list, create, patch, delete]
+# kopf posts Kubernetes events about the objects it handles.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
+
+{{- define "weightcache.clusterRules" -}}
+# Failover watches node readiness; the finalizer force-deletes pods only on nodes that are gone
+# or NotReady.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [list, watch]
+# kopf: peering between replicas, and noticing CRDs come and go. Writes only to this release's
+# peering object, so one release's operators cannot pause another's.
+- apiGroups: [kopf.dev]
+  resources: [clusterkopfpeerings]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [clusterkopfpeerings]
+  resourceNames: [{{ include "weightcache.fullname" . }}]
+  verbs: [get, patch]
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [list, watch]
+{{- end -}}
