@@ -40,7 +40,7 @@ NAMESPACED_RULES = [
 def cluster_rules(release: str) -> list[Object]:
     """What only a ClusterRole can grant; writes to the peering are limited to the release's object."""
     return [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "resourceNames": [f"{release}-operator"],
          "verbs": ["get", "patch"]},
