@@ -162,9 +162,9 @@ def run(plane: ControlPlane, kube: Kube, kubelet: ProcessKubelet, root: Path, op
     plane.apply(render())
     plane.kubectl("wait", "--for=condition=Established", "crd/weightcaches.weightcache.io", "--timeout=30s")
     peering = REPO / "crds" / "kopf-peering.yaml"
-    plane.kubectl("apply", "--server-side", "-f", str(peering), check=False)
-    plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
     plane.kubectl("apply", "--server-side", "-f", str(peering))
+    plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    plane.apply("apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata:\n  name: weightcache-operator\n")
     kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
     wait_for(lambda: kube.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"), 30)
 

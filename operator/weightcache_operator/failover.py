@@ -164,6 +164,10 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
         take_over = best is not None and (pod_ready(best) or active is None or (failure is not None and failure.final))
         if take_over:
             assert best is not None
+            if active is None and failure is None:
+                # The active vanished while no operator watched (deleted and gone before a restart):
+                # still a failover, with no timestamp to measure detection from.
+                failure = Failure("PodGone", None, f"replica {replica} has no active engine pod", True)
             plan.promotion = Promotion(replica, best, failed, failure)
             standbys.remove(best)
             if active is not None:

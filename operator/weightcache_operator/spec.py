@@ -36,7 +36,7 @@ WeightFallback = Literal["disk", "error"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]
-FailoverSignal = Literal["PodDeleted", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
+FailoverSignal = Literal["PodDeleted", "PodGone", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
                          "ReadinessFailed"]  # fmt: skip
 
 FreeForm = dict[str, Any]

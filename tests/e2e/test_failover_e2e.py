@@ -215,8 +215,10 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     status = wait_phase(kube, namespace, operator, "Ready",
                         also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
                         and s["lastFailover"]["time"] != before["lastFailover"]["time"])  # fmt: skip
-    assert (status["lastFailover"]["from"], status["lastFailover"]["to"]) == (active, standby)
-    assert status["lastFailover"]["signal"] == "PodDeleted" and failovers(operator, namespace) == 1
+    # The deleted pod may be gone before the new operator's first pass: then nothing names it.
+    last = status["lastFailover"]
+    assert last["to"] == standby and failovers(operator, namespace) == 1
+    assert (last["signal"], last.get("from")) in (("PodDeleted", active), ("PodGone", None)), last
 
     # 7. Killed mid-failover: the standby relabelled active (a failover's first patch) but the
     # failed (frozen) active not yet retired. The next operator finishes the job without

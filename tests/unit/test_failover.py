@@ -187,6 +187,9 @@ def test_an_active_that_never_got_ready_is_demoted_not_deleted() -> None:
 def test_no_active_at_all_promotes_a_standby_or_creates_one() -> None:
     plan = plan_replica(0, [pod("s", "standby")], 1, HASH, {})
     assert plan.promotion is not None and plan.create_standbys == 1 and not plan.create_active
+    # The active was deleted and gone before this pass (an operator restart): still a failover.
+    assert plan.promotion.failure is not None and plan.promotion.failure.signal == "PodGone"
+    assert plan.promotion.failed is None and plan.promotion.failure.since is None
     plan = plan_replica(0, [], 1, HASH, {})
     assert plan.promotion is None and plan.create_active and plan.create_standbys == 1 and plan.stranded is None
 
