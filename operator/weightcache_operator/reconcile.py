@@ -32,7 +32,7 @@ from .render import (
     engine_service,
 )
 from .render.layout import MANAGED_BY
-from .spec import GROUP, PLURAL, VERSION, WeightCache
+from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
 from .status import Observed, aggregate, daemon_pod_current, invalid_status
 from .validation import parse
 
@@ -173,7 +173,9 @@ class Reconciler:
         observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
         status = aggregate(cache, observed, self.clock(), previous)
         if failover is not None:
-            status["lastFailover"] = failover
+            # The status is merge-patched: null out what this failover lacks (a PodGone has no
+            # "from"), or the previous failover's values would survive next to this one's.
+            status["lastFailover"] = {**dict.fromkeys(_FAILOVER_FIELDS), **failover}
         self._write_status(body, status)
         self.metrics.cache_status(namespace, name, status)
         return status["phase"]
@@ -313,6 +315,9 @@ class Reconciler:
             self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
         except ApiError as error:  # an event is a courtesy; never fail a pass for it
             log.warning("event not posted", extra={"error": str(error)})
+
+
+_FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_fields.items()]
 
 
 def _phase_message(status: dict[str, Any]) -> str:
