@@ -335,7 +335,7 @@ def test_failover_gate_scaling_and_deletion(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"parallelism__nodes": 2}, "nodes is 2"),
+        ({"model__quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
         ({"daemon__resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
         ({"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
          "GPUs per node must be ≥ ranks per node"),
@@ -373,7 +373,7 @@ def test_two_replicas_do_not_fight_and_hand_over(
         return {p["priority"] for p in (peering.get("status") or {}).values()}
 
     wait_for(lambda: {100, 200} <= priorities(), 30, describe=priorities)
-    apply_sample(cluster, namespace, parallelism__nodes=2)
+    apply_sample(cluster, namespace, model__quantization={"method": "fp8", "weightBlockSize": [64, 64]})
     wait_phase(kube, namespace, leader, "Failed", timeout=60)
     follower_log = follower.log.read_text()  # type: ignore[attr-defined]
     assert not resumed(follower) and "tiny-llama" not in follower_log, f"the follower was not paused:\n{follower_log}"
