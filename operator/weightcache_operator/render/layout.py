@@ -3,9 +3,8 @@
 Rank → node mapping (deterministic, documented in docs/operator.md): ranks are numbered
 ``pp_rank * tensor + tp_rank``; with ``nodes = 1`` every selected node runs a daemon for all ranks
 ``0 .. ranks-1`` and holds a full copy, so an engine can start on any selected node and maps from
-the daemon of its own node. ``nodes > 1`` (an engine spanning nodes) is refused by validation for
-now; the mapping it will use is node slot ``i`` (selected nodes sorted by name) holding ranks
-``i*ranks_per_node .. (i+1)*ranks_per_node - 1``, which ``local_ranks`` already computes.
+the daemon of its own node. With ``nodes > 1`` node slot ``i`` (``topology.assign_slots``) holds
+ranks ``i*ranks_per_node .. (i+1)*ranks_per_node - 1`` (``local_ranks``).
 """
 
 from __future__ import annotations
