@@ -89,11 +89,8 @@ class Reconciler:
         for ds in self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", ref_sel):
             self.api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds['metadata']['name']}",
                             propagation="Background")  # fmt: skip
-        try:  # gpuAccess dra only; a 404 otherwise
-            self.api.delete(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}-gpus")
-        except ApiError as error:
-            if error.status != 404:
-                raise
+        # gpuAccess dra only (a 404, ignored, otherwise); the claims made from it go with their pods.
+        self.api.delete(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}-gpus")
         for svc in self.api.list(f"{ns}/services", ref_sel):
             self.api.delete(f"{ns}/services/{svc['metadata']['name']}")
         pods = self.api.list(f"{ns}/pods", ref_sel)
@@ -180,6 +177,7 @@ class Reconciler:
             pod["metadata"]["deletionTimestamp"] = "deleted by this pass"
         live = [p for p in live if not p["metadata"].get("deletionTimestamp")]
         ready_nodes = sorted(ready_daemons)
+        load = Counter(p["spec"].get("nodeName") for p in live)
         for replica in range(spec.replicas):
             mine = [p for p in live if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)
                     and p["status"].get("phase") not in ("Failed", "Succeeded")]  # fmt: skip
@@ -208,14 +206,14 @@ class Reconciler:
             wanted: list[Role] = ["active"] if not actives else []
             wanted += ["standby"] * (spec.standbys_per_replica - len(standbys))
             for role in wanted:
-                pod = self._new_engine(cache, replica, role, ready_daemons, live)
+                pod = self._new_engine(cache, replica, role, ready_daemons, load)
                 if pod is not None:
                     self._create(ns, pod)
             for extra in standbys[spec.standbys_per_replica:][::-1]:
                 self._delete_pod(ns, extra, "too many standbys")
 
     def _new_engine(self, cache: WeightCache, replica: int, role: Role, ready_daemons: dict[str, Object],
-                    live: list[Object]) -> Object | None:  # fmt: skip
+                    load: Counter[str | None]) -> Object | None:  # fmt: skip
         """An engine pod pinned to nodes with Ready daemons; with ``gpuAccess: dra`` to one such
         node (the one running fewest engines), sharing that daemon's ResourceClaim (None while no
         Ready daemon has its claim yet)."""
@@ -224,11 +222,9 @@ class Reconciler:
         claims = {n: c for n, d in ready_daemons.items() if (c := daemon_claim(d))}
         if not claims:
             return None
-        load = Counter(p["spec"].get("nodeName") for p in live)
         node = min(sorted(claims), key=lambda n: load[n])
-        pod = engine_pod(cache, replica, role, [node], claim=claims[node])
-        live.append(pod | {"spec": {**pod["spec"], "nodeName": node}})  # counts towards the next pick
-        return pod
+        load[node] += 1  # counts towards the next pick in this pass
+        return engine_pod(cache, replica, role, [node], claim=claims[node])
 
     def _scale_groups(self, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object]) -> None:
         """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes."""

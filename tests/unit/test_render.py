@@ -390,3 +390,25 @@ def test_operator_priority_from_environment() -> None:
     uid = "0b6f0e7e-8a3c-4f59-9d7d-5c3f3c1d2e10"
     assert _priority(uid) == _priority(uid) and _priority(uid) != _priority(uid[::-1])
     assert 1 <= _priority("") <= 1_000_000
+
+
+def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> None:
+    from collections import Counter
+
+    from weightcache_operator.reconcile import Reconciler
+
+    cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra"})
+
+    def daemon(node: str, claim: str | None) -> dict[str, Any]:
+        claims = [{"name": "gpus", "resourceClaimName": claim}] if claim else []
+        return {"metadata": {"name": f"d-{node}"}, "spec": {"nodeName": node}, "status": {"resourceClaimStatuses": claims}}
+
+    choose = Reconciler(api=None)._new_engine  # type: ignore[arg-type]  # picks; talks to no API server
+    ready = {"node-1": daemon("node-1", "c-1"), "node-2": daemon("node-2", "c-2"), "node-3": daemon("node-3", None)}
+    load: Counter[str | None] = Counter({"node-1": 2})
+    first = choose(cache, 0, "active", ready, load)
+    second = choose(cache, 0, "standby", ready, load)
+    assert first is not None and second is not None
+    assert first["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-2"}]
+    assert second["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-2"}], "node-1 runs 2, node-2 1"
+    assert choose(cache, 0, "active", {"node-3": ready["node-3"]}, Counter()) is None, "no claim yet: wait"
