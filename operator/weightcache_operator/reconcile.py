@@ -253,8 +253,8 @@ class Reconciler:
             nodes = [n["metadata"]["name"] for n in self.api.list("/api/v1/nodes") if selected(cache.spec.placement, n)]
             slots = assign_slots(nodes, cache.spec.parallelism.nodes).slots
         if uses_dra(cache):
-            path = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates/{claim_template_name(ref)}"
-            self.api.apply(path, claim_template(cache))
+            templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
+            self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
         wanted = daemon_daemonsets(cache, slots)
         for ds in wanted:
             self.api.apply(f"{base}/{ds['metadata']['name']}", ds)

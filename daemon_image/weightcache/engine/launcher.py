@@ -97,7 +97,8 @@ def launch(rank_argv: list[str], tp_size: int, gpus: bool = False, ranks: list[i
         terminating = terminating_at is not None
         for rank, child in children.items():
             code = child.poll()
-            if code is not None and code != 0 and rank != 0 and terminating and (not leads or children[0].returncode == 0):
+            leader_done = not leads or children[0].returncode == 0
+            if code is not None and code != 0 and rank != 0 and terminating and leader_done:
                 continue  # rank 0 drained and left first; a follower that noticed before its stop is fine
             if code is not None and code != 0:
                 log.error("rank exited; stopping the engine",

@@ -51,9 +51,8 @@ def selected(placement: Placement, node: dict[str, Any]) -> bool:
               HOSTNAME_LABEL: node["metadata"]["name"]}  # fmt: skip
     if any(labels.get(k) != v for k, v in (placement.node_selector or {}).items()):
         return False
-    required = (
-        ((placement.affinity or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    )
+    node_affinity = (placement.affinity or {}).get("nodeAffinity") or {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
     terms = required.get("nodeSelectorTerms") or []
     if terms and not any(_term_matches(term, labels) for term in terms):
         return False
