@@ -9,8 +9,10 @@ synchronous code against ``KubeApi`` (run in kopf's handler threads).
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -26,12 +28,16 @@ from .render import (
     REPLICA_LABEL,
     ROLE_LABEL,
     CacheRef,
-    daemon_daemonset,
     daemon_spec_hash,
     engine_pod,
     engine_service,
 )
-from .render.layout import MANAGED_BY
+from .group_plan import Create, Delete, SetRole, plan_groups
+from .render.daemon import daemon_daemonsets
+from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
+from .render.engine import Role
+from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL
+from .render.topology import assign_slots, selected
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
 from .status import Observed, aggregate, daemon_pod_current, invalid_status
 from .validation import parse
@@ -92,7 +98,11 @@ class Reconciler:
         with grace 0: nobody will ever confirm their stop, and deletion must still complete."""
         ref_sel = f"{CACHE_LABEL}={name}"
         ns = f"/api/v1/namespaces/{namespace}"
-        self.api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon", propagation="Background")
+        for ds in self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", ref_sel):
+            self.api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds['metadata']['name']}",
+                            propagation="Background")  # fmt: skip
+        # gpuAccess dra only (a 404, ignored, otherwise); the claims made from it go with their pods.
+        self.api.delete(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}-gpus")
         for svc in self.api.list(f"{ns}/services", ref_sel):
             self.api.delete(f"{ns}/services/{svc['metadata']['name']}")
         pods = self.api.list(f"{ns}/pods", ref_sel)
@@ -142,32 +152,26 @@ class Reconciler:
 
         ns = f"/api/v1/namespaces/{namespace}"
         if apply:
-            self.api.apply(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon", daemon_daemonset(cache))
+            self._apply_daemons(cache)
             service = engine_service(cache)
             self.api.apply(f"{ns}/services/{service['metadata']['name']}", service)
 
         noticed = self.clock()
         spec_hash = daemon_spec_hash(cache)
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
-        ready_nodes = sorted(
-            p["spec"]["nodeName"] for p in daemon_pods if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)
-        )
+        ready_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods
+                         if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)}  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
-        self._sync_gates(namespace, engines, set(ready_nodes))
+        self._sync_gates(namespace, engines, ready_daemons)
         unready = unready_nodes(self.api.list("/api/v1/nodes"))
-        stranded, failover = self._scale_engines(body, cache, engines, ready_nodes, unready, noticed)
+        stranded, failover = self._scale_engines(body, cache, engines, ready_daemons, unready, noticed)
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._sync_gates(namespace, engines, set(ready_nodes))
+        self._sync_gates(namespace, engines, ready_daemons)
 
-        try:
-            ds = self.api.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon")
-            desired = (ds.get("status") or {}).get("desiredNumberScheduled", 0)
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            desired = 0
+        daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={name}")
+        desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in daemonsets)
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
         observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
@@ -184,24 +188,45 @@ class Reconciler:
         self.daemon_status.forget((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
-    def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_nodes: list[str],
+    def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
                        unready: dict[str, datetime | None], noticed: datetime) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica; the
         per-replica decisions (failover included) are failover.plan_replica's. New pods go only to
         nodes whose daemon is ready; while there is none, nothing is created. Returns why a
         replica is left without a Ready engine after a failure (for the Degraded condition) and
-        the failover done in this pass, if any (for status.lastFailover)."""
+        the failover done in this pass, if any (for status.lastFailover).
+
+        ``ready_daemons``: node → its Ready daemon pod of the current spec. With
+        ``parallelism.nodes > 1`` engines are groups of pods, planned by ``plan_groups``."""
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
+        if cache.spec.parallelism.nodes > 1:
+            self._scale_groups(cache, pods, ready_daemons)
+            return [], None
         spec = cache.spec.engine
         spec_hash = daemon_spec_hash(cache)
-        stranded, failover = [], None
+        stranded: list[str] = []
+        failover = None
+        gone: set[str] = set()
         for pod in pods:
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
             replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
-            if not pod["metadata"].get("deletionTimestamp") and (not replica.isdigit() or int(replica) >= spec.replicas):
+            node = pod["spec"].get("nodeName")
+            if not replica.isdigit() or int(replica) >= spec.replicas:
                 self._delete_pod(ns, pod, "scaled down" if replica.isdigit() else "no replica label")
+            elif GROUP_LABEL in (pod["metadata"].get("labels") or {}):
+                self._delete_pod(ns, pod, "part of a multi-node engine; parallelism.nodes is 1 now")
+            elif node in ready_daemons and not engine_claim_current(pod, ready_daemons[node]):
+                self._delete_pod(ns, pod, "its node's daemon was replaced: the engine's ResourceClaim is stale")
+            else:
+                continue
+            gone.add(pod["metadata"]["name"])
+        kept = [p for p in pods if p["metadata"]["name"] not in gone]
+        ready_nodes = sorted(ready_daemons)
+        load = Counter(p["spec"].get("nodeName") for p in kept if not p["metadata"].get("deletionTimestamp"))
         for replica in range(spec.replicas):
-            mine = [p for p in pods if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)]
+            mine = [p for p in kept if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)]
             plan = plan_replica(replica, mine, spec.standbys_per_replica, spec_hash, unready)
             if plan.promotion is not None:
                 failover = self._promote(body, plan.promotion, noticed) or failover
@@ -213,10 +238,12 @@ class Reconciler:
                 stranded.append(plan.stranded)
             if not ready_nodes:
                 continue
-            if plan.create_active:
-                self._create(ns, engine_pod(cache, replica, "active", ready_nodes))
-            for _ in range(plan.create_standbys):
-                self._create(ns, engine_pod(cache, replica, "standby", ready_nodes))
+            wanted: list[Role] = ["active"] if plan.create_active else []
+            wanted += ["standby"] * plan.create_standbys
+            for role in wanted:
+                new = self._new_engine(cache, replica, role, ready_daemons, load)
+                if new is not None:
+                    self._create(ns, new)
         return stranded, failover
 
     def _promote(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
@@ -234,14 +261,68 @@ class Reconciler:
                     f"promoted {record['to']} in {record['promotionMs']} ms")  # fmt: skip
         return record
 
-    def _sync_gates(self, namespace: str, engines: list[Object], ready_nodes: set[str]) -> None:
+    def _new_engine(self, cache: WeightCache, replica: int, role: Role, ready_daemons: dict[str, Object],
+                    load: Counter[str | None]) -> Object | None:  # fmt: skip
+        """An engine pod pinned to nodes with Ready daemons; with ``gpuAccess: dra`` to one such
+        node (the one running fewest engines), sharing that daemon's ResourceClaim (None while no
+        Ready daemon has its claim yet)."""
+        if not uses_dra(cache):
+            return engine_pod(cache, replica, role, sorted(ready_daemons))
+        claims = {n: c for n, d in ready_daemons.items() if (c := daemon_claim(d))}
+        if not claims:
+            return None
+        node = min(sorted(claims), key=lambda n: load[n])
+        load[node] += 1  # counts towards the next pick in this pass
+        return engine_pod(cache, replica, role, [node], claim=claims[node])
+
+    def _scale_groups(self, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object]) -> None:
+        """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes."""
+        ns = f"/api/v1/namespaces/{CacheRef.of(cache).namespace}/pods"
+        by_slot: dict[int, dict[str, Object]] = {}
+        for node, daemon in ready_daemons.items():
+            slot = (daemon["metadata"].get("labels") or {}).get(SLOT_LABEL, "")
+            if slot.isdigit():
+                by_slot.setdefault(int(slot), {})[node] = daemon
+        for action in plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3)):
+            if isinstance(action, Create):
+                self._create(ns, action.pod)
+            elif isinstance(action, Delete):
+                self._delete_pod(ns, {"metadata": {"name": action.name}}, action.why)
+            elif isinstance(action, SetRole):
+                self._set_role(ns, {"metadata": {"name": action.name, "labels": {}}}, action.role)
+
+    def _apply_daemons(self, cache: WeightCache) -> None:
+        """Server-side applies the daemon DaemonSets (one, or one per node slot with
+        ``parallelism.nodes > 1``) and deletes this cache's DaemonSets that are no longer wanted;
+        with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs from."""
+        ref = CacheRef.of(cache)
+        base = f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets"
+        slots: list[list[str]] = []
+        if cache.spec.parallelism.nodes > 1:
+            nodes = [n["metadata"]["name"] for n in self.api.list("/api/v1/nodes") if selected(cache.spec.placement, n)]
+            slots = assign_slots(nodes, cache.spec.parallelism.nodes).slots
+        if uses_dra(cache):
+            templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
+            self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
+        wanted = daemon_daemonsets(cache, slots)
+        for ds in wanted:
+            self.api.apply(f"{base}/{ds['metadata']['name']}", ds)
+        names = {ds["metadata"]["name"] for ds in wanted}
+        for ds in self.api.list(base, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon"):
+            if ds["metadata"]["name"] not in names:
+                self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
+                log.info("deleted daemonset", extra={"daemonset": ds["metadata"]["name"], "reason": "layout changed"})
+
+    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[str, Object]) -> None:
         """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
-        Ready with the expected spec hash; patches only what differs."""
+        Ready with the expected spec hash (and, with ``gpuAccess: dra``, is the daemon whose
+        ResourceClaim the engine shares); patches only what differs."""
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
-            want = "True" if node in ready_nodes else "False"
+            current = node in ready_daemons and engine_claim_current(pod, ready_daemons[node])
+            want = "True" if current else "False"
             have = next((c.get("status") for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
             if have == want:
                 continue

@@ -197,6 +197,23 @@ class EngineTemplate(ApiModel):
     spec: EnginePodSpec
 
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class Dra(ApiModel):
+    """How the daemon's GPUs are claimed with ``gpuAccess: dra`` (resource.k8s.io/v1). Each daemon
+    pod gets a ResourceClaim from a template; the node's engines reference that very claim, so
+    they are given the devices that hold the weights."""
+
+    device_class_name: str = Field(
+        default="gpu.nvidia.com",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The DeviceClass the daemon's claim requests (ranks per node devices of it).",
+    )
+
+
 class Engine(ApiModel):
     """Engine pods: per replica one active engine behind the Service and hot standbys that map
     the same weights (KV-cache memory, not a second copy of the model)."""
@@ -210,6 +227,7 @@ class Engine(ApiModel):
         description="visibleDevices: engines request no GPUs and get the daemon's GPU UUIDs; "
         "dra: a ResourceClaim shared with the daemon.",
     )
+    dra: Dra | None = Field(default=None, description="Used with gpuAccess dra; its defaults apply when unset.")
     weight_fallback: WeightFallback = Field(
         default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
     )

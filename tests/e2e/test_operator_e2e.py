@@ -421,7 +421,7 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"parallelism__nodes": 2}, "nodes is 2"),
+        ({"model__quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
         ({"daemon__resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
         ({"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
          "GPUs per node must be ≥ ranks per node"),
@@ -459,7 +459,7 @@ def test_two_replicas_do_not_fight_and_hand_over(
         return {p["priority"] for p in (peering.get("status") or {}).values()}
 
     wait_for(lambda: {100, 200} <= priorities(), 30, describe=priorities)
-    apply_sample(cluster, namespace, parallelism__nodes=2)
+    apply_sample(cluster, namespace, model__quantization={"method": "fp8", "weightBlockSize": [64, 64]})
     wait_phase(kube, namespace, leader, "Failed", timeout=60)
     follower_log = follower.log.read_text()  # type: ignore[attr-defined]
     assert not resumed(follower) and "tiny-llama" not in follower_log, f"the follower was not paused:\n{follower_log}"
@@ -490,3 +490,53 @@ def test_deletion_completes_with_a_node_gone(
         kubelet.recover_node("node-2")
         wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
                              for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
+
+
+def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, disk_completion: dict, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """parallelism.nodes 2: node-1 (slot 0) holds rank 0 and node-2 (slot 1) rank 1; each engine
+    is a group of two pods (one per node) and the Service reaches the active group's leader."""
+    apply_sample(cluster, namespace, parallelism__nodes=2)
+    status = wait_phase(kube, namespace, operator, "Ready", timeout=480)
+
+    daemons = {p["spec"]["nodeName"]: p for p in pods(kube, namespace, DAEMONS)}
+    assert sorted(daemons) == ["node-1", "node-2"] and all(map(is_ready, daemons.values()))
+    for node, rank in (("node-1", "0"), ("node-2", "1")):
+        command = next(c for c in daemons[node]["spec"]["containers"] if c["name"] == "daemon")["command"]
+        assert command[command.index("--ranks") + 1] == rank
+        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama"
+        assert sorted(p.name for p in held.glob("*.ready")) == [f"rank-{rank}.ready"], "each node holds only its ranks"
+    assert [(n["node"], [r["rank"] for r in n["ranks"]]) for n in status["nodes"]] == [("node-1", [0]), ("node-2", [1])]
+    assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
+
+    engines = [p for p in pods(kube, namespace, ENGINES) if not p["metadata"].get("deletionTimestamp")]
+    groups: dict[str, list[dict]] = {}
+    for pod in engines:
+        groups.setdefault(pod["metadata"]["labels"]["weightcache.io/engine-group"], []).append(pod)
+    assert len(groups) == 2, [p["metadata"]["name"] for p in engines]
+    roles = []
+    for members in groups.values():
+        placed = sorted((p["metadata"]["labels"]["weightcache.io/node-rank"], p["spec"]["nodeName"]) for p in members)
+        assert placed == [("0", "node-1"), ("1", "node-2")], placed
+        assert len({p["metadata"]["labels"]["weightcache.io/role"] for p in members}) == 1, "a group shares its role"
+        assert all(is_ready(p) and gate(p) == "True" for p in members)
+        roles.append(members[0]["metadata"]["labels"]["weightcache.io/role"])
+    assert sorted(roles) == ["active", "standby"]
+
+    leader = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/role"] == "active"
+                  and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0")  # fmt: skip
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    wait_for(lambda: proxy.ready_endpoints == (f"{leader['status']['podIP']}:8000",), 30,
+             describe=lambda: proxy.ready_endpoints)  # fmt: skip
+    host, port = proxy.address
+    served = http_json(f"http://{host}:{port}/v1/completions", PROMPT)
+    assert served["choices"][0]["text"] == disk_completion["choices"][0]["text"]
+    assert served["choices"][0].get("token_ids") == disk_completion["choices"][0].get("token_ids")
+    health = http_json(f"http://{host}:{port}/health")
+    assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health
+
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=120s")
+    assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
+    assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []

@@ -30,7 +30,8 @@ NAMESPACED_RULES = [
     {"apiGroups": ["weightcache.io"], "resources": ["weightcaches/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "create", "patch", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["get", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
