@@ -4,6 +4,9 @@
   (server-side apply of the DaemonSet and Service, engines, readiness gates, status);
 - any event of a pod labelled ``weightcache.io/cache``: a pass without the applies, which
   recreates deleted engines, promotes standbys and flips readiness gates within one watch event;
+- a node's Ready condition changing: a pass (without the applies) for every cache with an engine
+  on it, so a node that goes NotReady fails its active engines over at once, before the node
+  lifecycle controller gets round to marking their pods not ready;
 - deletion: the finalizer kopf adds for the delete handler stays until every pod is gone.
 
 Invalid specs never raise: they become a ``Degraded``/``InvalidSpec`` condition, so kopf does not
@@ -26,6 +29,7 @@ from .kubeapi import ApiError, KubeApi
 from .metrics import metrics_server
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
+from .scope import watched_namespaces
 from .spec import GROUP, PLURAL, VERSION
 
 RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
@@ -111,6 +115,29 @@ def on_pod(namespace: str, labels: kopf.Labels, **_: Any) -> None:
     except ApiError as error:
         # Event handlers are not retried by kopf; the next pod event or the resync timer will be.
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
+
+
+_node_ready: dict[str, bool] = {}
+
+
+@kopf.on.event("", "v1", "nodes")
+def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
+    """Acts only when Ready flips (or a node is first seen not Ready, as after an operator
+    restart): nodes post status every few seconds, and those heartbeats change nothing here."""
+    if type == "DELETED":
+        _node_ready.pop(name, None)
+        ready = False
+    else:
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    before = _node_ready.get(name)
+    _node_ready[name] = ready
+    if before == ready or (before is None and ready):
+        return
+    for namespace, cache in reconciler().caches_on_node(name, watched_namespaces(os.environ)):
+        try:
+            reconciler().reconcile(namespace, cache, apply=False)
+        except ApiError as error:
+            logging.getLogger(__name__).warning("pass after node event failed", extra={"node": name, "error": str(error)})
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -6,6 +6,12 @@
 - ``weightcache_operator_reconcile_seconds{namespace,cache,outcome}``: their latency (histogram).
 - ``weightcache_operator_caches{phase}``: caches in each phase, every phase listed (0 included).
 - ``weightcache_operator_engines{namespace,cache,role}``: Ready engines by role (active, standby).
+- ``weightcache_operator_failovers_total{namespace,cache,signal}``: standbys promoted over a
+  failed active, by the signal that showed the failure (see failover.py).
+- ``weightcache_operator_failover_promotion_seconds{namespace,cache}``: noticing a failure →
+  the promoted standby's relabel patched (histogram).
+- ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the failure's API
+  timestamp (one-second resolution) → the operator noticing it (histogram).
 
 The writer is ``weightcache.prometheus`` (standard library only), so no new dependency.
 """
@@ -37,6 +43,11 @@ class OperatorMetrics:
         m.describe("weightcache_operator_reconcile_seconds", "histogram", "reconciliation pass latency by cache and outcome")
         m.describe("weightcache_operator_caches", "gauge", "WeightCaches in each phase")
         m.describe("weightcache_operator_engines", "gauge", "Ready engine pods by cache and role")
+        m.describe("weightcache_operator_failovers_total", "counter", "standbys promoted over a failed active, by signal")
+        m.describe("weightcache_operator_failover_promotion_seconds", "histogram",
+                   "failure noticed to the promoted standby's relabel patched")  # fmt: skip
+        m.describe("weightcache_operator_failover_detection_seconds", "histogram",
+                   "failure timestamp in the API (one-second resolution) to the operator noticing it")  # fmt: skip
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -45,6 +56,14 @@ class OperatorMetrics:
         self.registry.inc("weightcache_operator_reconcile_total", namespace=namespace, cache=cache, outcome=outcome)
         self.registry.observe("weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache,
                               outcome=outcome)  # fmt: skip
+
+    def failover(self, namespace: str, cache: str, signal: str, detection_ms: float | None, promotion_ms: float) -> None:
+        self.registry.inc("weightcache_operator_failovers_total", namespace=namespace, cache=cache, signal=signal)
+        self.registry.observe("weightcache_operator_failover_promotion_seconds", promotion_ms / 1000,
+                              namespace=namespace, cache=cache)  # fmt: skip
+        if detection_ms is not None:
+            self.registry.observe("weightcache_operator_failover_detection_seconds", detection_ms / 1000,
+                                  namespace=namespace, cache=cache, signal=signal)  # fmt: skip
 
     def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
         """The status just written for a cache; None once the cache is gone."""

@@ -9,13 +9,16 @@ synchronous code against ``KubeApi`` (run in kopf's handler threads).
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
 from .daemon_status import DaemonStatusReader
+from .failover import Promotion, failover_status, plan_replica, unready_nodes
 from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
 from .metrics import OperatorMetrics
 from .render import (
@@ -25,17 +28,21 @@ from .render import (
     REPLICA_LABEL,
     ROLE_LABEL,
     SPEC_HASH_ANNOTATION,
-    CacheRef,
-    daemon_daemonset,
     SPEC_HASH_LABEL,
+    CacheRef,
     daemon_spec_hash,
     engine_pod,
     engine_service,
     engine_template_hash,
 )
-from .render.layout import MANAGED_BY
+from .group_plan import Create, Delete, SetRole, plan_groups
+from .render.daemon import daemon_daemonsets
+from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
+from .render.engine import Role
+from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL
+from .render.topology import assign_slots, selected
 from .rollout import Desired, Plan, generation_strategy, plan, rollout_conditions, rollout_status
-from .spec import GROUP, PLURAL, VERSION, WeightCache
+from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
 from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
 from .validation import parse
 
@@ -95,7 +102,11 @@ class Reconciler:
         with grace 0: nobody will ever confirm their stop, and deletion must still complete."""
         ref_sel = f"{CACHE_LABEL}={name}"
         ns = f"/api/v1/namespaces/{namespace}"
-        self.api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon", propagation="Background")
+        for ds in self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", ref_sel):
+            self.api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds['metadata']['name']}",
+                            propagation="Background")  # fmt: skip
+        # gpuAccess dra only (a 404, ignored, otherwise); the claims made from it go with their pods.
+        self.api.delete(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}-gpus")
         for svc in self.api.list(f"{ns}/services", ref_sel):
             self.api.delete(f"{ns}/services/{svc['metadata']['name']}")
         pods = self.api.list(f"{ns}/pods", ref_sel)
@@ -111,6 +122,15 @@ class Reconciler:
             waiting.append(pod["metadata"]["name"])
         if waiting:
             raise StillTerminating(f"waiting for {len(waiting)} pods to stop: {', '.join(sorted(waiting))}")
+
+    def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
+        """(namespace, name) of every cache with an engine pod bound to ``node``; only in
+        ``namespaces`` when given (a namespaced install may not list pods cluster-wide)."""
+        paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces or []] or ["/api/v1/pods"]
+        found = [pod for path in paths
+                 for pod in self.api.get(path, labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}",
+                                         fieldSelector=f"spec.nodeName={node}")["items"]]  # fmt: skip
+        return sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][CACHE_LABEL]) for p in found})
 
     # --- one pass --------------------------------------------------------------------------------
 
@@ -136,37 +156,43 @@ class Reconciler:
 
         ns = f"/api/v1/namespaces/{namespace}"
         if apply:
-            self.api.apply(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon", daemon_daemonset(cache))
+            self._apply_daemons(cache)
 
+        noticed = self.clock()
         spec_hash = daemon_spec_hash(cache)
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
-        ready_nodes = sorted(
-            p["spec"]["nodeName"] for p in daemon_pods if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)
-        )
+        ready_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods
+                         if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)}  # fmt: skip
+        gate_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods if p["spec"].get("nodeName") and pod_ready(p)}
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        try:
-            ds = self.api.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{name}-daemon")
-            desired = (ds.get("status") or {}).get("desiredNumberScheduled", 0)
-        except ApiError as error:
-            if error.status != 404:
-                raise
-            desired = 0
-        previous_rollout = (body.get("status") or {}).get("rollout")
+        # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
+        # the failover below sees it without waiting for the kubelet to drop their Ready.
+        self._sync_gates(namespace, engines, gate_daemons)
+        daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={name}")
+        desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in daemonsets)
         want = _desired(cache)
         serving = self._serving_generation(cache)
-        steps = plan(want, engines, daemon_pods, serving, self.clock(), previous_rollout, desired)
-        self._roll(cache, steps, ready_nodes, apply or serving != steps.serve_generation)
+        steps = plan(want, engines, daemon_pods, serving, self.clock(), (body.get("status") or {}).get("rollout"), desired)
+        if cache.spec.parallelism.nodes > 1:
+            steps = Plan(serve_generation=want.generation)  # engine groups roll through plan_groups, not here
+        self._roll(cache, steps, engines, ready_daemons, apply or serving != steps.serve_generation)
         if steps.promote or steps.retire:
             engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._scale_engines(cache, engines, ready_nodes, frozenset(steps.held))
+        unready = unready_nodes(self.api.list("/api/v1/nodes"))
+        stranded, failover = self._scale_engines(body, cache, engines, ready_daemons, unready, noticed,
+                                                 frozenset(steps.held))  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._sync_gates(namespace, engines, _ready_daemons(daemon_pods))
+        self._sync_gates(namespace, engines, gate_daemons)
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
-        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports)
+        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
         status = aggregate(cache, observed, self.clock(), previous)
         self._add_rollout(body, status, steps, want, reports, previous)
+        if failover is not None:
+            # The status is merge-patched: null out what this failover lacks (a PodGone has no
+            # "from"), or the previous failover's values would survive next to this one's.
+            status["lastFailover"] = {**dict.fromkeys(_FAILOVER_FIELDS), **failover}
         self._write_status(body, status)
         self.metrics.cache_status(namespace, name, status)
         return status["phase"]
@@ -182,7 +208,8 @@ class Reconciler:
             raise
         return ((live.get("spec") or {}).get("selector") or {}).get(SPEC_HASH_LABEL)
 
-    def _roll(self, cache: WeightCache, steps: Plan, ready_nodes: list[str], apply_service: bool) -> None:
+    def _roll(self, cache: WeightCache, steps: Plan, engines: list[Object], ready_daemons: dict[str, Object],
+              apply_service: bool) -> None:  # fmt: skip
         """Carries out a rollout plan. The order is what keeps the Service whole: new actives are
         labelled first, then the Service is applied (switching generation when the plan says so),
         and only then are old pods deleted, each with its grace period so in-flight requests
@@ -197,9 +224,11 @@ class Reconciler:
             self.api.apply(f"{ns}/services/{service['metadata']['name']}", service)
         for name in steps.retire:
             self._delete_pod(f"{ns}/pods", {"metadata": {"name": name}}, "rolled out")
+        load = Counter(p["spec"].get("nodeName") for p in engines if not p["metadata"].get("deletionTimestamp"))
         for replica in steps.create:
-            if ready_nodes:
-                self._create(f"{ns}/pods", engine_pod(cache, replica, "standby", ready_nodes))
+            new = self._new_engine(cache, replica, "standby", ready_daemons, load) if ready_daemons else None
+            if new is not None:
+                self._create(f"{ns}/pods", new)
         if steps.replace_daemon:
             self.api.delete(f"{ns}/pods/{steps.replace_daemon}")
             log.info("replacing daemon", extra={"pod": steps.replace_daemon, "reason": "generation change"})
@@ -231,64 +260,148 @@ class Reconciler:
         self.daemon_status.forget((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
-    def _scale_engines(self, cache: WeightCache, pods: list[Object], ready_nodes: list[str],
-                       held: frozenset[str] = frozenset()) -> None:  # fmt: skip
-        """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica. A replica
-        without an active engine, or whose active is not Ready while a standby is, promotes a
-        standby (a Ready one first) rather than waiting for a new pod: the standby has the
-        weights mapped already. New pods go only to nodes whose
-        daemon is ready; while there is none, nothing is created. ``held``: a rollout's surge
-        pods, neither counted nor trimmed here."""
+    def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
+                       unready: dict[str, datetime | None], noticed: datetime,
+                       held: frozenset[str] = frozenset()) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
+        """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica; the
+        per-replica decisions (failover included) are failover.plan_replica's. New pods go only to
+        nodes whose daemon is ready; while there is none, nothing is created. Returns why a
+        replica is left without a Ready engine after a failure (for the Degraded condition) and
+        the failover done in this pass, if any (for status.lastFailover).
+
+        ``ready_daemons``: node → its Ready daemon pod of the current spec. With
+        ``parallelism.nodes > 1`` engines are groups of pods, planned by ``plan_groups``.
+        ``held``: a rollout's surge pods (rollout.py), neither counted nor trimmed here."""
+        pods = [p for p in pods if p["metadata"]["name"] not in held]
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
+        if cache.spec.parallelism.nodes > 1:
+            self._scale_groups(cache, pods, ready_daemons)
+            return [], None
         spec = cache.spec.engine
-        live = [p for p in pods if not p["metadata"].get("deletionTimestamp") and p["metadata"]["name"] not in held]
-        for pod in live:
+        spec_hash = daemon_spec_hash(cache)
+        stranded: list[str] = []
+        failover = None
+        gone: set[str] = set()
+        for pod in pods:
+            if pod["metadata"].get("deletionTimestamp"):
+                continue
             replica = (pod["metadata"].get("labels") or {}).get(REPLICA_LABEL, "")
-            if not replica.isdigit() or int(replica) >= spec.replicas or pod["status"].get("phase") in ("Failed", "Succeeded"):
+            node = pod["spec"].get("nodeName")
+            if not replica.isdigit() or int(replica) >= spec.replicas:
                 self._delete_pod(ns, pod, "scaled down" if replica.isdigit() else "no replica label")
+            elif GROUP_LABEL in (pod["metadata"].get("labels") or {}):
+                self._delete_pod(ns, pod, "part of a multi-node engine; parallelism.nodes is 1 now")
+            elif node in ready_daemons and not engine_claim_current(pod, ready_daemons[node]):
+                self._delete_pod(ns, pod, "its node's daemon was replaced: the engine's ResourceClaim is stale")
+            else:
+                continue
+            gone.add(pod["metadata"]["name"])
+        kept = [p for p in pods if p["metadata"]["name"] not in gone]
+        ready_nodes = sorted(ready_daemons)
+        load = Counter(p["spec"].get("nodeName") for p in kept if not p["metadata"].get("deletionTimestamp"))
         for replica in range(spec.replicas):
-            mine = [p for p in live if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)
-                    and p["status"].get("phase") not in ("Failed", "Succeeded")]  # fmt: skip
-            mine.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
-            actives = [p for p in mine if p["metadata"]["labels"].get(ROLE_LABEL) == "active"]
-            standbys = [p for p in mine if p["metadata"]["labels"].get(ROLE_LABEL) != "active"]
-            for extra in actives[1:]:
-                self._set_role(ns, extra, "standby")
-                standbys.append(extra)
-            if not actives and standbys:
-                promoted = standbys.pop(0)
-                self._set_role(ns, promoted, "active")
-                log.info("promoted standby", extra={"pod": promoted["metadata"]["name"], "replica": replica})
-                actives = [promoted]
-            elif actives and not pod_ready(actives[0]) and standbys and pod_ready(standbys[0]):
-                # Failover: the active engine died, fails readiness or lost its node; a Ready
-                # standby takes the Service's traffic and the old active waits as a standby.
-                promoted, demoted = standbys.pop(0), actives[0]
-                self._set_role(ns, promoted, "active")
-                self._set_role(ns, demoted, "standby")
-                log.info("failover", extra={"replica": replica, "active": promoted["metadata"]["name"],
-                                            "demoted": demoted["metadata"]["name"]})  # fmt: skip
-                actives, standbys = [promoted], [*standbys, demoted]
+            mine = [p for p in kept if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)]
+            plan = plan_replica(replica, mine, spec.standbys_per_replica, spec_hash, unready)
+            if plan.promotion is not None:
+                failover = self._promote(body, plan.promotion, noticed) or failover
+            for pod in plan.demote:
+                self._set_role(ns, pod, "standby")
+            for pod, why in plan.delete:
+                self._delete_pod(ns, pod, why)
+            if plan.stranded:
+                stranded.append(plan.stranded)
             if not ready_nodes:
                 continue
-            if not actives:
-                self._create(ns, engine_pod(cache, replica, "active", ready_nodes))
-            for _ in range(spec.standbys_per_replica - len(standbys)):
-                self._create(ns, engine_pod(cache, replica, "standby", ready_nodes))
-            for extra in standbys[spec.standbys_per_replica:][::-1]:
-                self._delete_pod(ns, extra, "too many standbys")
+            wanted: list[Role] = ["active"] if plan.create_active else []
+            wanted += ["standby"] * plan.create_standbys
+            for role in wanted:
+                new = self._new_engine(cache, replica, role, ready_daemons, load)
+                if new is not None:
+                    self._create(ns, new)
+        return stranded, failover
 
-    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[str, str]) -> None:
+    def _promote(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
+        """Relabels the standby to active (the Service follows the label), then records the
+        failover: the ``status.lastFailover`` entry it returns, an Event and metrics."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        self._set_role(f"/api/v1/namespaces/{namespace}/pods", promotion.promoted, "active")
+        record = failover_status(promotion, noticed, self.clock())
+        log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
+        if promotion.failure is None:
+            return None  # an active that never got Ready swapped for a Ready standby: not a failover
+        self.metrics.failover(namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"])
+        self._event(body, "Warning", "Failover",
+                    f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
+                    f"promoted {record['to']} in {record['promotionMs']} ms")  # fmt: skip
+        return record
+
+    def _new_engine(self, cache: WeightCache, replica: int, role: Role, ready_daemons: dict[str, Object],
+                    load: Counter[str | None]) -> Object | None:  # fmt: skip
+        """An engine pod pinned to nodes with Ready daemons; with ``gpuAccess: dra`` to one such
+        node (the one running fewest engines), sharing that daemon's ResourceClaim (None while no
+        Ready daemon has its claim yet)."""
+        if not uses_dra(cache):
+            return engine_pod(cache, replica, role, sorted(ready_daemons))
+        claims = {n: c for n, d in ready_daemons.items() if (c := daemon_claim(d))}
+        if not claims:
+            return None
+        node = min(sorted(claims), key=lambda n: load[n])
+        load[node] += 1  # counts towards the next pick in this pass
+        return engine_pod(cache, replica, role, [node], claim=claims[node])
+
+    def _scale_groups(self, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object]) -> None:
+        """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes."""
+        ns = f"/api/v1/namespaces/{CacheRef.of(cache).namespace}/pods"
+        by_slot: dict[int, dict[str, Object]] = {}
+        for node, daemon in ready_daemons.items():
+            slot = (daemon["metadata"].get("labels") or {}).get(SLOT_LABEL, "")
+            if slot.isdigit():
+                by_slot.setdefault(int(slot), {})[node] = daemon
+        for action in plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3)):
+            if isinstance(action, Create):
+                self._create(ns, action.pod)
+            elif isinstance(action, Delete):
+                self._delete_pod(ns, {"metadata": {"name": action.name}}, action.why)
+            elif isinstance(action, SetRole):
+                self._set_role(ns, {"metadata": {"name": action.name, "labels": {}}}, action.role)
+
+    def _apply_daemons(self, cache: WeightCache) -> None:
+        """Server-side applies the daemon DaemonSets (one, or one per node slot with
+        ``parallelism.nodes > 1``) and deletes this cache's DaemonSets that are no longer wanted;
+        with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs from."""
+        ref = CacheRef.of(cache)
+        base = f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets"
+        slots: list[list[str]] = []
+        if cache.spec.parallelism.nodes > 1:
+            nodes = [n["metadata"]["name"] for n in self.api.list("/api/v1/nodes") if selected(cache.spec.placement, n)]
+            slots = assign_slots(nodes, cache.spec.parallelism.nodes).slots
+        if uses_dra(cache):
+            templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
+            self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
+        wanted = daemon_daemonsets(cache, slots)
+        for ds in wanted:
+            self.api.apply(f"{base}/{ds['metadata']['name']}", ds)
+        names = {ds["metadata"]["name"] for ds in wanted}
+        for ds in self.api.list(base, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon"):
+            if ds["metadata"]["name"] not in names:
+                self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
+                log.info("deleted daemonset", extra={"daemonset": ds["metadata"]["name"], "reason": "layout changed"})
+
+    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[str, Object]) -> None:
         """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
-        Ready holding the generation the engine maps (its own spec hash annotation: during a
-        generation change old engines stay Ready on old daemons); patches only what differs."""
+        Ready holding the generation the engine maps (the same spec hash annotation: during a
+        generation change old engines stay Ready on old daemons, and an old engine never turns
+        Ready on a new one) and, with ``gpuAccess: dra``, is the daemon whose ResourceClaim the
+        engine shares; patches only what differs. ``ready_daemons``: node → its Ready daemon pod."""
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
-            mine = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
-            want = "True" if node in ready_daemons and ready_daemons[node] == mine else "False"
+            daemon = ready_daemons.get(node)
+            current = (daemon is not None and _generation(pod) == _generation(daemon)
+                       and engine_claim_current(pod, daemon))  # fmt: skip
+            want = "True" if current else "False"
             have = next((c.get("status") for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
             if have == want:
                 continue
@@ -302,6 +415,8 @@ class Reconciler:
             try:
                 self.api.patch(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
                                {"status": {"conditions": [condition]}}, STRATEGIC_MERGE)  # fmt: skip
+                others = [c for c in pod["status"].get("conditions") or [] if c["type"] != READY_GATE]
+                pod["status"]["conditions"] = [*others, condition]  # what the rest of the pass sees
                 log.info("readiness gate", extra={"pod": pod["metadata"]["name"], "node": node, "status": want})
             except ApiError as error:
                 if error.status != 404:
@@ -362,6 +477,9 @@ class Reconciler:
             log.warning("event not posted", extra={"error": str(error)})
 
 
+_FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_fields.items()]
+
+
 def _desired(cache: WeightCache) -> Desired:
     engine = cache.spec.engine
     return Desired(engine_hash=engine_template_hash(cache), generation=daemon_spec_hash(cache),
@@ -369,13 +487,8 @@ def _desired(cache: WeightCache) -> Desired:
                    ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
 
 
-def _ready_daemons(daemon_pods: list[Object]) -> dict[str, str]:
-    """Node → the spec hash of its Ready daemon pod."""
-    return {
-        p["spec"]["nodeName"]: (p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION, "")
-        for p in daemon_pods
-        if p["spec"].get("nodeName") and pod_ready(p)
-    }
+def _generation(pod: Object) -> str | None:
+    return (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
 def _phase_message(status: dict[str, Any]) -> str:

@@ -36,6 +36,8 @@ WeightFallback = Literal["disk", "error"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]
+FailoverSignal = Literal["PodDeleted", "PodGone", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
+                         "ReadinessFailed"]  # fmt: skip
 
 FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
@@ -207,6 +209,23 @@ class EngineRollout(ApiModel):
     )
 
 
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+
+class Dra(ApiModel):
+    """How the daemon's GPUs are claimed with ``gpuAccess: dra`` (resource.k8s.io/v1). Each daemon
+    pod gets a ResourceClaim from a template; the node's engines reference that very claim, so
+    they are given the devices that hold the weights."""
+
+    device_class_name: str = Field(
+        default="gpu.nvidia.com",
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="The DeviceClass the daemon's claim requests (ranks per node devices of it).",
+    )
+
+
 class Engine(ApiModel):
     """Engine pods: per replica one active engine behind the Service and hot standbys that map
     the same weights (KV-cache memory, not a second copy of the model)."""
@@ -220,6 +239,7 @@ class Engine(ApiModel):
         description="visibleDevices: engines request no GPUs and get the daemon's GPU UUIDs; "
         "dra: a ResourceClaim shared with the daemon.",
     )
+    dra: Dra | None = Field(default=None, description="Used with gpuAccess dra; its defaults apply when unset.")
     weight_fallback: WeightFallback = Field(
         default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
     )
@@ -334,6 +354,25 @@ class RolloutStatus(ApiModel):
     finished_at: datetime | None = None
 
 
+class FailoverStatus(ApiModel):
+    """The latest failover: which engine failed, how the operator learned it, which standby took
+    over and how fast. Detection runs from the failure's timestamp as the API server shows it
+    (deletion requested, container finished, condition or node condition transition; one-second
+    resolution) to the operator's pass noticing it; promotion from noticing to the relabel
+    being patched."""
+
+    time: datetime = Field(description="When the operator noticed the failure.")
+    replica: int = Field(ge=0)
+    from_: str | None = Field(default=None, alias="from", description="The failed active engine pod.")
+    from_node: str | None = None
+    to: str = Field(description="The standby promoted to active.")
+    to_node: str | None = None
+    signal: FailoverSignal | None = None
+    reason: str | None = Field(default=None, max_length=1024)
+    detection_ms: float | None = Field(default=None, ge=0)
+    promotion_ms: float = Field(ge=0)
+
+
 class WeightCacheStatus(ApiModel):
     """Written only by the operator, through the status subresource.
 
@@ -360,6 +399,7 @@ class WeightCacheStatus(ApiModel):
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)
     model: str | None = Field(default=None, description="The model source and revision, in one line.")
+    last_failover: FailoverStatus | None = None
 
 
 class WeightCache(ApiModel):

@@ -14,18 +14,13 @@ from typing import Any
 
 from weightcache.daemon_report import DaemonReport
 
-from .render.layout import REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
+from .engine_units import pod_ready, units
+from .render.layout import SLOT_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
 from .spec import WeightCache
 
+__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "pod_ready"]
+
 Pod = dict[str, Any]
-
-
-def pod_ready(pod: Pod) -> bool:
-    """Ready condition True and not being deleted (a terminating pod serves no new work)."""
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        return False
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def daemon_pod_current(pod: Pod, spec_hash: str) -> bool:
@@ -54,6 +49,8 @@ class Observed:
     """Validation messages; non-empty means the spec is not run at all."""
     daemon_reports: dict[str, DaemonReport | str] = field(default_factory=dict)
     """Daemon pod name → its status endpoint's report, or why it could not be read."""
+    stranded: list[str] = field(default_factory=list)
+    """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
 
 
 def aggregate(
@@ -85,7 +82,6 @@ def aggregate(
     if observed.problems:
         return invalid_status(generation, observed.problems, now, previous, base)
 
-    ranks = local_ranks(cache)
     nodes = []
     ready_nodes = 0
     for pod in sorted(observed.daemon_pods, key=lambda p: p.get("spec", {}).get("nodeName") or ""):
@@ -94,6 +90,8 @@ def aggregate(
             continue
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
+        slot = (pod["metadata"].get("labels") or {}).get(SLOT_LABEL, "0")
+        ranks = local_ranks(cache, int(slot) if slot.isdigit() else 0)
         nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current,
                                  observed.daemon_reports.get(pod["metadata"]["name"])))  # fmt: skip
 
@@ -102,11 +100,12 @@ def aggregate(
     engines = []
     active_ready = standby_ready = 0
     for replica in range(replicas):
-        mine = [p for p in observed.engine_pods if (p["metadata"].get("labels") or {}).get(REPLICA_LABEL) == str(replica)]
-        actives = sorted(p["metadata"]["name"] for p in mine if _role(p) == "active" and not _deleting(p))
-        standbys = sorted(p["metadata"]["name"] for p in mine if _role(p) == "standby" and not _deleting(p))
-        active_ready += min(1, sum(pod_ready(p) for p in mine if _role(p) == "active"))
-        standby_ready += min(standbys_per, sum(pod_ready(p) for p in mine if _role(p) == "standby"))
+        # An engine is a unit: one pod, or with parallelism.nodes > 1 a group named by its leader.
+        mine = [u for u in units(observed.engine_pods, cache.spec.parallelism.nodes) if u.replica == str(replica)]
+        actives = sorted(u.name for u in mine if u.role == "active" and not u.deleting)
+        standbys = sorted(u.name for u in mine if u.role == "standby" and not u.deleting)
+        active_ready += min(1, sum(u.ready for u in mine if u.role == "active"))
+        standby_ready += min(standbys_per, sum(u.ready for u in mine if u.role == "standby"))
         engines.append({"replica": replica, "active": actives[0] if actives else None, "standbys": standbys})
 
     desired = observed.desired_nodes
@@ -126,7 +125,7 @@ def aggregate(
         f"{active_ready}/{replicas} active and {standby_ready}/{replicas * standbys_per} standby engines ready"
     )
 
-    if looping:
+    if looping or observed.stranded:
         phase = "Degraded"
     elif daemons_ok and engines_ok:
         phase = "Ready"
@@ -153,14 +152,19 @@ def aggregate(
                 "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
                 f"daemons: {daemons_msg}; engines: {engines_msg}",
             ),
-            condition(
-                "Degraded",
-                bool(looping),
-                "CrashLoop" if looping else "Healthy",
-                f"crash-looping containers: {', '.join(looping)}" if looping else "no container is crash-looping",
-            ),
+            condition("Degraded", bool(looping or observed.stranded), *_degraded(looping, observed.stranded)),
         ],
     }
+
+
+def _degraded(looping: list[str], stranded: list[str]) -> tuple[str, str]:
+    """Reason and message of the Degraded condition: a failover that found no Ready standby
+    first (it is what a user of the Service notices), then crash loops."""
+    if stranded:
+        return "NoReadyStandby", "; ".join(stranded)
+    if looping:
+        return "CrashLoop", f"crash-looping containers: {', '.join(looping)}"
+    return "Healthy", "no container is crash-looping and every failed active had a standby"
 
 
 def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None) -> dict[str, Any]:
@@ -206,14 +210,6 @@ def invalid_status(
                            "observedGeneration": generation})  # fmt: skip
     return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "conditions": conditions,
             "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
-
-
-def _role(pod: Pod) -> str | None:
-    return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
-
-
-def _deleting(pod: Pod) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
 
 
 def _stamp(now: datetime) -> str:

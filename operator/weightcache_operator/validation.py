@@ -33,13 +33,15 @@ def problems(cache: WeightCache) -> list[str]:
     found: list[str] = []
     if spec.daemon.backend not in KNOWN_BACKENDS:
         found.append(f"spec.daemon.backend {spec.daemon.backend!r} is unknown; use one of {sorted(KNOWN_BACKENDS)}")
-    if spec.parallelism.nodes > 1:
-        found.append(
-            f"spec.parallelism.nodes is {spec.parallelism.nodes}: engines spanning several nodes are not supported "
-            "by this operator yet; use nodes: 1 (every selected node then holds all ranks)"
-        )
     per_node = spec.parallelism.ranks_per_node
-    if spec.daemon.backend in GPU_BACKENDS:
+    if spec.engine.gpu_access == "dra":
+        if any(GPU_RESOURCE in ((spec.daemon.resources or {}).get(k) or {}) for k in ("limits", "requests")):
+            found.append(
+                f"spec.daemon.resources asks for {GPU_RESOURCE}, but with spec.engine.gpuAccess dra the daemon's GPUs "
+                f"come from a ResourceClaim ({per_node} devices of spec.engine.dra.deviceClassName); "
+                f"remove {GPU_RESOURCE} from spec.daemon.resources"
+            )
+    elif spec.daemon.backend in GPU_BACKENDS:
         for kind in ("limits", "requests"):
             asked = ((spec.daemon.resources or {}).get(kind) or {}).get(GPU_RESOURCE)
             if asked is not None and _count(asked) < per_node:

@@ -43,6 +43,20 @@ def test_sample_is_stored_with_the_models_defaults(
     assert stored["spec"]["parallelism"] == {"tensor": 2, "pipeline": 1, "nodes": 1}
 
 
+def test_gpu_sample_is_accepted_as_written(
+    cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str
+) -> None:
+    """The README's GPU variant passes the API server's schema and CEL rules, and its stored
+    form parses back into the same model (the e2e cluster has no GPUs to run it on)."""
+    path = SAMPLE_PATH.with_name("weightcache-gpu.yaml")
+    cluster.apply(path.read_text(), namespace=namespace)
+    stored = kube.get(f"{collection(namespace)}/qwen3-fp8")
+    parsed = WeightCache.model_validate(stored)
+    assert stored["spec"] == parsed.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert stored["spec"]["daemon"]["backend"] == "cuda-vmm"
+    assert stored["spec"]["model"]["quantization"] == {"method": "fp8", "weightBlockSize": [128, 128]}
+
+
 def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str) -> None:
     cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
     header = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()[0].split()

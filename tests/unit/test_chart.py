@@ -30,7 +30,8 @@ NAMESPACED_RULES = [
     {"apiGroups": ["weightcache.io"], "resources": ["weightcaches/status"], "verbs": ["patch"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "create", "patch", "delete"]},
+    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["get", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
@@ -40,7 +41,7 @@ NAMESPACED_RULES = [
 def cluster_rules(release: str) -> list[Object]:
     """What only a ClusterRole can grant; writes to the peering are limited to the release's object."""
     return [
-        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "resourceNames": [f"{release}-operator"],
          "verbs": ["get", "patch"]},

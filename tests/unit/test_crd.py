@@ -113,6 +113,7 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.standbysPerReplica": 0,
     ".spec.engine.port": 8000,
     ".spec.engine.gpuAccess": "visibleDevices",
+    ".spec.engine.dra.deviceClassName": "gpu.nvidia.com",
     ".spec.engine.weightFallback": "disk",
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
     ".spec.engine.rollout.readyDeadlineSeconds": 600,

@@ -18,6 +18,7 @@ from weightcache_operator.render import (
     engine_template_hash,
     local_ranks,
 )
+from weightcache_operator.render.dra import claim_template, daemon_claim, engine_claim_current
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.status import Observed, aggregate
 from weightcache_operator.validation import parse
@@ -221,6 +222,65 @@ def test_daemonset_is_replaced_by_the_operator_only() -> None:
     assert daemon_daemonset(make())["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+@pytest.mark.parametrize("backend", ["cuda-vmm", "cuda-ipc", "cpu-shm"])
+@pytest.mark.parametrize("access", ["visibleDevices", "dra"])
+def test_gpu_access_modes_for_each_backend(backend: str, access: str) -> None:
+    """visibleDevices: the daemon requests nvidia.com/gpu and engines see every device; dra: the
+    daemon claims devices from a template and engines share that very claim; cpu-shm: no GPUs."""
+    body = copy.deepcopy(BASE)
+    body["spec"]["daemon"]["backend"] = backend
+    body["spec"]["engine"]["gpuAccess"] = access
+    cache, problems = parse(body)
+    if backend == "cpu-shm" and access == "dra":
+        assert cache is None and any("needs a GPU daemon backend" in p for p in problems), problems
+        return
+    assert cache is not None and not problems, problems
+    ds = daemon_daemonset(cache)
+    pod_spec = ds["spec"]["template"]["spec"]
+    daemon = container(ds, "daemon")
+    claim = "tiny-daemon-abcde-gpus-x7"
+    engine = engine_pod(cache, 0, "active", ["node-1"], claim=claim if access == "dra" else None)
+    main = container(engine, "engine")
+    if access == "dra":
+        template = claim_template(cache)
+        assert template["apiVersion"] == "resource.k8s.io/v1" and template["kind"] == "ResourceClaimTemplate"
+        assert template["metadata"]["name"] == "tiny-gpus" and template["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert template["spec"]["spec"]["devices"]["requests"] == [
+            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]  # fmt: skip
+        assert pod_spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "tiny-gpus"}]
+        assert daemon["resources"] == {"claims": [{"name": "gpus"}]}, "no nvidia.com/gpu next to a claim"
+        assert "resources" not in container(ds, "keeper") if backend == "cuda-vmm" else True
+        assert engine["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": claim}]
+        assert main["resources"] == {"claims": [{"name": "gpus"}]}
+        assert engine["metadata"]["annotations"]["weightcache.io/resource-claim"] == claim
+        assert "NVIDIA_VISIBLE_DEVICES" not in env_of(main), "the claim's devices are the engine's devices"
+        with pytest.raises(ValueError, match="ResourceClaim"):
+            engine_pod(cache, 0, "active")
+    else:
+        assert "resourceClaims" not in pod_spec and "resourceClaims" not in engine["spec"]
+        assert "resources" not in main and "weightcache.io/resource-claim" not in engine["metadata"]["annotations"]
+        gpus = daemon.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        assert gpus == (None if backend == "cpu-shm" else "2")
+        assert ("NVIDIA_VISIBLE_DEVICES" in env_of(main)) is (backend != "cpu-shm")
+
+
+def test_dra_device_class_and_claim_currency() -> None:
+    cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra",
+                    "engine.dra": {"deviceClassName": "h200.gpu.example.com"}, "parallelism.tensor": 4})  # fmt: skip
+    request = claim_template(cache)["spec"]["spec"]["devices"]["requests"][0]
+    assert request["exactly"]["deviceClassName"] == "h200.gpu.example.com" and request["exactly"]["count"] == 4
+    daemon = {"metadata": {}, "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "c-1"}]}}
+    assert daemon_claim(daemon) == "c-1" and daemon_claim({"metadata": {}, "status": {}}) is None
+    engine = engine_pod(cache, 0, "active", ["n"], claim="c-1")
+    assert engine_claim_current(engine, daemon)
+    assert not engine_claim_current(engine_pod(cache, 0, "active", ["n"], claim="c-0"), daemon), "replaced daemon"
+    assert not engine_claim_current(engine, None)
+    assert engine_claim_current(engine_pod(make(), 0, "active"), None), "visibleDevices depends on no claim"
+    body = copy.deepcopy(BASE)
+    body["spec"]["engine"]["dra"] = {"deviceClassName": "Not_A_Name"}
+    assert parse(body)[0] is None
+
+
 # --- validation --------------------------------------------------------------------------------
 
 
@@ -229,7 +289,8 @@ def test_daemonset_is_replaced_by_the_operator_only() -> None:
     [
         ({"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "daemon.resources": {"limits": {"nvidia.com/gpu": 2}}},
          "GPUs per node must be ≥ ranks per node"),
-        ({"parallelism.nodes": 2}, "nodes is 2"),
+        ({"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra",
+          "daemon.resources": {"requests": {"nvidia.com/gpu": 2}}}, "remove nvidia.com/gpu"),
         ({"daemon.resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
         ({"model.quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
         ({"engine.template": {"spec": {"containers": [{"image": "x"}]}}}, "containers[0] needs a name"),
@@ -308,10 +369,10 @@ def test_status_pending_degraded_and_invalid() -> None:
     looping = fake_pod("tiny-daemon-x", False, waiting="CrashLoopBackOff")
     status = aggregate(cache, Observed([looping], [], 1), NOW)
     assert status["phase"] == "Degraded" and conditions(status)["Degraded"] == ("True", "CrashLoop")
-    invalid = aggregate(cache, Observed(problems=["spec.parallelism.nodes is 2: ..."]), NOW)
+    invalid = aggregate(cache, Observed(problems=["spec.model.quantization.weightBlockSize [64, 64] ..."]), NOW)
     assert invalid["phase"] == "Failed"
     degraded = next(c for c in invalid["conditions"] if c["type"] == "Degraded")
-    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec" and "nodes is 2" in degraded["message"]
+    assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec" and "[64, 64]" in degraded["message"]
 
 
 def test_terminating_or_unready_engines_are_not_counted() -> None:
@@ -360,3 +421,25 @@ def test_operator_priority_from_environment() -> None:
     uid = "0b6f0e7e-8a3c-4f59-9d7d-5c3f3c1d2e10"
     assert _priority(uid) == _priority(uid) and _priority(uid) != _priority(uid[::-1])
     assert 1 <= _priority("") <= 1_000_000
+
+
+def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> None:
+    from collections import Counter
+
+    from weightcache_operator.reconcile import Reconciler
+
+    cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra"})
+
+    def daemon(node: str, claim: str | None) -> dict[str, Any]:
+        claims = [{"name": "gpus", "resourceClaimName": claim}] if claim else []
+        return {"metadata": {"name": f"d-{node}"}, "spec": {"nodeName": node}, "status": {"resourceClaimStatuses": claims}}
+
+    choose = Reconciler(api=None)._new_engine  # type: ignore[arg-type]  # picks; talks to no API server
+    ready = {"node-1": daemon("node-1", "c-1"), "node-2": daemon("node-2", "c-2"), "node-3": daemon("node-3", None)}
+    load: Counter[str | None] = Counter({"node-1": 2})
+    first = choose(cache, 0, "active", ready, load)
+    second = choose(cache, 0, "standby", ready, load)
+    assert first is not None and second is not None
+    assert first["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-2"}]
+    assert second["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-2"}], "node-1 runs 2, node-2 1"
+    assert choose(cache, 0, "active", {"node-3": ready["node-3"]}, Counter()) is None, "no claim yet: wait"

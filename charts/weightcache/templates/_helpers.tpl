@@ -57,8 +57,14 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [""]
   resources: [pods/status]
   verbs: [patch]
+# One DaemonSet per node slot (parallelism.nodes > 1); stale slots are listed and deleted.
 - apiGroups: [apps]
   resources: [daemonsets]
+  verbs: [get, list, create, patch, delete]
+# gpuAccess dra: the template each daemon pod's ResourceClaim is made from. Engines reference the
+# generated claims by name, which needs no right on the claims themselves.
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
   verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
@@ -70,10 +76,11 @@ runs the operator with exactly these rules and shows it fails without each group
 {{- end -}}
 
 {{- define "weightcache.clusterRules" -}}
-# The finalizer force-deletes pods only on nodes that are gone or NotReady.
+# Failover watches node readiness; the finalizer force-deletes pods only on nodes that are gone
+# or NotReady; with parallelism.nodes > 1 node names and labels decide which node holds which ranks.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [list]
+  verbs: [list, watch]
 # kopf: peering between replicas, and noticing CRDs come and go. Writes only to this release's
 # peering object, so one release's operators cannot pause another's.
 - apiGroups: [kopf.dev]

@@ -39,8 +39,12 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("model", str, None, "checkpoint directory (Hugging Face layout)", ()),
     ("host", str, "127.0.0.1", "HTTP listen address (rank 0)", ()),
     ("port", int, 8000, "HTTP port (rank 0)", ()),
-    ("tp-size", int, 1, "tensor-parallel size: number of rank processes", ()),
-    ("dist-addr", str, None, "host:port where rank 0 hosts the rendezvous (default: a free local port)", ()),
+    ("tp-size", int, 1, "tensor-parallel size: number of rank processes (on all nodes together)", ()),
+    ("nnodes", int, 1, "nodes the engine spans; each runs tp-size / nnodes ranks under its own launcher", ()),
+    ("node-rank", int, 0, "this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; "
+                          "node 0 runs rank 0, which serves HTTP", ()),
+    ("dist-addr", str, None, "host:port where rank 0 hosts the rendezvous (default: a free local port; "
+                             "required with --nnodes > 1: node 0's address, reachable from the other nodes)", ()),
     ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer while serving before the engine fails", ()),
     ("startup-timeout", float, 1800.0, "seconds ranks may wait for each other at start-up (rendezvous, loading)", ()),
     ("weight-cache-mode", str, "off", "off (disk), client (map from a running daemon) or daemon (spawn daemons)", ()),
@@ -94,6 +98,12 @@ def run(args: argparse.Namespace) -> int:
     from .config import ModelConfig
 
     ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size)  # fail before starting anything
+    from .launcher import local_ranks
+
+    local_ranks(args.tp_size, args.nnodes, args.node_rank)  # a bad node layout fails here, by name
+    if args.nnodes > 1 and not args.dist_addr:
+        raise WeightCacheError("--nnodes > 1 needs --dist-addr (or WEIGHTCACHE_ENGINE_DIST_ADDR): the host:port of "
+                               "node 0's rendezvous, which every node's ranks dial")
     if _source(args).device == "cuda":
         import torch
 
@@ -143,11 +153,14 @@ def _source(args: argparse.Namespace) -> Any:
 def _launch(args: argparse.Namespace) -> int:
     from .launcher import free_port, launch
 
+    from .launcher import local_ranks
+
     source = _source(args)  # validates the mode's arguments before anything starts
+    ranks = local_ranks(args.tp_size, args.nnodes, args.node_rank)
     overrides: dict[str, Any] = {"dist-addr": args.dist_addr or f"127.0.0.1:{free_port()}"}
     if source.mode == "daemon":
         from .weights import ensure_daemons
 
-        done = ensure_daemons(source, list(range(args.tp_size)), args.tp_size)
+        done = ensure_daemons(source, ranks, args.tp_size)
         log.info("daemons", extra={"fields": {k: v for k, v in done.items() if v is not None}})
-    return launch(_rank_argv(args, overrides), args.tp_size, gpus=source.device == "cuda")
+    return launch(_rank_argv(args, overrides), args.tp_size, gpus=source.device == "cuda", ranks=ranks)

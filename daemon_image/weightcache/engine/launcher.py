@@ -1,10 +1,16 @@
-"""``weightcache engine --tp-size N``: one process per rank, supervised as a unit.
+"""``weightcache engine --tp-size N``: one process per local rank, supervised as a unit.
 
 Ranks of one engine are useless apart. The launcher starts them (rank 0 serves HTTP), forwards
 SIGTERM to rank 0 only — rank 0 drains, then tells the other ranks to stop — and watches every
 child: if any rank exits non-zero, the rest are killed at once and the launcher exits non-zero,
 so a supervisor (kubelet, systemd, a test) sees the failure instead of a half-dead engine. The
 children get PR_SET_PDEATHSIG, so a launcher killed outright does not leave ranks behind.
+
+An engine spanning nodes (``--nnodes N --node-rank k``) has one launcher per node, each starting
+only its node's ranks ``[k·rpn, (k+1)·rpn)`` (``local_ranks``); all of them meet at the rendezvous
+that node 0's rank 0 hosts (``--dist-addr``). A launcher without rank 0 cannot drain anything:
+on SIGTERM it waits up to ``FOLLOWER_GRACE_S`` for its ranks to be told to stop by rank 0 (the
+whole engine is going), then kills them.
 """
 
 from __future__ import annotations
@@ -46,35 +52,53 @@ def rank_gpus(tp_size: int, visible: str | None) -> list[str]:
     return devices[:tp_size]
 
 
-def launch(rank_argv: list[str], tp_size: int, gpus: bool = False) -> int:
-    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every rank; returns the engine's exit code.
+def local_ranks(tp_size: int, nnodes: int = 1, node_rank: int = 0) -> list[int]:
+    """The global ranks node ``node_rank`` of ``nnodes`` runs: ``[k·rpn, (k+1)·rpn)``, the same
+    mapping the operator uses to decide which daemon holds which ranks."""
+    if nnodes < 1 or tp_size % nnodes:
+        raise WeightCacheError(f"--tp-size {tp_size} must be a multiple of --nnodes {nnodes}")
+    if not 0 <= node_rank < nnodes:
+        raise WeightCacheError(f"--node-rank {node_rank} must be in [0, --nnodes {nnodes})")
+    per_node = tp_size // nnodes
+    return list(range(node_rank * per_node, (node_rank + 1) * per_node))
 
-    With ``gpus``, rank r runs with CUDA_VISIBLE_DEVICES set to its own GPU only, so every rank
-    computes on its device 0 and nccl sees one distinct GPU per rank.
+
+def launch(rank_argv: list[str], tp_size: int, gpus: bool = False, ranks: list[int] | None = None) -> int:
+    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every local rank (``ranks``, default
+    all ``tp_size``); returns the engine's exit code.
+
+    With ``gpus``, each rank runs with CUDA_VISIBLE_DEVICES set to its own GPU only (the i-th
+    local rank gets the i-th visible GPU), so every rank computes on its device 0 and nccl sees
+    one distinct GPU per rank.
     """
-    devices = rank_gpus(tp_size, os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else []
+    ranks = list(range(tp_size)) if ranks is None else ranks
+    devices = rank_gpus(len(ranks), os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else []
     children: dict[int, subprocess.Popen[bytes]] = {}
-    for rank in range(tp_size):
+    for i, rank in enumerate(ranks):
         argv = [sys.executable, "-m", "weightcache", "engine", *rank_argv, "--tp-rank", str(rank)]
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[rank]} if gpus else None
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[i]} if gpus else None
         children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, env=env)
-    log.info("ranks started", extra={"fields": {"pids": ",".join(str(c.pid) for c in children.values())}})
+    log.info("ranks started", extra={"fields": {"ranks": ",".join(map(str, ranks)),
+                                                "pids": ",".join(str(c.pid) for c in children.values())}})  # fmt: skip
 
-    terminating = False
+    leads = 0 in children
+    terminating_at: float | None = None
 
     def on_term(signum: int, _frame: object) -> None:
-        nonlocal terminating
-        terminating = True
-        if children[0].poll() is None:
+        nonlocal terminating_at
+        terminating_at = terminating_at or time.monotonic()
+        if leads and children[0].poll() is None:
             children[0].send_signal(signal.SIGTERM)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
     leader_exit_at: float | None = None
     while True:
+        terminating = terminating_at is not None
         for rank, child in children.items():
             code = child.poll()
-            if code is not None and code != 0 and rank != 0 and terminating and children[0].returncode == 0:
+            leader_done = not leads or children[0].returncode == 0
+            if code is not None and code != 0 and rank != 0 and terminating and leader_done:
                 continue  # rank 0 drained and left first; a follower that noticed before its stop is fine
             if code is not None and code != 0:
                 log.error("rank exited; stopping the engine",
@@ -83,7 +107,11 @@ def launch(rank_argv: list[str], tp_size: int, gpus: bool = False) -> int:
                 return code if code > 0 else 128 - code
         if all(c.poll() is not None for c in children.values()):
             return 0
-        if children[0].poll() is not None:  # rank 0 finished cleanly: followers must follow shortly
+        if not leads and terminating_at is not None and time.monotonic() - terminating_at > FOLLOWER_GRACE_S:
+            log.warning("rank 0 never told this node's ranks to stop; killing them")
+            _kill_all(children)
+            return 0
+        if leads and children[0].poll() is not None:  # rank 0 finished cleanly: followers must follow shortly
             leader_exit_at = leader_exit_at or time.monotonic()
             if time.monotonic() - leader_exit_at > FOLLOWER_GRACE_S:
                 log.error("ranks still running after rank 0 exited; killing them")

@@ -1,4 +1,10 @@
-"""The per-cache daemon DaemonSet: one pod per selected node holding that node's ranks."""
+"""The daemon DaemonSets: one pod per selected node holding that node's ranks.
+
+``nodes = 1``: one DaemonSet ``<name>-daemon`` over the placement; every node holds all ranks.
+``nodes > 1``: one DaemonSet ``<name>-daemon-<slot>`` per node slot, pinned (node affinity) to
+the nodes ``topology.assign_slots`` gave that slot, each holding only its slot's ranks — a single
+pod template cannot differ per node, so the slot's ranks must live in the template itself.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,9 @@ import copy
 from typing import Any
 
 from ..spec import WeightCache
+from .dra import container_claims, daemon_claim_fields, uses_dra
 from .layout import (
+    SLOT_LABEL,
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
     SPEC_HASH_LABEL,
@@ -17,6 +25,7 @@ from .layout import (
     local_ranks,
     model_args,
     model_volume,
+    pin_to_nodes,
     placement_fields,
     rank_range,
     socket_volume,
@@ -31,13 +40,25 @@ CLI = ["python", "-m", "weightcache"]
 e2e cluster, whose process kubelet runs commands from the test environment."""
 
 
-def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
-    """Renders the DaemonSet for ``cache`` (nodes = 1: every selected node holds all ranks)."""
+def daemon_daemonsets(cache: WeightCache, slots: list[list[str]]) -> list[dict[str, Any]]:
+    """Every daemon DaemonSet ``cache`` needs; ``slots[k]`` are the nodes assigned slot ``k``
+    (ignored with ``nodes = 1``). A slot without nodes gets no DaemonSet: nothing may run it."""
+    if cache.spec.parallelism.nodes == 1:
+        return [daemon_daemonset(cache)]
+    return [daemon_daemonset(cache, k, nodes) for k, nodes in enumerate(slots) if nodes]
+
+
+def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[str] | None = None) -> dict[str, Any]:
+    """The DaemonSet for ``cache``; with ``slot``, the one holding that slot's ranks on ``nodes``."""
     ref = CacheRef.of(cache)
     spec = cache.spec
-    ranks = local_ranks(cache)
+    ranks = local_ranks(cache, slot or 0)
     spec_hash = daemon_spec_hash(cache)
     labels = ref.labels("daemon")
+    name = ref.daemon_name
+    if slot is not None:
+        labels[SLOT_LABEL] = str(slot)
+        name = f"{ref.daemon_name}-{slot}"
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref)
     gpu = spec.daemon.backend in GPU_BACKENDS
@@ -94,6 +115,10 @@ def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
         "containers": containers,
         "volumes": [model_vol, sock_vol],
     }
+    if uses_dra(cache):
+        pod_spec["resourceClaims"] = daemon_claim_fields(cache)
+    if slot is not None:
+        pin_to_nodes(pod_spec, nodes or [])
     if spec.daemon.backend == "cuda-ipc":
         # Legacy CUDA IPC handles open only across shared PID and IPC namespaces.
         pod_spec["hostIPC"] = True
@@ -103,17 +128,20 @@ def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
         "metadata": {
-            "name": ref.daemon_name,
+            "name": name,
             "namespace": ref.namespace,
             "labels": labels,
             "annotations": {SPEC_HASH_ANNOTATION: spec_hash},
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": {
-            "selector": {"matchLabels": {k: labels[k] for k in ("weightcache.io/cache", "weightcache.io/component")}},
-            # The operator replaces daemon pods itself, node by node after draining the node's
-            # engines (rollout.py): the DaemonSet controller would not wait for the drain.
-            "updateStrategy": {"type": "OnDelete"},
+            "selector": {"matchLabels": {k: labels[k] for k in ("weightcache.io/cache", "weightcache.io/component",
+                                                                 SLOT_LABEL) if k in labels}},
+            # nodes = 1: the operator replaces daemon pods itself, node by node after draining the
+            # node's engines (rollout.py); the DaemonSet controller would not wait for the drain.
+            # Slot DaemonSets (engine groups) still roll by themselves.
+            "updateStrategy": {"type": "OnDelete"} if cache.spec.parallelism.nodes == 1
+            else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
                 "metadata": {
                     "labels": {**labels, SPEC_HASH_LABEL: spec_hash},
@@ -126,9 +154,12 @@ def daemon_daemonset(cache: WeightCache) -> dict[str, Any]:
 
 
 def _daemon_resources(cache: WeightCache) -> dict[str, Any]:
-    """The user's resources plus ``nvidia.com/gpu`` = ranks per node on GPU backends."""
+    """The user's resources plus ``nvidia.com/gpu`` = ranks per node on GPU backends, or with
+    ``gpuAccess: dra`` the claim from ``claim_template_name`` (ranks per node devices) instead."""
     resources = copy.deepcopy(cache.spec.daemon.resources or {})
-    if cache.spec.daemon.backend in GPU_BACKENDS:
+    if uses_dra(cache):
+        resources["claims"] = container_claims()
+    elif cache.spec.daemon.backend in GPU_BACKENDS:
         gpus = str(cache.spec.parallelism.ranks_per_node)
         # An explicit, larger count is kept; a smaller one is refused by validation first.
         resources.setdefault("limits", {}).setdefault(GPU_RESOURCE, gpus)

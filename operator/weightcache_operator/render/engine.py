@@ -9,12 +9,17 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..spec import WeightCache
 from .daemon import GPU_BACKENDS
+from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
+    CLAIM_ANNOTATION,
+    GROUP_LABEL,
     MODEL_MOUNT,
+    NODE_RANK_LABEL,
     READY_GATE,
     REPLICA_LABEL,
     ROLE_LABEL,
@@ -25,6 +30,7 @@ from .layout import (
     CacheRef,
     daemon_spec_hash,
     model_volume,
+    pin_to_nodes,
     placement_fields,
     socket_volume,
 )
@@ -32,32 +38,60 @@ from .layout import (
 Role = Literal["active", "standby"]
 
 
-def engine_pod(cache: WeightCache, replica: int, role: Role, nodes: list[str] | None = None) -> dict[str, Any]:
+def engine_template_hash(cache: WeightCache) -> str:
+    """The engine version, for rollouts: a digest of everything an engine pod is rendered from
+    except what differs between pods of one version (replica, role, nodes, claim, group) and
+    what only says how to roll (replicas, standbys, rollout settings). It covers the daemon spec
+    hash too (engines map those weights), so a generation change is also a new version."""
+    engine = cache.spec.engine.model_dump(
+        by_alias=True, mode="json", exclude={"replicas", "standbys_per_replica", "rollout"}
+    )
+    canonical = json.dumps({"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True,
+                           separators=(",", ":"))  # fmt: skip
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+DIST_PORT = 29500
+"""The first port a multi-node engine's leader hosts the rendezvous of its ranks on. Each group of
+a cache gets its own (``Member.port``): torch's rendezvous store listens on every address, so two
+leaders sharing a network namespace (host network, the test kubelet) would collide on one port."""
+DIST_PORT_ANNOTATION = "weightcache.io/dist-port"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One pod of an engine spanning ``parallelism.nodes`` nodes: which group, which node slot
+    (``node_rank``; 0 is the leader, which serves HTTP) and, for the others, the leader's pod IP."""
+
+    group: str
+    node_rank: int
+    leader_ip: str | None = None
+    port: int = DIST_PORT
+
+
+def engine_pod(
+    cache: WeightCache,
+    replica: int,
+    role: Role,
+    nodes: list[str] | None = None,
+    *,
+    claim: str | None = None,
+    member: Member | None = None,
+) -> dict[str, Any]:
     """One engine pod for ``replica`` in ``role``; named by the API server (generateName), so a
     replacement can be created while its predecessor is still terminating.
 
     ``nodes``: the nodes whose daemons are ready now; the pod is pinned to them so it never
     starts (and, with fallback disk, silently loads from disk) where no daemon holds the weights.
+    ``claim`` (``gpuAccess: dra``): the ResourceClaim of the daemon the engine shares devices with.
+    ``member`` (``parallelism.nodes > 1``): the pod's place in its engine group.
 
     Labelled with ``engine_template_hash`` (its version, for rollouts) and the daemon spec hash
     (its generation, which the Service selects)."""
-    pod = _render(cache, replica, role, nodes)
-    pod["metadata"]["labels"][ENGINE_HASH_LABEL] = engine_template_hash(cache)
-    return pod
-
-
-def engine_template_hash(cache: WeightCache) -> str:
-    """A digest of the engine pod as rendered without what differs between pods of one version
-    (replica, role, the nodes it is pinned to): a change to it is an engine rollout. It covers
-    the daemon spec hash too (the pod carries it), so a generation change is also a new version."""
-    pod = _render(cache, 0, "active", None)
-    for label in (REPLICA_LABEL, ROLE_LABEL):
-        del pod["metadata"]["labels"][label]
-    canonical = json.dumps(pod, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
-
-
-def _render(cache: WeightCache, replica: int, role: Role, nodes: list[str] | None) -> dict[str, Any]:
+    if uses_dra(cache) and claim is None:
+        raise ValueError("gpuAccess dra: an engine pod needs its daemon's ResourceClaim (claim=...)")
+    if (cache.spec.parallelism.nodes > 1) != (member is not None):
+        raise ValueError("an engine pod needs member=... exactly when parallelism.nodes > 1")
+    if member is not None and member.node_rank > 0 and not member.leader_ip:
+        raise ValueError("a follower engine pod needs its leader's pod IP")
     ref = CacheRef.of(cache)
     spec = cache.spec
     template = spec.engine.template
@@ -70,23 +104,40 @@ def _render(cache: WeightCache, replica: int, role: Role, nodes: list[str] | Non
         REPLICA_LABEL: str(replica),
         ROLE_LABEL: role,
         SPEC_HASH_LABEL: daemon_spec_hash(cache),
+        ENGINE_HASH_LABEL: engine_template_hash(cache),
     }
     annotations = {**(meta.get("annotations") or {}), SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
+    if claim is not None:
+        annotations[CLAIM_ANNOTATION] = claim
+    if member is not None:
+        labels[GROUP_LABEL] = member.group
+        labels[NODE_RANK_LABEL] = str(member.node_rank)
+        annotations[DIST_PORT_ANNOTATION] = str(member.port)
 
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref)
-    env = _client_env(cache, ref)
+    env = _client_env(cache, ref) + _member_env(cache, member)
     for container in pod_spec["containers"]:
         names = {e.get("name") for e in container.get("env", [])}
         container["env"] = [*(copy.deepcopy(e) for e in env if e["name"] not in names), *container.get("env", [])]
         mounts = [m for m in container.get("volumeMounts", []) if m.get("name") not in ("model", sock_mount["name"])]
         container["volumeMounts"] = [*mounts, dict(model_mount), dict(sock_mount)]
+        if claim is not None:
+            resources = container.setdefault("resources", {})
+            resources["claims"] = [*(c for c in resources.get("claims", []) if c.get("name") != CLAIM_NAME),
+                                   *container_claims()]  # fmt: skip
     main = pod_spec["containers"][0]
-    main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
-    main.setdefault(
-        "readinessProbe",
-        {"httpGet": {"path": "/ready", "port": spec.engine.port}, "periodSeconds": 1, "failureThreshold": 2},
-    )
+    if member is None or member.node_rank == 0:
+        main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
+        main.setdefault(
+            "readinessProbe",
+            {"httpGet": {"path": "/ready", "port": spec.engine.port}, "periodSeconds": 1, "failureThreshold": 2},
+        )
+    else:
+        # A follower serves no HTTP: its ranks mirror the leader's steps. The group is Ready when
+        # the leader is, whose /ready waits for every rank (remote ones included) to load and warm up.
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            main.pop(probe, None)
 
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in ("model", sock_vol["name"])]
     pod_spec["volumes"] = [*volumes, model_vol, sock_vol]
@@ -95,14 +146,24 @@ def _render(cache: WeightCache, replica: int, role: Role, nodes: list[str] | Non
     for key, value in placement_fields(cache).items():
         pod_spec.setdefault(key, copy.deepcopy(value))
     if nodes is not None:
-        _pin_to_nodes(pod_spec, nodes)
+        pin_to_nodes(pod_spec, nodes)
+    if claim is not None:
+        pod_spec["resourceClaims"] = [
+            *(c for c in pod_spec.get("resourceClaims", []) if c.get("name") != CLAIM_NAME),
+            *engine_claim_fields(claim),
+        ]
     pod_spec.setdefault("restartPolicy", "Always")
 
+    naming = (
+        {"name": f"{ref.name}-{replica}-{member.group}-{member.node_rank}"}
+        if member is not None
+        else {"generateName": f"{ref.name}-{replica}-"}
+    )
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
-            "generateName": f"{ref.name}-{replica}-",
+            **naming,
             "namespace": ref.namespace,
             "labels": labels,
             "annotations": annotations,
@@ -140,23 +201,22 @@ def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:
         values["WEIGHTCACHE_ENGINE_WEIGHT_BLOCK_SIZE"] = ",".join(map(str, model.quantization.weight_block_size))
     env: list[dict[str, Any]] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     env += [{"name": k, "value": v} for k, v in values.items()]
-    if spec.daemon.backend in GPU_BACKENDS and spec.engine.gpu_access == "visibleDevices":
+    if spec.daemon.backend in GPU_BACKENDS and not uses_dra(cache):
         # Engines request no GPUs; they see all of the node's devices and find the daemon's by UUID
         # (the fetch reply names it), whatever ordinal numbering their runtime gives them.
         env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
     return env
 
 
-def _pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
-    """ANDs ``hostname in nodes`` into every required node-affinity term (terms are ORed, the
-    expressions of one term ANDed), keeping whatever affinity the template or placement set."""
-    pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": sorted(nodes)}
-    required = (
-        pod_spec.setdefault("affinity", {})
-        .setdefault("nodeAffinity", {})
-        .setdefault("requiredDuringSchedulingIgnoredDuringExecution", {})
-    )
-    terms = required.setdefault("nodeSelectorTerms", []) or [{}]
-    for term in terms:
-        term.setdefault("matchExpressions", []).append(dict(pin, values=list(pin["values"])))
-    required["nodeSelectorTerms"] = terms
+def _member_env(cache: WeightCache, member: Member | None) -> list[dict[str, Any]]:
+    """How a multi-node engine finds its place: node rank, node count, and the leader's
+    rendezvous (the leader binds its own pod IP; the others dial it)."""
+    if member is None:
+        return []
+    addr = f"$(POD_IP):{member.port}" if member.node_rank == 0 else f"{member.leader_ip}:{member.port}"
+    values = {
+        "WEIGHTCACHE_ENGINE_NNODES": str(cache.spec.parallelism.nodes),
+        "WEIGHTCACHE_ENGINE_NODE_RANK": str(member.node_rank),
+        "WEIGHTCACHE_ENGINE_DIST_ADDR": addr,
+    }
+    return [{"name": k, "value": v} for k, v in values.items()]

@@ -3,9 +3,8 @@
 Rank → node mapping (deterministic, documented in docs/operator.md): ranks are numbered
 ``pp_rank * tensor + tp_rank``; with ``nodes = 1`` every selected node runs a daemon for all ranks
 ``0 .. ranks-1`` and holds a full copy, so an engine can start on any selected node and maps from
-the daemon of its own node. ``nodes > 1`` (an engine spanning nodes) is refused by validation for
-now; the mapping it will use is node slot ``i`` (selected nodes sorted by name) holding ranks
-``i*ranks_per_node .. (i+1)*ranks_per_node - 1``, which ``local_ranks`` already computes.
+the daemon of its own node. With ``nodes > 1`` node slot ``i`` (``topology.assign_slots``) holds
+ranks ``i*ranks_per_node .. (i+1)*ranks_per_node - 1`` (``local_ranks``).
 """
 
 from __future__ import annotations
@@ -28,6 +27,14 @@ selects one value of it, so it never sends traffic to two generations at once.""
 ENGINE_HASH_LABEL = "weightcache.io/engine-hash"
 """On engine pods: a digest of the rendered engine pod, so a rollout can tell versions apart."""
 READY_GATE = "weightcache.io/daemon-ready"
+SLOT_LABEL = "weightcache.io/slot"
+"""On daemon pods with ``nodes > 1``: the node slot whose ranks the pod holds."""
+GROUP_LABEL = "weightcache.io/engine-group"
+"""On engine pods with ``nodes > 1``: the pods that together run one engine share it."""
+NODE_RANK_LABEL = "weightcache.io/node-rank"
+"""On engine pods with ``nodes > 1``: which slot's ranks the pod runs; 0 is the group's leader."""
+CLAIM_ANNOTATION = "weightcache.io/resource-claim"
+"""On engine pods with ``gpuAccess: dra``: the daemon's ResourceClaim the engine shares."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 
 SOCKET_HOST_ROOT = "/run/weightcache"
@@ -83,6 +90,21 @@ def local_ranks(cache: WeightCache, slot: int = 0) -> list[int]:
     """The global ranks held by node slot ``slot`` (see the module docstring)."""
     per_node = cache.spec.parallelism.ranks_per_node
     return list(range(slot * per_node, (slot + 1) * per_node))
+
+
+def pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
+    """ANDs ``hostname in nodes`` into every required node-affinity term (terms are ORed, the
+    expressions of one term ANDed), keeping whatever affinity the template or placement set.
+    Copies what it changes, so a spec's affinity object is never mutated."""
+    pin = {"key": "kubernetes.io/hostname", "operator": "In", "values": sorted(nodes)}
+    affinity = pod_spec["affinity"] = dict(pod_spec.get("affinity") or {})
+    node_affinity = affinity["nodeAffinity"] = dict(affinity.get("nodeAffinity") or {})
+    key = "requiredDuringSchedulingIgnoredDuringExecution"
+    required = node_affinity[key] = dict(node_affinity.get(key) or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or [{}]]
+    for term in terms:
+        term["matchExpressions"] = [*(term.get("matchExpressions") or []), dict(pin, values=list(pin["values"]))]
+    required["nodeSelectorTerms"] = terms
 
 
 def rank_range(ranks: list[int]) -> str:

@@ -1,13 +1,14 @@
 """The Service in front of a cache's engines: it selects active engines only, so standbys map the
 weights and turn Ready without receiving traffic until the operator promotes one, and of one
-daemon generation only, so during a generation change clients never reach two fingerprints."""
+daemon generation only, so during a generation change clients never reach two fingerprints. With
+``parallelism.nodes > 1`` only a group's leader (node rank 0) serves HTTP, so only leaders."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from ..spec import WeightCache
-from .layout import CACHE_LABEL, COMPONENT_LABEL, ROLE_LABEL, SPEC_HASH_LABEL, CacheRef, daemon_spec_hash
+from .layout import CACHE_LABEL, COMPONENT_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_LABEL, CacheRef, daemon_spec_hash
 
 
 def engine_service(cache: WeightCache, generation: str | None = None) -> dict[str, Any]:
@@ -15,6 +16,14 @@ def engine_service(cache: WeightCache, generation: str | None = None) -> dict[st
     is still moving engines over (rollout.serve_generation decides)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
+    selector = {
+        CACHE_LABEL: ref.name,
+        COMPONENT_LABEL: "engine",
+        ROLE_LABEL: "active",
+        SPEC_HASH_LABEL: generation or daemon_spec_hash(cache),
+    }
+    if spec.parallelism.nodes > 1:
+        selector[NODE_RANK_LABEL] = "0"
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -26,12 +35,7 @@ def engine_service(cache: WeightCache, generation: str | None = None) -> dict[st
         },
         "spec": {
             "type": spec.service.type,
-            "selector": {
-                CACHE_LABEL: ref.name,
-                COMPONENT_LABEL: "engine",
-                ROLE_LABEL: "active",
-                SPEC_HASH_LABEL: generation or daemon_spec_hash(cache),
-            },
+            "selector": selector,
             "ports": [{"name": "http", "port": spec.service.port, "targetPort": spec.engine.port, "protocol": "TCP"}],
         },
     }

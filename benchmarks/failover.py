@@ -1,0 +1,305 @@
+"""Failover benchmark: the active engine killed again and again under steady load, on the real
+control plane and the process kubelet (cpu-shm backend, reference engine, the README sample:
+one replica with one hot standby).
+
+A client sends requests back to back through a kube-proxy-like proxy of the Service
+(testcluster.serviceproxy). Each request is tried once more after ``--retry-delay`` seconds if
+it fails; "failed, no retry" counts first attempts that failed, "failed, retry once" requests
+whose retry failed too. Each kill cycles through SIGKILL of the engine's processes, deletion of
+its pod and a readiness failure (SIGSTOP of its processes, so /ready times out); the ``+daemon``
+runs also SIGKILL the daemon container on the active engine's node at the same moment. Per kill:
+
+- detection: the kill → the operator noticing it (``status.lastFailover.time``; same host clock);
+- promotion: noticing → the standby's relabel patched (``status.lastFailover.promotionMs``);
+- endpoint: the kill → the proxy routing to the new active;
+- first success: the kill → the end of the first request sent after the kill that succeeded.
+
+It is a script, not a test: it prints a table and asserts nothing. Needs the e2e cluster build
+(tests/cluster/build.sh, cached) and runs as root like the e2e tests.
+
+    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import KubeletConfig, ProcessKubelet
+from testcluster.kubelet.nodes import NodeSpec
+from testcluster.rest import Kube
+from testcluster.serviceproxy import ServiceProxy
+from testcluster.waiting import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+NS = "bench"
+WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches/tiny-llama"
+ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
+DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
+PROMPT = {"prompt": "The weight cache", "max_tokens": 2, "temperature": 0}
+
+
+@dataclass
+class Attempt:
+    started: float
+    ended: float
+    ok: bool
+    retry: bool
+
+
+@dataclass
+class Load:
+    """One client, requests back to back, each retried once after ``retry_delay`` on failure."""
+
+    address: tuple[str, int]
+    retry_delay: float
+    timeout: float
+    attempts: list[Attempt] = field(default_factory=list)
+    phases: list[float] = field(default_factory=list)
+    """When each group of kills began: requests are counted against the group they fell in."""
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> Load:
+        threading.Thread(target=self._run, daemon=True, name="load").start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _one(self, retry: bool) -> bool:
+        started = time.time()
+        try:
+            request = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
+                                             data=json.dumps(PROMPT).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                ok = response.status == 200 and bool(json.loads(response.read())["choices"][0]["text"] is not None)
+        except Exception:  # noqa: BLE001 - a failed request is what we count
+            ok = False
+        self.attempts.append(Attempt(started, time.time(), ok, retry))
+        return ok
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self._one(False):
+                time.sleep(self.retry_delay)
+                self._one(True)
+
+
+@dataclass
+class Kill:
+    kind: str
+    daemon: bool
+    at: float
+    same_node: bool
+    detection_s: float | None = None
+    promotion_s: float | None = None
+    endpoint_s: float | None = None
+    first_ok_s: float | None = None
+    signal: str | None = None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kills", type=int, default=21, help="kills of the active engine alone")
+    parser.add_argument("--daemon-kills", type=int, default=6, help="kills of the active engine and its node's daemon")
+    parser.add_argument("--retry-delay", type=float, default=0.3)
+    parser.add_argument("--timeout", type=float, default=5.0, help="client timeout per attempt (s)")
+    options = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="weightcache-failover-bench-"))
+    plane = ControlPlane(root / "cluster", node_monitor_grace_period=6.0)
+    plane.start()
+    kube = Kube.from_kubeconfig(plane.kubeconfig)
+    nodes = [NodeSpec(f"node-{i + 1}", labels={"weightcache.io/test-node": "true"}) for i in range(2)]
+    kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
+        root=root / "kubelet", nodes=nodes, serving_cert=plane.kubelet_serving_cert,
+        environment={"PYTHONPATH": str(REPO / "daemon_image")}))  # fmt: skip
+    kubelet.start()
+    operator = None
+    proxy = None
+    load = None
+    try:
+        operator, proxy, load, kills = run(plane, kube, kubelet, root, options)
+        report(kills, load, options)
+    finally:
+        if load:
+            load.stop()
+        if proxy:
+            proxy.stop()
+        if operator and operator.poll() is None:
+            operator.terminate()
+            operator.wait(timeout=20)
+        subprocess.run([plane.tools.kubectl, "--kubeconfig", str(plane.kubeconfig), "delete", "wc", "--all", "-n", NS,
+                        "--wait=true", "--timeout=60s"], capture_output=True)  # fmt: skip
+        kubelet.stop()
+        plane.stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run(plane: ControlPlane, kube: Kube, kubelet: ProcessKubelet, root: Path, options: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from weightcache_operator.crd import render
+
+    wait_for(lambda: all(any(c["type"] == "Ready" and c["status"] == "True" for c in kube.get(f"/api/v1/nodes/{n}")["status"].get("conditions", []))
+                         for n in ("node-1", "node-2")), 30)  # fmt: skip
+    plane.apply(render())
+    plane.kubectl("wait", "--for=condition=Established", "crd/weightcaches.weightcache.io", "--timeout=30s")
+    peering = REPO / "crds" / "kopf-peering.yaml"
+    plane.kubectl("apply", "--server-side", "-f", str(peering))
+    plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    plane.apply("apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata:\n  name: weightcache-operator\n")
+    kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
+    wait_for(lambda: kube.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"), 30)
+
+    made = root / "ckpt" / "tiny-llama"
+    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True, capture_output=True)
+    for node in ("node-1", "node-2"):
+        shutil.copytree(made, kubelet.node_root(node) / "models" / "tiny-llama")
+
+    log = root / "operator.log"
+    operator = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                                env={**os.environ, "KUBECONFIG": str(plane.kubeconfig), "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
+                                     "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}", "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5"},
+                                start_new_session=True)  # fmt: skip
+    plane.kubectl("apply", "-n", NS, "-f", "-", input=SAMPLE.read_text())
+    wait_whole(kube, operator, 600)
+    proxy = ServiceProxy(kube, NS, "tiny-llama", 8000).start()
+    proxy.wait_for_ready(1)
+    load = Load(proxy.address, options.retry_delay, options.timeout).start()
+    time.sleep(2)
+    kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])
+    kills: list[Kill] = []
+    for daemon, count in ((False, options.kills), (True, options.daemon_kills)):
+        load.phases.append(time.time())
+        for _ in range(count):
+            kills.append(one_kill(kube, kubelet, proxy, load, operator, next(kinds), daemon))
+            print(f"{len(kills):3d} {kills[-1]}", flush=True)
+    return operator, proxy, load, kills
+
+
+def wait_whole(kube: Kube, operator: subprocess.Popen, timeout: float = 300) -> dict:
+    """The cache Ready with its active and one Ready standby; returns the status."""
+
+    def ready() -> dict | None:
+        assert operator.poll() is None, "the operator exited"
+        status = kube.get(WC).get("status") or {}
+        engines = status.get("engines") or [{}]
+        ok = status.get("phase") == "Ready" and len(engines[0].get("standbys") or []) == 1
+        return status if ok else None
+
+    return wait_for(ready, timeout, interval=0.2, describe=lambda: json.dumps(kube.get(WC).get("status"))[-2000:])
+
+
+def container_pgid(kubelet: ProcessKubelet, pod: str, container: str | None = None) -> int:
+    worker = kubelet.pod_worker(NS, pod)
+    assert worker is not None
+    runner = next(r for r in worker.runners if container in (None, r.name))
+    assert runner.process is not None
+    return runner.process.pid
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Load, operator: subprocess.Popen,
+             kind: str, daemon: bool) -> Kill:  # fmt: skip
+    status = wait_whole(kube, operator)
+    wait_for(lambda: len(proxy.ready_endpoints) == 1, 30)
+    time.sleep(1.0)  # steady state: the load is served by the active before the kill
+    active, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
+    pods = {p["metadata"]["name"]: p for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=ENGINES)["items"]}
+    node = pods[active]["spec"]["nodeName"]
+    standby_ip = pods[standby]["status"]["podIP"]
+    daemon_pgid = None
+    if daemon:
+        daemon_pod = next(p for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=DAEMONS)["items"]
+                          if p["spec"]["nodeName"] == node)  # fmt: skip
+        daemon_pgid = container_pgid(kubelet, daemon_pod["metadata"]["name"], "daemon")
+    pgid = container_pgid(kubelet, active)
+    previous = (status.get("lastFailover") or {}).get("time")
+    kill = Kill(kind, daemon, time.time(), pods[standby]["spec"]["nodeName"] == node)
+    if daemon_pgid is not None:
+        os.killpg(daemon_pgid, signal.SIGKILL)
+    if kind == "SIGKILL":
+        os.killpg(pgid, signal.SIGKILL)
+    elif kind == "delete":
+        kube.delete(f"/api/v1/namespaces/{NS}/pods/{active}")
+    else:
+        os.killpg(pgid, signal.SIGSTOP)
+    try:
+        last = wait_for(lambda: (f := kube.get(WC).get("status", {}).get("lastFailover")) and f["time"] != previous and f, 120,
+                        interval=0.05, describe="no failover recorded")  # fmt: skip
+        wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 120, interval=0.01)
+        switched = next((c.observed_at for c in proxy.changes if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:8000",)), None)
+        wait_for(lambda: any(a.ok and a.started >= kill.at for a in load.attempts), 120, interval=0.02)
+    finally:
+        if kind == "readiness":
+            try:
+                os.killpg(pgid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    first = next(a for a in load.attempts if a.ok and a.started >= kill.at)
+    noticed = datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp()
+    kill.signal = last.get("signal")
+    kill.detection_s = noticed - kill.at
+    kill.promotion_s = last["promotionMs"] / 1000
+    kill.endpoint_s = None if switched is None else switched - kill.at
+    kill.first_ok_s = first.ended - kill.at
+    return kill
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def report(kills: list[Kill], load: Load, options: argparse.Namespace) -> None:
+    print()
+    print("| kills | metric | p50 | p95 | max |")
+    print("| --- | --- | --- | --- | --- |")
+    for label, group in (("engine", [k for k in kills if not k.daemon]), ("engine + daemon", [k for k in kills if k.daemon])):
+        if not group:
+            continue
+        for metric in ("detection_s", "promotion_s", "endpoint_s", "first_ok_s"):
+            values = [getattr(k, metric) * 1000 for k in group if getattr(k, metric) is not None]
+            if values:
+                print(f"| {label} ({len(group)}) | {metric[:-2].replace('_', ' ')} ms | {statistics.median(values):.0f} | "
+                      f"{pct(values, 0.95):.0f} | {max(values):.0f} |")  # fmt: skip
+    for label, group in (("engine", [k for k in kills if not k.daemon]), ("engine + daemon", [k for k in kills if k.daemon])):
+        by_kind = {}
+        for k in group:
+            by_kind.setdefault(k.kind, []).append(k.first_ok_s * 1000)  # type: ignore[operator]
+        print(f"{label}: first success ms by kind: "
+              + ", ".join(f"{kind} p50 {statistics.median(v):.0f} max {max(v):.0f} (n={len(v)})" for kind, v in by_kind.items())
+              + f"; standby on the active's node in {sum(k.same_node for k in group)}/{len(group)}")  # fmt: skip
+    bounds = [*load.phases, float("inf")]
+    for label, start, end in zip(("engine", "engine + daemon"), bounds, bounds[1:]):
+        mine = [a for a in load.attempts if start <= a.started < end]
+        first = [a for a in mine if not a.retry]
+        print(f"{label}: requests {len(first)}; failed without retry {sum(not a.ok for a in first)}; "
+              f"failed with one retry after {options.retry_delay} s {sum(not a.ok for a in mine if a.retry)}")  # fmt: skip
+    print("signals recorded:", {s: sum(k.signal == s for k in kills) for s in sorted({str(k.signal) for k in kills})})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""Engines as units: one pod with ``parallelism.nodes = 1``, a group of ``nodes`` pods otherwise.
+
+Roles, readiness and failover apply to whole units: the pods of an engine group share the
+``weightcache.io/engine-group`` and ``weightcache.io/role`` labels, and a group is Ready only
+when every node rank has its pod and all of them are Ready. Pure: pods in, facts out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, REPLICA_LABEL, ROLE_LABEL
+
+Pod = dict[str, Any]
+
+
+def pod_ready(pod: Pod) -> bool:
+    """Ready condition True and not being deleted (a terminating pod serves no new work)."""
+    if pod.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+@dataclass
+class Unit:
+    """One engine: its pods by node rank (0, the leader, serves HTTP)."""
+
+    key: str
+    replica: str
+    members: dict[int, Pod] = field(default_factory=dict)
+    size: int = 1
+
+    @property
+    def leader(self) -> Pod | None:
+        return self.members.get(0)
+
+    @property
+    def pods(self) -> list[Pod]:
+        return [self.members[k] for k in sorted(self.members)]
+
+    @property
+    def name(self) -> str:
+        """The leader's pod name names the unit (what ``status.engines`` lists)."""
+        pod = self.leader or self.pods[0]
+        return str(pod["metadata"]["name"])
+
+    @property
+    def role(self) -> str | None:
+        pod = self.leader or self.pods[0]
+        return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
+
+    @property
+    def complete(self) -> bool:
+        return sorted(self.members) == list(range(self.size))
+
+    @property
+    def ready(self) -> bool:
+        return self.complete and all(pod_ready(p) for p in self.pods)
+
+    @property
+    def deleting(self) -> bool:
+        return any(p["metadata"].get("deletionTimestamp") for p in self.pods)
+
+    @property
+    def created(self) -> str:
+        pod = self.leader or self.pods[0]
+        return str(pod["metadata"].get("creationTimestamp") or "")
+
+
+def units(pods: list[Pod], nodes: int) -> list[Unit]:
+    """Groups engine pods into units, in a stable order. With ``nodes = 1`` every pod is its own
+    unit; otherwise pods are grouped by their group label (a pod without one is its own, broken
+    unit, so the caller can remove it)."""
+    found: dict[str, Unit] = {}
+    for pod in pods:
+        labels = pod["metadata"].get("labels") or {}
+        replica = labels.get(REPLICA_LABEL, "")
+        group = labels.get(GROUP_LABEL) if nodes > 1 else None
+        rank = labels.get(NODE_RANK_LABEL, "0") if group else "0"
+        key = f"{replica}/{group}" if group else f"pod/{pod['metadata']['name']}"
+        unit = found.setdefault(key, Unit(key=key, replica=replica, size=nodes))
+        if not rank.isdigit() or int(rank) in unit.members or int(rank) >= unit.size:
+            # A duplicate or out-of-range member: its own unit, which is then incomplete.
+            unit = found.setdefault(f"pod/{pod['metadata']['name']}", Unit(f"pod/{pod['metadata']['name']}", replica,
+                                                                             size=nodes))  # fmt: skip
+            unit.members[-1] = pod
+            continue
+        unit.members[int(rank)] = pod
+    return sorted(found.values(), key=lambda u: u.key)

@@ -1,0 +1,257 @@
+"""Failover decisions for one engine replica: the pods as the API server shows them → what to do.
+
+Pure: no API calls and no clock, so every signal and every half-finished failover (an operator
+killed between two patches) is a unit test. reconcile.py carries the plan out, in the order
+that keeps the Service serving: promote the standby first, then retire the failed active, then
+create what is missing.
+
+A plan is computed from the current state alone. An operator that restarts mid-failover sees
+either the old roles (and decides the same promotion again) or the new ones (two actives, or an
+active without its standby) and finishes the job; nothing depends on remembering a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from .render.layout import READY_GATE, ROLE_LABEL, SPEC_HASH_ANNOTATION
+from .spec import FailoverSignal
+from .status import pod_ready
+
+Pod = dict[str, Any]
+
+Signal = FailoverSignal
+
+# A crash's finishedAt and the Ready=False it causes are stamped by the kubelet within moments
+# of each other, but at one-second resolution; an older termination is a past restart.
+_SAME_INCIDENT = timedelta(seconds=2)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why an engine pod can no longer serve, and since when as the API server shows it."""
+
+    signal: Signal
+    since: datetime | None
+    """The failure's own timestamp (deletion requested, container finished, condition or node
+    condition transition); None when the API shows none (a node object that is gone)."""
+    detail: str
+    final: bool
+    """The pod will not serve again (deleted, terminal, on a NotReady node): promoting any
+    healthy standby, even one still starting, beats waiting for it."""
+
+
+def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
+    """The failure of an engine pod, or None while it is Ready or has never been Ready yet
+    (starting: not a failure, so it is never deleted for it)."""
+    meta, status = pod["metadata"], pod.get("status") or {}
+    name = meta["name"]
+    if meta.get("deletionTimestamp"):
+        # deletionTimestamp is when the grace period *ends*; the request came that much earlier.
+        grace = meta.get("deletionGracePeriodSeconds") or 0
+        since = _parse(meta["deletionTimestamp"])
+        return Failure("PodDeleted", since - timedelta(seconds=grace) if since else None, f"{name} is being deleted", True)
+    if status.get("phase") in ("Failed", "Succeeded"):
+        evicted = status.get("reason") == "Evicted"
+        finished = _latest(_parse((c.get("state", {}).get("terminated") or {}).get("finishedAt"))
+                           for c in status.get("containerStatuses") or [])  # fmt: skip
+        return Failure("PodEvicted" if evicted else "PodFailed", finished,
+                       f"{name} is {status.get('phase')}" + (f": {status['message']}" if status.get("message") else ""),
+                       True)  # fmt: skip
+    node = (pod.get("spec") or {}).get("nodeName")
+    if node and node in unready_nodes:
+        return Failure("NodeNotReady", unready_nodes[node], f"node {node} of {name} is not Ready", True)
+    gate = _condition(pod, READY_GATE)
+    if gate and gate.get("status") == "False":
+        # Ahead of Ready: the operator sets the gate, and the kubelet drops Ready only after it.
+        return Failure("DaemonNotReady", _parse(gate.get("lastTransitionTime")),
+                       f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
+    if pod_ready(pod):
+        return None
+    ready = _condition(pod, "Ready")
+    ready_since = _parse(ready.get("lastTransitionTime")) if ready else None
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        if state.get("terminated") or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
+            ended = _parse((state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+            return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} exited", False)
+        ended = _parse(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+        if ended and (ready_since is None or ended >= ready_since - _SAME_INCIDENT):
+            return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} restarted", False)
+    # Ready turned False after the container started: it had been Ready (a pod that was never
+    # Ready keeps the False it got before its container started).
+    started = _latest(_parse((c.get("state", {}).get("running") or {}).get("startedAt"))
+                      for c in status.get("containerStatuses") or [])  # fmt: skip
+    if ready_since and started and ready_since > started:
+        return Failure("ReadinessFailed", ready_since, f"{name} fails its readiness probe", False)
+    return None
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A standby taking over from a failed (or missing) active."""
+
+    replica: int
+    promoted: Pod
+    failed: Pod | None
+    failure: Failure | None
+
+
+@dataclass
+class ReplicaPlan:
+    """What to do for one replica, in this order: promote, demote, delete, create."""
+
+    promotion: Promotion | None = None
+    demote: list[Pod] = field(default_factory=list)
+    """Relabel to standby: surplus actives, and an active that never got Ready."""
+    delete: list[tuple[Pod, str]] = field(default_factory=list)
+    create_active: bool = False
+    create_standbys: int = 0
+    stranded: str | None = None
+    """Set when the active failed and no standby could take over: why the cache is Degraded."""
+
+
+def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash: str,
+                 unready_nodes: Mapping[str, datetime | None]) -> ReplicaPlan:  # fmt: skip
+    """The plan for one replica's engine pods (terminating ones included: a deleted active is
+    the failure that names itself).
+
+    Promotion picks, among standbys running the current daemon spec hash and not failed
+    themselves, a Ready one on the failed active's node first (same daemon, same arena), then
+    any Ready one; the oldest wins ties so two passes pick the same pod. With none Ready, the
+    failed active stays (the best there is) unless it is gone for good, in which case a still
+    starting standby is promoted — it will serve before a pod created now would."""
+    plan = ReplicaPlan()
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    for pod in live:
+        if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+            plan.delete.append((pod, f"pod is {pod['status']['phase']}"))
+    serving = [p for p in live if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
+    serving.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    actives = [p for p in serving if _role(p) == "active"]
+    standbys = [p for p in serving if _role(p) != "active"]
+    # Surplus actives (an operator stopped between a promotion and the retirement): keep the
+    # Ready, oldest one; retire the failed ones as the interrupted failover would have.
+    for extra in actives[1:]:
+        failure = failure_of(extra, unready_nodes)
+        if failure is None:
+            plan.demote.append(extra)
+            standbys.append(extra)
+        else:
+            plan.delete.append((extra, f"failed ({failure.signal}): {failure.detail}"))
+    active = actives[0] if actives else None
+
+    if active is not None:
+        failed, failure = active, failure_of(active, unready_nodes)
+        trouble = failure is not None or not pod_ready(active)
+    else:
+        # No live active: the failure is the most recent active that is gone or terminal.
+        gone = sorted((p for p in pods if _role(p) == "active" and p not in serving),
+                      key=lambda p: p["metadata"]["creationTimestamp"])  # fmt: skip
+        failed = gone[-1] if gone else None
+        failure = failure_of(failed, unready_nodes) if failed else None
+        trouble = True
+
+    if trouble:
+        candidates = [p for p in standbys if p not in plan.demote and _may_take_over(p, spec_hash, unready_nodes)]
+        node = (failed or {}).get("spec", {}).get("nodeName")
+        candidates.sort(key=lambda p: (not pod_ready(p), p["spec"].get("nodeName") != node,
+                                       p["metadata"]["creationTimestamp"], p["metadata"]["name"]))  # fmt: skip
+        best = candidates[0] if candidates else None
+        take_over = best is not None and (pod_ready(best) or active is None or (failure is not None and failure.final))
+        if take_over:
+            assert best is not None
+            if active is None and failure is None:
+                # The active vanished while no operator watched (deleted and gone before a restart):
+                # still a failover, with no timestamp to measure detection from.
+                failure = Failure("PodGone", None, f"replica {replica} has no active engine pod", True)
+            plan.promotion = Promotion(replica, best, failed, failure)
+            standbys.remove(best)
+            if active is not None:
+                if failure is None:  # never Ready yet: it may still become a good standby
+                    plan.demote.append(active)
+                    standbys.append(active)
+                else:
+                    plan.delete.append((active, f"failed ({failure.signal}): {failure.detail}"))
+            if not pod_ready(best):
+                plan.stranded = f"replica {replica}: promoted {_name(best)}, which is not Ready yet"
+        elif active is None:
+            plan.create_active = True
+            if failure is not None:
+                plan.stranded = f"replica {replica}: active engine failed ({failure.detail}) and no standby exists"
+        elif failure is not None:
+            plan.stranded = (f"replica {replica}: active engine failed ({failure.detail}) and no Ready standby can "
+                             "take over; keeping it")  # fmt: skip
+
+    standbys.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    for extra in standbys[standbys_wanted:][::-1]:
+        plan.delete.append((extra, "too many standbys"))
+    plan.create_standbys = max(0, standbys_wanted - len(standbys))
+    return plan
+
+
+def _may_take_over(pod: Pod, spec_hash: str, unready_nodes: Mapping[str, datetime | None]) -> bool:
+    """A standby may become active only while it maps the weights the daemons hold now (same
+    daemon spec hash) and has not failed itself."""
+    same_weights = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
+    return same_weights and failure_of(pod, unready_nodes) is None
+
+
+def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:
+    """Node name → when its Ready condition left True, for every node that is not Ready."""
+    found: dict[str, datetime | None] = {}
+    for node in nodes:
+        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
+        if not ready or ready.get("status") != "True":
+            found[node["metadata"]["name"]] = _parse((ready or {}).get("lastTransitionTime"))
+    return found
+
+
+def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime) -> dict[str, Any]:
+    """``status.lastFailover`` for a promotion patched at ``promoted``, noticed at ``noticed``
+    (the start of the pass that acted). Detection is measured from the API's timestamp of the
+    failure, which has one-second resolution: it can overstate by up to a second, never
+    understate by more than the clock skew between the operator and the API server."""
+    failure = promotion.failure
+    entry: dict[str, Any] = {
+        "time": noticed.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "replica": promotion.replica,
+        "to": _name(promotion.promoted),
+        "toNode": promotion.promoted.get("spec", {}).get("nodeName"),
+        "promotionMs": round((promoted - noticed).total_seconds() * 1000, 1),
+    }
+    if promotion.failed is not None:
+        entry["from"] = _name(promotion.failed)
+        entry["fromNode"] = promotion.failed.get("spec", {}).get("nodeName")
+    if failure is not None:
+        entry["signal"] = failure.signal
+        entry["reason"] = failure.detail[:1024]
+        if failure.since is not None:
+            entry["detectionMs"] = max(0.0, round((noticed - failure.since).total_seconds() * 1000, 1))
+    return {k: v for k, v in entry.items() if v is not None}
+
+
+def _role(pod: Pod) -> str | None:
+    return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
+
+
+def _name(pod: Pod) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def _condition(pod: Pod, kind: str) -> dict[str, Any] | None:
+    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def _latest(stamps: Any) -> datetime | None:
+    found = [s for s in stamps if s is not None]
+    return max(found) if found else None

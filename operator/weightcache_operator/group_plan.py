@@ -1,0 +1,161 @@
+"""One pass of engine scaling when an engine spans ``parallelism.nodes > 1`` nodes: pods in,
+actions (create, delete, relabel) out. Pure, so every rule is unit-tested without an API server;
+``Reconciler`` carries the actions out.
+
+An engine group is created leader first: the other node ranks dial the leader's rendezvous at its
+pod IP, which exists only once the leader pod is running, so they are created in a later pass
+(the leader's pod event triggers it). A group whose leader is gone, or with a failed member, is
+deleted whole and replaced: its other ranks cannot serve without it. Roles (active/standby),
+promotion and failover work as with single-node engines, on groups instead of pods.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Union
+
+from .engine_units import Pod, Unit, units
+from .render.dra import daemon_claim, engine_claim_current, uses_dra
+from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod
+from .render.layout import GROUP_LABEL, ROLE_LABEL
+from .spec import WeightCache
+
+
+@dataclass(frozen=True)
+class Create:
+    pod: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Delete:
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class SetRole:
+    name: str
+    role: str
+
+
+Action = Union[Create, Delete, SetRole]
+
+
+def plan_groups(
+    cache: WeightCache,
+    pods: list[Pod],
+    ready: dict[int, dict[str, Pod]],
+    new_group: Callable[[], str],
+) -> list[Action]:
+    """``ready[k]``: node → current Ready daemon pod, for the nodes holding slot ``k``."""
+    spec = cache.spec.engine
+    size = cache.spec.parallelism.nodes
+    actions: list[Action] = []
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    load = Counter(p["spec"].get("nodeName") for p in live)
+    ports = {_port(p) for p in live}
+    kept: dict[str, list[Unit]] = {}
+    for unit in units(live, size):
+        why = _broken(unit, spec.replicas, ready)
+        if why:
+            actions += [Delete(p["metadata"]["name"], why) for p in unit.pods]
+        else:
+            kept.setdefault(unit.replica, []).append(unit)
+
+    def place(slot: int) -> tuple[list[str], str | None] | None:
+        """Nodes a new pod of ``slot`` may run on, and (dra) the claim it must share."""
+        nodes = sorted(ready.get(slot, {}))
+        if not uses_dra(cache):
+            return (nodes, None) if nodes else None
+        with_claims = [n for n in nodes if daemon_claim(ready[slot][n])]
+        if not with_claims:
+            return None
+        node = min(with_claims, key=lambda n: (load[n], n))  # spread engines over the slot's nodes
+        load[node] += 1
+        return [node], daemon_claim(ready[slot][node])
+
+    def create(replica: int, role: str, member: Member) -> bool:
+        spot = place(member.node_rank)
+        if spot is None:
+            return False
+        nodes, claim = spot
+        actions.append(Create(engine_pod(cache, replica, _role(role), nodes, claim=claim, member=member)))
+        return True
+
+    def new_member() -> Member:
+        """Leader of a new group, on the lowest rendezvous port no live group of the cache uses."""
+        port = next(p for p in range(DIST_PORT, DIST_PORT + 10_000) if p not in ports)
+        ports.add(port)
+        return Member(new_group(), 0, port=port)
+
+    def relabel(unit: Unit, role: str) -> None:
+        for pod in unit.pods:
+            if (pod["metadata"].get("labels") or {}).get(ROLE_LABEL) != role:
+                actions.append(SetRole(pod["metadata"]["name"], role))
+            pod["metadata"].setdefault("labels", {})[ROLE_LABEL] = role
+
+    for replica in range(spec.replicas):
+        mine = sorted(kept.get(str(replica), []), key=lambda u: (not u.ready, u.created, u.name))
+        for unit in mine:
+            relabel(unit, unit.role or "standby")  # members follow their leader's role
+        actives = [u for u in mine if u.role == "active"]
+        standbys = [u for u in mine if u.role != "active"]
+        for extra in actives[1:]:
+            relabel(extra, "standby")
+            standbys.append(extra)
+        actives = actives[:1]
+        if not actives and standbys:
+            promoted = standbys.pop(0)
+            relabel(promoted, "active")
+            actives = [promoted]
+        elif actives and not actives[0].ready and standbys and standbys[0].ready:
+            promoted, demoted = standbys.pop(0), actives[0]
+            relabel(promoted, "active")
+            relabel(demoted, "standby")
+            actives, standbys = [promoted], [*standbys, demoted]
+        for extra in standbys[spec.standbys_per_replica :][::-1]:
+            actions += [Delete(p["metadata"]["name"], "too many standbys") for p in extra.pods]
+        for unit in [*actives, *standbys[: spec.standbys_per_replica]]:
+            leader = unit.leader
+            assert leader is not None  # _broken removed leaderless groups
+            ip = (leader.get("status") or {}).get("podIP")
+            group = (leader["metadata"].get("labels") or {}).get(GROUP_LABEL, "")
+            for rank in range(1, size):
+                if rank not in unit.members and ip:
+                    create(replica, unit.role or "standby", Member(group, rank, ip, _port(leader)))
+        if not all(ready.get(k) for k in range(size)):
+            continue  # a new group starts only when every slot has a Ready daemon
+        if not actives:
+            create(replica, "active", new_member())
+        for _ in range(spec.standbys_per_replica - len(standbys)):
+            create(replica, "standby", new_member())
+    return actions
+
+
+def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Pod]]) -> str | None:
+    """Why a group must go whole, or None."""
+    if unit.key.startswith("pod/"):
+        return "not a member of an engine group"
+    if not unit.replica.isdigit() or int(unit.replica) >= replicas:
+        return "scaled down"
+    if any((p.get("status") or {}).get("phase") in ("Failed", "Succeeded") for p in unit.pods):
+        return "a member pod of the group exited"
+    if unit.leader is None:
+        return "the group's leader is gone"
+    for slot, pod in unit.members.items():
+        node = pod["spec"].get("nodeName")
+        daemon = ready.get(slot, {}).get(node) if node else None
+        if daemon is not None and not engine_claim_current(pod, daemon):
+            return "its node's daemon was replaced: the engine's ResourceClaim is stale"
+    return None
+
+
+def _port(pod: Pod) -> int:
+    text = (pod["metadata"].get("annotations") or {}).get(DIST_PORT_ANNOTATION, "")
+    return int(text) if text.isdigit() else DIST_PORT
+
+
+def _role(role: str) -> Role:
+    return "active" if role == "active" else "standby"

@@ -1,0 +1,248 @@
+"""Failover on the real control plane and the process kubelet: every way an active engine can
+fail leads to exactly one promotion of the Ready standby, the failed pod retired and a
+replacement standby made; the operator killed in the middle of a failover converges.
+
+One cache serves every signal in turn (an engine start costs most of the time here). Each step
+asserts roles, status.lastFailover, the Failover event and the failovers_total metric, and
+that a completion through the Service's proxy works afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import Kube
+from testcluster.waiting import wait_for
+
+from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
+    DAEMONS,
+    ENGINES,
+    PROMPT,
+    apply_sample,
+    by_role,
+    checkpoint,
+    http_json,
+    http_text,
+    is_ready,
+    pods,
+    start_operator,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def failovers(operator: subprocess.Popen, namespace: str) -> int:
+    """weightcache_operator_failovers_total for the namespace, all signals together."""
+    total = 0.0
+    for line in http_text(operator.metrics_url).splitlines():  # type: ignore[attr-defined]
+        if line.startswith("weightcache_operator_failovers_total{") and f'namespace="{namespace}"' in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return int(total)
+
+
+def failover_events(kube: Kube, namespace: str) -> int:
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    return sum(e.get("count", 1) for e in events if e.get("reason") == "Failover")
+
+
+def pod(kube: Kube, namespace: str, name: str) -> dict:
+    return kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def engine_pgid(kubelet: ProcessKubelet, namespace: str, name: str) -> int:
+    worker = kubelet.pod_worker(namespace, name)
+    assert worker is not None and worker.runners[0].process is not None, f"{name} runs no engine process"
+    return worker.runners[0].process.pid
+
+
+class Cache:
+    """The one cache of the test and the steps every failover is checked with."""
+
+    def __init__(self, kube: Kube, kubelet: ProcessKubelet, cluster: ControlPlane, namespace: str,
+                 operator: subprocess.Popen, proxy) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+        self.kube, self.kubelet, self.cluster, self.namespace = kube, kubelet, cluster, namespace
+        self.operator, self.proxy = operator, proxy
+        self.promotions = 0  # by every operator of this test, as seen in status and events
+
+    def roles(self, gone: str | None = None) -> tuple[str, str]:
+        """The Ready active and its Ready standby (the cache is Ready), neither of them ``gone``."""
+        status = wait_phase(self.kube, self.namespace, self.operator, "Ready",
+                            also=lambda s: len(s["engines"][0]["standbys"]) == 1
+                            and gone not in (s["engines"][0]["active"], *s["engines"][0]["standbys"]))  # fmt: skip
+        return status["engines"][0]["active"], status["engines"][0]["standbys"][0]
+
+    def node_of(self, name: str) -> str:
+        return pod(self.kube, self.namespace, name)["spec"]["nodeName"]
+
+    def standby_elsewhere(self) -> tuple[str, str]:
+        """Active and standby on different nodes (a daemon or node failure takes out both when
+        they share one): cordons the active's node while the standby is replaced."""
+        active, standby = self.roles()
+        if self.node_of(active) != self.node_of(standby):
+            return active, standby
+        node = self.node_of(active)
+        self.kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": True}})
+        try:
+            self.kube.delete(f"/api/v1/namespaces/{self.namespace}/pods/{standby}")
+            active, standby = self.roles(gone=standby)
+        finally:
+            self.kube.patch(f"/api/v1/nodes/{node}", {"spec": {"unschedulable": False}})
+        assert self.node_of(active) != self.node_of(standby)
+        return active, standby
+
+    def fails_over(self, expected: str, inject: Callable[[str, str], None],
+                   after: Callable[[], None] = lambda: None) -> dict:  # fmt: skip
+        """Injects a failure of the active engine and checks the failover it must cause."""
+        active, standby = self.roles()
+        standby_ip = pod(self.kube, self.namespace, standby)["status"]["podIP"]
+        counted, events = failovers(self.operator, self.namespace), failover_events(self.kube, self.namespace)
+        inject(active, standby)
+        wait_for(lambda: by_role(self.kube, self.namespace)["active"] == [standby], 60,
+                 describe=lambda: by_role(self.kube, self.namespace))  # fmt: skip
+        wait_for(lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",), 30,
+                 describe=lambda: self.proxy.ready_endpoints)  # fmt: skip
+        host, port = self.proxy.address
+        assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+        after()
+        # Whole again: the promoted standby active, a new standby Ready, the failed pod retired.
+        status = wait_phase(self.kube, self.namespace, self.operator, "Ready",
+                            also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
+                            and s["engines"][0]["standbys"][0] not in (active, standby))  # fmt: skip
+        last = status["lastFailover"]
+        assert (last["from"], last["to"], last["signal"], last["replica"]) == (active, standby, expected, 0), last
+        assert last["promotionMs"] >= 0 and last.get("detectionMs", 0) >= 0
+        wait_for(lambda: active not in [p["metadata"]["name"] for p in pods(self.kube, self.namespace, ENGINES)
+                                        if not p["metadata"].get("deletionTimestamp")], 30,
+                 describe=f"{active} was not retired")  # fmt: skip
+        # Exactly one promotion: one more in the metric and one more Failover event.
+        assert failovers(self.operator, self.namespace) == counted + 1
+        wait_for(lambda: failover_events(self.kube, self.namespace) == events + 1, 10,
+                 describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}")
+        self.promotions += 1
+        return last
+
+
+# Seven failovers, each waiting for a replacement standby to start (torch import and all): longer
+# than the suite's default per-test limit on a loaded 2-core machine.
+@pytest.mark.timeout(1800)
+def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover_converges(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str,
+    start_operator: Callable[..., subprocess.Popen], checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    operator = start_operator()
+    apply_sample(cluster, namespace)
+    wait_phase(kube, namespace, operator, "Ready")
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    cache = Cache(kube, kubelet, cluster, namespace, operator, proxy)
+
+    # 1. The engine's processes are SIGKILLed: its container restarts in place, Ready drops.
+    cache.fails_over("ContainerRestarted",
+                     lambda active, _: os.killpg(engine_pgid(kubelet, namespace, active), signal.SIGKILL))  # fmt: skip
+
+    # 2. The pod is deleted.
+    cache.fails_over("PodDeleted", lambda active, _: kube.delete(f"/api/v1/namespaces/{namespace}/pods/{active}"))
+
+    # 3. The engine stops answering /ready (frozen, not dead): the readiness probe fails.
+    frozen: list[int] = []
+
+    def freeze(active: str, _: str) -> None:
+        frozen.append(engine_pgid(kubelet, namespace, active))
+        os.killpg(frozen[0], signal.SIGSTOP)
+
+    def thaw() -> None:  # so the retired pod's SIGTERM is handled and it stops at once
+        try:
+            os.killpg(frozen[0], signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    cache.fails_over("ReadinessFailed", freeze, after=thaw)
+
+    # 4. The daemon on the active's node fails: the operator turns the engines' gate False there.
+    cache.standby_elsewhere()
+    stopped: list[int] = []
+
+    def stop_daemon(active: str, _: str) -> None:
+        node = cache.node_of(active)
+        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama" / "rank-0.ready"
+        stopped.append(json.loads(held.read_text())["pid"])
+        os.kill(stopped[0], signal.SIGSTOP)
+
+    try:
+        cache.fails_over("DaemonNotReady", stop_daemon, after=lambda: os.kill(stopped[0], signal.SIGCONT))
+    finally:
+        if stopped:
+            os.kill(stopped[0], signal.SIGCONT)
+    wait_for(lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)), 60,
+             describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)])  # fmt: skip
+
+    # 5. The active's node stops answering: NotReady (the operator watches nodes).
+    cache.standby_elsewhere()
+    failed_node: list[str] = []
+
+    def fail_node(active: str, _: str) -> None:
+        failed_node.append(cache.node_of(active))
+        kubelet.fail_node(failed_node[0])
+
+    try:
+        last = cache.fails_over("NodeNotReady", fail_node)
+        assert last["fromNode"] == failed_node[0] != last["toNode"]
+    finally:
+        if failed_node:
+            kubelet.recover_node(failed_node[0])
+    wait_for(lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)) and len(pods(kube, namespace, DAEMONS)) == 2,
+             120, describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)])  # fmt: skip
+
+    # 6. The operator is SIGKILLed together with the deletion of the active engine (a deleted pod
+    # never comes back, so the failover is left for sure to the next operator).
+    active, standby = cache.roles()
+    before = kube.get(f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama")["status"]
+    operator.kill()
+    operator.wait()
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/{active}")
+    # Higher priority than the dead one, whose peering entry lingers until it expires.
+    cache.operator = operator = start_operator(priority=2_000_001)
+    wait_for(lambda: by_role(kube, namespace)["active"] == [standby], 60, describe=lambda: by_role(kube, namespace))
+    status = wait_phase(kube, namespace, operator, "Ready",
+                        also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
+                        and s["lastFailover"]["time"] != before["lastFailover"]["time"])  # fmt: skip
+    # The deleted pod may be gone before the new operator's first pass: then nothing names it.
+    last = status["lastFailover"]
+    assert last["to"] == standby and failovers(operator, namespace) == 1
+    assert (last["signal"], last.get("from")) in (("PodDeleted", active), ("PodGone", None)), last
+
+    # 7. Killed mid-failover: the standby relabelled active (a failover's first patch) but the
+    # failed (frozen) active not yet retired. The next operator finishes the job without
+    # promoting anyone else: exactly one active, the failed pod retired, a new standby.
+    active, standby = cache.roles()
+    operator.kill()
+    operator.wait()
+    pgid = engine_pgid(kubelet, namespace, active)
+    os.killpg(pgid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: not is_ready(pod(kube, namespace, active)), 30, describe=f"{active} stayed Ready")
+        kube.patch(f"/api/v1/namespaces/{namespace}/pods/{standby}", {"metadata": {"labels": {"weightcache.io/role": "active"}}})
+        assert sorted(by_role(kube, namespace)["active"]) == sorted([active, standby])
+        operator = start_operator(priority=3_000_001)
+        wait_for(lambda: by_role(kube, namespace)["active"] == [standby], 60, describe=lambda: by_role(kube, namespace))
+    finally:
+        os.killpg(pgid, signal.SIGCONT)
+    status = wait_phase(kube, namespace, operator, "Ready",
+                        also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
+                        and s["engines"][0]["standbys"][0] not in (active, standby))  # fmt: skip
+    assert failovers(operator, namespace) == 0, "the restarted operator promoted nobody"
+    live = lambda: [p["metadata"]["name"] for p in pods(kube, namespace, ENGINES) if not p["metadata"].get("deletionTimestamp")]  # noqa: E731
+    assert sorted(live()) == sorted([standby, *status["engines"][0]["standbys"]])
+    host, port = proxy.address
+    wait_for(lambda: proxy.ready_endpoints == (f"{pod(kube, namespace, standby)['status']['podIP']}:8000",), 30,
+             describe=lambda: proxy.ready_endpoints)  # fmt: skip
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]

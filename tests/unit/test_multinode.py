@@ -1,0 +1,246 @@
+"""parallelism.nodes > 1: the rank → node mapping, per-slot daemons, engine groups and their plan."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from typing import Any
+
+from test_render import NOW, container, env_of, make
+
+from weightcache_operator.engine_units import units
+from weightcache_operator.group_plan import Create, Delete, SetRole, plan_groups
+from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service
+from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets
+from weightcache_operator.render.engine import Member
+from weightcache_operator.render.topology import assign_slots, selected
+from weightcache_operator.spec import Placement
+from weightcache_operator.status import Observed, aggregate
+
+TWO = {"parallelism.tensor": 2, "parallelism.nodes": 2}
+
+
+def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels or {}}, "spec": {"taints": taints or []}}
+
+
+# --- mapping -----------------------------------------------------------------------------------
+
+
+def test_slots_are_assigned_by_sorted_name_in_groups_of_nodes() -> None:
+    topo = assign_slots(["n-c", "n-a", "n-e", "n-b", "n-d"], 2)
+    assert topo.slots == [["n-a", "n-c"], ["n-b", "n-d"]] and topo.idle == ["n-e"]
+    assert topo.slot_of("n-d") == 1 and topo.slot_of("n-e") is None
+    assert assign_slots(["n-b", "n-a"], 2) == assign_slots(["n-a", "n-b", "n-a"], 2), "order and duplicates do not matter"
+    assert assign_slots(["n-a"], 2).slots == [[], []]
+    assert assign_slots(["x", "y", "z"], 1).slots == [["x", "y", "z"]]
+
+
+def test_node_selection_follows_selector_affinity_and_taints() -> None:
+    placement = Placement.model_validate({
+        "nodeSelector": {"pool": "gpu"},
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
+            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["special"]}]},
+        ]}}},
+        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    })  # fmt: skip
+    assert selected(placement, node("a", {"pool": "gpu", "zone": "a"}))
+    assert selected(placement, node("special", {"pool": "gpu"})), "second term (hostname)"
+    assert not selected(placement, node("c", {"pool": "gpu", "zone": "c"}))
+    assert not selected(placement, node("d", {"pool": "cpu", "zone": "a"}))
+    assert selected(placement, node("e", {"pool": "gpu", "zone": "b"}, [{"key": "gpu", "effect": "NoSchedule"}]))
+    assert not selected(placement, node("f", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "NoExecute"}]))
+    assert selected(placement, node("g", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "PreferNoSchedule"}]))
+    assert selected(Placement(), node("h")), "no placement: every node"
+
+
+# --- daemons -----------------------------------------------------------------------------------
+
+
+def test_one_daemonset_per_slot_pinned_to_its_nodes_holding_its_ranks() -> None:
+    cache = make(**{"parallelism.tensor": 4, "parallelism.nodes": 2})
+    sets = daemon_daemonsets(cache, [["node-1", "node-3"], ["node-2", "node-4"]])
+    assert [ds["metadata"]["name"] for ds in sets] == ["tiny-daemon-0", "tiny-daemon-1"]
+    for slot, ds in enumerate(sets):
+        cmd = container(ds, "daemon")["command"]
+        assert cmd[cmd.index("--ranks") + 1] == ["0-1", "2-3"][slot] and cmd[cmd.index("--tp-size") + 1] == "4"
+        assert container(ds, "daemon")["readinessProbe"]["exec"]["command"][-1] == ["0-1", "2-3"][slot]
+        assert ds["spec"]["selector"]["matchLabels"]["weightcache.io/slot"] == str(slot)
+        assert ds["spec"]["template"]["metadata"]["labels"]["weightcache.io/slot"] == str(slot)
+        pod = ds["spec"]["template"]["spec"]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
+                                                "values": [["node-1", "node-3"], ["node-2", "node-4"]][slot]}]}]  # fmt: skip
+        assert pod["nodeSelector"] == {"pool": "gpu"}, "the placement still applies"
+    assert daemon_daemonsets(cache, [["node-1"], []]) == [daemon_daemonset(cache, 0, ["node-1"])], "no nodes, no DaemonSet"
+
+
+def test_nodes_one_renders_as_before() -> None:
+    cache = make()
+    assert daemon_daemonsets(cache, []) == [daemon_daemonset(cache)]
+    ds = daemon_daemonset(cache)
+    assert ds["metadata"]["name"] == "tiny-daemon" and "weightcache.io/slot" not in ds["spec"]["selector"]["matchLabels"]
+    assert "affinity" not in ds["spec"]["template"]["spec"]
+    assert "weightcache.io/node-rank" not in engine_service(cache)["spec"]["selector"]
+
+
+# --- engine pods -------------------------------------------------------------------------------
+
+
+def test_group_members_get_node_rank_rendezvous_and_shared_labels() -> None:
+    cache = make(**TWO)
+    leader = engine_pod(cache, 0, "standby", ["node-1"], member=Member("abc123", 0, port=29501))
+    follower = engine_pod(cache, 0, "standby", ["node-2"], member=Member("abc123", 1, "198.18.1.7", port=29501))
+    assert (leader["metadata"]["name"], follower["metadata"]["name"]) == ("tiny-0-abc123-0", "tiny-0-abc123-1")
+    for pod, rank in ((leader, "0"), (follower, "1")):
+        labels = pod["metadata"]["labels"]
+        assert labels["weightcache.io/engine-group"] == "abc123" and labels["weightcache.io/node-rank"] == rank
+        assert labels["weightcache.io/role"] == "standby" and pod["spec"]["readinessGates"]
+        env = env_of(container(pod, "engine"))
+        assert env["WEIGHTCACHE_ENGINE_NNODES"] == "2" and env["WEIGHTCACHE_ENGINE_NODE_RANK"] == rank
+        assert env["WEIGHTCACHE_ENGINE_TP_SIZE"] == "2"
+    assert env_of(container(leader, "engine"))["WEIGHTCACHE_ENGINE_DIST_ADDR"] == "$(POD_IP):29501"
+    assert env_of(container(follower, "engine"))["WEIGHTCACHE_ENGINE_DIST_ADDR"] == "198.18.1.7:29501"
+    assert "readinessProbe" in container(leader, "engine") and "ports" in container(leader, "engine")
+    assert "readinessProbe" not in container(follower, "engine"), "a follower serves no HTTP"
+    assert engine_service(cache)["spec"]["selector"]["weightcache.io/node-rank"] == "0", "leaders only"
+
+
+def test_engine_pod_refuses_inconsistent_membership() -> None:
+    import pytest
+
+    with pytest.raises(ValueError, match="member"):
+        engine_pod(make(**TWO), 0, "active")
+    with pytest.raises(ValueError, match="member"):
+        engine_pod(make(), 0, "active", member=Member("g", 0))
+    with pytest.raises(ValueError, match="leader's pod IP"):
+        engine_pod(make(**TWO), 0, "active", member=Member("g", 1))
+
+
+# --- the plan ----------------------------------------------------------------------------------
+
+
+def daemon(node_name: str, slot: int) -> dict[str, Any]:
+    return {"metadata": {"name": f"d-{node_name}", "labels": {"weightcache.io/slot": str(slot)}},
+            "spec": {"nodeName": node_name}, "status": {}}  # fmt: skip
+
+
+READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
+
+
+def run(pod: dict[str, Any], node_name: str, ip: str | None = None, ready: bool = False) -> dict[str, Any]:
+    """A created pod as the API server would return it once scheduled (and running)."""
+    pod = copy.deepcopy(pod)
+    pod["metadata"]["creationTimestamp"] = "2026-11-29T10:00:00Z"
+    pod["spec"]["nodeName"] = node_name
+    pod["status"] = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": str(ready)}]}
+    return pod
+
+
+def ids() -> Any:
+    counter = itertools.count()
+    return lambda: f"g{next(counter)}"
+
+
+def test_groups_start_leader_first_then_followers_dial_its_ip() -> None:
+    cache = make(**TWO)  # 1 replica + 1 standby
+    first = plan_groups(cache, [], READY, ids())
+    assert all(isinstance(a, Create) for a in first) and len(first) == 2
+    leaders = [a.pod for a in first if isinstance(a, Create)]
+    assert [p["metadata"]["labels"]["weightcache.io/role"] for p in leaders] == ["active", "standby"]
+    assert [p["metadata"]["labels"]["weightcache.io/node-rank"] for p in leaders] == ["0", "0"]
+    assert [p["metadata"]["annotations"]["weightcache.io/dist-port"] for p in leaders] == ["29500", "29501"]
+    assert plan_groups(cache, [], {0: READY[0]}, ids()) == [], "no group starts while a slot has no ready daemon"
+
+    # The leaders are scheduled but have no IP yet: nothing to do. Then one gets its IP.
+    pods = [run(leaders[0], "node-1"), run(leaders[1], "node-1")]
+    assert plan_groups(cache, pods, READY, ids()) == []
+    pods[0] = run(leaders[0], "node-1", ip="198.18.1.5")
+    followers = plan_groups(cache, pods, READY, ids())
+    assert len(followers) == 1 and isinstance(followers[0], Create)
+    pod = followers[0].pod
+    assert pod["metadata"]["name"] == "tiny-0-g0-1" and pod["metadata"]["labels"]["weightcache.io/role"] == "active"
+    assert env_of(container(pod, "engine"))["WEIGHTCACHE_ENGINE_DIST_ADDR"] == "198.18.1.5:29500"
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][-1]["values"] == ["node-2"], "slot 1's pod goes where slot 1's ranks are"
+
+
+def complete_groups(cache: Any, ready_active: bool = True, ready_standby: bool = True) -> list[dict[str, Any]]:
+    pods = []
+    for group, role, ready in (("ga", "active", ready_active), ("gb", "standby", ready_standby)):
+        ip = "198.18.1.5" if group == "ga" else "198.18.1.6"
+        pods.append(run(engine_pod(cache, 0, role, ["node-1"], member=Member(group, 0)), "node-1", ip, ready))
+        pods.append(run(engine_pod(cache, 0, role, ["node-2"], member=Member(group, 1, ip)), "node-2", "198.18.2.5", ready))
+    return pods
+
+
+def test_a_converged_layout_plans_nothing_and_a_lost_leader_takes_its_group() -> None:
+    cache = make(**TWO)
+    pods = complete_groups(cache)
+    assert plan_groups(cache, pods, READY, ids()) == []
+
+    # The active group's leader is gone: its follower goes, the standby group is promoted whole,
+    # and a new standby group starts.
+    without_leader = [p for p in pods if p["metadata"]["name"] != "tiny-0-ga-0"]
+    plan = plan_groups(cache, without_leader, READY, ids())
+    assert Delete("tiny-0-ga-1", "the group's leader is gone") in plan
+    assert {a.name for a in plan if isinstance(a, SetRole) and a.role == "active"} == {"tiny-0-gb-0", "tiny-0-gb-1"}
+    created = [a.pod for a in plan if isinstance(a, Create)]
+    assert len(created) == 1 and created[0]["metadata"]["labels"]["weightcache.io/role"] == "standby"
+
+
+def test_failover_swaps_whole_groups_and_scaling_down_deletes_whole_groups() -> None:
+    cache = make(**TWO)
+    plan = plan_groups(cache, complete_groups(cache, ready_active=False), READY, ids())
+    roles = {a.name: a.role for a in plan if isinstance(a, SetRole)}
+    assert roles == {"tiny-0-gb-0": "active", "tiny-0-gb-1": "active", "tiny-0-ga-0": "standby", "tiny-0-ga-1": "standby"}
+
+    fewer = make(**TWO, **{"engine.standbysPerReplica": 0})
+    plan = plan_groups(fewer, complete_groups(fewer), READY, ids())
+    assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-gb-0", "tiny-0-gb-1"]
+    assert plan_groups(make(**TWO, **{"engine.replicas": 0, "engine.standbysPerReplica": 0}),
+                       complete_groups(cache), READY, ids()) == [
+        Delete(n, "scaled down") for n in ("tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1")]  # fmt: skip
+
+
+def test_dra_groups_share_the_claim_of_the_daemon_on_their_node() -> None:
+    body_changes = {**TWO, "daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra", "engine.standbysPerReplica": 0}
+    cache = make(**body_changes)
+    ready = copy.deepcopy(READY)
+    for slot, node_name in ((0, "node-1"), (1, "node-2")):
+        ready[slot][node_name]["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": f"c-{node_name}"}]
+    [leader] = [a.pod for a in plan_groups(cache, [], ready, ids()) if isinstance(a, Create)]
+    assert leader["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-node-1"}]
+    running = run(leader, "node-1", "198.18.1.5")
+    [follower] = [a.pod for a in plan_groups(cache, [running], ready, ids()) if isinstance(a, Create)]
+    assert follower["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-node-2"}]
+    # node-2's daemon was replaced (a new claim): the group is stale and goes whole.
+    ready[1]["node-2"]["status"]["resourceClaimStatuses"][0]["resourceClaimName"] = "c-node-2-new"
+    plan = plan_groups(cache, [running, run(follower, "node-2", "198.18.2.5")], ready, ids())
+    assert {a.name for a in plan if isinstance(a, Delete)} == {"tiny-0-g0-0", "tiny-0-g0-1"}
+
+
+# --- status ------------------------------------------------------------------------------------
+
+
+def test_status_counts_groups_and_lists_slot_ranks() -> None:
+    cache = make(**{"parallelism.tensor": 4, "parallelism.nodes": 2})
+    good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
+    daemons = []
+    for slot, node_name in ((0, "node-1"), (1, "node-2")):
+        pod = {"metadata": {"name": f"tiny-daemon-{slot}-x", "labels": {"weightcache.io/slot": str(slot)},
+                            "annotations": good},
+               "spec": {"nodeName": node_name}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+        daemons.append(pod)
+    pods = complete_groups(cache, ready_standby=False)
+    status = aggregate(cache, Observed(daemons, pods, 2), NOW)
+    assert [n["ranks"] for n in status["nodes"]] == [
+        [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}], [{"rank": 2, "ready": True}, {"rank": 3, "ready": True}]]  # fmt: skip
+    assert status["engines"] == [{"replica": 0, "active": "tiny-0-ga-0", "standbys": ["tiny-0-gb-0"]}]
+    assert (status["activeEngines"], status["standbyEngines"], status["phase"]) == (1, 0, "Loading")
+    # A group missing its follower is not a ready engine, even with a Ready leader.
+    lone = [p for p in complete_groups(cache) if p["metadata"]["name"] != "tiny-0-gb-1"]
+    assert aggregate(cache, Observed(daemons, lone, 2), NOW)["standbyEngines"] == 0
+    assert [u.complete for u in units(lone, 2)] == [True, False]
+
