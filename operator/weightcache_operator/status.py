@@ -84,10 +84,14 @@ def aggregate(
 
     nodes = []
     ready_nodes = 0
-    for pod in sorted(observed.daemon_pods, key=lambda p: p.get("spec", {}).get("nodeName") or ""):
+    # One entry per node (the list is keyed by node): while a daemon pod is being replaced its
+    # terminating predecessor may still be listed next to it; the live one speaks for the node.
+    by_node: dict[str, Pod] = {}
+    for pod in sorted(observed.daemon_pods, key=lambda p: bool(p["metadata"].get("deletionTimestamp")), reverse=True):
         node = (pod.get("spec") or {}).get("nodeName")
-        if not node:
-            continue
+        if node:
+            by_node[node] = pod
+    for node, pod in sorted(by_node.items()):
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
         slot = (pod["metadata"].get("labels") or {}).get(SLOT_LABEL, "0")

@@ -200,3 +200,22 @@ def test_generation_condition_says_which_strategy_and_clears_afterwards() -> Non
     finished = plan(GEN, [], [], "g2", NOW, {"phase": "Complete"}, 0)
     cleared = rollout_conditions(finished, None, NOW, conditions, 8)
     assert [(c["type"], c["status"]) for c in cleared] == [("GenerationChange", "False")]
+
+
+def test_status_lists_a_node_once_while_its_daemon_is_replaced() -> None:
+    """status.nodes is a map keyed by node: two entries for one node are refused by the API server."""
+    from weightcache_operator.status import Observed, aggregate
+    from weightcache_operator.validation import parse
+
+    body = {"apiVersion": "weightcache.io/v1alpha1", "kind": "WeightCache",
+            "metadata": {"name": "tiny", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": {"model": {"source": {"hostPath": {"path": "/m"}}}, "parallelism": {"tensor": 1},
+                     "daemon": {"image": "i", "backend": "cpu-shm"},
+                     "engine": {"template": {"spec": {"containers": [{"name": "e", "image": "i"}]}}}}}  # fmt: skip
+    cache, problems = parse(body)
+    assert cache is not None and not problems
+    old = daemon("d-old", "node-1", "g0")
+    old["metadata"]["deletionTimestamp"] = "2026-05-01T12:00:00Z"
+    new = daemon("d-new", "node-1", "g1", ready=False)
+    status = aggregate(cache, Observed([old, new], [], 1), NOW)
+    assert [(n["node"], n["daemonPod"]) for n in status["nodes"]] == [("node-1", "d-new")]
