@@ -52,15 +52,33 @@ class RankReport(_Report):
     uptime_seconds: float | None = Field(default=None, ge=0)
 
 
+HOST_DEVICE = "host"
+"""``DeviceMemory.device`` of the host's RAM (where cpu-shm arenas live); GPUs go by UUID."""
+
+
+class DeviceMemory(_Report):
+    """Memory of one device the node's arenas can live on, when the report was taken
+    (device_memory.py says where the numbers come from)."""
+
+    device: str
+    """``host`` or a GPU UUID (``GPU-…``)."""
+    total_bytes: int | None = Field(default=None, ge=0)
+    free_bytes: int | None = Field(default=None, ge=0)
+    """What a second generation's arena could still get; null when ``error`` says why not."""
+    error: str | None = None
+
+
 class DaemonReport(_Report):
     """A daemon pod's ranks. ``fingerprint`` identifies what the whole node holds (see
-    ``node_fingerprint``); null until every rank answers."""
+    ``node_fingerprint``); null until every rank answers. ``memory``: the host's and each GPU's
+    free memory, for deciding whether a second daemon generation fits next to this one."""
 
     version: int = REPORT_VERSION
     cache: str
     ready: bool
     fingerprint: str | None = None
     ranks: list[RankReport]
+    memory: list[DeviceMemory] = []
 
 
 def node_fingerprint(ranks: list[RankReport]) -> str | None:
@@ -83,6 +101,13 @@ def report_metrics(report: DaemonReport) -> Metrics:
     m.describe("weightcache_daemon_disk_read_bytes_total", "counter", "checkpoint bytes the rank's loader read")
     m.describe("weightcache_daemon_maps_served_total", "counter", "arena fetches answered (engine ranks mapping it)")
     m.describe("weightcache_daemon_connections_total", "counter", "socket connections accepted by the rank")
+    m.describe("weightcache_daemon_device_free_bytes", "gauge", "free memory of a device arenas live on (host RAM or GPU)")
+    m.describe("weightcache_daemon_device_total_bytes", "gauge", "total memory of a device arenas live on")
+    for memory in report.memory:
+        if memory.free_bytes is not None:
+            m.set("weightcache_daemon_device_free_bytes", memory.free_bytes, cache=report.cache, device=memory.device)
+        if memory.total_bytes is not None:
+            m.set("weightcache_daemon_device_total_bytes", memory.total_bytes, cache=report.cache, device=memory.device)
     for rank in report.ranks:
         labels = {"cache": report.cache, "rank": rank.rank, "gpu": rank.gpu_uuid or ""}
         m.set("weightcache_daemon_rank_ready", 1.0 if rank.ready else 0.0, **labels)

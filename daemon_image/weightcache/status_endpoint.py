@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from .daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
+from .device_memory import memory_report
 from .probe import inspect_rank
 from .readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
@@ -48,8 +49,10 @@ def collect(socket_dir: str, name: str, ranks: list[int], exit_code: ExitCode,
 
     with ThreadPoolExecutor(max_workers=max(1, len(ranks)), thread_name_prefix="status") as pool:
         reports = list(pool.map(one, ranks))
+    gpus = [r.gpu_uuid for r in reports if r.gpu_uuid]
     return DaemonReport(cache=name, ready=bool(reports) and all(r.ready for r in reports),
-                        fingerprint=node_fingerprint(reports), ranks=reports)  # fmt: skip
+                        fingerprint=node_fingerprint(reports), ranks=reports,
+                        memory=memory_report(gpus))  # fmt: skip
 
 
 def status_endpoint(addr: tuple[str, int], report: Callable[[], DaemonReport]) -> ReadOnlyServer:

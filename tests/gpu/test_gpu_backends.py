@@ -160,3 +160,26 @@ def test_engine_finds_the_gpu_by_uuid_whatever_its_numbering(gpu_ckpt, start_dae
     hidden = probe(gpu_ckpt, daemon, "cuda-vmm", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     out, err = hidden.communicate(timeout=120)
     assert hidden.returncode != 0 and "sees no CUDA device" in err, err
+
+
+def test_free_memory_report_agrees_with_cuda_and_sees_a_daemons_arena(gpu_ckpt, start_daemon) -> None:
+    """NVML (read by the status endpoint without a CUDA context) and the CUDA runtime count the
+    same device memory; a daemon's load shows up in it, which is what the blue/green decision
+    weighs a second copy against."""
+    from weightcache.device_memory import gpu_memory
+    from weightcache.status_endpoint import collect
+
+    uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    torch.cuda.synchronize()
+    cuda_free, cuda_total = torch.cuda.mem_get_info(0)
+    nvml = gpu_memory(uuid)
+    assert nvml.error is None and nvml.total_bytes == cuda_total, nvml
+    assert abs((nvml.free_bytes or 0) - cuda_free) < 64 << 20, (nvml, cuda_free)
+    daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    report = collect(daemon.socket_dir, daemon.name, [0], lambda _rank: None)
+    rank = report.ranks[0]
+    assert rank.ready and rank.gpu_uuid == uuid and rank.bytes
+    assert [m.device for m in report.memory] == ["host", uuid]
+    after = report.memory[1]
+    # The arena (and the daemon's CUDA context) now occupy the device.
+    assert after.free_bytes is not None and after.free_bytes <= (nvml.free_bytes or 0) - rank.bytes, (after, nvml, rank)

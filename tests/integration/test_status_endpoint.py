@@ -96,6 +96,10 @@ def test_status_and_metrics_report_what_each_rank_loaded(llama: Path, start_daem
         assert rank.maps_served == 0
     assert found.ranks[0].fingerprint != found.ranks[1].fingerprint
     assert found.fingerprint == node_fingerprint(found.ranks) and found.fingerprint is not None
+    # cpu-shm arenas live in host memory: the room for a second copy is the host's available RAM.
+    assert [m.device for m in found.memory] == ["host"]
+    host = found.memory[0]
+    assert host.error is None and host.total_bytes and 0 < (host.free_bytes or 0) < host.total_bytes
 
     # An engine rank maps rank 0's arena: the endpoint counts the map; no byte of it came from disk.
     weights = load_weights(str(llama), Layout(2, 0), socket_dir=daemon.socket_dir, name="test", fallback="error")
