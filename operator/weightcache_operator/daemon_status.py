@@ -63,9 +63,10 @@ class DaemonStatusReader:
         # cache → pod uid → (pod version, when read, what was read)
         self._memo: dict[tuple[str, str], dict[str, tuple[tuple[str, str], float, Fetched]]] = {}
 
-    def read(self, cache: tuple[str, str], pods: list[dict[str, Any]]) -> dict[str, Fetched]:
-        """Pod name → report (or the reason there is none) for each of ``cache``'s daemon pods."""
-        before = self._memo.get(cache, {})
+    def read(self, cache: tuple[str, str], pods: list[dict[str, Any]], refresh: bool = False) -> dict[str, Fetched]:
+        """Pod name → report (or the reason there is none) for each of ``cache``'s daemon pods;
+        ``refresh`` reads every pod again (free memory changes without the pod changing)."""
+        before = {} if refresh else self._memo.get(cache, {})
         now = self._clock()
         kept: dict[str, tuple[tuple[str, str], float, Fetched]] = {}
         todo: list[tuple[str, tuple[str, str], str]] = []

@@ -36,12 +36,12 @@ from .render import (
     engine_template_hash,
 )
 from .group_plan import Create, Delete, SetRole, plan_groups
-from .render.daemon import daemon_daemonsets
+from .render.daemon import blue_green_name, daemon_daemonsets
 from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
 from .render.engine import Role
-from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL
+from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .render.topology import assign_slots, selected
-from .rollout import Desired, Plan, generation_strategy, plan, rollout_conditions, rollout_status
+from .rollout import Desired, Plan, Strategy, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
 from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
 from .validation import parse
@@ -163,16 +163,23 @@ class Reconciler:
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
         ready_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods
                          if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)}  # fmt: skip
-        gate_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods if p["spec"].get("nodeName") and pod_ready(p)}
+        # Keyed by (node, generation): during a blue/green change a node runs a daemon of each.
+        gate_daemons = {(p["spec"]["nodeName"], _generation(p)): p for p in daemon_pods
+                        if p["spec"].get("nodeName") and pod_ready(p)}  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
         self._sync_gates(namespace, engines, gate_daemons)
         daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={name}")
-        desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in daemonsets)
+        current_sets = [ds for ds in daemonsets if _generation(ds) == spec_hash]
+        # A blue/green change's old side: DaemonSets of another generation next to the current one.
+        old_sets = {ds["metadata"]["name"]: _generation(ds) for ds in daemonsets
+                    if current_sets and _generation(ds) != spec_hash and SLOT_LABEL not in ds["metadata"]["labels"]}  # fmt: skip
+        desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or daemonsets)
         want = _desired(cache)
         serving = self._serving_generation(cache)
-        steps = plan(want, engines, daemon_pods, serving, self.clock(), (body.get("status") or {}).get("rollout"), desired)
+        steps = plan(want, engines, daemon_pods, serving, self.clock(), (body.get("status") or {}).get("rollout"), desired,
+                     old_sets)  # fmt: skip
         if cache.spec.parallelism.nodes > 1:
             steps = Plan(serve_generation=want.generation)  # engine groups roll through plan_groups, not here
         self._roll(cache, steps, engines, ready_daemons, apply or serving != steps.serve_generation)
@@ -188,7 +195,7 @@ class Reconciler:
         reports = self.daemon_status.read((namespace, name), daemon_pods)
         observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
         status = aggregate(cache, observed, self.clock(), previous)
-        self._add_rollout(body, status, steps, want, reports, previous)
+        self._add_rollout(body, status, steps, want, _decision(current_sets), previous)
         if failover is not None:
             # The status is merge-patched: null out what this failover lacks (a PodGone has no
             # "from"), or the previous failover's values would survive next to this one's.
@@ -232,20 +239,22 @@ class Reconciler:
         if steps.replace_daemon:
             self.api.delete(f"{ns}/pods/{steps.replace_daemon}")
             log.info("replacing daemon", extra={"pod": steps.replace_daemon, "reason": "generation change"})
+        for name in steps.retire_daemonsets:
+            # Background: the garbage collector deletes its pods (keepers and arenas with them).
+            self.api.delete(f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets/{name}", propagation="Background")
+            log.info("deleted daemonset", extra={"daemonset": name, "reason": "blue/green: old generation drained"})
 
     def _add_rollout(self, body: Object, status: dict[str, Any], steps: Plan, want: Desired,
-                     reports: dict[str, Any], previous: list[dict[str, Any]]) -> None:  # fmt: skip
+                     decision: tuple[Strategy, str] | None, previous: list[dict[str, Any]]) -> None:  # fmt: skip
         """Adds ``status.rollout`` and the rollout conditions; posts an Event when a rollout
-        starts, stalls or completes."""
+        starts, stalls or completes. ``decision``: how the generation change was decided (the
+        current DaemonSet's annotations)."""
         now = self.clock()
         before = (body.get("status") or {}).get("rollout")
         rollout = rollout_status(steps, want, now, before)
         if rollout is not None:
             status["rollout"] = rollout
-        ranks = [(r.gpu_uuid, r.bytes) for report in reports.values() if not isinstance(report, str)
-                 for r in report.ranks]  # fmt: skip
-        # The daemons report no free GPU memory yet: the strategy says node by node, and why.
-        strategy = generation_strategy(ranks, {}) if steps.mode == "Generation" else None
+        strategy = decision if steps.mode == "Generation" else None
         extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
         replaced = {c["type"] for c in extra}
         status["conditions"] = [c for c in status["conditions"] if c["type"] not in replaced] + extra
@@ -379,28 +388,69 @@ class Reconciler:
         if uses_dra(cache):
             templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
             self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
-        wanted = daemon_daemonsets(cache, slots)
+        existing = self.api.list(base, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon")
+        singles = [ds for ds in existing if SLOT_LABEL not in ds["metadata"]["labels"]]
+        name, annotations = None, None
+        if cache.spec.parallelism.nodes == 1:
+            name, annotations = self._daemonset_for_generation(cache, singles)
+        wanted = daemon_daemonsets(cache, slots, name, annotations)
         for ds in wanted:
             self.api.apply(f"{base}/{ds['metadata']['name']}", ds)
         names = {ds["metadata"]["name"] for ds in wanted}
-        for ds in self.api.list(base, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon"):
-            if ds["metadata"]["name"] not in names:
-                self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
-                log.info("deleted daemonset", extra={"daemonset": ds["metadata"]["name"], "reason": "layout changed"})
+        for ds in existing:
+            if ds["metadata"]["name"] in names:
+                continue
+            if cache.spec.parallelism.nodes == 1 and ds in singles:
+                continue  # a blue/green change's old side: the rollout deletes it once drained
+            self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
+            log.info("deleted daemonset", extra={"daemonset": ds["metadata"]["name"], "reason": "layout changed"})
 
-    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[str, Object]) -> None:
+    def _daemonset_for_generation(self, cache: WeightCache, singles: list[Object]) -> tuple[str, dict[str, str]]:
+        """Which DaemonSet holds the wanted generation (``nodes = 1``), and how its change was
+        decided. The decision is taken once, when no DaemonSet holds the wanted generation yet:
+        blue/green starts a second DaemonSet (``blue_green_name``), node by node updates the
+        newest one in place. It is recorded on the DaemonSet, so later passes (and a restarted
+        operator) carry on the same way even as the daemons' free memory changes under them."""
+        spec_hash = daemon_spec_hash(cache)
+        current = next((ds for ds in singles if _generation(ds) == spec_hash), None)
+        if current is not None:
+            kept = {k: v for k, v in (current["metadata"].get("annotations") or {}).items()
+                    if k in (STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION)}  # fmt: skip
+            return current["metadata"]["name"], kept
+        if not singles:
+            return CacheRef.of(cache).daemon_name, {}
+        strategy, why = self._choose_strategy(cache, singles)
+        newest = max(singles, key=lambda ds: (ds["metadata"].get("creationTimestamp", ""), ds["metadata"]["name"]))
+        name = blue_green_name(cache) if strategy == "BlueGreen" else newest["metadata"]["name"]
+        log.info("generation change", extra={"cache": CacheRef.of(cache).name, "strategy": strategy, "reason": why,
+                                              "daemonset": name})  # fmt: skip
+        return name, {STRATEGY_ANNOTATION: strategy, STRATEGY_REASON_ANNOTATION: why[:1024]}
+
+    def _choose_strategy(self, cache: WeightCache, singles: list[Object]) -> tuple[Strategy, str]:
+        """``generation_strategy`` over fresh reports of the serving daemons, once the state is
+        clean enough for a second generation: one DaemonSet whose pods all run its generation (a
+        change still under way is finished node by node, so no node ever runs two daemons of one
+        generation on one socket directory)."""
+        ref = CacheRef.of(cache)
+        pods = self.api.list(f"/api/v1/namespaces/{ref.namespace}/pods", f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon")
+        if len(singles) > 1 or any(_generation(p) != _generation(singles[0]) for p in pods):
+            return "NodeByNode", "a previous generation change is still under way"
+        reports = self.daemon_status.read((ref.namespace, ref.name), pods, refresh=True)
+        return generation_strategy(cache.spec.daemon.generation_change, cache.spec.daemon.backend, reports)
+
+    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[tuple[str, str | None], Object]) -> None:
         """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
         Ready holding the generation the engine maps (the same spec hash annotation: during a
         generation change old engines stay Ready on old daemons, and an old engine never turns
         Ready on a new one) and, with ``gpuAccess: dra``, is the daemon whose ResourceClaim the
-        engine shares; patches only what differs. ``ready_daemons``: node → its Ready daemon pod."""
+        engine shares; patches only what differs. ``ready_daemons``: (node, generation) → its
+        Ready daemon pod."""
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
-            daemon = ready_daemons.get(node)
-            current = (daemon is not None and _generation(pod) == _generation(daemon)
-                       and engine_claim_current(pod, daemon))  # fmt: skip
+            daemon = ready_daemons.get((node, _generation(pod)))
+            current = daemon is not None and engine_claim_current(pod, daemon)
             want = "True" if current else "False"
             have = next((c.get("status") for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
             if have == want:
@@ -487,8 +537,18 @@ def _desired(cache: WeightCache) -> Desired:
                    ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
 
 
-def _generation(pod: Object) -> str | None:
-    return (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+def _generation(obj: Object) -> str | None:
+    """The daemon spec hash a daemon pod or DaemonSet holds, or an engine pod maps."""
+    return (obj["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+
+
+def _decision(current_sets: list[Object]) -> tuple[Strategy, str] | None:
+    """How the change to the current generation was decided, as recorded on its DaemonSet."""
+    for ds in current_sets:
+        annotations = ds["metadata"].get("annotations") or {}
+        if annotations.get(STRATEGY_ANNOTATION) in ("BlueGreen", "NodeByNode"):
+            return annotations[STRATEGY_ANNOTATION], annotations.get(STRATEGY_REASON_ANNOTATION, "")  # type: ignore[return-value]
+    return None
 
 
 def _phase_message(status: dict[str, Any]) -> str:

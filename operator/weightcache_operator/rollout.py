@@ -10,34 +10,48 @@ Two kinds of change reach running engines:
   versions map the same daemon arena, so briefly having two actives behind the Service mixes
   nothing. A replica is done when no old pod is left (terminating ones included) and its new
   active and standbys are Ready; only then does the next one start.
-- **Generation change** (what the daemons hold changed: ``daemon_spec_hash``): node by node,
-  a node's old-generation engines are drained, then its daemon pod is deleted (the DaemonSet is
-  ``OnDelete``, so it is replaced only then) and reloads; new-generation engines start next to it.
-  The Service selects one generation (a label in its selector) and switches atomically once every
-  replica has a Ready new-generation engine, so clients never see two fingerprints at once.
+- **Generation change** (what the daemons hold changed: ``daemon_spec_hash``), one of two ways,
+  chosen once when the change starts (``generation_strategy``) and visible afterwards in which
+  DaemonSets exist:
+
+  - *blue/green*, when every node reports room for a second copy: a second DaemonSet of the new
+    generation starts next to the serving one (its own socket directory per generation), loads on
+    every node, new-generation engines start next to the old ones, the Service switches, the old
+    engines drain, and only then is the old generation's DaemonSet deleted (``retire_daemonsets``).
+    The Service never loses its Ready engines.
+  - *node by node* otherwise: the DaemonSet is updated in place; a node's old-generation engines
+    are drained, then its daemon pod is deleted (the DaemonSet is ``OnDelete``, so it is replaced
+    only then) and reloads; new-generation engines start next to it.
+
+  Either way the Service selects one generation (a label in its selector) and switches
+  atomically once every replica has a Ready new-generation engine, so clients never see two
+  fingerprints at once.
 
 A new-version pod that is not Ready within ``readyDeadlineSeconds`` of its creation stalls the
 rollout: nothing more is promoted or retired, the old version keeps serving, and the status says
 which pod and why. Changing the spec back makes the old pods current again; the stalled pod is
 then the outdated one and is retired like any other.
-
-Blue/green per node (both daemon generations resident at once) is decided by
-``generation_strategy`` from the daemons' free-GPU-memory reports; see its docstring for what is
-executed today.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from weightcache.daemon_report import HOST_DEVICE, DaemonReport
+
+from .render.daemon import GPU_BACKENDS
 from .render.layout import ENGINE_HASH_LABEL, REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
 from .status import pod_ready
 
 Pod = dict[str, Any]
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
 Strategy = Literal["BlueGreen", "NodeByNode"]
+HEADROOM = 1.1
+"""A second copy must find its arenas' size plus 10 %: allocators round up, and the engines
+starting next to it need some memory of their own."""
 
 
 @dataclass(frozen=True)
@@ -90,15 +104,19 @@ class DaemonView:
     node: str | None
     generation: str | None
     ready: bool
+    owner: str | None
+    """The DaemonSet the pod belongs to (its controller reference)."""
 
     @classmethod
     def of(cls, pod: Pod) -> DaemonView:
         meta = pod["metadata"]
+        owner = next((o["name"] for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
         return cls(
             name=meta["name"],
             node=(pod.get("spec") or {}).get("nodeName"),
             generation=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
             ready=pod_ready(pod) and not meta.get("deletionTimestamp"),
+            owner=owner,
         )
 
 
@@ -118,6 +136,9 @@ class Plan:
     """Surge pods the ordinary scaling must neither count nor trim."""
     replace_daemon: str | None = None
     """A drained node's old-generation daemon pod to delete (the DaemonSet recreates it)."""
+    retire_daemonsets: list[str] = field(default_factory=list)
+    """Blue/green: old-generation DaemonSets whose engines are all gone, to delete (their pods,
+    keepers and arenas with them)."""
     mode: Literal["Engine", "Generation"] | None = None
     phase: RolloutPhase | None = None
     step: str = ""
@@ -134,20 +155,25 @@ def plan(
     now: datetime,
     previous: dict[str, Any] | None = None,
     desired_nodes: int = 0,
+    old_daemonsets: dict[str, str | None] | None = None,
 ) -> Plan:
     """Decides the next actions. ``serving``: the generation the live Service selects (None when
-    there is no Service yet or it selects none); ``previous``: the last ``status.rollout``."""
+    there is no Service yet or it selects none); ``previous``: the last ``status.rollout``;
+    ``desired_nodes``: how many daemon pods the DaemonSet of the wanted generation should run;
+    ``old_daemonsets``: name → generation of DaemonSets kept for another generation next to it
+    (a blue/green change's old side)."""
     pods = [EngineView.of(p) for p in engines]
     nodes = [DaemonView.of(p) for p in daemons]
     result = Plan(serve_generation=serve_generation(want, pods, serving))
     outdated = [p for p in pods if p.engine_hash != want.engine_hash]
-    generation_change = any(d.generation != want.generation for d in nodes) or any(
+    old_sets = old_daemonsets or {}
+    generation_change = bool(old_sets) or any(d.generation != want.generation for d in nodes) or any(
         p.generation != want.generation for p in pods
     )
     result.updated = sum(_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
         result.mode = "Generation"
-        _plan_generation(want, pods, nodes, result, now, desired_nodes)
+        _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets)
     elif outdated:
         result.mode = "Engine"
         _plan_engine(want, pods, result, now)
@@ -166,15 +192,17 @@ def plan(
 
 
 def serve_generation(want: Desired, pods: list[EngineView], serving: str | None) -> str:
-    """The generation the Service selects: the old one while it still has a Ready active engine
-    and the new one is not Ready for every replica; then the new one, in a single switch."""
+    """The generation the Service selects: the old one until the new one is Ready for every
+    replica, then the new one, in a single switch — earlier only if the old one has no Ready
+    active left while the new one has a Ready engine (switching gains something). The switch is
+    never taken back: neither generation serving (an overloaded node's daemon flapping) is not
+    a reason to move to one that cannot serve either, and an old active may recover."""
     if serving is None or serving == want.generation:
         return want.generation
-    new_everywhere = all(
-        any(p.replica == r and p.generation == want.generation and p.ready for p in pods) for r in range(want.replicas)
-    )
+    ready_new = {p.replica for p in pods if p.generation == want.generation and p.ready and not p.deleting}
+    new_everywhere = all(r in ready_new for r in range(want.replicas))
     old_serves = any(p.generation == serving and p.role == "active" and p.ready for p in pods)
-    return want.generation if new_everywhere or not old_serves else serving
+    return want.generation if new_everywhere or (not old_serves and ready_new) else serving
 
 
 def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
@@ -226,10 +254,13 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
 
 
 def _plan_generation(
-    want: Desired, pods: list[EngineView], nodes: list[DaemonView], result: Plan, now: datetime, desired_nodes: int
+    want: Desired, pods: list[EngineView], nodes: list[DaemonView], result: Plan, now: datetime, desired_nodes: int,
+    old_sets: dict[str, str | None],
 ) -> None:
-    """Node by node: drain → replace the daemon → new-generation engines next to it; the Service
-    switches generation once every replica has a Ready new-generation engine."""
+    """New-generation engines next to Ready new-generation daemons; the Service switches once
+    every replica has a Ready new-generation engine; then the old engines drain. Node by node
+    (old daemon pods of the DaemonSet updated in place): drain a node → replace its daemon.
+    Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left."""
     new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.generation == want.generation)
     switched = result.serve_generation == want.generation
     for replica in range(want.replicas):
@@ -254,10 +285,15 @@ def _plan_generation(
             result.retire += [p.name for p in live if p.generation != want.generation]
     if result.stalled:
         return
-    old = [d for d in nodes if d.generation != want.generation]
-    settling = [d for d in nodes if not d.ready] or len(nodes) < desired_nodes
+    if old_sets:
+        _retire_old_daemonsets(want, pods, result, old_sets)
+    # What the DaemonSet updated in place still runs of an older generation (none with blue/green).
+    in_place = [d for d in nodes if d.owner not in old_sets]
+    old = [d for d in in_place if d.generation != want.generation]
+    settling = [d for d in in_place if not d.ready] or len(in_place) < desired_nodes
     if not old:
-        result.step = "new daemons on every node; moving engines over"
+        if not old_sets:
+            result.step = "new daemons on every node; moving engines over"
         return
     if settling:
         result.step = "waiting for the replaced daemon to load"
@@ -280,6 +316,24 @@ def _plan_generation(
         return
     result.replace_daemon = target.name
     result.step = f"replacing the daemon on {target.node}"
+
+
+def _retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, old_sets: dict[str, str | None]) -> None:
+    """Blue/green's last step: an old generation's DaemonSet goes once the Service has switched
+    away from it and none of its engines is left (draining ones included: they still map it)."""
+    if result.serve_generation != want.generation:
+        ready = sum(any(p.replica == r and p.generation == want.generation and p.ready for p in pods)
+                    for r in range(want.replicas))  # fmt: skip
+        result.step = f"blue/green: new-generation engines Ready for {ready}/{want.replicas} replicas; old ones serve"
+        return
+    for name, generation in sorted(old_sets.items()):
+        left = [p.name for p in pods if p.generation == generation]
+        if left:
+            result.step = f"blue/green: draining {len(left)} engines of the old generation"
+        else:
+            result.retire_daemonsets.append(name)
+    if result.retire_daemonsets:
+        result.step = f"blue/green: deleting the old generation's DaemonSet {', '.join(result.retire_daemonsets)}"
 
 
 def _done(want: Desired, pods: list[EngineView], replica: int) -> bool:
@@ -374,33 +428,52 @@ def rollout_conditions(
 
 
 def generation_strategy(
-    ranks: list[tuple[str | None, int | None]], free_by_gpu: dict[str, int], headroom: float = 1.1
+    requested: str, backend: str, reports: Mapping[str, DaemonReport | str], headroom: float = HEADROOM
 ) -> tuple[Strategy, str]:
-    """Blue/green when every GPU holding a rank has room for that rank's arena once more (times
-    ``headroom`` for the allocator's slack), so both generations can be resident while the new
-    one loads; otherwise node by node. ``ranks``: (GPU UUID, arena bytes) of each node-local rank
-    the daemons report; ``free_by_gpu``: reported free bytes per GPU UUID.
+    """How a generation change should go, and why. Blue/green only when the user allows it
+    (``spec.daemon.generationChange: Auto``), the arenas live where a second daemon pod can put
+    another copy (host memory: cpu-shm), and every daemon reports, for every device its ranks
+    hold, free memory of at least their arenas' size times ``headroom`` (the allocator's slack).
+    Otherwise node by node. ``reports``: each daemon pod's status report (or why it could not
+    be read), taken when the change starts.
 
-    Today the daemons report no free GPU memory (``free_by_gpu`` is empty), so the reconciler
-    always gets — and runs — node by node; running two daemon generations side by side on one
-    node is not implemented yet."""
-    if not ranks:
-        return "NodeByNode", "no daemon has reported its ranks yet"
-    need: dict[str, int] = {}
-    for gpu, size in ranks:
-        if gpu is None:
-            return "NodeByNode", "the ranks hold no GPU memory (cpu-shm): both generations would share host memory"
-        if size is None:
-            return "NodeByNode", f"the arena size on GPU {gpu} is not reported yet"
-        need[gpu] = need.get(gpu, 0) + size
-    for gpu, size in sorted(need.items()):
-        free = free_by_gpu.get(gpu)
-        if free is None:
-            return "NodeByNode", f"GPU {gpu} reports no free memory"
-        if free < size * headroom:
-            return "NodeByNode", (f"GPU {gpu} has {free} bytes free, a second generation needs"
-                                  f" {int(size * headroom)}")  # fmt: skip
-    return "BlueGreen", f"every GPU has room for a second generation ({len(need)} GPUs checked)"
+    GPU backends always go node by node: a daemon pod gets its GPUs through a per-pod
+    ``nvidia.com/gpu`` request (or a ResourceClaim of its own), which the scheduler never gives
+    a second pod while the first holds them, so a second generation's daemon could not be placed
+    on the GPUs that have the room. The reason still says whether the memory would have fit."""
+    if requested == "NodeByNode":
+        return "NodeByNode", "spec.daemon.generationChange is NodeByNode"
+    if not reports:
+        return "NodeByNode", "no daemon has reported its ranks and free memory yet"
+    fits: list[str] = []
+    for pod, report in sorted(reports.items()):
+        if isinstance(report, str):
+            return "NodeByNode", f"the free memory of {pod} is unknown ({report})"
+        need: dict[str, int] = {}
+        for rank in report.ranks:
+            if rank.bytes is None:
+                return "NodeByNode", f"{pod} does not report the arena size of rank {rank.rank} yet"
+            device = rank.gpu_uuid or HOST_DEVICE
+            need[device] = need.get(device, 0) + rank.bytes
+        memory = {m.device: m for m in report.memory}
+        for device, size in sorted(need.items()):
+            free = memory.get(device)
+            if free is None or free.free_bytes is None:
+                why = f": {free.error}" if free is not None and free.error else ""
+                return "NodeByNode", f"{pod} reports no free memory for {device}{why}"
+            wanted = int(size * headroom)
+            if free.free_bytes < wanted:
+                return "NodeByNode", (f"{device} of {pod} has {_gib(free.free_bytes)} free; a second copy of its"
+                                      f" ranks needs {_gib(wanted)}")  # fmt: skip
+            fits.append(device)
+    if backend in GPU_BACKENDS:
+        return "NodeByNode", (f"{backend} daemons get their GPUs through a per-pod request, which a second"
+                              " generation's daemon pod cannot share (memory would fit on every GPU)")  # fmt: skip
+    return "BlueGreen", f"every daemon has room for a second copy ({len(reports)} daemons, {len(fits)} devices checked)"
+
+
+def _gib(size: int) -> str:
+    return f"{size / (1 << 30):.2f} GiB"
 
 
 def _stamp(now: datetime) -> str:

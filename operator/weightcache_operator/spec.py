@@ -170,6 +170,9 @@ class Placement(ApiModel):
     tolerations: list[FreeForm] | None = Field(default=None, description="core/v1 Tolerations.")
 
 
+GenerationChange = Literal["Auto", "NodeByNode"]
+
+
 class Daemon(ApiModel):
     """The per-node daemon that loads, shards and holds the weights."""
 
@@ -179,6 +182,14 @@ class Daemon(ApiModel):
     )
     backend: Backend = Field(default="cuda-vmm", description="cpu-shm runs without GPUs.")
     extra_args: list[str] = Field(default=[], description="Appended to the daemon's command line.")
+    generation_change: GenerationChange = Field(
+        default="Auto",
+        description="How a change of what the daemons hold reaches the nodes. Auto: blue/green (the new"
+        " generation's daemons load next to the old ones, engines move over, then the old ones go) when every"
+        " node reports room for a second copy, otherwise node by node (drain the node's engines, replace its"
+        " daemon). NodeByNode: always node by node, never two copies in memory. Not part of the daemon spec"
+        " hash: changing it alone reloads nothing.",
+    )
 
 
 class EnginePodSpec(BaseModel):

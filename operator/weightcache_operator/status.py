@@ -85,9 +85,15 @@ def aggregate(
     nodes = []
     ready_nodes = 0
     # One entry per node (the list is keyed by node): while a daemon pod is being replaced its
-    # terminating predecessor may still be listed next to it; the live one speaks for the node.
+    # terminating predecessor may still be listed next to it, and during a blue/green change the
+    # old generation's daemon runs next to the new one; the live, current one speaks for the node.
     by_node: dict[str, Pod] = {}
-    for pod in sorted(observed.daemon_pods, key=lambda p: bool(p["metadata"].get("deletionTimestamp")), reverse=True):
+
+    def speaks_for_node(pod: Pod) -> tuple[bool, bool]:
+        annotations = pod["metadata"].get("annotations") or {}
+        return not pod["metadata"].get("deletionTimestamp"), annotations.get(SPEC_HASH_ANNOTATION) == spec_hash
+
+    for pod in sorted(observed.daemon_pods, key=speaks_for_node):
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             by_node[node] = pod

@@ -167,18 +167,26 @@ def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
     assert http_json(f"http://{host}:{port}/v1/completions", {"prompt": "a", "max_tokens": 2})["choices"]
 
 
+@pytest.mark.parametrize("strategy", ["NodeByNode", "BlueGreen"])
 def test_generation_change_never_mixes_fingerprints_behind_the_service(
     cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+    checkpoint: Path, service_proxy, strategy: str,  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
-    apply(cluster, namespace, sample())
+    """NodeByNode (asked for in the spec): nodes are drained and their daemons replaced one at a
+    time. BlueGreen (``Auto``; the daemons report the host's free memory, and a tiny model fits
+    twice): the new generation's DaemonSet loads next to the old one, engines move over, and the
+    old DaemonSet goes last — no request fails even without a retry."""
+    requested = "NodeByNode" if strategy == "NodeByNode" else "Auto"
+    apply(cluster, namespace, sample(daemon__generationChange=requested))
     reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
     before = wait_phase(kube, namespace, operator, "Ready", also=reported)
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
 
-    # Every engine pod IP ever seen → the daemon generation it maps, recorded while things change.
+    # Every engine pod IP ever seen → the daemon generation it maps, recorded while things change;
+    # and each node's Ready daemon generations, sampled at the same time.
     generation_of: dict[str, str] = {}
+    resident: list[dict[str, set[str]]] = []
     stop = threading.Event()
 
     def watch_pods() -> None:
@@ -187,18 +195,27 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
                 ip = pod["status"].get("podIP")
                 if ip:
                     generation_of.setdefault(ip, pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"])
+            held: dict[str, set[str]] = {}
+            for pod in pods(kube, namespace, DAEMONS):
+                if is_ready(pod):
+                    held.setdefault(pod["spec"]["nodeName"], set()).add(
+                        pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"])
+            resident.append(held)
             stop.wait(0.1)
 
     watcher = threading.Thread(target=watch_pods, daemon=True)
     watcher.start()
     load = SteadyLoad(*proxy.address).start()
     try:
-        apply(cluster, namespace, sample(model__revision="seed-1"))
+        apply(cluster, namespace, sample(model__revision="seed-1", daemon__generationChange=requested))
         new_fingerprints = lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]  # noqa: E731
                                       and (s.get("rollout") or {}).get("phase") == "Complete"
                                       and {n["fingerprint"] for n in s["nodes"]}.isdisjoint(
                                           {n["fingerprint"] for n in before["nodes"]}))  # fmt: skip
         after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=new_fingerprints)
+        if strategy == "BlueGreen":  # the old DaemonSet's pods are deleted in the background
+            wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
+                              for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 60)  # fmt: skip
     finally:
         result = load.stop()
         stop.set()
@@ -210,8 +227,20 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     assert all(len(gens) <= 1 for gens in seen), seen
     assert {g for gens in seen for g in gens} == {before["daemonSpecHash"], after["daemonSpecHash"]}
     assert "?" not in {g for gens in seen for g in gens}
-    strategy = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
-    assert any("NodeByNode" in m and "cpu-shm" in m for m in strategy), strategy
+    progress = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
+    both_on_a_node = any(len(gens) == 2 for held in resident for gens in held.values())
+    daemonsets = kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"]
+    if strategy == "NodeByNode":
+        assert any("NodeByNode: spec.daemon.generationChange is NodeByNode" in m for m in progress), progress
+        assert not both_on_a_node, "node by node never holds two generations on a node"
+        assert [d["metadata"]["name"] for d in daemonsets] == ["tiny-llama-daemon"], "updated in place"
+    else:
+        assert any("BlueGreen: every daemon has room for a second copy" in m for m in progress), progress
+        both = {node for held in resident for node, gens in held.items() if len(gens) == 2}
+        assert len(both) == 2, f"each node held both generations at some point, saw only {both}"
+        assert [d["metadata"]["name"] for d in daemonsets] == [f"tiny-llama-daemon-{after['daemonSpecHash'][:10]}"]
+        assert result.failed == [] and result.retried == 0, f"blue/green keeps Ready engines behind the Service: {result}"
+        assert not [c for c in proxy.changes if not c.ready], "the Service never had no Ready endpoint"
     condition = next(c for c in after["conditions"] if c["type"] == "GenerationChange")
     assert (condition["status"], condition["reason"]) == ("False", "Converged")
     assert result.ok > 0

@@ -109,6 +109,7 @@ EXPECTED_DEFAULTS = {
     ".spec.placement": {},
     ".spec.daemon.backend": "cuda-vmm",
     ".spec.daemon.extraArgs": [],
+    ".spec.daemon.generationChange": "Auto",
     ".spec.engine.replicas": 1,
     ".spec.engine.standbysPerReplica": 0,
     ".spec.engine.port": 8000,

@@ -18,6 +18,7 @@ from weightcache_operator.render import (
     engine_template_hash,
     local_ranks,
 )
+from weightcache_operator.render.daemon import blue_green_name
 from weightcache_operator.render.dra import claim_template, daemon_claim, engine_claim_current
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.status import Observed, aggregate
@@ -92,7 +93,9 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["model"]["hostPath"]["path"] == "/models/tiny"
-    assert volumes["weightcache-sockets"]["hostPath"] == {"path": "/run/weightcache/ns-tiny", "type": "DirectoryOrCreate"}
+    # One directory per generation, so two generations' daemons can share a node (blue/green).
+    assert volumes["weightcache-sockets"]["hostPath"] == {"path": f"/run/weightcache/ns-tiny/{daemon_spec_hash(make())}",
+                                                          "type": "DirectoryOrCreate"}  # fmt: skip
     assert {"name": "model", "mountPath": "/weightcache/model", "readOnly": True} in daemon["volumeMounts"]
     spec_hash = daemon_spec_hash(make())
     assert ds["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash
@@ -138,6 +141,22 @@ def test_spec_hash_follows_daemon_inputs_only() -> None:
     assert daemon_spec_hash(make(**{"model.dtype": "bfloat16"})) != base
     assert daemon_spec_hash(make(**{"daemon.image": "wc/daemon:2"})) != base
     assert daemon_spec_hash(make(**{"engine.replicas": 3})) == base, "engine scaling must not restart daemons"
+    assert daemon_spec_hash(make(**{"daemon.generationChange": "NodeByNode"})) == base, "how to roll is not what is held"
+
+
+def test_blue_green_daemonset_is_a_second_daemonset_with_its_own_socket_directory() -> None:
+    old, new = make(), make(**{"model.revision": "r2"})
+    serving = daemon_daemonset(old)
+    green = daemon_daemonset(new, name=blue_green_name(new), annotations={"weightcache.io/generation-change": "BlueGreen"})
+    assert green["metadata"]["name"] != serving["metadata"]["name"]
+    assert green["metadata"]["name"].startswith("tiny-daemon-")
+    assert green["metadata"]["annotations"] == {"weightcache.io/generation-change": "BlueGreen",
+                                                "weightcache.io/daemon-spec-hash": daemon_spec_hash(new)}  # fmt: skip
+    sockets = [{v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}["weightcache-sockets"]["hostPath"]["path"]
+               for ds in (serving, green)]  # fmt: skip
+    assert sockets[0] != sockets[1] and sockets[1].endswith(daemon_spec_hash(new))
+    engine = engine_pod(new, 0, "active", ["node-1"])
+    assert {v["name"]: v for v in engine["spec"]["volumes"]}["weightcache-sockets"]["hostPath"]["path"] == sockets[1]
 
 
 def test_rank_to_node_mapping() -> None:

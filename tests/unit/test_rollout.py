@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from weightcache.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.rollout import (
     Desired,
     generation_strategy,
@@ -135,9 +136,13 @@ def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_ne
     assert serve_generation(one, views, "g1") == "g1"
     views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
     assert serve_generation(one, views, "g1") == "g2"
-    # Nothing of the old generation serves any more: switching loses nothing.
-    dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False))]
+    # Nothing of the old generation serves any more and the new one serves something: switch.
+    dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False)), views[2]]
     assert serve_generation(one, dead, "g1") == "g2"
+    # Neither serves (the old one may recover): stay, rather than select nothing Ready for good.
+    neither = [dead[0], EngineView.of(engine("n0", 0, "standby", generation="g2", ready=False))]
+    assert serve_generation(one, neither, "g1") == "g1"
+    assert serve_generation(one, neither, "g2") == "g2", "a switch is never taken back"
     assert serve_generation(one, [], None) == "g2", "a new Service selects the current generation"
 
 
@@ -179,16 +184,71 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     assert (done.mode, done.phase) == ("Generation", "Complete")
 
 
-def test_generation_strategy_blue_green_only_with_room_on_every_gpu() -> None:
-    ranks = [("GPU-a", 40 << 30), ("GPU-b", 40 << 30)]
-    mode, why = generation_strategy(ranks, {"GPU-a": 90 << 30, "GPU-b": 50 << 30})
-    assert mode == "BlueGreen" and "2 GPUs" in why
-    mode, why = generation_strategy(ranks, {"GPU-a": 90 << 30, "GPU-b": 40 << 30})
-    assert mode == "NodeByNode" and "GPU-b" in why and "needs" in why
-    assert generation_strategy(ranks, {"GPU-a": 90 << 30})[0] == "NodeByNode"
-    mode, why = generation_strategy([(None, 1 << 20)], {})
-    assert mode == "NodeByNode" and "cpu-shm" in why
-    assert generation_strategy([], {})[0] == "NodeByNode"
+def report(ranks: list[tuple[str | None, int | None]], memory: dict[str, int | None]) -> DaemonReport:
+    """A daemon's status report: (GPU UUID or None for cpu-shm, arena bytes) per rank, free bytes per device."""
+    return DaemonReport(
+        cache="tiny", ready=True,
+        ranks=[RankReport(rank=i, ready=True, gpu_uuid=gpu, bytes=size) for i, (gpu, size) in enumerate(ranks)],
+        memory=[DeviceMemory(device=d, free_bytes=f, total_bytes=None if f is None else f * 2,
+                             error=None if f is not None else "NVML: not found") for d, f in memory.items()],
+    )  # fmt: skip
+
+
+def test_generation_strategy_blue_green_only_with_room_for_a_second_copy_on_every_node() -> None:
+    shm = {"d1": report([(None, 3 << 30), (None, 3 << 30)], {"host": 7 << 30}),
+           "d2": report([(None, 3 << 30), (None, 3 << 30)], {"host": 64 << 30})}  # fmt: skip
+    mode, why = generation_strategy("Auto", "cpu-shm", shm)
+    assert mode == "BlueGreen" and "2 daemons" in why
+    # 6 GiB of arenas need 6.6 GiB with the headroom: 6.5 GiB free on one node is not enough.
+    tight = {**shm, "d1": report([(None, 3 << 30), (None, 3 << 30)], {"host": int(6.5 * (1 << 30))})}
+    mode, why = generation_strategy("Auto", "cpu-shm", tight)
+    assert mode == "NodeByNode" and "host of d1" in why and "6.50 GiB free" in why and "6.60 GiB" in why
+    assert generation_strategy("NodeByNode", "cpu-shm", shm) == ("NodeByNode", "spec.daemon.generationChange is NodeByNode")
+    mode, why = generation_strategy("Auto", "cpu-shm", {**shm, "d2": "GET http://10.0.0.2:9400/status: timed out"})
+    assert mode == "NodeByNode" and "d2" in why and "timed out" in why
+    mode, why = generation_strategy("Auto", "cpu-shm", {"d1": report([(None, None)], {"host": 1 << 40})})
+    assert mode == "NodeByNode" and "rank 0" in why
+    assert generation_strategy("Auto", "cpu-shm", {})[0] == "NodeByNode"
+
+
+def test_generation_strategy_on_gpus_checks_each_gpu_and_says_why_gpus_go_node_by_node() -> None:
+    gpus = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 50 << 30})}
+    mode, why = generation_strategy("Auto", "cuda-vmm", gpus)
+    assert mode == "NodeByNode" and "per-pod request" in why and "would fit" in why
+    short = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 40 << 30})}
+    mode, why = generation_strategy("Auto", "cuda-vmm", short)
+    assert mode == "NodeByNode" and "GPU-b of d1" in why and "needs 44.00 GiB" in why
+    unreadable = {"d1": report([("GPU-a", 40 << 30)], {"host": 1 << 40, "GPU-a": None})}
+    mode, why = generation_strategy("Auto", "cuda-vmm", unreadable)
+    assert mode == "NodeByNode" and "no free memory for GPU-a" in why and "NVML" in why
+
+
+def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drain() -> None:
+    old_engines = [engine("a0", 0, "active", "old", "g1", node="node-1"), engine("s0", 0, "standby", "old", "g1", node="node-2")]
+    both = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1"),
+            daemon("n1", "node-1", "g2", ready=False), daemon("n2", "node-2", "g2", ready=False)]  # fmt: skip
+    for pod in both[:2]:
+        pod["metadata"]["ownerReferences"] = [{"name": "tiny-daemon", "controller": True}]
+    old_sets = {"tiny-daemon": "g1"}
+    loading = plan(GEN, old_engines, both, "g1", NOW, None, 2, old_sets)
+    assert (loading.mode, loading.serve_generation) == ("Generation", "g1")
+    assert loading.retire == [] and loading.replace_daemon is None and loading.retire_daemonsets == []
+    assert loading.create == [] and "old ones serve" in loading.step, "nothing moves before the new daemons load"
+    loaded = [*both[:2], daemon("n1", "node-1", "g2"), daemon("n2", "node-2", "g2")]
+    loaded[0]["metadata"]["ownerReferences"] = loaded[1]["metadata"]["ownerReferences"] = both[0]["metadata"]["ownerReferences"]
+    surge = plan(GEN, old_engines, loaded, "g1", NOW, None, 2, old_sets)
+    assert surge.create == [0] and surge.retire == [] and surge.replace_daemon is None
+    new = engine("n0", 0, "standby", generation="g2", node="node-1")
+    switch = plan(GEN, [*old_engines, new], loaded, "g1", NOW, None, 2, old_sets)
+    assert switch.serve_generation == "g2" and switch.promote == ["n0"] and sorted(switch.retire) == ["a0", "s0"]
+    assert switch.retire_daemonsets == [], "the old engines still map the old arenas"
+    draining = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "x"}} for p in old_engines]
+    promoted = engine("n0", 0, "active", generation="g2", node="node-1")
+    waiting = plan(GEN, [*draining, promoted], loaded, "g2", NOW, None, 2, old_sets)
+    assert waiting.retire_daemonsets == [] and "draining 2 engines" in waiting.step
+    assert waiting.replace_daemon is None, "blue/green never deletes a serving generation's daemon pod by pod"
+    gone = plan(GEN, [promoted], loaded, "g2", NOW, None, 2, old_sets)
+    assert gone.retire_daemonsets == ["tiny-daemon"] and gone.replace_daemon is None
 
 
 def test_generation_condition_says_which_strategy_and_clears_afterwards() -> None:

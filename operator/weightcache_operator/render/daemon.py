@@ -40,27 +40,39 @@ CLI = ["python", "-m", "weightcache"]
 e2e cluster, whose process kubelet runs commands from the test environment."""
 
 
-def daemon_daemonsets(cache: WeightCache, slots: list[list[str]]) -> list[dict[str, Any]]:
+def daemon_daemonsets(cache: WeightCache, slots: list[list[str]], name: str | None = None,
+                      annotations: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Every daemon DaemonSet ``cache`` needs; ``slots[k]`` are the nodes assigned slot ``k``
-    (ignored with ``nodes = 1``). A slot without nodes gets no DaemonSet: nothing may run it."""
+    (ignored with ``nodes = 1``). A slot without nodes gets no DaemonSet: nothing may run it.
+    ``name`` and ``annotations`` (``nodes = 1`` only): see ``daemon_daemonset``."""
     if cache.spec.parallelism.nodes == 1:
-        return [daemon_daemonset(cache)]
+        return [daemon_daemonset(cache, name=name, annotations=annotations)]
     return [daemon_daemonset(cache, k, nodes) for k, nodes in enumerate(slots) if nodes]
 
 
-def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[str] | None = None) -> dict[str, Any]:
-    """The DaemonSet for ``cache``; with ``slot``, the one holding that slot's ranks on ``nodes``."""
+def blue_green_name(cache: WeightCache) -> str:
+    """The name of a DaemonSet started next to the serving one for a blue/green generation change
+    (two DaemonSets cannot share a name, and one DaemonSet runs one pod per node)."""
+    return f"{CacheRef.of(cache).daemon_name}-{daemon_spec_hash(cache)[:10]}"
+
+
+def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[str] | None = None,
+                     name: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The DaemonSet for ``cache``; with ``slot``, the one holding that slot's ranks on ``nodes``.
+    ``name``: the DaemonSet's name when not the default (``blue_green_name``, or the name of the
+    DaemonSet a node-by-node change updates in place); ``annotations``: added to its metadata
+    (how the generation change that made it was decided)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
     ranks = local_ranks(cache, slot or 0)
     spec_hash = daemon_spec_hash(cache)
     labels = ref.labels("daemon")
-    name = ref.daemon_name
+    name = name or ref.daemon_name
     if slot is not None:
         labels[SLOT_LABEL] = str(slot)
         name = f"{ref.daemon_name}-{slot}"
     model_vol, model_mount = model_volume(cache)
-    sock_vol, sock_mount = socket_volume(ref)
+    sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     gpu = spec.daemon.backend in GPU_BACKENDS
 
     daemon_cmd = [
@@ -131,7 +143,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
             "name": name,
             "namespace": ref.namespace,
             "labels": labels,
-            "annotations": {SPEC_HASH_ANNOTATION: spec_hash},
+            "annotations": {**(annotations or {}), SPEC_HASH_ANNOTATION: spec_hash},
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": {

@@ -115,7 +115,7 @@ def engine_pod(
         annotations[DIST_PORT_ANNOTATION] = str(member.port)
 
     model_vol, model_mount = model_volume(cache)
-    sock_vol, sock_mount = socket_volume(ref)
+    sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     env = _client_env(cache, ref) + _member_env(cache, member)
     for container in pod_spec["containers"]:
         names = {e.get("name") for e in container.get("env", [])}

@@ -27,6 +27,9 @@ selects one value of it, so it never sends traffic to two generations at once.""
 ENGINE_HASH_LABEL = "weightcache.io/engine-hash"
 """On engine pods: a digest of the rendered engine pod, so a rollout can tell versions apart."""
 READY_GATE = "weightcache.io/daemon-ready"
+STRATEGY_ANNOTATION = "weightcache.io/generation-change"
+"""On a daemon DaemonSet: BlueGreen or NodeByNode, how the change to its generation was decided."""
+STRATEGY_REASON_ANNOTATION = "weightcache.io/generation-change-reason"
 SLOT_LABEL = "weightcache.io/slot"
 """On daemon pods with ``nodes > 1``: the node slot whose ranks the pod holds."""
 GROUP_LABEL = "weightcache.io/engine-group"
@@ -38,7 +41,9 @@ CLAIM_ANNOTATION = "weightcache.io/resource-claim"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 
 SOCKET_HOST_ROOT = "/run/weightcache"
-"""Host directory under which each cache gets ``<namespace>-<name>``; shared by daemon and engines."""
+"""Host directory under which each cache gets ``<namespace>-<name>/<daemon spec hash>``, shared by
+a generation's daemon and the engines mapping it; one directory per generation, so two
+generations' daemons (a blue/green change) can run on one node side by side."""
 SOCKET_MOUNT = "/run/weightcache"
 """Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
 STATUS_PORT = 9400
@@ -63,9 +68,8 @@ class CacheRef:
         meta = cache.metadata
         return cls(name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""))
 
-    @property
-    def socket_host_dir(self) -> str:
-        return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}"
+    def socket_host_dir(self, generation: str) -> str:
+        return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}/{generation}"
 
     @property
     def daemon_name(self) -> str:
@@ -121,7 +125,8 @@ def daemon_spec_hash(cache: WeightCache) -> str:
         "model": spec.model.model_dump(by_alias=True, mode="json"),
         "parallelism": spec.parallelism.model_dump(by_alias=True, mode="json"),
         "placement": spec.placement.model_dump(by_alias=True, mode="json"),
-        "daemon": spec.daemon.model_dump(by_alias=True, mode="json"),
+        # How a change rolls out is not what the daemons hold: changing it must not start one.
+        "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
     }
     canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
@@ -141,9 +146,11 @@ def model_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
     return volume, mount
 
 
-def socket_volume(ref: CacheRef) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The per-cache host directory holding ``<name>/rank-N.sock|.ready`` and ``keeper.sock``."""
-    volume = {"name": "weightcache-sockets", "hostPath": {"path": ref.socket_host_dir, "type": "DirectoryOrCreate"}}
+def socket_volume(ref: CacheRef, generation: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The host directory of the cache's daemon ``generation`` (its spec hash), holding
+    ``<name>/rank-N.sock|.ready`` and ``keeper.sock``."""
+    volume = {"name": "weightcache-sockets",
+              "hostPath": {"path": ref.socket_host_dir(generation), "type": "DirectoryOrCreate"}}  # fmt: skip
     return volume, {"name": "weightcache-sockets", "mountPath": SOCKET_MOUNT}
 
 
