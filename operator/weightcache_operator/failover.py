@@ -119,8 +119,8 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     """The plan for one replica's engine pods (terminating ones included: a deleted active is
     the failure that names itself).
 
-    Promotion picks, among standbys running the current daemon spec hash and not failed
-    themselves, a Ready one on the failed active's node first (same daemon, same arena), then
+    Promotion picks, among standbys mapping the failed active's weights (its daemon spec hash;
+    the current one when there is no failed pod to read it from) and not failed themselves, a Ready one on the failed active's node first (same daemon, same arena), then
     any Ready one; the oldest wins ties so two passes pick the same pod. With none Ready, the
     failed active stays (the best there is) unless it is gone for good, in which case a still
     starting standby is promoted — it will serve before a pod created now would."""
@@ -156,7 +156,10 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
         trouble = True
 
     if trouble:
-        candidates = [p for p in standbys if p not in plan.demote and _may_take_over(p, spec_hash, unready_nodes)]
+        # The weights the failed active served: during a generation change the Service still
+        # selects the old generation, and an old-generation standby is what can take over there.
+        weights = _generation(failed) if failed is not None and _generation(failed) else spec_hash
+        candidates = [p for p in standbys if p not in plan.demote and _may_take_over(p, weights, unready_nodes)]
         node = (failed or {}).get("spec", {}).get("nodeName")
         candidates.sort(key=lambda p: (not pod_ready(p), p["spec"].get("nodeName") != node,
                                        p["metadata"]["creationTimestamp"], p["metadata"]["name"]))  # fmt: skip
@@ -193,11 +196,15 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     return plan
 
 
-def _may_take_over(pod: Pod, spec_hash: str, unready_nodes: Mapping[str, datetime | None]) -> bool:
-    """A standby may become active only while it maps the weights the daemons hold now (same
-    daemon spec hash) and has not failed itself."""
-    same_weights = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
-    return same_weights and failure_of(pod, unready_nodes) is None
+def _may_take_over(pod: Pod, weights: str, unready_nodes: Mapping[str, datetime | None]) -> bool:
+    """A standby may become active only while it maps the same weights as the active it
+    replaces (the same daemon spec hash: never another model behind the Service) and has not
+    failed itself."""
+    return _generation(pod) == weights and failure_of(pod, unready_nodes) is None
+
+
+def _generation(pod: Pod) -> str | None:
+    return (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
 def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:

@@ -154,6 +154,19 @@ def test_same_node_standby_first_and_never_one_on_other_weights() -> None:
     assert plan.promotion is None and plan.stranded and "no Ready standby" in plan.stranded
 
 
+def test_during_a_generation_change_the_old_generations_standby_takes_over_the_old_active() -> None:
+    """The Service still selects the old generation: its standby is the one that can serve."""
+    active = pod("a", "active", ready=False, ready_since=60, spec_hash="old")
+    old_standby = pod("s-old", "standby", node="node-2", created=1, spec_hash="old")
+    new_standby = pod("s-new", "standby", node="node-1", created=2)
+    plan = plan_replica(0, [active, old_standby, new_standby], 2, HASH, {})
+    assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s-old"]
+    # A failed new-generation active is never replaced by a standby on the old weights.
+    new_active = pod("a2", "active", ready=False, ready_since=60)
+    plan = plan_replica(0, [new_active, old_standby], 1, HASH, {})
+    assert plan.promotion is None and plan.stranded
+
+
 def test_no_ready_standby_keeps_the_failed_active_and_says_degraded() -> None:
     active = pod("a", "active", ready=False, ready_since=60)
     starting = pod("s", "standby", ready=False, created=50, started=52, ready_since=51)
