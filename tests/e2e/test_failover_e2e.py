@@ -173,7 +173,7 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
 
     def stop_daemon(active: str, _: str) -> None:
         node = cache.node_of(active)
-        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama" / "rank-0.ready"
+        [held] = (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama").glob("*/tiny-llama/rank-0.ready")
         stopped.append(json.loads(held.read_text())["pid"])
         os.kill(stopped[0], signal.SIGSTOP)
 

@@ -327,7 +327,8 @@ def test_failover_gate_scaling_and_deletion(
 
     # Deleting the WeightCache removes every object and process it created.
     socket_dirs = [kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")]
-    assert any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "the daemons wrote ready files"
+    # One directory per daemon generation under the cache's.
+    assert any(list(d.glob("*/tiny-llama/*.ready")) for d in socket_dirs), "the daemons wrote ready files"
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
     assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
     for kind in ("apis/apps/v1/namespaces/{ns}/daemonsets", "api/v1/namespaces/{ns}/services"):
@@ -336,7 +337,7 @@ def test_failover_gate_scaling_and_deletion(
         for runner in [*worker.init_runners, *worker.runners]:
             assert runner.process is None or runner.process.poll() is not None, (worker.name, runner.name)
             assert not processes_with_environment(CONTAINER_MARKER, runner.marker), (worker.name, runner.name)
-    assert not any(list(d.glob("tiny-llama/*.ready")) for d in socket_dirs), "daemons removed their ready files"
+    assert not any(list(d.glob("*/tiny-llama/*.ready")) for d in socket_dirs), "daemons removed their ready files"
 
 
 def http_text(url: str, timeout: float = 10) -> str:
@@ -363,7 +364,8 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     apply_sample(cluster, namespace)
     reported = lambda s: all(n.get("fingerprint") for n in s.get("nodes", [])) and len(s.get("nodes", [])) == 2  # noqa: E731
     status = wait_phase(kube, namespace, operator, "Ready", also=reported)
-    socket_dir = lambda node: kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama"  # noqa: E731
+    socket_dir = lambda node: (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama"  # noqa: E731
+                               / status["daemonSpecHash"] / "tiny-llama")
     daemons = {p["spec"]["nodeName"]: p for p in pods(kube, namespace, DAEMONS)}
     for entry in status["nodes"]:
         pod = daemons[entry["node"]]
@@ -506,7 +508,7 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
     for node, rank in (("node-1", "0"), ("node-2", "1")):
         command = next(c for c in daemons[node]["spec"]["containers"] if c["name"] == "daemon")["command"]
         assert command[command.index("--ranks") + 1] == rank
-        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / "tiny-llama"
+        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / status["daemonSpecHash"] / "tiny-llama"
         assert sorted(p.name for p in held.glob("*.ready")) == [f"rank-{rank}.ready"], "each node holds only its ranks"
     assert [(n["node"], [r["rank"] for r in n["ranks"]]) for n in status["nodes"]] == [("node-1", [0]), ("node-2", [1])]
     assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
