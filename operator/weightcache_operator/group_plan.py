@@ -7,6 +7,12 @@ pod IP, which exists only once the leader pod is running, so they are created in
 (the leader's pod event triggers it). A group whose leader is gone, or with a failed member, is
 deleted whole and replaced: its other ranks cannot serve without it. Roles (active/standby),
 promotion and failover work as with single-node engines, on groups instead of pods.
+
+A new engine version (``engine_template_hash``: the engine template or the daemon generation
+changed) rolls through group by group as single-node engines do: a new-version standby group
+starts next to the old ones (a surge, not trimmed), is promoted once every member is Ready, and
+the old groups are then deleted with their grace period. Until then the old groups keep serving
+and remain the failover candidates.
 """
 
 from __future__ import annotations
@@ -18,8 +24,8 @@ from typing import Any, Union
 
 from .engine_units import Pod, Unit, units
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
-from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod
-from .render.layout import GROUP_LABEL, ROLE_LABEL
+from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
+from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, ROLE_LABEL
 from .spec import WeightCache
 
 
@@ -96,8 +102,27 @@ def plan_groups(
                 actions.append(SetRole(pod["metadata"]["name"], role))
             pod["metadata"].setdefault("labels", {})[ROLE_LABEL] = role
 
+    version = engine_template_hash(cache)
+
+    def current(unit: Unit) -> bool:
+        return all((p["metadata"].get("labels") or {}).get(ENGINE_HASH_LABEL) == version for p in unit.pods)
+
+    def retire(unit: Unit, why: str) -> None:
+        actions.extend(Delete(p["metadata"]["name"], why) for p in unit.pods)
+
+    def add_followers(unit: Unit) -> None:
+        leader = unit.leader
+        assert leader is not None  # _broken removed leaderless groups
+        ip = (leader.get("status") or {}).get("podIP")
+        group = (leader["metadata"].get("labels") or {}).get(GROUP_LABEL, "")
+        for rank in range(1, size):
+            if rank not in unit.members and ip:
+                create(int(unit.replica), unit.role or "standby", Member(group, rank, ip, _port(leader)))
+
+    every_slot_ready = all(ready.get(k) for k in range(size))
     for replica in range(spec.replicas):
-        mine = sorted(kept.get(str(replica), []), key=lambda u: (not u.ready, u.created, u.name))
+        # Ready first (failover), then the current version, then the oldest.
+        mine = sorted(kept.get(str(replica), []), key=lambda u: (not u.ready, not current(u), u.created, u.name))
         for unit in mine:
             relabel(unit, unit.role or "standby")  # members follow their leader's role
         actives = [u for u in mine if u.role == "active"]
@@ -115,17 +140,28 @@ def plan_groups(
             relabel(promoted, "active")
             relabel(demoted, "standby")
             actives, standbys = [promoted], [*standbys, demoted]
+        fresh = [u for u in standbys if current(u)]
+        if actives and not current(actives[0]):
+            if not (fresh and fresh[0].ready):
+                # Rolling: the old version serves until a new-version group is whole and Ready.
+                for unit in [*actives, *standbys]:
+                    add_followers(unit)
+                if not fresh and every_slot_ready:
+                    create(replica, "standby", new_member())
+                continue
+            promoted, old = fresh[0], actives[0]
+            relabel(promoted, "active")
+            retire(old, f"rolled out: {promoted.name} of the new version took over")
+            actives, standbys = [promoted], [u for u in standbys if u is not promoted]
+        for unit in standbys:
+            if not current(unit):
+                retire(unit, "rolled out: an old-version standby")
+        standbys = [u for u in standbys if current(u)]
         for extra in standbys[spec.standbys_per_replica :][::-1]:
-            actions += [Delete(p["metadata"]["name"], "too many standbys") for p in extra.pods]
+            retire(extra, "too many standbys")
         for unit in [*actives, *standbys[: spec.standbys_per_replica]]:
-            leader = unit.leader
-            assert leader is not None  # _broken removed leaderless groups
-            ip = (leader.get("status") or {}).get("podIP")
-            group = (leader["metadata"].get("labels") or {}).get(GROUP_LABEL, "")
-            for rank in range(1, size):
-                if rank not in unit.members and ip:
-                    create(replica, unit.role or "standby", Member(group, rank, ip, _port(leader)))
-        if not all(ready.get(k) for k in range(size)):
+            add_followers(unit)
+        if not every_slot_ready:
             continue  # a new group starts only when every slot has a Ready daemon
         if not actives:
             create(replica, "active", new_member())

@@ -10,6 +10,7 @@ import copy
 import json
 import subprocess
 import threading
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,46 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
     host, port = proxy.address
     health = http_json(f"http://{host}:{port}/health")
     assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
+
+
+def test_template_change_rolls_engine_groups_over_two_nodes_without_failures(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """parallelism.nodes 2: each engine is a group of two pods; a new engine version starts as a
+    whole new standby group, takes over once all of it is Ready, and the old groups drain."""
+    body = sample(parallelism__nodes=2)
+    apply(cluster, namespace, body)
+    wait_phase(kube, namespace, operator, "Ready", timeout=480)
+    before = daemon_facts(kube, namespace)
+    old_engines = {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
+    assert len(old_engines) == 4, "an active and a standby group of two pods each"
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    load = SteadyLoad(*proxy.address).start()
+    try:
+        apply(cluster, namespace, with_engine_env(body, "ENGINE_VERSION", "2"))
+
+        def rolled() -> bool:
+            engines = pods(kube, namespace, ENGINES)
+            return len(engines) == 4 and all(env_of(p).get("ENGINE_VERSION") == "2" and is_ready(p) for p in engines)
+
+        wait_for(rolled, 420, interval=0.5, describe=lambda: [(p["metadata"]["name"], env_of(p).get("ENGINE_VERSION"),
+                                                               is_ready(p)) for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+    finally:
+        result = load.stop()
+    print(f"load during the group rollout: {result}")
+    assert result.ok > 0 and result.failed == [], result.failed
+    assert all(change.ready for change in proxy.changes[1:]), [c.ready for c in proxy.changes]
+    engines = pods(kube, namespace, ENGINES)
+    assert not old_engines & {p["metadata"]["name"] for p in engines}, "every old pod retired"
+    roles = Counter(p["metadata"]["labels"]["weightcache.io/role"] for p in engines)
+    assert roles == {"active": 2, "standby": 2}, roles
+    assert len({p["metadata"]["labels"]["weightcache.io/engine-group"] for p in engines}) == 2
+    assert daemon_facts(kube, namespace) == before, "no daemon restarted or read the checkpoint again"
+    host, port = proxy.address
+    health = http_json(f"http://{host}:{port}/health")
+    assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health
 
 
 def test_broken_version_stalls_keeps_serving_and_reverting_resumes(

@@ -244,3 +244,36 @@ def test_status_counts_groups_and_lists_slot_ranks() -> None:
     assert aggregate(cache, Observed(daemons, lone, 2), NOW)["standbyEngines"] == 0
     assert [u.complete for u in units(lone, 2)] == [True, False]
 
+
+
+def test_a_new_engine_version_rolls_through_group_by_group() -> None:
+    """The old groups serve until a whole new-version group is Ready; then it takes over and the
+    old groups are drained, and a new-version standby group follows."""
+    old_cache = make(**TWO)
+    new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
+    old = complete_groups(old_cache)
+    first = plan_groups(new_cache, old, READY, ids())
+    assert [type(a) for a in first] == [Create], first
+    surge = first[0].pod  # type: ignore[union-attr]
+    assert surge["metadata"]["labels"]["weightcache.io/role"] == "standby"
+    assert surge["metadata"]["labels"]["weightcache.io/engine-hash"] != old[0]["metadata"]["labels"]["weightcache.io/engine-hash"]
+    leader = run(surge, "node-1", ip="198.18.1.7")
+    group = leader["metadata"]["labels"]["weightcache.io/engine-group"]
+    follower = plan_groups(new_cache, [*old, leader], READY, ids())
+    assert len(follower) == 1 and isinstance(follower[0], Create)
+    member = run(follower[0].pod, "node-2", "198.18.2.7")
+    assert plan_groups(new_cache, [*old, leader, member], READY, ids()) == [], "waits for the new group to be Ready"
+    # The old active fails meanwhile: the old standby group takes over, not the unready new one.
+    failing = complete_groups(old_cache, ready_active=False)
+    roles = {a.name: a.role for a in plan_groups(new_cache, [*failing, leader, member], READY, ids()) if isinstance(a, SetRole)}
+    assert roles["tiny-0-gb-0"] == "active" and f"tiny-0-{group}-0" not in roles
+    ready_group = [run(surge, "node-1", "198.18.1.7", ready=True), run(follower[0].pod, "node-2", "198.18.2.7", ready=True)]
+    switch = plan_groups(new_cache, [*old, *ready_group], READY, ids())
+    assert {a.name for a in switch if isinstance(a, SetRole) and a.role == "active"} == {p["metadata"]["name"] for p in ready_group}
+    assert sorted(a.name for a in switch if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
+    assert all("rolled out" in a.why for a in switch if isinstance(a, Delete))
+    promoted = [copy.deepcopy(p) for p in ready_group]
+    for pod in promoted:
+        pod["metadata"]["labels"]["weightcache.io/role"] = "active"
+    restore = plan_groups(new_cache, promoted, READY, ids())
+    assert [(type(a), a.pod["metadata"]["labels"]["weightcache.io/role"]) for a in restore] == [(Create, "standby")]  # type: ignore[union-attr]
