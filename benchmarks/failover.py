@@ -2,22 +2,33 @@
 control plane and the process kubelet (cpu-shm backend, reference engine, the README sample:
 one replica with one hot standby).
 
-A client sends requests back to back through a kube-proxy-like proxy of the Service
-(testcluster.serviceproxy). Each request is tried once more after ``--retry-delay`` seconds if
-it fails; "failed, no retry" counts first attempts that failed, "failed, retry once" requests
-whose retry failed too. Each kill cycles through SIGKILL of the engine's processes, deletion of
-its pod and a readiness failure (SIGSTOP of its processes, so /ready times out); the ``+daemon``
-runs also SIGKILL the daemon container on the active engine's node at the same moment. Per kill:
+An open-loop client starts a request every ``--interval`` seconds through a kube-proxy-like proxy
+of the Service (testcluster.serviceproxy), each on its own thread with its own ``--timeout``,
+whatever the earlier ones are doing: a request stuck on a frozen engine delays no other, so
+"the first successful request sent after the kill" means what it says. Each request is tried
+once more after ``--retry-delay`` seconds if it fails; "failed, no retry" counts first attempts
+that failed, "failed, retry once" requests whose retry failed too. The rate must stay below what
+the engine serves on the machine as loaded (an overloaded engine answers 429 and its queue
+grows): the report's latency line for requests between kills says whether it did. Each kill
+cycles through SIGKILL of the engine's processes, deletion of its pod and a readiness failure
+(SIGSTOP of its processes, so /ready times out); the ``+daemon`` runs also SIGKILL the daemon
+container on the active engine's node at the same moment. Per kill:
 
 - detection: the kill → the operator noticing it (``status.lastFailover.time``; same host clock);
 - promotion: noticing → the standby's relabel patched (``status.lastFailover.promotionMs``);
 - endpoint: the kill → the proxy routing to the new active;
-- first success: the kill → the end of the first request sent after the kill that succeeded.
+- first success: the kill → the earliest end of a request (first attempt or retry) sent after
+  the kill that succeeded.
+
+Between kills, while the new active serves and nothing is being killed, a prober also GETs the
+active engine's ``/ready`` directly every 100 ms: the latency a healthy, loaded engine answers its
+readiness with is what any faster hang detector (a tighter probe, an in-pod watchdog) would have
+to stay above to never kill a slow-but-alive engine.
 
 It is a script, not a test: it prints a table and asserts nothing. Needs the e2e cluster build
 (tests/cluster/build.sh, cached) and runs as root like the e2e tests.
 
-    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 6
+    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 9
 """
 
 from __future__ import annotations
@@ -35,7 +46,9 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -63,19 +76,24 @@ class Attempt:
     ended: float
     ok: bool
     retry: bool
+    error: str | None = None
+    """Why it failed: ``HTTP <status>``, ``timeout``, or the exception's type."""
 
 
 @dataclass
 class Load:
-    """One client, requests back to back, each retried once after ``retry_delay`` on failure."""
+    """An open-loop client: one request every ``interval`` seconds, each on its own thread with
+    its own ``timeout``, retried once after ``retry_delay`` on failure."""
 
     address: tuple[str, int]
+    interval: float
     retry_delay: float
     timeout: float
     attempts: list[Attempt] = field(default_factory=list)
     phases: list[float] = field(default_factory=list)
     """When each group of kills began: requests are counted against the group they fell in."""
     _stop: threading.Event = field(default_factory=threading.Event)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> Load:
         threading.Thread(target=self._run, daemon=True, name="load").start()
@@ -84,23 +102,75 @@ class Load:
     def stop(self) -> None:
         self._stop.set()
 
+    def done(self) -> list[Attempt]:
+        with self._lock:
+            return list(self.attempts)
+
     def _one(self, retry: bool) -> bool:
-        started = time.time()
+        started, error = time.time(), None
         try:
             request = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
                                              data=json.dumps(PROMPT).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 ok = response.status == 200 and bool(json.loads(response.read())["choices"][0]["text"] is not None)
-        except Exception:  # noqa: BLE001 - a failed request is what we count
-            ok = False
-        self.attempts.append(Attempt(started, time.time(), ok, retry))
+        except urllib.error.HTTPError as failed:
+            ok, error = False, f"HTTP {failed.code}"
+        except Exception as failed:  # noqa: BLE001 - a failed request is what we count
+            timed_out = isinstance(failed, TimeoutError) or isinstance(getattr(failed, "reason", None), TimeoutError)
+            ok, error = False, "timeout" if timed_out else type(failed).__name__
+        with self._lock:
+            self.attempts.append(Attempt(started, time.time(), ok, retry, error))
         return ok
 
+    def _request(self) -> None:
+        if not self._one(False):
+            time.sleep(self.retry_delay)
+            self._one(True)
+
     def _run(self) -> None:
+        due = time.monotonic()
         while not self._stop.is_set():
-            if not self._one(False):
-                time.sleep(self.retry_delay)
-                self._one(True)
+            threading.Thread(target=self._request, daemon=True).start()
+            due += self.interval
+            self._stop.wait(max(0.0, due - time.monotonic()))
+
+
+@dataclass
+class ReadyProber:
+    """GETs the serving engine's ``/ready`` directly every ``interval`` s; keeps (start, latency s
+    or None for a failure) per sample. Only samples inside ``windows`` (a healthy active, nothing
+    being killed) are reported."""
+
+    proxy: ServiceProxy
+    interval: float = 0.1
+    timeout: float = 5.0
+    samples: list[tuple[float, float | None]] = field(default_factory=list)
+    windows: list[tuple[float, float]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def start(self) -> ReadyProber:
+        threading.Thread(target=self._run, daemon=True, name="ready-prober").start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def healthy(self) -> list[float | None]:
+        return [latency for at, latency in self.samples if any(a <= at and at + (latency or self.timeout) <= b
+                                                               for a, b in self.windows)]  # fmt: skip
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            endpoints = self.proxy.ready_endpoints
+            if len(endpoints) != 1:
+                continue
+            started = time.time()
+            try:
+                with urllib.request.urlopen(f"http://{endpoints[0]}/ready", timeout=self.timeout) as response:
+                    latency: float | None = time.time() - started if response.status == 200 else None
+            except Exception:  # noqa: BLE001 - a failed probe is a sample too
+                latency = None
+            self.samples.append((started, latency))
 
 
 @dataclass
@@ -119,7 +189,9 @@ class Kill:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=21, help="kills of the active engine alone")
-    parser.add_argument("--daemon-kills", type=int, default=6, help="kills of the active engine and its node's daemon")
+    parser.add_argument("--daemon-kills", type=int, default=9, help="kills of the active engine and its node's daemon")
+    parser.add_argument("--interval", type=float, default=0.1,
+                        help="seconds between request starts (open loop; keep it below what the engine serves, see the steady latency line)")
     parser.add_argument("--retry-delay", type=float, default=0.3)
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout per attempt (s)")
     options = parser.parse_args()
@@ -136,10 +208,13 @@ def main() -> None:
     operator = None
     proxy = None
     load = None
+    prober = None
     try:
-        operator, proxy, load, kills = run(plane, kube, kubelet, root, options)
-        report(kills, load, options)
+        operator, proxy, load, prober, kills = run(plane, kube, kubelet, root, options)
+        report(kills, load, prober, options)
     finally:
+        if prober:
+            prober.stop()
         if load:
             load.stop()
         if proxy:
@@ -182,16 +257,17 @@ def run(plane: ControlPlane, kube: Kube, kubelet: ProcessKubelet, root: Path, op
     wait_whole(kube, operator, 600)
     proxy = ServiceProxy(kube, NS, "tiny-llama", 8000).start()
     proxy.wait_for_ready(1)
-    load = Load(proxy.address, options.retry_delay, options.timeout).start()
+    load = Load(proxy.address, options.interval, options.retry_delay, options.timeout).start()
+    prober = ReadyProber(proxy).start()
     time.sleep(2)
     kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])
     kills: list[Kill] = []
     for daemon, count in ((False, options.kills), (True, options.daemon_kills)):
         load.phases.append(time.time())
         for _ in range(count):
-            kills.append(one_kill(kube, kubelet, proxy, load, operator, next(kinds), daemon))
+            kills.append(one_kill(kube, kubelet, proxy, load, prober, operator, next(kinds), daemon))
             print(f"{len(kills):3d} {kills[-1]}", flush=True)
-    return operator, proxy, load, kills
+    return operator, proxy, load, prober, kills
 
 
 def wait_whole(kube: Kube, operator: subprocess.Popen, timeout: float = 300) -> dict:
@@ -221,8 +297,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Load, operator: subprocess.Popen,
-             kind: str, daemon: bool) -> Kill:  # fmt: skip
+def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Load, prober: ReadyProber,
+             operator: subprocess.Popen, kind: str, daemon: bool) -> Kill:  # fmt: skip
     status = wait_whole(kube, operator)
     wait_for(lambda: len(proxy.ready_endpoints) == 1, 30)
     time.sleep(1.0)  # steady state: the load is served by the active before the kill
@@ -238,6 +314,8 @@ def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Loa
     pgid = container_pgid(kubelet, active)
     previous = (status.get("lastFailover") or {}).get("time")
     kill = Kill(kind, daemon, time.time(), pods[standby]["spec"]["nodeName"] == node)
+    if prober.windows and prober.windows[-1][1] == float("inf"):
+        prober.windows[-1] = (prober.windows[-1][0], kill.at)
     if daemon_pgid is not None:
         os.killpg(daemon_pgid, signal.SIGKILL)
     if kind == "SIGKILL":
@@ -251,14 +329,17 @@ def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Loa
                         interval=0.05, describe="no failover recorded")  # fmt: skip
         wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 120, interval=0.01)
         switched = next((c.observed_at for c in proxy.changes if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:8000",)), None)
-        wait_for(lambda: any(a.ok and a.started >= kill.at for a in load.attempts), 120, interval=0.02)
+        wait_for(lambda: any(a.ok and a.started >= kill.at for a in load.done()), 120, interval=0.02)
+        # From a second after the switch the new active is healthy until the next kill.
+        prober.windows.append(((switched or time.time()) + 1.0, float("inf")))
     finally:
         if kind == "readiness":
             try:
                 os.killpg(pgid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
-    first = next(a for a in load.attempts if a.ok and a.started >= kill.at)
+    # Earliest end among the successes so far: a request still in flight can only end later.
+    first = min((a for a in load.done() if a.ok and a.started >= kill.at), key=lambda a: a.ended)
     noticed = datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp()
     kill.signal = last.get("signal")
     kill.detection_s = noticed - kill.at
@@ -273,7 +354,7 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def report(kills: list[Kill], load: Load, options: argparse.Namespace) -> None:
+def report(kills: list[Kill], load: Load, prober: ReadyProber, options: argparse.Namespace) -> None:
     print()
     print("| kills | metric | p50 | p95 | max |")
     print("| --- | --- | --- | --- | --- |")
@@ -286,18 +367,32 @@ def report(kills: list[Kill], load: Load, options: argparse.Namespace) -> None:
                 print(f"| {label} ({len(group)}) | {metric[:-2].replace('_', ' ')} ms | {statistics.median(values):.0f} | "
                       f"{pct(values, 0.95):.0f} | {max(values):.0f} |")  # fmt: skip
     for label, group in (("engine", [k for k in kills if not k.daemon]), ("engine + daemon", [k for k in kills if k.daemon])):
-        by_kind = {}
-        for k in group:
-            by_kind.setdefault(k.kind, []).append(k.first_ok_s * 1000)  # type: ignore[operator]
-        print(f"{label}: first success ms by kind: "
-              + ", ".join(f"{kind} p50 {statistics.median(v):.0f} max {max(v):.0f} (n={len(v)})" for kind, v in by_kind.items())
-              + f"; standby on the active's node in {sum(k.same_node for k in group)}/{len(group)}")  # fmt: skip
+        for metric in ("first_ok_s", "endpoint_s"):
+            by_kind: dict[str, list[float]] = {}
+            for k in group:
+                if getattr(k, metric) is not None:
+                    by_kind.setdefault(k.kind, []).append(getattr(k, metric) * 1000)
+            print(f"{label}: {metric[:-2].replace('_', ' ')} ms by kind: "
+                  + ", ".join(f"{kind} p50 {statistics.median(v):.0f} max {max(v):.0f} (n={len(v)})" for kind, v in by_kind.items()))  # fmt: skip
+        print(f"{label}: standby on the active's node in {sum(k.same_node for k in group)}/{len(group)}")
     bounds = [*load.phases, float("inf")]
     for label, start, end in zip(("engine", "engine + daemon"), bounds, bounds[1:]):
-        mine = [a for a in load.attempts if start <= a.started < end]
+        mine = [a for a in load.done() if start <= a.started < end]
         first = [a for a in mine if not a.retry]
         print(f"{label}: requests {len(first)}; failed without retry {sum(not a.ok for a in first)}; "
-              f"failed with one retry after {options.retry_delay} s {sum(not a.ok for a in mine if a.retry)}")  # fmt: skip
+              f"failed with one retry after {options.retry_delay} s {sum(not a.ok for a in mine if a.retry)}; "
+              f"failures by error {dict(Counter(a.error for a in mine if not a.ok))}")  # fmt: skip
+    steady = [(a.ended - a.started) * 1000 for a in load.done() if not a.retry
+              and any(w0 <= a.started and a.ended <= w1 for w0, w1 in prober.windows)]  # fmt: skip
+    if steady:
+        print(f"requests between kills (healthy active): {len(steady)}, latency ms p50 {statistics.median(steady):.0f} "
+              f"p99 {pct(steady, 0.99):.0f} max {max(steady):.0f}")  # fmt: skip
+    healthy = prober.healthy()
+    answered = [x * 1000 for x in healthy if x is not None]
+    if answered:
+        print(f"/ready of the healthy active, every 100 ms: {len(healthy)} samples, {len(healthy) - len(answered)} failed; "
+              f"latency ms p50 {statistics.median(answered):.0f} p99 {pct(answered, 0.99):.0f} "
+              f"p99.9 {pct(answered, 0.999):.0f} max {max(answered):.0f}")  # fmt: skip
     print("signals recorded:", {s: sum(k.signal == s for k in kills) for s in sorted({str(k.signal) for k in kills})})
 
 

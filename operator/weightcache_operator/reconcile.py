@@ -14,11 +14,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timezone
+from collections.abc import Hashable
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
 from .failover import Promotion, failover_status, plan_replica, unready_nodes
+from .gates import DAEMON_UID_ANNOTATION, gate_wanted
 from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
 from .metrics import OperatorMetrics
 from .render import (
@@ -43,7 +46,7 @@ from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL, STRATEGY_ANNOTAT
 from .render.topology import assign_slots, selected
 from .rollout import Desired, Plan, Strategy, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
-from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
+from .status import Observed, aggregate, daemon_pod_current, invalid_status
 from .validation import parse
 
 log = logging.getLogger("weightcache_operator.reconcile")
@@ -69,6 +72,8 @@ class Reconciler:
         self._locks: dict[tuple[str, str], threading.Lock] = {}
         self._dirty: dict[tuple[str, str], bool] = {}
         self._guard = threading.Lock()
+        self.alarms = Alarms(self._woken)
+        """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -95,6 +100,14 @@ class Reconciler:
                     return phase
         finally:
             lock.release()
+
+    def _woken(self, key: Hashable) -> None:
+        """An alarm is due: one pass, as a pod event would run it."""
+        namespace, name = key  # type: ignore[misc]
+        try:
+            self.reconcile(namespace, name, apply=False)
+        except ApiError as error:  # the next event or the resync timer will run a pass
+            log.warning("pass after alarm failed", extra={"cache": name, "namespace": namespace, "error": str(error)})
 
     def finalize(self, namespace: str, name: str) -> None:
         """Deletes everything the cache owns and waits until its pods are gone (their processes,
@@ -163,13 +176,12 @@ class Reconciler:
         daemon_pods = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")
         ready_daemons = {p["spec"]["nodeName"]: p for p in daemon_pods
                          if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)}  # fmt: skip
-        # Keyed by (node, generation): during a blue/green change a node runs a daemon of each.
-        gate_daemons = {(p["spec"]["nodeName"], _generation(p)): p for p in daemon_pods
-                        if p["spec"].get("nodeName") and pod_ready(p)}  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
+        unready = unready_nodes(self.api.list("/api/v1/nodes"))
+        grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
-        self._sync_gates(namespace, engines, gate_daemons)
+        self._sync_gates((namespace, name), engines, daemon_pods, unready, grace)
         daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={name}")
         current_sets = [ds for ds in daemonsets if _generation(ds) == spec_hash]
         # A blue/green change's old side: DaemonSets of another generation next to the current one.
@@ -185,11 +197,10 @@ class Reconciler:
         self._roll(cache, steps, engines, ready_daemons, apply or serving != steps.serve_generation)
         if steps.promote or steps.retire:
             engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        unready = unready_nodes(self.api.list("/api/v1/nodes"))
         stranded, failover = self._scale_engines(body, cache, engines, ready_daemons, unready, noticed,
                                                  frozenset(steps.held))  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
-        self._sync_gates(namespace, engines, gate_daemons)
+        self._sync_gates((namespace, name), engines, daemon_pods, unready, grace)
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
@@ -267,6 +278,7 @@ class Reconciler:
 
     def _forget(self, namespace: str, name: str) -> None:
         self.daemon_status.forget((namespace, name))
+        self.alarms.cancel((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
     def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
@@ -438,36 +450,49 @@ class Reconciler:
         reports = self.daemon_status.read((ref.namespace, ref.name), pods, refresh=True)
         return generation_strategy(cache.spec.daemon.generation_change, cache.spec.daemon.backend, reports)
 
-    def _sync_gates(self, namespace: str, engines: list[Object], ready_daemons: dict[tuple[str, str | None], Object]) -> None:
-        """Sets ``weightcache.io/daemon-ready`` on each engine pod to whether its node's daemon is
-        Ready holding the generation the engine maps (the same spec hash annotation: during a
-        generation change old engines stay Ready on old daemons, and an old engine never turns
-        Ready on a new one) and, with ``gpuAccess: dra``, is the daemon whose ResourceClaim the
-        engine shares; patches only what differs. ``ready_daemons``: (node, generation) → its
-        Ready daemon pod."""
+    def _sync_gates(self, key: tuple[str, str], engines: list[Object], daemon_pods: list[Object],
+                    unready: dict[str, datetime | None], grace: timedelta) -> None:  # fmt: skip
+        """Sets ``weightcache.io/daemon-ready`` on each engine pod as ``gates.gate_wanted`` decides
+        (granted only on a Ready daemon of the engine's generation; kept through a daemon outage
+        shorter than ``grace``), records the daemon pod it was granted on, and asks for a pass when
+        a kept gate's grace ends. Patches only what differs."""
+        namespace = key[0]
+        now = self.clock()
+        by_node: dict[str, list[Object]] = {}
+        for daemon in daemon_pods:
+            if daemon["spec"].get("nodeName"):
+                by_node.setdefault(daemon["spec"]["nodeName"], []).append(daemon)
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
-            daemon = ready_daemons.get((node, _generation(pod)))
-            current = daemon is not None and engine_claim_current(pod, daemon)
-            want = "True" if current else "False"
-            have = next((c.get("status") for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
-            if have == want:
-                continue
-            condition = {
-                "type": READY_GATE,
-                "status": want,
-                "reason": "DaemonReady" if want == "True" else "DaemonNotReady",
-                "message": f"daemon on {node} " + ("is ready with the expected spec" if want == "True" else "is not ready"),
-                "lastTransitionTime": _stamp(self.clock()),
-            }
+            decision = gate_wanted(pod, by_node.get(node, []), now, grace, node_ready=node not in unready)
+            if decision.expires is not None:
+                self.alarms.at(key, decision.expires, now)
+            path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
+            want = "True" if decision.ready else "False"
+            have = next((c for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
             try:
-                self.api.patch(f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}/status",
-                               {"status": {"conditions": [condition]}}, STRATEGIC_MERGE)  # fmt: skip
+                annotations = pod["metadata"].get("annotations") or {}
+                if decision.daemon_uid and annotations.get(DAEMON_UID_ANNOTATION) != decision.daemon_uid:
+                    # Before the gate: a gate is never True without the daemon pod it relies on named.
+                    self.api.patch(path, {"metadata": {"annotations": {DAEMON_UID_ANNOTATION: decision.daemon_uid}}})
+                    pod["metadata"]["annotations"] = {**annotations, DAEMON_UID_ANNOTATION: decision.daemon_uid}
+                if have is not None and (have.get("status"), have.get("reason")) == (want, decision.reason):
+                    continue
+                same = have is not None and have.get("status") == want
+                condition = {
+                    "type": READY_GATE,
+                    "status": want,
+                    "reason": decision.reason,
+                    "message": decision.message,
+                    "lastTransitionTime": have.get("lastTransitionTime") if same and have else _stamp(now),
+                }
+                self.api.patch(f"{path}/status", {"status": {"conditions": [condition]}}, STRATEGIC_MERGE)
                 others = [c for c in pod["status"].get("conditions") or [] if c["type"] != READY_GATE]
                 pod["status"]["conditions"] = [*others, condition]  # what the rest of the pass sees
-                log.info("readiness gate", extra={"pod": pod["metadata"]["name"], "node": node, "status": want})
+                log.info("readiness gate", extra={"pod": pod["metadata"]["name"], "node": node, "status": want,
+                                                  "reason": decision.reason})  # fmt: skip
             except ApiError as error:
                 if error.status != 404:
                     raise

@@ -220,6 +220,21 @@ class EngineRollout(ApiModel):
     )
 
 
+class EngineFailover(ApiModel):
+    """How engines ride out trouble that is not their own."""
+
+    daemon_outage_grace_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=3600,
+        description="How long a Ready engine that has already mapped its weights keeps its"
+        " daemon-ready gate (and so its place behind the Service) while its node's daemon pod is"
+        " NotReady: the same pod, of the engine's generation, not being deleted, on a Ready node."
+        " The mapping stays valid while the daemon restarts and re-adopts its arena from the"
+        " keeper. 0: the gate follows the daemon's readiness at once.",
+    )
+
+
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
@@ -255,6 +270,7 @@ class Engine(ApiModel):
         default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
     )
     rollout: EngineRollout = Field(default_factory=EngineRollout, json_schema_extra=default_object(EngineRollout))
+    failover: EngineFailover = Field(default_factory=EngineFailover, json_schema_extra=default_object(EngineFailover))
 
 
 class Service(ApiModel):

@@ -1,6 +1,8 @@
 """Failover on the real control plane and the process kubelet: every way an active engine can
 fail leads to exactly one promotion of the Ready standby, the failed pod retired and a
-replacement standby made; the operator killed in the middle of a failover converges.
+replacement standby made; the operator killed in the middle of a failover converges. A daemon
+container that crashes and re-adopts its arena from the keeper takes no Ready engine out of the
+Service (the gate's outage grace); a daemon that stays NotReady past the grace fails over.
 
 One cache serves every signal in turn (an engine start costs most of the time here). Each step
 asserts roles, status.lastFailover, the Failover event and the failovers_total metric, and
@@ -19,12 +21,13 @@ import pytest
 
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
-from testcluster.rest import Kube
+from testcluster.rest import MERGE, Kube
 from testcluster.waiting import wait_for
 
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     DAEMONS,
     ENGINES,
+    GATE,
     PROMPT,
     apply_sample,
     by_role,
@@ -62,6 +65,22 @@ def engine_pgid(kubelet: ProcessKubelet, namespace: str, name: str) -> int:
     worker = kubelet.pod_worker(namespace, name)
     assert worker is not None and worker.runners[0].process is not None, f"{name} runs no engine process"
     return worker.runners[0].process.pid
+
+
+def container_pgid(kubelet: ProcessKubelet, namespace: str, name: str, container: str) -> int:
+    worker = kubelet.pod_worker(namespace, name)
+    assert worker is not None, f"{name} is not running here"
+    runner = next(r for r in worker.runners if r.name == container)
+    assert runner.process is not None, f"{name}/{container} runs no process"
+    return runner.process.pid
+
+
+def gate_condition(pod: dict) -> dict:
+    return next(c for c in pod["status"].get("conditions", []) if c["type"] == GATE)
+
+
+def restarts(pod: dict, container: str) -> int:
+    return next(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []) if c["name"] == container)
 
 
 class Cache:
@@ -145,6 +164,38 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     proxy.wait_for_ready(1)
     cache = Cache(kube, kubelet, cluster, namespace, operator, proxy)
 
+    # 0. The daemon container on the active's node is SIGKILLed: the kubelet restarts it in the
+    # same pod and it re-adopts its arena from the keeper sidecar. The engines there have mapped
+    # their weights and keep serving: their gates stay True (DaemonOutage while the daemon is
+    # NotReady), nothing leaves the Service's endpoints and nobody is promoted.
+    active, standby = cache.roles()
+    node = cache.node_of(active)
+    daemon = next(p for p in pods(kube, namespace, DAEMONS) if p["spec"]["nodeName"] == node)
+    daemon_name = daemon["metadata"]["name"]
+    on_node = [name for name in (active, standby) if cache.node_of(name) == node]
+    gates_before = {name: gate_condition(pod(kube, namespace, name)) for name in on_node}
+    assert all(g["status"] == "True" for g in gates_before.values()), gates_before
+    endpoints, changes = proxy.ready_endpoints, len(proxy.changes)
+    counted = failovers(operator, namespace)
+    os.killpg(container_pgid(kubelet, namespace, daemon_name, "daemon"), signal.SIGKILL)
+    wait_for(lambda: not is_ready(pod(kube, namespace, daemon_name)), 30, interval=0.05,
+             describe=f"{daemon_name} stayed Ready")  # fmt: skip
+    wait_for(lambda: gate_condition(pod(kube, namespace, active))["reason"] == "DaemonOutage", 30, interval=0.05,
+             describe=lambda: gate_condition(pod(kube, namespace, active)))  # fmt: skip
+    wait_for(lambda: is_ready(p := pod(kube, namespace, daemon_name)) and restarts(p, "daemon") > restarts(daemon, "daemon"),
+             120, describe=lambda: pod(kube, namespace, daemon_name)["status"])  # fmt: skip
+    assert pod(kube, namespace, daemon_name)["metadata"]["uid"] == daemon["metadata"]["uid"], "the same daemon pod"
+    readopted = lambda s: all(r.get("source") == "keeper" for n in s.get("nodes", []) if n["node"] == node  # noqa: E731
+                              for r in n["ranks"])  # fmt: skip
+    wait_phase(kube, namespace, operator, "Ready", also=readopted)
+    for name, before in gates_before.items():
+        after = gate_condition(pod(kube, namespace, name))
+        assert (after["status"], after["reason"], after["lastTransitionTime"]) == ("True", "DaemonReady", before["lastTransitionTime"])
+    assert proxy.changes[changes:] == [] and proxy.ready_endpoints == endpoints, proxy.changes[changes:]
+    assert by_role(kube, namespace)["active"] == [active] and failovers(operator, namespace) == counted
+    host, port = proxy.address
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+
     # 1. The engine's processes are SIGKILLed: its container restarts in place, Ready drops.
     cache.fails_over("ContainerRestarted",
                      lambda active, _: os.killpg(engine_pgid(kubelet, namespace, active), signal.SIGKILL))  # fmt: skip
@@ -167,8 +218,15 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
 
     cache.fails_over("ReadinessFailed", freeze, after=thaw)
 
-    # 4. The daemon on the active's node fails: the operator turns the engines' gate False there.
-    cache.standby_elsewhere()
+    # 4. The daemon on the active's node stays NotReady past the outage grace (frozen): the
+    # operator turns the engines' gate False there. A 2 s grace keeps the test short; changing
+    # it must roll no engine.
+    active, standby = cache.standby_elsewhere()
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+    grace = {"spec": {"engine": {"failover": {"daemonOutageGraceSeconds": 2}}}}
+    generation = kube.patch(wc, grace, content_type=MERGE)["metadata"]["generation"]
+    wait_for(lambda: kube.get(wc)["status"].get("observedGeneration") == generation, 30)
+    assert cache.roles() == (active, standby), "a new grace rolled the engines"
     stopped: list[int] = []
 
     def stop_daemon(active: str, _: str) -> None:

@@ -360,8 +360,9 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     """The operator fills status.nodes from each daemon pod's status endpoint and exports its own
     metrics; a daemon whose rank is frozen (SIGSTOP: its probe stops answering) turns NotReady,
     the engines on its node lose the daemon-ready gate and their Ready, and the Service sends
-    nothing there; thawed, everything is Ready again."""
-    apply_sample(cluster, namespace)
+    nothing there (after the 1 s daemon outage grace this test sets: the engines there are Ready
+    and would ride out a shorter outage); thawed, everything is Ready again."""
+    apply_sample(cluster, namespace, engine__failover={"daemonOutageGraceSeconds": 1})
     reported = lambda s: all(n.get("fingerprint") for n in s.get("nodes", [])) and len(s.get("nodes", [])) == 2  # noqa: E731
     status = wait_phase(kube, namespace, operator, "Ready", also=reported)
     socket_dir = lambda node: (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama"  # noqa: E731

@@ -118,6 +118,8 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.weightFallback": "disk",
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
     ".spec.engine.rollout.readyDeadlineSeconds": 600,
+    ".spec.engine.failover": {"daemonOutageGraceSeconds": 30},
+    ".spec.engine.failover.daemonOutageGraceSeconds": 30,
     ".spec.service": {"port": 8000, "type": "ClusterIP"},
     ".spec.service.port": 8000,
     ".spec.service.type": "ClusterIP",

@@ -235,6 +235,8 @@ def test_engine_hash_follows_the_rendered_pod_not_its_role_or_node() -> None:
     assert daemon_spec_hash(changed[2]) != daemon_spec_hash(base)
     # The rollout settings decide how a version rolls, not what it is.
     assert engine_template_hash(make(**{"engine.rollout": {"readyDeadlineSeconds": 5}})) == engine_template_hash(base)
+    # Nor do the failover settings: changing the daemon outage grace must not roll every engine.
+    assert engine_template_hash(make(**{"engine.failover": {"daemonOutageGraceSeconds": 2}})) == engine_template_hash(base)
 
 
 def test_daemonset_is_replaced_by_the_operator_only() -> None:

@@ -146,6 +146,10 @@ BAD = [
     ("no-daemon-image", "daemon.image", DELETE, ("daemon.image", "Field required")),
     ("bad-service-type", "service", {"type": "ExternalName"}, ("service.type", "'ClusterIP', 'NodePort'")),
     ("typo-in-field", "engine.standbys", 1, ("engine.standbys", "Extra inputs are not permitted")),
+    ("negative-outage-grace", "engine.failover", {"daemonOutageGraceSeconds": -1},
+     ("engine.failover.daemonOutageGraceSeconds", "greater than or equal to 0")),
+    ("hour-plus-outage-grace", "engine.failover", {"daemonOutageGraceSeconds": 3601},
+     ("engine.failover.daemonOutageGraceSeconds", "less than or equal to 3600")),
 ]
 
 

@@ -41,10 +41,10 @@ Role = Literal["active", "standby"]
 def engine_template_hash(cache: WeightCache) -> str:
     """The engine version, for rollouts: a digest of everything an engine pod is rendered from
     except what differs between pods of one version (replica, role, nodes, claim, group) and
-    what only says how to roll (replicas, standbys, rollout settings). It covers the daemon spec
+    what only says how to roll or fail over (replicas, standbys, rollout and failover settings). It covers the daemon spec
     hash too (engines map those weights), so a generation change is also a new version."""
     engine = cache.spec.engine.model_dump(
-        by_alias=True, mode="json", exclude={"replicas", "standbys_per_replica", "rollout"}
+        by_alias=True, mode="json", exclude={"replicas", "standbys_per_replica", "rollout", "failover"}
     )
     canonical = json.dumps({"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True,
                            separators=(",", ":"))  # fmt: skip

@@ -1,0 +1,57 @@
+"""One pending wake-up per key, at the earliest time asked for.
+
+Passes run on watch events; some decisions change with time alone, with no event to announce it
+(a readiness gate kept through a daemon outage must turn False when the grace ends, gates.py).
+Instead of polling, the pass that made such a decision asks for one wake-up at the moment it
+expires; a later pass asking for a later time changes nothing, an earlier time replaces it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable
+from datetime import datetime
+
+SLACK_SECONDS = 0.05
+"""Added to each delay, so a pass woken by the alarm sees the moment as past, not just due."""
+
+
+class Alarms:
+    """Calls ``wake(key)`` on its own thread when a key's alarm is due; one alarm per key."""
+
+    def __init__(self, wake: Callable[[Hashable], None]) -> None:
+        self._wake = wake
+        self._pending: dict[Hashable, tuple[datetime, threading.Timer]] = {}
+        self._lock = threading.Lock()
+
+    def at(self, key: Hashable, when: datetime, now: datetime) -> None:
+        """Asks for a wake-up of ``key`` at ``when`` (``now``: the caller's clock, the same one
+        ``when`` came from); kept only when earlier than the one already pending."""
+        with self._lock:
+            pending = self._pending.get(key)
+            if pending is not None and pending[0] <= when:
+                return
+            if pending is not None:
+                pending[1].cancel()
+            timer = threading.Timer(max(0.0, (when - now).total_seconds()) + SLACK_SECONDS, self._fire, (key, when))
+            timer.daemon = True
+            self._pending[key] = (when, timer)
+            timer.start()
+
+    def cancel(self, key: Hashable) -> None:
+        with self._lock:
+            pending = self._pending.pop(key, None)
+        if pending is not None:
+            pending[1].cancel()
+
+    def pending(self, key: Hashable) -> datetime | None:
+        with self._lock:
+            found = self._pending.get(key)
+        return found[0] if found else None
+
+    def _fire(self, key: Hashable, when: datetime) -> None:
+        with self._lock:
+            if self._pending.get(key, (None,))[0] != when:
+                return  # replaced by an earlier alarm meanwhile
+            del self._pending[key]
+        self._wake(key)
