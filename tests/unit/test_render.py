@@ -87,6 +87,7 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
     assert daemon["readinessProbe"]["exec"]["command"][3:] == [
         "probe", "--socket-dir", "/run/weightcache", "--name", "tiny", "--ranks", "0-1"]  # fmt: skip
+    assert daemon["readinessProbe"]["failureThreshold"] == 3, "one slow process start is not an outage"
     assert container(ds, "keeper")["command"][3] == "keeper"
     assert "resources" not in daemon, "cpu-shm requests no GPUs"
     assert "hostIPC" not in pod and "hostPID" not in pod

@@ -101,7 +101,10 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
                                  "--ranks", rank_range(ranks)]},
             "periodSeconds": 2,
             "timeoutSeconds": 10,
-            "failureThreshold": 1,
+            # Three misses in a row: an exec probe is a process start, which a busy node can delay
+            # past the timeout once. Engines that mapped their weights keep their gate through a
+            # daemon outage anyway (gates.py), so a slower verdict costs only new engines' start.
+            "failureThreshold": 3,
         },
     }  # fmt: skip
     resources = _daemon_resources(cache) if gpu or spec.daemon.resources else None
