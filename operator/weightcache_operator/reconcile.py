@@ -13,8 +13,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
