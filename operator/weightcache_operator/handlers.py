@@ -9,6 +9,10 @@
   lifecycle controller gets round to marking their pods not ready;
 - deletion: the finalizer kopf adds for the delete handler stays until every pod is gone.
 
+Besides these, a pass that keeps an engine's readiness gate through a daemon outage asks for one
+more pass when the grace ends (``Reconciler.alarms``, a timer per cache): nothing else would
+announce that moment, and polling for it is what the watches are there to avoid.
+
 Invalid specs never raise: they become a ``Degraded``/``InvalidSpec`` condition, so kopf does not
 retry them in a loop. Transient API errors raise ``kopf.TemporaryError`` and are retried later.
 """

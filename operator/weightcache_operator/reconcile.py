@@ -13,8 +13,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -104,6 +103,7 @@ class Reconciler:
     def _woken(self, key: Hashable) -> None:
         """An alarm is due: one pass, as a pod event would run it."""
         namespace, name = key  # type: ignore[misc]
+        log.info("alarm", extra={"cache": name, "namespace": namespace})
         try:
             self.reconcile(namespace, name, apply=False)
         except ApiError as error:  # the next event or the resync timer will run a pass
@@ -454,21 +454,22 @@ class Reconciler:
                     unready: dict[str, datetime | None], grace: timedelta) -> None:  # fmt: skip
         """Sets ``weightcache.io/daemon-ready`` on each engine pod as ``gates.gate_wanted`` decides
         (granted only on a Ready daemon of the engine's generation; kept through a daemon outage
-        shorter than ``grace``), records the daemon pod it was granted on, and asks for a pass when
-        a kept gate's grace ends. Patches only what differs."""
+        shorter than ``grace``), records the daemon pod it was granted on, and asks for one pass
+        when the first kept gate's grace ends (none when no gate is kept). Patches only what differs."""
         namespace = key[0]
         now = self.clock()
         by_node: dict[str, list[Object]] = {}
         for daemon in daemon_pods:
             if daemon["spec"].get("nodeName"):
                 by_node.setdefault(daemon["spec"]["nodeName"], []).append(daemon)
+        expiries: list[datetime] = []
         for pod in engines:
             node = pod["spec"].get("nodeName")
             if not node or pod["metadata"].get("deletionTimestamp"):
                 continue
             decision = gate_wanted(pod, by_node.get(node, []), now, grace, node_ready=node not in unready)
             if decision.expires is not None:
-                self.alarms.at(key, decision.expires, now)
+                expiries.append(decision.expires)
             path = f"/api/v1/namespaces/{namespace}/pods/{pod['metadata']['name']}"
             want = "True" if decision.ready else "False"
             have = next((c for c in pod["status"].get("conditions") or [] if c["type"] == READY_GATE), None)
@@ -496,6 +497,7 @@ class Reconciler:
             except ApiError as error:
                 if error.status != 404:
                     raise
+        self.alarms.set(key, min(expiries, default=None), now)
 
     # --- small steps -----------------------------------------------------------------------------
 

@@ -83,6 +83,12 @@ def restarts(pod: dict, container: str) -> int:
     return next(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []) if c["name"] == container)
 
 
+def alarm_passes(operator: subprocess.Popen) -> int:
+    """Passes the operator ran because an alarm (gates kept through a daemon outage) was due."""
+    lines = operator.log.read_text().splitlines()  # type: ignore[attr-defined]
+    return sum(1 for line in lines if '"message": "alarm"' in line)
+
+
 class Cache:
     """The one cache of the test and the steps every failover is checked with."""
 
@@ -219,11 +225,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     cache.fails_over("ReadinessFailed", freeze, after=thaw)
 
     # 4. The daemon on the active's node stays NotReady past the outage grace (frozen): the
-    # operator turns the engines' gate False there. A 2 s grace keeps the test short; changing
+    # operator turns the engines' gate False there. A 4 s grace keeps the test short; changing
     # it must roll no engine.
     active, standby = cache.standby_elsewhere()
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
-    grace = {"spec": {"engine": {"failover": {"daemonOutageGraceSeconds": 2}}}}
+    grace = {"spec": {"engine": {"failover": {"daemonOutageGraceSeconds": 4}}}}
     generation = kube.patch(wc, grace, content_type=MERGE)["metadata"]["generation"]
     wait_for(lambda: kube.get(wc)["status"].get("observedGeneration") == generation, 30)
     assert cache.roles() == (active, standby), "a new grace rolled the engines"
@@ -235,8 +241,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
         stopped.append(json.loads(held.read_text())["pid"])
         os.kill(stopped[0], signal.SIGSTOP)
 
+    alarms_before = alarm_passes(operator)
     try:
         cache.fails_over("DaemonNotReady", stop_daemon, after=lambda: os.kill(stopped[0], signal.SIGCONT))
+        # The gate kept through the outage was turned False by the pass scheduled at the grace's end.
+        assert alarm_passes(operator) > alarms_before
     finally:
         if stopped:
             os.kill(stopped[0], signal.SIGCONT)

@@ -134,14 +134,15 @@ class Woken:
         self.event.set()
 
 
-def test_an_alarm_wakes_its_key_once_and_an_earlier_one_replaces_a_later_one() -> None:
+def test_an_alarm_wakes_its_key_once_and_each_setting_replaces_the_last() -> None:
     woken = Woken()
     alarms = Alarms(woken)
     now = datetime.now(timezone.utc)
-    alarms.at("a", now + timedelta(seconds=30), now)
-    alarms.at("a", now + timedelta(seconds=0.1), now)  # earlier: replaces
-    alarms.at("a", now + timedelta(seconds=20), now)  # later: ignored
-    assert alarms.pending("a") == now + timedelta(seconds=0.1)
+    alarms.set("a", now + timedelta(seconds=0.1), now)
+    alarms.set("a", now + timedelta(seconds=30), now)  # what the latest pass needs: later
+    assert alarms.pending("a") == now + timedelta(seconds=30)
+    assert not woken.event.wait(0.5), "the replaced alarm fired"
+    alarms.set("a", now + timedelta(seconds=0.1), now)
     assert woken.event.wait(5)
     time.sleep(0.2)
     assert woken.keys == ["a"] and alarms.pending("a") is None
@@ -151,7 +152,9 @@ def test_a_cancelled_alarm_never_wakes() -> None:
     woken = Woken()
     alarms = Alarms(woken)
     now = datetime.now(timezone.utc)
-    alarms.at(("ns", "c"), now + timedelta(seconds=0.2), now)
-    alarms.cancel(("ns", "c"))
+    alarms.set(("ns", "c"), now + timedelta(seconds=0.2), now)
+    alarms.set(("ns", "c"), None, now)  # a pass that keeps no gate
+    alarms.set(("ns", "d"), now + timedelta(seconds=0.2), now)
+    alarms.cancel(("ns", "d"))
     assert not woken.event.wait(0.6)
     assert woken.keys == []
