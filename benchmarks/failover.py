@@ -37,13 +37,9 @@ import argparse
 import itertools
 import json
 import os
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
-import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -51,22 +47,13 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from pathlib import Path
 
-import yaml
-from testcluster.controlplane import ControlPlane
-from testcluster.kubelet import KubeletConfig, ProcessKubelet
-from testcluster.kubelet.nodes import NodeSpec
+from sample_cluster import DAEMONS, ENGINES, NS, WC, sample, sample_cluster
+from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
-NS = "bench"
-WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches/tiny-llama"
-ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
-DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
 PROMPT = {"prompt": "The weight cache", "max_tokens": 2, "temperature": 0}
 
 
@@ -196,78 +183,31 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout per attempt (s)")
     options = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="weightcache-failover-bench-"))
-    plane = ControlPlane(root / "cluster", node_monitor_grace_period=6.0)
-    plane.start()
-    kube = Kube.from_kubeconfig(plane.kubeconfig)
-    nodes = [NodeSpec(f"node-{i + 1}", labels={"weightcache.io/test-node": "true"}) for i in range(2)]
-    kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
-        root=root / "kubelet", nodes=nodes, serving_cert=plane.kubelet_serving_cert,
-        environment={"PYTHONPATH": str(REPO / "daemon_image")}))  # fmt: skip
-    kubelet.start()
-    operator = None
-    proxy = None
-    load = None
-    prober = None
-    try:
-        operator, proxy, load, prober, kills = run(plane, kube, kubelet, root, options)
-        report(kills, load, prober, options)
-    finally:
-        if prober:
-            prober.stop()
-        if load:
-            load.stop()
-        if proxy:
+    with sample_cluster("weightcache-failover-bench-") as cluster:
+        cluster.apply(sample())
+        wait_whole(cluster.kube, cluster.operator, 600)
+        proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
+        load = prober = None
+        try:
+            proxy.wait_for_ready(1)
+            load = Load(proxy.address, options.interval, options.retry_delay, options.timeout).start()
+            prober = ReadyProber(proxy).start()
+            time.sleep(2)
+            kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])
+            kills: list[Kill] = []
+            for daemon, count in ((False, options.kills), (True, options.daemon_kills)):
+                load.phases.append(time.time())
+                for _ in range(count):
+                    kills.append(one_kill(cluster.kube, cluster.kubelet, proxy, load, prober, cluster.operator,
+                                          next(kinds), daemon))  # fmt: skip
+                    print(f"{len(kills):3d} {kills[-1]}", flush=True)
+            report(kills, load, prober, options)
+        finally:
+            if prober:
+                prober.stop()
+            if load:
+                load.stop()
             proxy.stop()
-        if operator and operator.poll() is None:
-            operator.terminate()
-            operator.wait(timeout=20)
-        subprocess.run([plane.tools.kubectl, "--kubeconfig", str(plane.kubeconfig), "delete", "wc", "--all", "-n", NS,
-                        "--wait=true", "--timeout=60s"], capture_output=True)  # fmt: skip
-        kubelet.stop()
-        plane.stop()
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def run(plane: ControlPlane, kube: Kube, kubelet: ProcessKubelet, root: Path, options: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from weightcache_operator.crd import render
-
-    wait_for(lambda: all(any(c["type"] == "Ready" and c["status"] == "True" for c in kube.get(f"/api/v1/nodes/{n}")["status"].get("conditions", []))
-                         for n in ("node-1", "node-2")), 30)  # fmt: skip
-    plane.apply(render())
-    plane.kubectl("wait", "--for=condition=Established", "crd/weightcaches.weightcache.io", "--timeout=30s")
-    peering = REPO / "crds" / "kopf-peering.yaml"
-    plane.kubectl("apply", "--server-side", "-f", str(peering))
-    plane.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
-    plane.apply("apiVersion: kopf.dev/v1\nkind: ClusterKopfPeering\nmetadata:\n  name: weightcache-operator\n")
-    kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
-    wait_for(lambda: kube.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"), 30)
-
-    made = root / "ckpt" / "tiny-llama"
-    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True, capture_output=True)
-    for node in ("node-1", "node-2"):
-        shutil.copytree(made, kubelet.node_root(node) / "models" / "tiny-llama")
-
-    log = root / "operator.log"
-    operator = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                env={**os.environ, "KUBECONFIG": str(plane.kubeconfig), "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
-                                     "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}", "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5"},
-                                start_new_session=True)  # fmt: skip
-    plane.kubectl("apply", "-n", NS, "-f", "-", input=SAMPLE.read_text())
-    wait_whole(kube, operator, 600)
-    proxy = ServiceProxy(kube, NS, "tiny-llama", 8000).start()
-    proxy.wait_for_ready(1)
-    load = Load(proxy.address, options.interval, options.retry_delay, options.timeout).start()
-    prober = ReadyProber(proxy).start()
-    time.sleep(2)
-    kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])
-    kills: list[Kill] = []
-    for daemon, count in ((False, options.kills), (True, options.daemon_kills)):
-        load.phases.append(time.time())
-        for _ in range(count):
-            kills.append(one_kill(kube, kubelet, proxy, load, prober, operator, next(kinds), daemon))
-            print(f"{len(kills):3d} {kills[-1]}", flush=True)
-    return operator, proxy, load, prober, kills
 
 
 def wait_whole(kube: Kube, operator: subprocess.Popen, timeout: float = 300) -> dict:
@@ -289,12 +229,6 @@ def container_pgid(kubelet: ProcessKubelet, pod: str, container: str | None = No
     runner = next(r for r in worker.runners if container in (None, r.name))
     assert runner.process is not None
     return runner.process.pid
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Load, prober: ReadyProber,

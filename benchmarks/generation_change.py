@@ -1,6 +1,7 @@
 """Daemon generation change benchmark: blue/green against node by node, one replica with a hot
 standby under steady load through the Service, on the real control plane with the process
-kubelet (2 nodes, cpu-shm, the reference engine), the operator running as a process.
+kubelet (2 nodes, or 1 with ``--nodes 1``; cpu-shm, the reference engine), the operator
+running as a process.
 
 For each strategy it applies examples/weightcache-cpu.yaml (``spec.daemon.generationChange``
 NodeByNode, then Auto, which is blue/green here: the daemons report the host's free memory and
@@ -28,12 +29,12 @@ from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
 
-def one_change(cluster: SampleCluster, requested: str, timeout: float) -> list[tuple[str, str]]:
+def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: int) -> list[tuple[str, str]]:
     body = sample()
     body["spec"]["daemon"]["generationChange"] = requested
     body["spec"]["model"]["revision"] = "seed-0"
     cluster.apply(body)
-    wait_for(lambda: cluster.status().get("phase") == "Ready" and len(cluster.status().get("nodes", [])) == 2
+    wait_for(lambda: cluster.status().get("phase") == "Ready" and len(cluster.status().get("nodes", [])) == nodes
              and all(n.get("fingerprint") for n in cluster.status()["nodes"]), timeout, interval=1,
              describe=cluster.status)  # fmt: skip
     old_hash = cluster.status()["daemonSpecHash"]
@@ -62,7 +63,7 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float) -> list[t
             status = cluster.status()
             daemons = cluster.pods(DAEMONS)
             return (status.get("daemonSpecHash") != old_hash and (status.get("rollout") or {}).get("phase") == "Complete"
-                    and status.get("phase") == "Ready" and len(daemons) == 2
+                    and status.get("phase") == "Ready" and len(daemons) == nodes
                     and all(p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] == status["daemonSpecHash"]
                             for p in daemons))  # fmt: skip
 
@@ -114,11 +115,12 @@ def _gap(changes: list[tuple[float, bool]], start: float, end: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for each phase")
+    parser.add_argument("--nodes", type=int, default=2, choices=(1, 2), help="nodes holding the cache")
     args = parser.parse_args()
     rows: list[list[tuple[str, str]]] = []
-    with sample_cluster("generation-change-") as cluster:
+    with sample_cluster("generation-change-", nodes=args.nodes) as cluster:
         for requested in ("NodeByNode", "Auto"):
-            rows.append(one_change(cluster, requested, args.timeout))
+            rows.append(one_change(cluster, requested, args.timeout, args.nodes))
     width = max(len(name) for name, _ in rows[0])
     print(f"| {'measure':<{width}} | node by node | auto |\n|{'-' * (width + 2)}|---|---|")
     for (name, first), (_, second) in zip(*rows):

@@ -83,10 +83,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None,
-                   node_monitor_grace_period: float = 6.0) -> Iterator[SampleCluster]:  # fmt: skip
-    """Starts everything, yields it, and stops it all (operator, kubelet with its pods, control
-    plane) however the benchmark ends."""
+def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None, node_monitor_grace_period: float = 6.0,
+                   nodes: int = len(NODES)) -> Iterator[SampleCluster]:  # fmt: skip
+    """Starts everything (on the first ``nodes`` of ``NODES``), yields it, and stops it all
+    (operator, kubelet with its pods, control plane) however the benchmark ends."""
     control_plane_binary()
     client_tools()
     work = Path(tempfile.mkdtemp(prefix=prefix))
@@ -95,9 +95,10 @@ def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None,
                          environment={MARKER: session})  # fmt: skip
     plane.start()
     kube = Kube.from_kubeconfig(plane.kubeconfig)
-    nodes = [NodeSpec(name, labels={"weightcache.io/test-node": "true"}) for name in NODES]
+    names = NODES[:nodes]
+    specs = [NodeSpec(name, labels={"weightcache.io/test-node": "true"}) for name in names]
     kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
-        root=work / "kubelet", nodes=nodes, serving_cert=plane.kubelet_serving_cert,
+        root=work / "kubelet", nodes=specs, serving_cert=plane.kubelet_serving_cert,
         environment={MARKER: session, "PYTHONPATH": str(REPO / "daemon_image")}))  # fmt: skip
     operator: subprocess.Popen[bytes] | None = None
     try:
@@ -106,7 +107,7 @@ def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None,
         made = work / "tiny-llama"
         subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True,
                        capture_output=True)  # fmt: skip
-        for node in NODES:
+        for node in names:
             shutil.copytree(made, kubelet.node_root(node) / "models" / "tiny-llama")
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), MARKER: session,
                "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5", "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
