@@ -121,9 +121,10 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
 
     Promotion picks, among standbys mapping the failed active's weights (its daemon spec hash;
     the current one when there is no failed pod to read it from) and not failed themselves, a
-    Ready one on the failed active's node first (same daemon, same arena), then any Ready one; the oldest wins ties so two passes pick the same pod. With none Ready, the
-    failed active stays (the best there is) unless it is gone for good, in which case a still
-    starting standby is promoted — it will serve before a pod created now would."""
+    Ready one on the failed active's node first (same daemon, same arena), then any Ready one;
+    the oldest wins ties so two passes pick the same pod. With none Ready, the failed active
+    stays (the best there is) unless it is gone for good, in which case a still starting standby
+    is promoted — it will serve before a pod created now would."""
     plan = ReplicaPlan()
     live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
     for pod in live:
