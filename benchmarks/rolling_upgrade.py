@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from sample_cluster import ENGINES, SampleCluster, print_table, sample, sample_cluster
+from sample_cluster import ENGINES, NS, SampleCluster, print_table, sample, sample_cluster
 from testcluster.load import SteadyLoad
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
@@ -50,7 +50,7 @@ def main() -> None:
                  describe=cluster.status)  # fmt: skip
         before = cluster.daemon_facts()
 
-        proxy = ServiceProxy(cluster.kube, "bench", "tiny-llama", 8000).start()
+        proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
         try:
             proxy.wait_for_ready(args.replicas, timeout=60)
             load = SteadyLoad(*proxy.address).start()

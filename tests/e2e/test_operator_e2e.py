@@ -229,7 +229,8 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
 
 
-def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) -> None:
+def sample(**spec_changes: object) -> dict:
+    """The README sample with ``spec`` fields changed: ``engine__replicas=2`` sets spec.engine.replicas."""
     body = yaml.safe_load(SAMPLE.read_text())
     for path, value in spec_changes.items():
         *parents, leaf = path.split("__")
@@ -237,7 +238,11 @@ def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) 
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(body))
+    return body
+
+
+def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(sample(**spec_changes)))
 
 
 def wait_phase(kube: Kube, namespace: str, operator: subprocess.Popen, want: str, timeout: float = 300,

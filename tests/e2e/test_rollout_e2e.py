@@ -19,12 +19,12 @@ import yaml
 from test_operator_e2e import (  # noqa: F401 - fixtures
     DAEMONS,
     ENGINES,
-    SAMPLE,
     checkpoint,
     http_json,
     is_ready,
     operator,
     pods,
+    sample,
     start_operator,
     wait_phase,
 )
@@ -37,17 +37,6 @@ from testcluster.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 WC = "/apis/weightcache.io/v1alpha1/namespaces/{ns}/weightcaches/tiny-llama"
-
-
-def sample(**changes: object) -> dict:
-    body = yaml.safe_load(SAMPLE.read_text())
-    for path, value in changes.items():
-        *parents, leaf = path.split("__")
-        node = body["spec"]
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return body
 
 
 def apply(cluster: ControlPlane, namespace: str, body: dict) -> None:
