@@ -11,8 +11,11 @@ that failed, "failed, retry once" requests whose retry failed too. The rate must
 the engine serves on the machine as loaded (an overloaded engine answers 429 and its queue
 grows): the report's latency line for requests between kills says whether it did. Each kill
 cycles through SIGKILL of the engine's processes, deletion of its pod and a readiness failure
-(SIGSTOP of its processes, so /ready times out); the ``+daemon`` runs also SIGKILL the daemon
-container on the active engine's node at the same moment. Per kill:
+(SIGSTOP of its processes, so /ready times out, thawed once the failover is done); the
+``+daemon`` runs also SIGKILL the daemon container on the active engine's node at the same
+moment. A freeze is heard by the operator's own probes (``--unresponsive-ms``, default 400: the
+frozen active is demoted and kept) or, with 0, by the kubelet's readiness probe alone (the frozen
+active is retired). Per kill:
 
 - detection: the kill → the operator noticing it (``status.lastFailover.time``; same host clock);
 - promotion: noticing → the standby's relabel patched (``status.lastFailover.promotionMs``);
@@ -22,8 +25,8 @@ container on the active engine's node at the same moment. Per kill:
 
 Between kills, while the new active serves and nothing is being killed, a prober also GETs the
 active engine's ``/ready`` directly every 100 ms: the latency a healthy, loaded engine answers its
-readiness with is what any faster hang detector (a tighter probe, an in-pod watchdog) would have
-to stay above to never kill a slow-but-alive engine.
+readiness with is what ``--unresponsive-ms`` must stay above; the Failover events counted at the
+end against the kills show whether a healthy active was ever judged silent.
 
 It is a script, not a test: it prints a table and asserts nothing. Needs the e2e cluster build
 (tests/cluster/build.sh, cached) and runs as root like the e2e tests.
@@ -181,10 +184,14 @@ def main() -> None:
                         help="seconds between request starts (open loop; keep it below what the engine serves, see the steady latency line)")
     parser.add_argument("--retry-delay", type=float, default=0.3)
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout per attempt (s)")
+    parser.add_argument("--unresponsive-ms", type=int, default=400,
+                        help="spec.engine.failover.unresponsiveAfterMilliseconds (0: the kubelet's probe alone hears a freeze)")
     options = parser.parse_args()
 
     with sample_cluster("weightcache-failover-bench-") as cluster:
-        cluster.apply(sample())
+        body = sample()
+        body["spec"]["engine"].setdefault("failover", {})["unresponsiveAfterMilliseconds"] = options.unresponsive_ms
+        cluster.apply(body)
         wait_whole(cluster.kube, cluster.operator, 600)
         proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
         load = prober = None
@@ -202,12 +209,22 @@ def main() -> None:
                                           next(kinds), daemon))  # fmt: skip
                     print(f"{len(kills):3d} {kills[-1]}", flush=True)
             report(kills, load, prober, options)
+            recorded = failover_events(cluster.kube)
+            print(f"failovers recorded (Failover events): {recorded} for {len(kills)} kills; "
+                  f"unresponsiveAfterMilliseconds {options.unresponsive_ms}")  # fmt: skip
         finally:
             if prober:
                 prober.stop()
             if load:
                 load.stop()
             proxy.stop()
+
+
+def failover_events(kube: Kube) -> int:
+    """Failovers the operator announced: more than the kills means it failed over a healthy
+    active (a wrong ``Unresponsive`` verdict shows here)."""
+    events = kube.get(f"/api/v1/namespaces/{NS}/events")["items"]
+    return sum(e.get("count", 1) for e in events if e.get("reason") == "Failover")
 
 
 def wait_whole(kube: Kube, operator: subprocess.Popen, timeout: float = 300) -> dict:

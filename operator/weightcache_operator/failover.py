@@ -42,11 +42,18 @@ class Failure:
     final: bool
     """The pod will not serve again (deleted, terminal, on a NotReady node): promoting any
     healthy standby, even one still starting, beats waiting for it."""
+    retire: bool = True
+    """Delete the pod once a standby has taken over. False for the one verdict that may be wrong
+    (``Unresponsive``: slow looks like hung from outside): the pod is demoted to standby instead,
+    so it finishes what it serves and a wrong verdict costs a role swap, not an engine."""
 
 
-def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
+def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None],
+               unresponsive: Mapping[str, datetime] | None = None) -> Failure | None:  # fmt: skip
     """The failure of an engine pod, or None while it is Ready or has never been Ready yet
-    (starting: not a failure, so it is never deleted for it)."""
+    (starting: not a failure, so it is never deleted for it). ``unresponsive``: pod name → when
+    it stopped answering its readiness endpoint (responsiveness.py), for pods the kubelet still
+    calls Ready: the operator's own probe sees a hang before the kubelet's does."""
     meta, status = pod["metadata"], pod.get("status") or {}
     name = meta["name"]
     if meta.get("deletionTimestamp"):
@@ -70,7 +77,11 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None]) -> Failur
         return Failure("DaemonNotReady", _parse(gate.get("lastTransitionTime")),
                        f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
     if pod_ready(pod):
-        return None
+        silent = (unresponsive or {}).get(name)
+        if silent is None:
+            return None
+        return Failure("Unresponsive", silent, f"{name} has answered no readiness request since "
+                       f"{silent.astimezone(timezone.utc).isoformat(timespec='milliseconds')}", False, retire=False)  # fmt: skip
     ready = _condition(pod, "Ready")
     ready_since = _parse(ready.get("lastTransitionTime")) if ready else None
     for container in status.get("containerStatuses") or []:
@@ -115,9 +126,11 @@ class ReplicaPlan:
 
 
 def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash: str,
-                 unready_nodes: Mapping[str, datetime | None]) -> ReplicaPlan:  # fmt: skip
+                 unready_nodes: Mapping[str, datetime | None],
+                 unresponsive: Mapping[str, datetime] | None = None) -> ReplicaPlan:  # fmt: skip
     """The plan for one replica's engine pods (terminating ones included: a deleted active is
-    the failure that names itself).
+    the failure that names itself). ``unresponsive``: see ``failure_of``; a standby that does not
+    answer never takes over, and an active that does not answer is demoted, not deleted.
 
     Promotion picks, among standbys mapping the failed active's weights (its daemon spec hash;
     the current one when there is no failed pod to read it from) and not failed themselves, a
@@ -131,14 +144,15 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
         if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
             plan.delete.append((pod, f"pod is {pod['status']['phase']}"))
     serving = [p for p in live if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
-    serving.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    silent = unresponsive or {}
+    serving.sort(key=lambda p: (not pod_ready(p), _name(p) in silent, p["metadata"]["creationTimestamp"], _name(p)))
     actives = [p for p in serving if _role(p) == "active"]
     standbys = [p for p in serving if _role(p) != "active"]
     # Surplus actives (an operator stopped between a promotion and the retirement): keep the
     # Ready, oldest one; retire the failed ones as the interrupted failover would have.
     for extra in actives[1:]:
-        failure = failure_of(extra, unready_nodes)
-        if failure is None:
+        failure = failure_of(extra, unready_nodes, unresponsive)
+        if failure is None or not failure.retire:
             plan.demote.append(extra)
             standbys.append(extra)
         else:
@@ -146,21 +160,22 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     active = actives[0] if actives else None
 
     if active is not None:
-        failed, failure = active, failure_of(active, unready_nodes)
+        failed, failure = active, failure_of(active, unready_nodes, unresponsive)
         trouble = failure is not None or not pod_ready(active)
     else:
         # No live active: the failure is the most recent active that is gone or terminal.
         gone = sorted((p for p in pods if _role(p) == "active" and p not in serving),
                       key=lambda p: p["metadata"]["creationTimestamp"])  # fmt: skip
         failed = gone[-1] if gone else None
-        failure = failure_of(failed, unready_nodes) if failed else None
+        failure = failure_of(failed, unready_nodes, unresponsive) if failed else None
         trouble = True
 
     if trouble:
         # The weights the failed active served: during a generation change the Service still
         # selects the old generation, and an old-generation standby is what can take over there.
         weights = _generation(failed) if failed is not None and _generation(failed) else spec_hash
-        candidates = [p for p in standbys if p not in plan.demote and _may_take_over(p, weights, unready_nodes)]
+        candidates = [p for p in standbys if p not in plan.demote
+                      and _may_take_over(p, weights, unready_nodes, unresponsive)]  # fmt: skip
         node = (failed or {}).get("spec", {}).get("nodeName")
         candidates.sort(key=lambda p: (not pod_ready(p), p["spec"].get("nodeName") != node,
                                        p["metadata"]["creationTimestamp"], p["metadata"]["name"]))  # fmt: skip
@@ -175,7 +190,7 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
             plan.promotion = Promotion(replica, best, failed, failure)
             standbys.remove(best)
             if active is not None:
-                if failure is None:  # never Ready yet: it may still become a good standby
+                if failure is None or not failure.retire:  # never Ready yet, or maybe only slow
                     plan.demote.append(active)
                     standbys.append(active)
                 else:
@@ -197,11 +212,12 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     return plan
 
 
-def _may_take_over(pod: Pod, weights: str, unready_nodes: Mapping[str, datetime | None]) -> bool:
+def _may_take_over(pod: Pod, weights: str, unready_nodes: Mapping[str, datetime | None],
+                   unresponsive: Mapping[str, datetime] | None) -> bool:  # fmt: skip
     """A standby may become active only while it maps the same weights as the active it
     replaces (the same daemon spec hash: never another model behind the Service) and has not
-    failed itself."""
-    return _generation(pod) == weights and failure_of(pod, unready_nodes) is None
+    failed itself (answering its readiness endpoint included)."""
+    return _generation(pod) == weights and failure_of(pod, unready_nodes, unresponsive) is None
 
 
 def _generation(pod: Pod) -> str | None:

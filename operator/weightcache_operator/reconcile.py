@@ -13,7 +13,7 @@ import secrets
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -43,9 +43,10 @@ from .render.dra import claim_template, claim_template_name, daemon_claim, engin
 from .render.engine import Role
 from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .render.topology import assign_slots, selected
+from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import Desired, Plan, Strategy, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
-from .status import Observed, aggregate, daemon_pod_current, invalid_status
+from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
 from .validation import parse
 
 log = logging.getLogger("weightcache_operator.reconcile")
@@ -73,6 +74,8 @@ class Reconciler:
         self._guard = threading.Lock()
         self.alarms = Alarms(self._woken)
         """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
+        self.responsiveness = ResponsivenessWatch(self._woken)
+        """The operator's own probes of Ready engines (``unresponsiveAfterMilliseconds``)."""
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -178,6 +181,7 @@ class Reconciler:
                          if p["spec"].get("nodeName") and daemon_pod_current(p, spec_hash)}  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         unready = unready_nodes(self.api.list("/api/v1/nodes"))
+        unresponsive = self._watch_responsiveness(cache, engines)
         grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
@@ -198,7 +202,7 @@ class Reconciler:
         if steps.promote or steps.retire:
             engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         stranded, failover = self._scale_engines(body, cache, engines, ready_daemons, unready, noticed,
-                                                 frozenset(steps.held))  # fmt: skip
+                                                 frozenset(steps.held), unresponsive)  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         self._sync_gates((namespace, name), engines, daemon_pods, unready, grace)
 
@@ -214,6 +218,20 @@ class Reconciler:
         self._write_status(body, status)
         self.metrics.cache_status(namespace, name, status)
         return status["phase"]
+
+    def _watch_responsiveness(self, cache: WeightCache, engines: list[Object]) -> dict[str, datetime]:
+        """Points the operator's own probes at the cache's Ready engines (none unless
+        ``unresponsiveAfterMilliseconds`` is set) and returns those found silent. Engine groups
+        (``parallelism.nodes > 1``) are left to the kubelet: a group fails over as a whole."""
+        ref = CacheRef.of(cache)
+        timeout_ms = cache.spec.engine.failover.unresponsive_after_milliseconds
+        urls: dict[str, str] = {}
+        if timeout_ms and cache.spec.parallelism.nodes == 1:
+            for pod in engines:
+                if not pod["metadata"].get("deletionTimestamp") and pod_ready(pod) and (url := probe_url(pod)):
+                    urls[pod["metadata"]["name"]] = url
+        self.responsiveness.watch((ref.namespace, ref.name), urls, timeout_ms / 1000)
+        return self.responsiveness.unresponsive((ref.namespace, ref.name))
 
     def _serving_generation(self, cache: WeightCache) -> str | None:
         """The generation the live Service selects; None when there is no Service (yet)."""
@@ -279,11 +297,13 @@ class Reconciler:
     def _forget(self, namespace: str, name: str) -> None:
         self.daemon_status.forget((namespace, name))
         self.alarms.cancel((namespace, name))
+        self.responsiveness.forget((namespace, name))
         self.metrics.cache_status(namespace, name, None)
 
     def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
                        unready: dict[str, datetime | None], noticed: datetime,
-                       held: frozenset[str] = frozenset()) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
+                       held: frozenset[str] = frozenset(),
+                       unresponsive: Mapping[str, datetime] | None = None) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica; the
         per-replica decisions (failover included) are failover.plan_replica's. New pods go only to
         nodes whose daemon is ready; while there is none, nothing is created. Returns why a
@@ -292,7 +312,8 @@ class Reconciler:
 
         ``ready_daemons``: node → its Ready daemon pod of the current spec. With
         ``parallelism.nodes > 1`` engines are groups of pods, planned by ``plan_groups``.
-        ``held``: a rollout's surge pods (rollout.py), neither counted nor trimmed here."""
+        ``held``: a rollout's surge pods (rollout.py), neither counted nor trimmed here.
+        ``unresponsive``: engines the operator's own probes found silent (responsiveness.py)."""
         pods = [p for p in pods if p["metadata"]["name"] not in held]
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
@@ -323,7 +344,7 @@ class Reconciler:
         load = Counter(p["spec"].get("nodeName") for p in kept if not p["metadata"].get("deletionTimestamp"))
         for replica in range(spec.replicas):
             mine = [p for p in kept if p["metadata"]["labels"].get(REPLICA_LABEL) == str(replica)]
-            plan = plan_replica(replica, mine, spec.standbys_per_replica, spec_hash, unready)
+            plan = plan_replica(replica, mine, spec.standbys_per_replica, spec_hash, unready, unresponsive)
             if plan.promotion is not None:
                 failover = self._promote(body, plan.promotion, noticed) or failover
             for pod in plan.demote:

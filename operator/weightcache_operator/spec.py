@@ -37,7 +37,7 @@ ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 FailoverSignal = Literal["PodDeleted", "PodGone", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
-                         "ReadinessFailed"]  # fmt: skip
+                         "ReadinessFailed", "Unresponsive"]  # fmt: skip
 
 FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
@@ -220,6 +220,9 @@ class EngineRollout(ApiModel):
     )
 
 
+UNRESPONSIVE_FLOOR = cel("self == 0 || self >= 100", "unresponsiveAfterMilliseconds must be 0 (off) or at least 100")
+
+
 class EngineFailover(ApiModel):
     """How engines ride out trouble that is not their own."""
 
@@ -233,6 +236,27 @@ class EngineFailover(ApiModel):
         " The mapping stays valid while the daemon restarts and re-adopts its arena from the"
         " keeper. 0: the gate follows the daemon's readiness at once.",
     )
+    unresponsive_after_milliseconds: int = Field(
+        default=0,
+        ge=0,
+        le=60000,
+        json_schema_extra=validations(UNRESPONSIVE_FLOOR),
+        description="Sub-second hang detection. When set, the operator itself GETs every Ready"
+        " engine's readiness endpoint (its readinessProbe's httpGet) every 100 ms; an active that"
+        " answers nothing for this long, while a standby of the same cache answers, hands the"
+        " Service to a Ready, answering standby and becomes a standby itself. It is demoted, not"
+        " deleted: a slow engine finishes its requests and serves again as a standby, so a wrong"
+        " verdict costs one role swap; a hung one is then left to its kubelet probes. 0 (the"
+        " default): hangs are detected by the kubelet's readiness probe alone (1 s period at best)."
+        " Set it above the slowest answer a healthy, loaded engine gives (at least 100).",
+    )
+
+    @model_validator(mode="after")
+    def _unresponsive_floor(self) -> EngineFailover:
+        if 0 < self.unresponsive_after_milliseconds < 100:
+            raise ValueError(f"{UNRESPONSIVE_FLOOR['message']}, not {self.unresponsive_after_milliseconds}: a"
+                             " healthy engine's answer alone can take that long")  # fmt: skip
+        return self
 
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

@@ -173,6 +173,9 @@ INVALID = [
      "spec.engine.template.spec.containers in body should have at least 1 items"),
     ("no-daemon-image", _delete("daemon.image"), "spec.daemon.image: Required value"),
     ("bad-service-type", _set("service", {"type": "ExternalName"}), 'spec.service.type: Unsupported value'),
+    ("unresponsive-below-floor", _set("engine.failover", {"unresponsiveAfterMilliseconds": 50}),
+     "spec.engine.failover.unresponsiveAfterMilliseconds: Invalid value: 50: "
+     "unresponsiveAfterMilliseconds must be 0 (off) or at least 100"),
 ]
 
 

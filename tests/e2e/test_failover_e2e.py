@@ -1,6 +1,7 @@
 """Failover on the real control plane and the process kubelet: every way an active engine can
 fail leads to exactly one promotion of the Ready standby, the failed pod retired and a
-replacement standby made; the operator killed in the middle of a failover converges. A daemon
+replacement standby made (a frozen engine the operator's own probes hear first is demoted and
+kept instead); the operator killed in the middle of a failover converges. A daemon
 container that crashes and re-adopts its arena from the keeper takes no Ready engine out of the
 Service (the gate's outage grace); a daemon that stays NotReady past the grace fails over.
 
@@ -156,7 +157,47 @@ class Cache:
         return last
 
 
-# Seven failovers, each waiting for a replacement standby to start (torch import and all): longer
+    def unresponsive_swap(self, after_ms: int) -> None:
+        """Freezes the active with ``unresponsiveAfterMilliseconds`` set and checks the swap."""
+        wc = f"/apis/weightcache.io/v1alpha1/namespaces/{self.namespace}/weightcaches/tiny-llama"
+        on = {"spec": {"engine": {"failover": {"unresponsiveAfterMilliseconds": after_ms}}}}
+        generation = self.kube.patch(wc, on, content_type=MERGE)["metadata"]["generation"]
+        wait_for(lambda: self.kube.get(wc)["status"].get("observedGeneration") == generation, 30)
+        active, standby = self.roles()
+        uid = pod(self.kube, self.namespace, active)["metadata"]["uid"]
+        standby_ip = pod(self.kube, self.namespace, standby)["status"]["podIP"]
+        counted, events = failovers(self.operator, self.namespace), failover_events(self.kube, self.namespace)
+        pgid = engine_pgid(self.kubelet, self.namespace, active)
+        os.killpg(pgid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: by_role(self.kube, self.namespace)["active"] == [standby], 60,
+                     describe=lambda: by_role(self.kube, self.namespace))  # fmt: skip
+            last = self.kube.get(wc)["status"]["lastFailover"]
+            assert (last["from"], last["to"], last["signal"]) == (active, standby, "Unresponsive"), last
+            frozen = pod(self.kube, self.namespace, active)
+            assert frozen["metadata"]["uid"] == uid and not frozen["metadata"].get("deletionTimestamp")
+            assert frozen["metadata"]["labels"]["weightcache.io/role"] == "standby"
+            wait_for(lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",), 30,
+                     describe=lambda: self.proxy.ready_endpoints)  # fmt: skip
+            host, port = self.proxy.address
+            assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+        finally:
+            os.killpg(pgid, signal.SIGCONT)
+        wait_phase(self.kube, self.namespace, self.operator, "Ready",
+                   also=lambda s: s["engines"][0]["active"] == standby and s["engines"][0]["standbys"] == [active])
+        live = [p["metadata"]["name"] for p in pods(self.kube, self.namespace, ENGINES)]
+        assert sorted(live) == sorted([active, standby]), live
+        assert failovers(self.operator, self.namespace) == counted + 1
+        wait_for(lambda: failover_events(self.kube, self.namespace) == events + 1, 10,
+                 describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}")
+        self.promotions += 1
+        off = {"spec": {"engine": {"failover": {"unresponsiveAfterMilliseconds": 0}}}}
+        generation = self.kube.patch(wc, off, content_type=MERGE)["metadata"]["generation"]
+        wait_for(lambda: self.kube.get(wc)["status"].get("observedGeneration") == generation, 30)
+        assert self.roles() == (standby, active), "turning the probes on and off rolled the engines"
+
+
+# Eight failovers, each waiting for a replacement standby to start (torch import and all): longer
 # than the suite's default per-test limit on a loaded 2-core machine.
 @pytest.mark.timeout(1800)
 def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover_converges(
@@ -223,6 +264,12 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
             pass
 
     cache.fails_over("ReadinessFailed", freeze, after=thaw)
+
+    # 3b. The same freeze with the operator's own probes on (unresponsiveAfterMilliseconds): the
+    # silence is heard before the kubelet's probe fails, the roles swap, and the frozen pod stays
+    # as the standby (were it only slow, it would finish its requests and serve again). Thawed,
+    # it is the Ready standby: nothing was deleted or created.
+    cache.unresponsive_swap(500)
 
     # 4. The daemon on the active's node stays NotReady past the outage grace (frozen): the
     # operator turns the engines' gate False there. A 4 s grace keeps the test short; changing

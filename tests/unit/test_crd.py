@@ -118,8 +118,9 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.weightFallback": "disk",
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
     ".spec.engine.rollout.readyDeadlineSeconds": 600,
-    ".spec.engine.failover": {"daemonOutageGraceSeconds": 30},
+    ".spec.engine.failover": {"daemonOutageGraceSeconds": 30, "unresponsiveAfterMilliseconds": 0},
     ".spec.engine.failover.daemonOutageGraceSeconds": 30,
+    ".spec.engine.failover.unresponsiveAfterMilliseconds": 0,
     ".spec.service": {"port": 8000, "type": "ClusterIP"},
     ".spec.service.port": 8000,
     ".spec.service.type": "ClusterIP",
@@ -159,8 +160,11 @@ def test_cel_rules_are_the_models_rules() -> None:
     assert nodes[".spec.model.source"]["x-kubernetes-validations"] == [spec.SOURCE_EXACTLY_ONE, spec.SOURCE_IMMUTABLE]
     assert nodes[".spec.parallelism"]["x-kubernetes-validations"] == [spec.RANKS_DIVIDE_NODES]
     assert nodes[".spec"]["x-kubernetes-validations"] == [spec.DRA_NEEDS_GPU]
+    unresponsive = nodes[".spec.engine.failover.unresponsiveAfterMilliseconds"]
+    assert unresponsive["x-kubernetes-validations"] == [spec.UNRESPONSIVE_FLOOR]
     rules = [where for where, node in nodes.items() if "x-kubernetes-validations" in node]
-    assert sorted(rules) == [".spec", ".spec.model.source", ".spec.parallelism"]
+    assert sorted(rules) == [".spec", ".spec.engine.failover.unresponsiveAfterMilliseconds", ".spec.model.source",
+                             ".spec.parallelism"]  # fmt: skip
 
 
 def test_resource_names_columns_and_subresources() -> None:

@@ -113,6 +113,17 @@ def test_a_false_gate_names_the_daemon() -> None:
     assert failure is not None and failure.signal == "DaemonNotReady"
 
 
+def test_a_silent_pod_the_kubelet_still_calls_ready_is_unresponsive_and_kept() -> None:
+    silent = {"a": T0 + timedelta(seconds=70, milliseconds=250)}
+    failure = failure_of(pod("a", "active"), {}, silent)
+    assert failure is not None and failure.signal == "Unresponsive" and failure.since == silent["a"]
+    assert "10:01:10.250" in failure.detail and not failure.final and not failure.retire
+    # Once the kubelet has its own verdict, its signal is the one recorded.
+    failure = failure_of(pod("a", "active", ready=False, ready_since=80), {}, silent)
+    assert failure is not None and failure.signal == "ReadinessFailed" and failure.retire
+    assert failure_of(pod("b", "active"), {}, silent) is None
+
+
 # --- plans ---------------------------------------------------------------------------------------
 
 
@@ -141,6 +152,44 @@ def test_each_signal_promotes_the_ready_standby_retires_the_active_and_asks_for_
     retired = names([p for p, _ in plan.delete])
     assert retired == ([] if signal == "deleted" else ["a"])  # a deleted pod is on its way out already
     assert plan.create_standbys == 1 and not plan.create_active and plan.stranded is None
+
+
+def test_an_unresponsive_active_swaps_roles_with_an_answering_standby() -> None:
+    """A verdict that may be wrong (slow, not hung) costs a role swap: the silent active is
+    demoted, not deleted, and stays the replica's standby, so no new one is made."""
+    active, standby = pod("a", "active"), pod("s", "standby", node="node-2", created=1)
+    silent = {"a": T0 + timedelta(seconds=70)}
+    plan = plan_replica(0, [active, standby], 1, HASH, {}, silent)
+    assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s"]
+    assert plan.promotion.failure is not None and plan.promotion.failure.signal == "Unresponsive"
+    assert names(plan.demote) == ["a"] and plan.delete == [] and plan.create_standbys == 0 and plan.stranded is None
+    # The next pass sees the swap done: nothing more to do while "a" stays silent.
+    swapped = [pod("a", "standby"), pod("s", "active", node="node-2", created=1)]
+    plan = plan_replica(0, swapped, 1, HASH, {}, silent)
+    assert (plan.promotion, plan.demote, plan.delete, plan.create_standbys) == (None, [], [], 0)
+
+
+def test_a_silent_standby_never_takes_over_and_a_silent_surplus_active_is_demoted() -> None:
+    active = pod("a", "active", ready=False, ready_since=60)
+    silent_standby = pod("s1", "standby", node="node-1", created=1)
+    answering = pod("s2", "standby", node="node-2", created=2)
+    plan = plan_replica(0, [active, silent_standby, answering], 2, HASH, {}, {"s1": T0})
+    assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s2"]
+    plan = plan_replica(0, [active, silent_standby], 1, HASH, {}, {"s1": T0})
+    assert plan.promotion is None and plan.stranded and "no Ready standby" in plan.stranded
+    # Two actives (an operator stopped mid-swap): the silent one goes back to standby, kept.
+    two = [pod("s", "active", node="node-2", created=1), pod("a", "active", created=2)]
+    plan = plan_replica(0, two, 1, HASH, {}, {"a": T0})
+    assert names(plan.demote) == ["a"] and plan.delete == [] and plan.promotion is None
+    # Whichever is older: the answering one stays active.
+    plan = plan_replica(0, two, 1, HASH, {}, {"s": T0})
+    assert names(plan.demote) == ["s"] and plan.delete == [] and plan.promotion is None
+
+
+def test_an_unresponsive_active_without_an_answering_standby_stays_and_says_degraded() -> None:
+    plan = plan_replica(0, [pod("a", "active")], 0, HASH, {}, {"a": T0})
+    assert plan.promotion is None and plan.delete == [] and plan.demote == []
+    assert plan.stranded is not None and "has answered no readiness request" in plan.stranded
 
 
 def test_same_node_standby_first_and_never_one_on_other_weights() -> None:

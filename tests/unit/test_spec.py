@@ -150,6 +150,10 @@ BAD = [
      ("engine.failover.daemonOutageGraceSeconds", "greater than or equal to 0")),
     ("hour-plus-outage-grace", "engine.failover", {"daemonOutageGraceSeconds": 3601},
      ("engine.failover.daemonOutageGraceSeconds", "less than or equal to 3600")),
+    ("unresponsive-below-floor", "engine.failover", {"unresponsiveAfterMilliseconds": 50},
+     ("engine.failover", "must be 0 (off) or at least 100, not 50")),
+    ("unresponsive-over-a-minute", "engine.failover", {"unresponsiveAfterMilliseconds": 60001},
+     ("engine.failover.unresponsiveAfterMilliseconds", "less than or equal to 60000")),
 ]
 
 
