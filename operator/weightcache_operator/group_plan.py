@@ -6,7 +6,9 @@ An engine group is created leader first: the other node ranks dial the leader's 
 pod IP, which exists only once the leader pod is running, so they are created in a later pass
 (the leader's pod event triggers it). A group whose leader is gone, or with a failed member, is
 deleted whole and replaced: its other ranks cannot serve without it. Roles (active/standby),
-promotion and failover work as with single-node engines, on groups instead of pods.
+promotion and failover work as with single-node engines, on groups instead of pods; a promotion
+over a failed active group is reported as a ``Failover`` action, for status.lastFailover, the
+Event and the metrics, with the groups' leaders as ``from`` and ``to``.
 
 A new engine version (``engine_template_hash``: the engine template or the daemon generation
 changed) rolls through group by group as single-node engines do: a new-version standby group
@@ -18,14 +20,16 @@ and remain the failover candidates.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Union
 
 from .engine_units import Pod, Unit, units
+from .failover import Failure, Promotion, failure_of
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
-from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, ROLE_LABEL
+from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, NODE_RANK_LABEL, ROLE_LABEL
 from .spec import WeightCache
 
 
@@ -46,7 +50,14 @@ class SetRole:
     role: str
 
 
-Action = Union[Create, Delete, SetRole]
+@dataclass(frozen=True)
+class Failover:
+    """A standby group took over from a failed active group (its SetRole actions come first)."""
+
+    promotion: Promotion
+
+
+Action = Union[Create, Delete, SetRole, Failover]
 
 
 def plan_groups(
@@ -54,8 +65,10 @@ def plan_groups(
     pods: list[Pod],
     ready: dict[int, dict[str, Pod]],
     new_group: Callable[[], str],
+    unready_nodes: Mapping[str, datetime | None] | None = None,
 ) -> list[Action]:
-    """``ready[k]``: node → current Ready daemon pod, for the nodes holding slot ``k``."""
+    """``ready[k]``: node → current Ready daemon pod, for the nodes holding slot ``k``;
+    ``unready_nodes``: as failover.unready_nodes (names the failure of a group on a dead node)."""
     spec = cache.spec.engine
     size = cache.spec.parallelism.nodes
     actions: list[Action] = []
@@ -63,10 +76,13 @@ def plan_groups(
     load = Counter(p["spec"].get("nodeName") for p in live)
     ports = {_port(p) for p in live}
     kept: dict[str, list[Unit]] = {}
+    broken_actives: dict[str, tuple[Unit, str]] = {}
     for unit in units(live, size):
         why = _broken(unit, spec.replicas, ready)
         if why:
             actions += [Delete(p["metadata"]["name"], why) for p in unit.pods]
+            if unit.role == "active":
+                broken_actives[unit.replica] = (unit, why)
         else:
             kept.setdefault(unit.replica, []).append(unit)
 
@@ -119,10 +135,17 @@ def plan_groups(
             if rank not in unit.members and ip:
                 create(int(unit.replica), unit.role or "standby", Member(group, rank, ip, _port(leader)))
 
+    dead = unready_nodes or {}
+
+    def healthy(unit: Unit) -> bool:
+        """Ready, and no member on a NotReady node (whose pods the API still shows Ready until
+        the node lifecycle controller gets round to them)."""
+        return unit.ready and not any(p["spec"].get("nodeName") in dead for p in unit.pods)
+
     every_slot_ready = all(ready.get(k) for k in range(size))
     for replica in range(spec.replicas):
-        # Ready first (failover), then the current version, then the oldest.
-        mine = sorted(kept.get(str(replica), []), key=lambda u: (not u.ready, not current(u), u.created, u.name))
+        # Healthy first (failover), then the current version, then the oldest.
+        mine = sorted(kept.get(str(replica), []), key=lambda u: (not healthy(u), not current(u), u.created, u.name))
         for unit in mine:
             relabel(unit, unit.role or "standby")  # members follow their leader's role
         actives = [u for u in mine if u.role == "active"]
@@ -135,11 +158,22 @@ def plan_groups(
             promoted = standbys.pop(0)
             relabel(promoted, "active")
             actives = [promoted]
-        elif actives and not actives[0].ready and standbys and standbys[0].ready:
+            failed, why = broken_actives.get(str(replica), (None, f"replica {replica} has no active engine group"))
+            failure = _group_failure(failed, pods, dead) if failed else None
+            actions.append(Failover(Promotion(replica, _head(promoted), _head(failed) if failed else None,
+                                              failure or Failure("PodGone", None, why, True))))  # fmt: skip
+        elif actives and not healthy(actives[0]) and standbys and healthy(standbys[0]):
             promoted, demoted = standbys.pop(0), actives[0]
             relabel(promoted, "active")
-            relabel(demoted, "standby")
-            actives, standbys = [promoted], [*standbys, demoted]
+            actives = [promoted]
+            failure = _group_failure(demoted, pods, dead)
+            if failure is not None and failure.final:
+                retire(demoted, f"failed ({failure.signal}): {failure.detail}")  # on a dead node: gone for good
+            else:
+                relabel(demoted, "standby")
+                standbys.append(demoted)
+            if failure is not None:  # else it never got Ready: a swap, not a failover
+                actions.append(Failover(Promotion(replica, _head(promoted), _head(demoted), failure)))
         fresh = [u for u in standbys if current(u)]
         if actives and not current(actives[0]):
             if not (fresh and fresh[0].ready):
@@ -186,6 +220,19 @@ def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Pod]]) -> str 
         if daemon is not None and not engine_claim_current(pod, daemon):
             return "its node's daemon was replaced: the engine's ResourceClaim is stale"
     return None
+
+
+def _group_failure(unit: Unit, pods: list[Pod], unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
+    """The first failure among the group's pods, leader first, terminating ones included (a
+    deleted member is the failure that names itself)."""
+    group = (_head(unit)["metadata"].get("labels") or {}).get(GROUP_LABEL)
+    members = [p for p in pods if group and (p["metadata"].get("labels") or {}).get(GROUP_LABEL) == group] or unit.pods
+    members.sort(key=lambda p: (p["metadata"].get("labels") or {}).get(NODE_RANK_LABEL, ""))
+    return next((f for p in members if (f := failure_of(p, unready_nodes)) is not None), None)
+
+
+def _head(unit: Unit) -> Pod:
+    return unit.leader or unit.pods[0]
 
 
 def _port(pod: Pod) -> int:

@@ -37,7 +37,7 @@ from .render import (
     engine_service,
     engine_template_hash,
 )
-from .group_plan import Create, Delete, SetRole, plan_groups
+from .group_plan import Create, Delete, Failover, SetRole, plan_groups
 from .render.daemon import blue_green_name, daemon_daemonsets
 from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
 from .render.engine import Role
@@ -318,8 +318,7 @@ class Reconciler:
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
         if cache.spec.parallelism.nodes > 1:
-            self._scale_groups(cache, pods, ready_daemons)
-            return [], None
+            return [], self._scale_groups(body, cache, pods, ready_daemons, unready, noticed)
         spec = cache.spec.engine
         spec_hash = daemon_spec_hash(cache)
         stranded: list[str] = []
@@ -366,8 +365,14 @@ class Reconciler:
     def _promote(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
         """Relabels the standby to active (the Service follows the label), then records the
         failover: the ``status.lastFailover`` entry it returns, an Event and metrics."""
-        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        namespace = body["metadata"]["namespace"]
         self._set_role(f"/api/v1/namespaces/{namespace}/pods", promotion.promoted, "active")
+        return self._record_failover(body, promotion, noticed)
+
+    def _record_failover(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
+        """The ``status.lastFailover`` entry of a promotion just patched, its Event and metrics;
+        None when it was no failover (an active that never got Ready swapped for a Ready one)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         record = failover_status(promotion, noticed, self.clock())
         log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
         if promotion.failure is None:
@@ -392,21 +397,31 @@ class Reconciler:
         load[node] += 1  # counts towards the next pick in this pass
         return engine_pod(cache, replica, role, [node], claim=claims[node])
 
-    def _scale_groups(self, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object]) -> None:
-        """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes."""
+    def _scale_groups(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
+                      unready: dict[str, datetime | None], noticed: datetime) -> dict[str, Any] | None:  # fmt: skip
+        """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes. Returns the
+        failover done in this pass, if any (for status.lastFailover)."""
         ns = f"/api/v1/namespaces/{CacheRef.of(cache).namespace}/pods"
         by_slot: dict[int, dict[str, Object]] = {}
         for node, daemon in ready_daemons.items():
             slot = (daemon["metadata"].get("labels") or {}).get(SLOT_LABEL, "")
             if slot.isdigit():
                 by_slot.setdefault(int(slot), {})[node] = daemon
-        for action in plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3)):
-            if isinstance(action, Create):
+        failover = None
+        actions = plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3), unready)
+        # The order that keeps the Service serving, as with single-node engines: relabel (promote)
+        # first, then record, then delete failed or retired groups, then create.
+        order = (SetRole, Failover, Delete, Create)
+        for action in sorted(actions, key=lambda a: order.index(type(a))):
+            if isinstance(action, Failover):  # after its relabels: the Service already follows
+                failover = self._record_failover(body, action.promotion, noticed) or failover
+            elif isinstance(action, Create):
                 self._create(ns, action.pod)
             elif isinstance(action, Delete):
                 self._delete_pod(ns, {"metadata": {"name": action.name}}, action.why)
             elif isinstance(action, SetRole):
                 self._set_role(ns, {"metadata": {"name": action.name, "labels": {}}}, action.role)
+        return failover
 
     def _apply_daemons(self, cache: WeightCache) -> None:
         """Server-side applies the daemon DaemonSets (one, or one per node slot with

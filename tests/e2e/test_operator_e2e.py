@@ -545,6 +545,28 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
     health = http_json(f"http://{host}:{port}/health")
     assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health
 
+    # The active group's node-rank-1 engine is SIGKILLed: the standby group takes over whole, and
+    # the failover is recorded as for single-node engines (leaders as from/to, the signal, an Event).
+    group = leader["metadata"]["labels"]["weightcache.io/engine-group"]
+    follower = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/engine-group"] == group
+                    and p["metadata"]["labels"]["weightcache.io/node-rank"] == "1")  # fmt: skip
+    standby = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/role"] == "standby"
+                   and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0")  # fmt: skip
+    worker = kubelet.pod_worker(namespace, follower["metadata"]["name"])
+    assert worker is not None and worker.runners[0].process is not None
+    os.killpg(worker.runners[0].process.pid, signal.SIGKILL)
+    status = wait_phase(kube, namespace, operator, "Ready", timeout=300,
+                        also=lambda s: (s.get("lastFailover") or {}).get("to") == standby["metadata"]["name"])  # fmt: skip
+    last = status["lastFailover"]
+    assert (last["from"], last["replica"]) == (leader["metadata"]["name"], 0), last
+    assert last["signal"] in ("ContainerRestarted", "ReadinessFailed", "PodFailed"), last
+    assert last["promotionMs"] >= 0 and last["toNode"] == "node-1"
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+    assert sum(e.get("count", 1) for e in events if e.get("reason") == "Failover") == 1
+    wait_for(lambda: proxy.ready_endpoints == (f"{standby['status']['podIP']}:8000",), 60,
+             describe=lambda: proxy.ready_endpoints)  # fmt: skip
+    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"] == disk_completion["choices"][0]["text"]
+
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=120s")
     assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
     assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []

@@ -9,7 +9,7 @@ from typing import Any
 from test_render import NOW, container, env_of, make
 
 from weightcache_operator.engine_units import units
-from weightcache_operator.group_plan import Create, Delete, SetRole, plan_groups
+from weightcache_operator.group_plan import Create, Delete, Failover, SetRole, plan_groups
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets
 from weightcache_operator.render.engine import Member
@@ -186,8 +186,53 @@ def test_a_converged_layout_plans_nothing_and_a_lost_leader_takes_its_group() ->
     plan = plan_groups(cache, without_leader, READY, ids())
     assert Delete("tiny-0-ga-1", "the group's leader is gone") in plan
     assert {a.name for a in plan if isinstance(a, SetRole) and a.role == "active"} == {"tiny-0-gb-0", "tiny-0-gb-1"}
+    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-1", "PodGone")]
     created = [a.pod for a in plan if isinstance(a, Create)]
     assert len(created) == 1 and created[0]["metadata"]["labels"]["weightcache.io/role"] == "standby"
+
+
+def failovers(plan: list[Any]) -> list[tuple[str, str | None, str | None]]:
+    """(to, from, signal) of each Failover action."""
+    return [(a.promotion.promoted["metadata"]["name"],
+             a.promotion.failed["metadata"]["name"] if a.promotion.failed else None,
+             a.promotion.failure.signal if a.promotion.failure else None) for a in plan if isinstance(a, Failover)]  # fmt: skip
+
+
+def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> None:
+    """What status.lastFailover, the Event and the metrics get: the groups' leaders and the signal."""
+    cache = make(**TWO)
+    pods = complete_groups(cache)
+    # A member exited for good: the group goes whole, the standby group takes over.
+    exited = copy.deepcopy(pods)
+    exited[1]["status"]["phase"] = "Failed"
+    assert failovers(plan_groups(cache, exited, READY, ids())) == [("tiny-0-gb-0", "tiny-0-ga-0", "PodFailed")]
+    # The leader is being deleted: it names the failure, though only its follower is left to delete.
+    deleted = copy.deepcopy(pods)
+    deleted[0]["metadata"]["deletionTimestamp"] = "2026-11-29T10:01:00Z"
+    plan = plan_groups(cache, deleted, READY, ids())
+    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-1", "PodDeleted")]
+    assert [a.promotion.failure.since for a in plan if isinstance(a, Failover)][0] is not None
+    # A member's node turned NotReady (its pods still look Ready): over at once, the group retired
+    # and a new standby group asked for. Here both groups span node-2, so only with a third node.
+    dead = copy.deepcopy(pods)
+    for member in dead[2:]:
+        member["spec"]["nodeName"] = {"node-1": "node-3", "node-2": "node-4"}[member["spec"]["nodeName"]]
+    ready = {0: {**READY[0], "node-3": daemon("node-3", 0)}, 1: {**READY[1], "node-4": daemon("node-4", 1)}}
+    plan = plan_groups(cache, dead, ready, ids(), {"node-2": None})
+    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "NodeNotReady")]
+    assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1"]
+    assert [a.pod["metadata"]["labels"]["weightcache.io/role"] for a in plan if isinstance(a, Create)] == ["standby"]
+    assert failovers(plan_groups(cache, pods, READY, ids(), {"node-2": None})) == [], "no healthy group to take over"
+    # A readiness failure after the group had been Ready: swapped and named.
+    frozen = copy.deepcopy(pods)
+    for member in frozen[:2]:
+        member["status"]["containerStatuses"] = [{"name": "engine", "state": {"running": {"startedAt": "2026-11-29T10:00:01Z"}}}]
+        member["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T10:05:00Z"}]
+    plan = plan_groups(cache, frozen, READY, ids())
+    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "ReadinessFailed")]
+    # A group that never got Ready swapped for a Ready one is no failover; a converged one has none.
+    assert failovers(plan_groups(cache, complete_groups(cache, ready_active=False), READY, ids())) == []
+    assert failovers(plan_groups(cache, pods, READY, ids())) == []
 
 
 def test_failover_swaps_whole_groups_and_scaling_down_deletes_whole_groups() -> None:
