@@ -54,8 +54,9 @@ HEADROOM = 1.1
 """A second copy must find its arenas' size plus 10 %: allocators round up, and the engines
 starting next to it need some memory of their own."""
 GPU_CONTEXT_BYTES = 1 << 30
-"""On a GPU a second copy also costs the new daemon's CUDA context (~0.5 GiB on an H200, measured
-by tests/gpu/test_gpu_holder.py), which for a small model is more than the 10 %."""
+"""On a GPU a second copy also costs the new daemon's CUDA context: about 0.7 GiB per torch process
+on an H200 (docs/benchmarks.md: two engines' contexts took 1.42 GiB), more than the 10 % of a
+small model's arenas."""
 
 
 @dataclass(frozen=True)
