@@ -117,7 +117,7 @@ def gpu_holder_daemonset(cache: WeightCache, slots: list[list[str]]) -> dict[str
             "selector": {"matchLabels": {k: labels[k] for k in ("weightcache.io/cache", "weightcache.io/component")}},
             "updateStrategy": {"type": "OnDelete"},
             "template": {
-                "metadata": {"labels": labels, "annotations": {GPUS_ANNOTATION: str(count)}},
+                "metadata": {"labels": dict(labels), "annotations": {GPUS_ANNOTATION: str(count)}},
                 "spec": pod_spec,
             },
         },
