@@ -1,4 +1,5 @@
-"""``weightcache`` command line: daemon, status, probe, gen-checkpoint, hf-generate, demo, bench, engine."""
+"""``weightcache`` command line: daemon, gpu-holder, keeper, status, probe, gen-checkpoint, hf-generate, demo,
+bench, engine."""
 
 from __future__ import annotations
 
@@ -78,6 +79,17 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--status-addr", default=None, metavar="HOST:PORT",
                    help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
                         "off unless given (the operator sets $(POD_IP):9400)")
+    d.add_argument("--gpus-file", default=None, metavar="FILE",
+                   help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found by "
+                        "UUID (waits until a running holder has written it); overrides --device")
+    d.add_argument("--local-index", type=int, default=0,
+                   help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
+                        "(the --ranks launcher sets it)")
+
+    gh = sub.add_parser("gpu-holder", help="book this pod's GPUs for a cache's daemons: write their UUIDs, then wait")
+    gh.add_argument("--out", required=True, help="the grant file to write (gpus.json; gpus.lock goes beside it)")
+    gh.add_argument("--expect", type=int, default=None,
+                    help="GPUs the pod requested; refuse to start when the container sees another number")
 
     k = sub.add_parser("keeper", help="hold arena fds so caches outlive their daemons (no CUDA)")
     k.add_argument("--socket-dir", default=None)
@@ -96,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("probe", help="exit 0 only if every listed rank is ready: file, live process, answering socket")
     _add_cache_args(pr, required=True)
     pr.add_argument("--ranks", type=_ranks, default=[0])
+    pr.add_argument("--gpus-file", default=None, metavar="FILE",
+                    help="also require each rank's GPU to be booked by the running GPU holder (its grant file)")
 
     g = sub.add_parser("gen-checkpoint", help="write a small real checkpoint with seeded random weights")
     g.add_argument("out")
@@ -161,6 +175,12 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         from .rankfiles import default_socket_dir
 
         args.socket_dir = default_socket_dir()
+    if args.command == "gpu-holder":
+        from pathlib import Path
+
+        from .gpu_holder import run as run_holder
+
+        return run_holder(Path(args.out), args.expect)
     if args.command == "keeper":
         from .keeper import run as run_keeper
 
@@ -194,14 +214,14 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
             os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
             passthrough = _daemon_passthrough(args)
             return launch_local_ranks(ranks, args.tp_size, args.pp_size, passthrough, status_addr,
-                                      args.socket_dir, args.name)
+                                      args.socket_dir, args.name, args.gpus_file)
         cfg = DaemonConfig(
             model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank),
             socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
             weight_block_size=args.weight_block_size, backend=args.backend, device=args.device,
             engine_access=args.engine_access, keeper=args.keeper, revision=args.revision,
             socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid,
-            load_workers=args.load_workers)
+            load_workers=args.load_workers, gpus_file=args.gpus_file, local_index=args.local_index)
         return run(cfg)
     if args.command == "status":
         from .client import DaemonConnection
@@ -213,7 +233,7 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
     if args.command == "probe":
         from .probe import probe
 
-        problems = probe(args.socket_dir, args.name, args.ranks)
+        problems = probe(args.socket_dir, args.name, args.ranks, gpus_file=args.gpus_file)
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
@@ -271,4 +291,6 @@ def _daemon_passthrough(args: argparse.Namespace) -> list[str]:
         out += ["--allow-uid", str(uid)]
     for gid in args.allow_gid:
         out += ["--allow-gid", str(gid)]
+    if args.gpus_file:
+        out += ["--gpus-file", args.gpus_file]
     return out

@@ -8,6 +8,7 @@ and disappears first on shutdown, so a reader of the ready file can always conne
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import logging
 import os
@@ -24,7 +25,8 @@ from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
 from .checkpoint import open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import compute
-from .gpu_identity import gpu_count, gpu_facts
+from .gpu_grant import wait_for_grant
+from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
 from .keeper import KeeperClient, keeper_socket
 from .loader import fill, plan_rank, resolve_dtype
 from .manifest import Manifest
@@ -57,6 +59,10 @@ class DaemonConfig:
     allow_uids: list[int] = field(default_factory=list)
     allow_gids: list[int] = field(default_factory=list)
     load_workers: int = 4
+    gpus_file: str | None = None
+    """The GPU holder's grant (gpu_grant.py): when set, ``device`` is the ordinal of its
+    ``local_index``-th GPU, found by UUID, and the daemon waits for the grant before anything else."""
+    local_index: int = 0
 
 
 def run(cfg: DaemonConfig) -> int:
@@ -64,6 +70,11 @@ def run(cfg: DaemonConfig) -> int:
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
     if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
         raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
+    if cfg.gpus_file:
+        device = _granted_device(cfg)
+        if device is None:
+            return 0  # stopped while waiting
+        cfg = dataclasses.replace(cfg, device=device)
     if cfg.backend in GPU_BACKENDS and cfg.device >= gpu_count():
         # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
         raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
@@ -152,6 +163,29 @@ def run(cfg: DaemonConfig) -> int:
         files.release()
         if arena is not None:
             arena.close()
+
+
+def _granted_device(cfg: DaemonConfig) -> int | None:
+    """This rank's CUDA ordinal for the GPU the holder's grant gives it (waiting for the grant);
+    None when SIGTERM/SIGINT came first."""
+    if cfg.backend not in GPU_BACKENDS:
+        raise WeightCacheError(f"--gpus-file names GPUs, but backend {cfg.backend} uses none; drop it or use a GPU backend")
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt, like SIGINT
+    try:
+        uuid = wait_for_grant(Path(cfg.gpus_file or ""), cfg.local_index)
+    except KeyboardInterrupt:
+        log.info("stopped while waiting for the GPU holder", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank}})
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    ordinal = ordinal_for_uuid(uuid)
+    if ordinal is None:
+        raise WeightCacheError(f"{uuid}, granted to local rank {cfg.local_index} by {cfg.gpus_file}, is not visible to "
+                               f"this daemon ({gpu_count()} GPUs visible): run it with NVIDIA_VISIBLE_DEVICES=all, no "
+                               "nvidia.com/gpu request of its own and no CUDA_VISIBLE_DEVICES")  # fmt: skip
+    log.info("using the GPU the holder booked", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank,
+                                                                  "gpu": uuid, "ordinal": ordinal}})  # fmt: skip
+    return ordinal
 
 
 def arena_fd_backend(backend: str) -> bool:
@@ -252,12 +286,15 @@ class KeeperLink:
 
 
 def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str],
-                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "") -> int:
+                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "",
+                       gpus_file: str | None = None) -> int:  # fmt: skip
     """Start one daemon process per local rank and supervise them as a unit.
 
     Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
     launcher exits with the first failure's code; SIGTERM is forwarded to every child. With
     ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py).
+    ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
+    holder no longer books as not ready, as the readiness probe does.
     """
     endpoint = None
     if status_addr is not None:
@@ -266,12 +303,14 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
         # Exit codes as the wait loop below records them: polling the children from the HTTP
         # thread could reap one before os.wait() sees it and hang the loop.
         exited: dict[int, int] = {}
-        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get))
+        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get, gpus_file=gpus_file))
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
-        # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm).
+        # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm), or with
+        # --gpus-file the i-th GPU of the holder's grant.
         argv = [sys.executable, "-m", "weightcache", "daemon", *child_args, "--device", str(local_index),
+                "--local-index", str(local_index),
                 "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
                 "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
         children[rank] = subprocess.Popen(argv)

@@ -1,4 +1,5 @@
-"""Free memory where a node's arenas live, for the operator's blue/green decision.
+"""Free memory where a node's arenas live, for the operator's blue/green decision; and which GPUs
+NVML sees (the GPU holder's grant, gpu_holder.py), read the same context-free way.
 
 A daemon generation change can keep the old weights serving while the new ones load only if the
 node has room for both. The daemon pod is the one place that can see that room, so its status
@@ -91,6 +92,30 @@ def gpu_memory(uuid: str) -> DeviceMemory:
         # No libnvidia-ml in the container (NVIDIA_DRIVER_CAPABILITIES without "utility"), a
         # driver without the symbol, or a device NVML does not know.
         return DeviceMemory(device=uuid, error=f"NVML: {error}")
+
+
+def nvml_gpu_uuids() -> list[str]:
+    """The UUIDs of every GPU NVML enumerates here, in NVML index order. Inside a container these
+    are the devices the runtime mounted: for a pod requesting ``nvidia.com/gpu``, the allocated
+    ones. Raises ``OSError`` when NVML cannot be loaded or asked."""
+    with _nvml_lock:
+        lib = _nvml()
+        count = ctypes.c_uint()
+        code = lib.nvmlDeviceGetCount_v2(ctypes.byref(count))
+        if code != 0:
+            raise OSError(f"nvmlDeviceGetCount_v2 failed: {lib.nvmlErrorString(code).decode()}")
+        uuids = []
+        for index in range(count.value):
+            handle = ctypes.c_void_p()
+            code = lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle))
+            if code != 0:
+                raise OSError(f"nvmlDeviceGetHandleByIndex_v2({index}) failed: {lib.nvmlErrorString(code).decode()}")
+            buf = ctypes.create_string_buffer(96)  # NVML_DEVICE_UUID_V2_BUFFER_SIZE
+            code = lib.nvmlDeviceGetUUID(handle, buf, ctypes.c_uint(len(buf)))
+            if code != 0:
+                raise OSError(f"nvmlDeviceGetUUID({index}) failed: {lib.nvmlErrorString(code).decode()}")
+            uuids.append(buf.value.decode())
+    return uuids
 
 
 def memory_report(gpu_uuids: list[str]) -> list[DeviceMemory]:

@@ -28,14 +28,15 @@ ExitCode = Callable[[int], int | None]
 
 
 def collect(socket_dir: str, name: str, ranks: list[int], exit_code: ExitCode,
-            timeout_s: float = RANK_TIMEOUT_S) -> DaemonReport:
-    """Ask every local rank at once, so a report takes one rank timeout at worst."""
+            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None) -> DaemonReport:
+    """Ask every local rank at once, so a report takes one rank timeout at worst. ``gpus_file``:
+    the GPU holder's grant, checked as the readiness probe checks it."""
 
     def one(rank: int) -> RankReport:
         code = exit_code(rank)
         if code is not None:
             return RankReport(rank=rank, ready=False, problem=f"rank {rank}: process exited with code {code}")
-        status, problem = inspect_rank(socket_dir, name, rank, timeout_s)
+        status, problem = inspect_rank(socket_dir, name, rank, timeout_s, gpus_file)
         if status is None:
             return RankReport(rank=rank, ready=False, problem=problem)
         return RankReport(

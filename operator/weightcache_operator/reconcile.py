@@ -40,6 +40,15 @@ from .render import (
 from .group_plan import Create, Delete, Failover, SetRole, plan_groups
 from .render.daemon import blue_green_name, daemon_daemonsets
 from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
+from .render.gpu_holder import (
+    HOLDER_COMPONENT,
+    blue_green_blocker,
+    gpu_holder_daemonset,
+    holder_name,
+    reads_grant,
+    stale_holder,
+    uses_gpu_holder,
+)
 from .render.engine import Role
 from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .render.topology import assign_slots, selected
@@ -186,7 +195,8 @@ class Reconciler:
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
         self._sync_gates((namespace, name), engines, daemon_pods, unready, grace)
-        daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={name}")
+        daemonsets = self.api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
+                                   f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")  # not the GPU holder's
         current_sets = [ds for ds in daemonsets if _generation(ds) == spec_hash]
         # A blue/green change's old side: DaemonSets of another generation next to the current one.
         old_sets = {ds["metadata"]["name"]: _generation(ds) for ds in daemonsets
@@ -266,6 +276,7 @@ class Reconciler:
             if new is not None:
                 self._create(f"{ns}/pods", new)
         if steps.replace_daemon:
+            self._replace_stale_holder(cache, steps.replace_daemon)
             self.api.delete(f"{ns}/pods/{steps.replace_daemon}")
             log.info("replacing daemon", extra={"pod": steps.replace_daemon, "reason": "generation change"})
         for name in steps.retire_daemonsets:
@@ -426,7 +437,9 @@ class Reconciler:
     def _apply_daemons(self, cache: WeightCache) -> None:
         """Server-side applies the daemon DaemonSets (one, or one per node slot with
         ``parallelism.nodes > 1``) and deletes this cache's DaemonSets that are no longer wanted;
-        with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs from."""
+        with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs from, on
+        other GPU backends first the GPU holder DaemonSet that books their GPUs (deleted once no
+        daemon DaemonSet reads its grant)."""
         ref = CacheRef.of(cache)
         base = f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets"
         slots: list[list[str]] = []
@@ -436,22 +449,34 @@ class Reconciler:
         if uses_dra(cache):
             templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
             self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
-        existing = self.api.list(base, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon")
+        listed = self.api.list(base, f"{CACHE_LABEL}={ref.name}")
+        existing = [ds for ds in listed if ds["metadata"]["labels"].get(COMPONENT_LABEL) == "daemon"]
         singles = [ds for ds in existing if SLOT_LABEL not in ds["metadata"]["labels"]]
         name, annotations = None, None
         if cache.spec.parallelism.nodes == 1:
             name, annotations = self._daemonset_for_generation(cache, singles)
         wanted = daemon_daemonsets(cache, slots, name, annotations)
+        holder = gpu_holder_daemonset(cache, slots)
+        if holder is not None:
+            # Before the daemons: they wait for its grant.
+            self.api.apply(f"{base}/{holder['metadata']['name']}", holder)
         for ds in wanted:
             self.api.apply(f"{base}/{ds['metadata']['name']}", ds)
         names = {ds["metadata"]["name"] for ds in wanted}
+        kept = list(wanted)
         for ds in existing:
             if ds["metadata"]["name"] in names:
                 continue
             if cache.spec.parallelism.nodes == 1 and ds in singles:
+                kept.append(ds)
                 continue  # a blue/green change's old side: the rollout deletes it once drained
             self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
             log.info("deleted daemonset", extra={"daemonset": ds["metadata"]["name"], "reason": "layout changed"})
+        holder_live = any(ds["metadata"]["labels"].get(COMPONENT_LABEL) == HOLDER_COMPONENT for ds in listed)
+        if holder is None and holder_live and not any(reads_grant(ds) for ds in kept):
+            # No GPUs booked through a holder any more (cpu-shm, dra), and no daemon left on them.
+            self.api.delete(f"{base}/{holder_name(ref)}", propagation="Background")
+            log.info("deleted daemonset", extra={"daemonset": holder_name(ref), "reason": "no GPU holder needed"})
 
     def _daemonset_for_generation(self, cache: WeightCache, singles: list[Object]) -> tuple[str, dict[str, str]]:
         """Which DaemonSet holds the wanted generation (``nodes = 1``), and how its change was
@@ -484,7 +509,31 @@ class Reconciler:
         if len(singles) > 1 or any(_generation(p) != _generation(singles[0]) for p in pods):
             return "NodeByNode", "a previous generation change is still under way"
         reports = self.daemon_status.read((ref.namespace, ref.name), pods, refresh=True)
-        return generation_strategy(cache.spec.daemon.generation_change, cache.spec.daemon.backend, reports)
+        holders = self.api.list(f"/api/v1/namespaces/{ref.namespace}/pods",
+                                f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}={HOLDER_COMPONENT}")  # fmt: skip
+        return generation_strategy(cache.spec.daemon.generation_change, cache.spec.daemon.backend, reports,
+                                   gpu_access=cache.spec.engine.gpu_access,
+                                   gpus_shared=blue_green_blocker(cache, pods, holders))  # fmt: skip
+
+    def _replace_stale_holder(self, cache: WeightCache, daemon_pod: str) -> None:
+        """Node by node with a new GPU count: deletes the GPU holder pod of the node whose daemon
+        is being replaced, if it books another number of GPUs (its DaemonSet is OnDelete), so the
+        new daemon waits for a holder with the new count. Only here: the node's engines are
+        drained and its daemon is going, so nothing uses the GPUs it un-books for a moment."""
+        if not uses_gpu_holder(cache):
+            return
+        ref = CacheRef.of(cache)
+        ns = f"/api/v1/namespaces/{ref.namespace}/pods"
+        try:
+            node = self.api.get(f"{ns}/{daemon_pod}")["spec"].get("nodeName")
+        except ApiError as error:
+            if error.status != 404:
+                raise
+            return
+        for pod in self.api.list(ns, f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}={HOLDER_COMPONENT}"):
+            if node and pod["spec"].get("nodeName") == node and stale_holder(cache, pod):
+                self.api.delete(f"{ns}/{pod['metadata']['name']}")
+                log.info("replacing gpu holder", extra={"pod": pod["metadata"]["name"], "reason": "GPUs per node changed"})
 
     def _sync_gates(self, key: tuple[str, str], engines: list[Object], daemon_pods: list[Object],
                     unready: dict[str, datetime | None], grace: timedelta) -> None:  # fmt: skip

@@ -178,7 +178,10 @@ class Daemon(ApiModel):
 
     image: str = Field(min_length=1, max_length=1024)
     resources: FreeForm | None = Field(
-        default=None, description="core/v1 ResourceRequirements; GPU requests are added by the operator."
+        default=None,
+        description="core/v1 ResourceRequirements of the daemon container. On GPU backends (without gpuAccess dra)"
+        " its nvidia.com/gpu count, at least the ranks per node and that number when unset, is requested by the"
+        " cache's GPU holder pods (<name>-gpus) instead, so that two daemon generations can share the GPUs.",
     )
     backend: Backend = Field(default="cuda-vmm", description="cpu-shm runs without GPUs.")
     extra_args: list[str] = Field(default=[], description="Appended to the daemon's command line.")

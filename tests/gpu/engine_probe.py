@@ -26,8 +26,9 @@ def logits_digest(model) -> str:
 
 def main() -> None:
     model_dir, socket_dir, name, backend, action = sys.argv[1:6]
+    dtype = sys.argv[6] if len(sys.argv) > 6 else "bfloat16"
     weights = load_weights(model_dir, Layout(), socket_dir=socket_dir, name=name, fallback="error",
-                           dtype="bfloat16", backend=backend)
+                           dtype=dtype, backend=backend)
     model = bound_hf_model(model_dir, weights)
     lo, hi = weights.arena.address_range
     inside = all(lo <= p.data_ptr() < hi for p in model.parameters())

@@ -20,6 +20,7 @@ from weightcache_operator.render import (
 )
 from weightcache_operator.render.daemon import blue_green_name
 from weightcache_operator.render.dra import claim_template, daemon_claim, engine_claim_current
+from weightcache_operator.render.gpu_holder import blue_green_blocker, gpu_holder_daemonset, reads_grant, stale_holder
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.status import Observed, aggregate
 from weightcache_operator.validation import parse
@@ -112,19 +113,22 @@ def test_backends(backend: str, keeper: bool, host_ns: bool) -> None:
     names = [c["name"] for c in pod["containers"]]
     assert ("keeper" in names) is keeper
     assert bool(pod.get("hostIPC")) is host_ns and bool(pod.get("hostPID")) is host_ns
-    resources = container(ds, "daemon").get("resources", {})
-    if backend == "cpu-shm":
-        assert resources == {}
-    else:
-        assert resources["limits"]["nvidia.com/gpu"] == "4" == resources["requests"]["nvidia.com/gpu"]
+    daemon = container(ds, "daemon")
+    assert daemon.get("resources", {}) == {}, "GPUs are booked by the GPU holder, not by daemon pods"
+    assert ("--gpus-file" in daemon["command"]) is (backend != "cpu-shm")
 
 
 def test_user_resources_and_extra_args_pass_through() -> None:
     cache = make(**{"daemon.backend": "cuda-vmm", "daemon.resources": {"limits": {"nvidia.com/gpu": 8, "memory": "64Gi"}},
                     "daemon.extraArgs": ["--load-workers", "8"]})  # fmt: skip
     daemon = container(daemon_daemonset(cache), "daemon")
-    assert daemon["resources"]["limits"] == {"nvidia.com/gpu": 8, "memory": "64Gi"}
+    assert daemon["resources"] == {"limits": {"memory": "64Gi"}}, "the explicit GPU count goes to the GPU holder"
     assert daemon["command"][-2:] == ["--load-workers", "8"]
+    holder = gpu_holder_daemonset(cache, [])
+    assert holder is not None
+    assert container(holder, "gpu-holder")["resources"]["limits"] == {"nvidia.com/gpu": "8"}
+    only_gpus = make(**{"daemon.backend": "cuda-vmm", "daemon.resources": {"limits": {"nvidia.com/gpu": 8}}})
+    assert "resources" not in container(daemon_daemonset(only_gpus), "daemon")
 
 
 def test_pvc_source_mounts_sub_path_read_only() -> None:
@@ -244,6 +248,82 @@ def test_daemonset_is_replaced_by_the_operator_only() -> None:
     assert daemon_daemonset(make())["spec"]["updateStrategy"] == {"type": "OnDelete"}
 
 
+def test_gpu_holder_books_the_gpus_and_every_generations_daemons_read_its_grant() -> None:
+    cache = make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4})
+    holder = gpu_holder_daemonset(cache, [])
+    assert holder is not None and holder["metadata"]["name"] == "tiny-gpus"
+    assert holder["metadata"]["labels"]["weightcache.io/cache"] == "tiny", "finalize deletes it by this label"
+    assert holder["metadata"]["labels"]["weightcache.io/component"] == "gpu-holder"
+    assert holder["spec"]["selector"]["matchLabels"] == {"weightcache.io/cache": "tiny",
+                                                         "weightcache.io/component": "gpu-holder"}  # fmt: skip
+    assert holder["spec"]["updateStrategy"] == {"type": "OnDelete"}, "a holder pod is never replaced behind our back"
+    assert holder["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    pod = holder["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
+    main = container(holder, "gpu-holder")
+    assert main["command"] == ["python", "-m", "weightcache", "gpu-holder", "--out", "/weightcache/gpus/gpus.json",
+                               "--expect", "4"]  # fmt: skip
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert main["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert {e["name"] for e in main["env"]} == {"POD_NAME", "POD_UID", "NODE_NAME"}
+    assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in main["env"]}, "the device plugin sets it"
+    assert holder["spec"]["template"]["metadata"]["annotations"] == {"weightcache.io/gpus-per-node": "4"}
+    # The per-cache host directory: the parent of every generation's socket directory.
+    assert pod["volumes"] == [{"name": "weightcache-gpus",
+                               "hostPath": {"path": "/run/weightcache/ns-tiny", "type": "DirectoryOrCreate"}}]  # fmt: skip
+    assert main["volumeMounts"] == [{"name": "weightcache-gpus", "mountPath": "/weightcache/gpus"}]
+
+    old, new = cache, make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "model.dtype": "bfloat16"})
+    assert gpu_holder_daemonset(new, []) == holder, "one holder for every generation"
+    for gen in (old, new):
+        ds = daemon_daemonset(gen, name=blue_green_name(gen))
+        daemon = container(ds, "daemon")
+        assert "resources" not in daemon and env_of(daemon)["NVIDIA_VISIBLE_DEVICES"] == "all"
+        cmd = daemon["command"]
+        assert cmd[cmd.index("--gpus-file") + 1] == "/weightcache/gpus/gpus.json"
+        assert daemon["readinessProbe"]["exec"]["command"][-2:] == ["--gpus-file", "/weightcache/gpus/gpus.json"]
+        assert {"name": "weightcache-gpus", "mountPath": "/weightcache/gpus", "readOnly": True} in daemon["volumeMounts"]
+        volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["weightcache-gpus"]["hostPath"]["path"] == "/run/weightcache/ns-tiny"
+        assert volumes["weightcache-sockets"]["hostPath"]["path"].startswith("/run/weightcache/ns-tiny/")
+        assert reads_grant(ds)
+        assert "volumeMounts" not in container(ds, "keeper") or all(
+            m["name"] != "weightcache-gpus" for m in container(ds, "keeper")["volumeMounts"])
+    assert gpu_holder_daemonset(make(), []) is None and not reads_grant(daemon_daemonset(make())), "cpu-shm"
+
+
+def test_gpu_holder_of_a_multi_node_cache_runs_where_slots_were_assigned() -> None:
+    cache = make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "parallelism.nodes": 2})
+    holder = gpu_holder_daemonset(cache, [["node-2", "node-1"], ["node-3"]])
+    assert holder is not None
+    assert container(holder, "gpu-holder")["resources"]["limits"] == {"nvidia.com/gpu": "2"}, "ranks per node"
+    terms = holder["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2", "node-3"]}]  # fmt: skip
+    assert gpu_holder_daemonset(cache, [[], []]) is None, "no node may run a daemon"
+
+
+def test_blue_green_on_gpus_is_blocked_by_daemons_that_book_gpus_themselves_or_a_gpu_count_change() -> None:
+    cache = make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4})
+    rendered = gpu_holder_daemonset(cache, [])
+    assert rendered is not None
+    holder_pod = {"metadata": {"name": "tiny-gpus-x", **rendered["spec"]["template"]["metadata"]},
+                  "spec": rendered["spec"]["template"]["spec"]}  # fmt: skip
+    daemon_pod = {"metadata": {"name": "tiny-daemon-x"}, "spec": daemon_daemonset(cache)["spec"]["template"]["spec"]}
+    assert blue_green_blocker(cache, [daemon_pod], [holder_pod]) is None
+    assert not stale_holder(cache, holder_pod)
+    legacy = copy.deepcopy(daemon_pod)
+    legacy["metadata"]["name"] = "tiny-daemon-old"
+    container({"kind": "Pod", "spec": legacy["spec"]}, "daemon")["resources"] = {"limits": {"nvidia.com/gpu": "4"}}
+    why = blue_green_blocker(cache, [daemon_pod, legacy], [holder_pod])
+    assert why is not None and "tiny-daemon-old requests nvidia.com/gpu itself" in why
+    wider = make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 8})
+    assert stale_holder(wider, holder_pod)
+    why = blue_green_blocker(wider, [daemon_pod], [holder_pod])
+    assert why is not None and "GPUs per node change (4 → 8)" in why
+    assert not stale_holder(make(), holder_pod), "cpu-shm has no holder to be stale"
+
+
 @pytest.mark.parametrize("backend", ["cuda-vmm", "cuda-ipc", "cpu-shm"])
 @pytest.mark.parametrize("access", ["visibleDevices", "dra"])
 def test_gpu_access_modes_for_each_backend(backend: str, access: str) -> None:
@@ -281,9 +361,15 @@ def test_gpu_access_modes_for_each_backend(backend: str, access: str) -> None:
     else:
         assert "resourceClaims" not in pod_spec and "resourceClaims" not in engine["spec"]
         assert "resources" not in main and "weightcache.io/resource-claim" not in engine["metadata"]["annotations"]
-        gpus = daemon.get("resources", {}).get("limits", {}).get("nvidia.com/gpu")
+        assert "resources" not in daemon, "the GPU holder requests the GPUs"
+        holder = gpu_holder_daemonset(cache, [])
+        gpus = None if holder is None else container(holder, "gpu-holder")["resources"]["limits"]["nvidia.com/gpu"]
         assert gpus == (None if backend == "cpu-shm" else "2")
         assert ("NVIDIA_VISIBLE_DEVICES" in env_of(main)) is (backend != "cpu-shm")
+        assert env_of(daemon).get("NVIDIA_VISIBLE_DEVICES") == (None if backend == "cpu-shm" else "all")
+    if access == "dra":
+        assert gpu_holder_daemonset(cache, []) is None and not reads_grant(ds), "the claim books the GPUs"
+        assert "--gpus-file" not in daemon["command"]
 
 
 def test_dra_device_class_and_claim_currency() -> None:

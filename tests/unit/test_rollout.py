@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pytest
+
 from weightcache.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.rollout import (
     Desired,
@@ -211,13 +213,27 @@ def test_generation_strategy_blue_green_only_with_room_for_a_second_copy_on_ever
     assert generation_strategy("Auto", "cpu-shm", {})[0] == "NodeByNode"
 
 
-def test_generation_strategy_on_gpus_checks_each_gpu_and_says_why_gpus_go_node_by_node() -> None:
+@pytest.mark.parametrize("backend", ["cuda-vmm", "cuda-ipc"])
+def test_generation_strategy_on_gpus_is_blue_green_when_every_gpu_has_room(backend: str) -> None:
     gpus = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 50 << 30})}
-    mode, why = generation_strategy("Auto", "cuda-vmm", gpus)
-    assert mode == "NodeByNode" and "per-pod request" in why and "would fit" in why
-    short = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 40 << 30})}
-    mode, why = generation_strategy("Auto", "cuda-vmm", short)
-    assert mode == "NodeByNode" and "GPU-b of d1" in why and "needs 44.00 GiB" in why
+    mode, why = generation_strategy("Auto", backend, gpus)
+    assert mode == "BlueGreen" and "GPUs the holder books" in why and "2 devices checked" in why
+    # 40 GiB × 1.1 + the new daemon's CUDA context (1 GiB) = 45 GiB; 44.5 GiB free is not enough.
+    short = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)],
+                          {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": int(44.5 * (1 << 30))})}  # fmt: skip
+    mode, why = generation_strategy("Auto", backend, short)
+    assert mode == "NodeByNode" and "GPU-b of d1" in why and "44.50 GiB free" in why and "needs 45.00 GiB" in why
+    mode, why = generation_strategy("Auto", backend, gpus, gpu_access="dra")
+    assert mode == "NodeByNode" and "ResourceClaim of its own" in why
+    blocked = "daemon pod tiny-daemon-x requests nvidia.com/gpu itself"
+    assert generation_strategy("Auto", backend, gpus, gpus_shared=blocked) == ("NodeByNode", blocked)
+    assert generation_strategy("NodeByNode", backend, gpus)[0] == "NodeByNode"
+    # The blocker is about GPUs: host memory arenas ignore it.
+    shm = {"d1": report([(None, 1 << 30)], {"host": 64 << 30})}
+    assert generation_strategy("Auto", "cpu-shm", shm, gpus_shared=blocked)[0] == "BlueGreen"
+
+
+def test_generation_strategy_on_gpus_says_what_it_could_not_read() -> None:
     unreadable = {"d1": report([("GPU-a", 40 << 30)], {"host": 1 << 40, "GPU-a": None})}
     mode, why = generation_strategy("Auto", "cuda-vmm", unreadable)
     assert mode == "NodeByNode" and "no free memory for GPU-a" in why and "NVML" in why

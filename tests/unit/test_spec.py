@@ -16,11 +16,13 @@ from weightcache_operator.spec import Parallelism, WeightCache, WeightCacheSpec,
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weightcache-cpu.yaml"
 
 
-def test_gpu_sample_is_valid_and_its_daemons_ask_for_every_rank_s_gpu() -> None:
+def test_gpu_sample_is_valid_and_its_gpu_holder_asks_for_every_rank_s_gpu() -> None:
     """examples/weightcache-gpu.yaml, the README's variant for real clusters: no validation
-    problem, cuda-vmm with block-FP8, one GPU per local rank on the daemon, none on engines."""
+    problem, cuda-vmm with block-FP8, one GPU per local rank on the GPU holder, none on daemons
+    (so two generations' daemons can share them) or engines."""
     from weightcache_operator.render import engine_pod
     from weightcache_operator.render.daemon import daemon_daemonsets
+    from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
     from weightcache_operator.validation import parse
 
     body = yaml.safe_load(SAMPLE.with_name("weightcache-gpu.yaml").read_text())
@@ -30,7 +32,11 @@ def test_gpu_sample_is_valid_and_its_daemons_ask_for_every_rank_s_gpu() -> None:
     assert (cache.spec.daemon.backend, cache.spec.model.quantization.method) == ("cuda-vmm", "fp8")
     [daemonset] = daemon_daemonsets(cache, [])
     daemon = next(c for c in daemonset["spec"]["template"]["spec"]["containers"] if c["name"] == "daemon")
-    assert daemon["resources"]["requests"]["nvidia.com/gpu"] == "8" == daemon["resources"]["limits"]["nvidia.com/gpu"]
+    assert "nvidia.com/gpu" not in str(daemon["resources"]) and daemon["resources"]["limits"] == {"memory": "64Gi"}
+    holder = gpu_holder_daemonset(cache, [])
+    assert holder is not None
+    gpus = holder["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert gpus["requests"]["nvidia.com/gpu"] == "8" == gpus["limits"]["nvidia.com/gpu"]
     engine = engine_pod(cache, 0, "active", ["node-a"])["spec"]["containers"][0]
     assert "nvidia.com/gpu" not in str(engine.get("resources"))
     assert {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"} in engine["env"]

@@ -50,7 +50,8 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [weightcache.io]
   resources: [weightcaches/status]
   verbs: [patch]
-# What it creates per cache: engine pods (and their readiness gate), the daemon DaemonSet, the Service.
+# What it creates per cache: engine pods (and their readiness gate), the daemon and GPU holder DaemonSets,
+# the Service.
 - apiGroups: [""]
   resources: [pods]
   verbs: [get, list, watch, create, delete, patch]

@@ -4,6 +4,9 @@
 ``nodes > 1``: one DaemonSet ``<name>-daemon-<slot>`` per node slot, pinned (node affinity) to
 the nodes ``topology.assign_slots`` gave that slot, each holding only its slot's ranks — a single
 pod template cannot differ per node, so the slot's ranks must live in the template itself.
+
+On GPU backends (without ``gpuAccess: dra``) daemon pods request no GPUs: the GPU holder
+(gpu_holder.py) books them, and the daemons read which ones from its grant (``--gpus-file``).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 
 from ..spec import WeightCache
 from .dra import container_claims, daemon_claim_fields, uses_dra
+from .gpu_holder import GPU_BACKENDS, GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
 from .layout import (
     SLOT_LABEL,
     SOCKET_MOUNT,
@@ -31,10 +35,8 @@ from .layout import (
     socket_volume,
 )
 
-GPU_RESOURCE = "nvidia.com/gpu"
 KEEPER_BACKENDS = frozenset({"cpu-shm", "cuda-vmm"})
 """The keeper holds arena fds; a legacy CUDA IPC handle (cuda-ipc) cannot be held by it."""
-GPU_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc"})
 CLI = ["python", "-m", "weightcache"]
 """The daemon image puts its venv's python first on PATH; ``python -m`` works there and in the
 e2e cluster, whose process kubelet runs commands from the test environment."""
@@ -74,6 +76,8 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     gpu = spec.daemon.backend in GPU_BACKENDS
+    holder = uses_gpu_holder(cache)
+    granted = ["--gpus-file", GPUS_FILE] if holder else []
 
     daemon_cmd = [
         *CLI, "daemon", *model_args(cache),
@@ -87,6 +91,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
         # other network namespaces (hostNetwork pods) to find on every interface.
         "--status-addr", f"$(POD_IP):{STATUS_PORT}",
+        *granted,
         *spec.daemon.extra_args,
     ]  # fmt: skip
     daemon: dict[str, Any] = {
@@ -98,7 +103,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         "volumeMounts": [model_mount, dict(sock_mount)],
         "readinessProbe": {
             "exec": {"command": [*CLI, "probe", "--socket-dir", SOCKET_MOUNT, "--name", ref.name,
-                                 "--ranks", rank_range(ranks)]},
+                                 "--ranks", rank_range(ranks), *granted]},
             "periodSeconds": 2,
             "timeoutSeconds": 10,
             # Three misses in a row: an exec probe is a process start, which a busy node can delay
@@ -110,6 +115,13 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
     resources = _daemon_resources(cache) if gpu or spec.daemon.resources else None
     if resources:
         daemon["resources"] = resources
+    volumes = [model_vol, sock_vol]
+    if holder:
+        # Every device of the node is visible; the grant says which ones are ours (by UUID).
+        daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
+        gpus_vol, gpus_mount = gpus_volume(ref, read_only=True)
+        daemon["volumeMounts"].append(gpus_mount)
+        volumes.append(gpus_vol)
 
     containers = [daemon]
     if spec.daemon.backend in KEEPER_BACKENDS:
@@ -128,7 +140,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 30,
         "containers": containers,
-        "volumes": [model_vol, sock_vol],
+        "volumes": volumes,
     }
     if uses_dra(cache):
         pod_spec["resourceClaims"] = daemon_claim_fields(cache)
@@ -169,14 +181,17 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
 
 
 def _daemon_resources(cache: WeightCache) -> dict[str, Any]:
-    """The user's resources plus ``nvidia.com/gpu`` = ranks per node on GPU backends, or with
-    ``gpuAccess: dra`` the claim from ``claim_template_name`` (ranks per node devices) instead."""
+    """The user's resources; with ``gpuAccess: dra`` plus the claim from ``claim_template_name``
+    (ranks per node devices). On other GPU backends without their ``nvidia.com/gpu``: the GPU
+    holder requests that count (``gpu_holder.gpus_per_node``), so that the daemon pods of two
+    generations can run on the same GPUs."""
     resources = copy.deepcopy(cache.spec.daemon.resources or {})
     if uses_dra(cache):
         resources["claims"] = container_claims()
-    elif cache.spec.daemon.backend in GPU_BACKENDS:
-        gpus = str(cache.spec.parallelism.ranks_per_node)
-        # An explicit, larger count is kept; a smaller one is refused by validation first.
-        resources.setdefault("limits", {}).setdefault(GPU_RESOURCE, gpus)
-        resources.setdefault("requests", {}).setdefault(GPU_RESOURCE, resources["limits"][GPU_RESOURCE])
+    elif uses_gpu_holder(cache):
+        for kind in ("limits", "requests"):
+            if kind in resources:
+                resources[kind] = {k: v for k, v in (resources[kind] or {}).items() if k != GPU_RESOURCE}
+                if not resources[kind]:
+                    del resources[kind]
     return resources

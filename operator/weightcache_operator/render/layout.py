@@ -43,7 +43,9 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 SOCKET_HOST_ROOT = "/run/weightcache"
 """Host directory under which each cache gets ``<namespace>-<name>/<daemon spec hash>``, shared by
 a generation's daemon and the engines mapping it; one directory per generation, so two
-generations' daemons (a blue/green change) can run on one node side by side."""
+generations' daemons (a blue/green change) can run on one node side by side. The per-cache
+directory itself holds the GPU holder's grant (``gpus.json``, ``gpus.lock``), which every
+generation's daemons read."""
 SOCKET_MOUNT = "/run/weightcache"
 """Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
 STATUS_PORT = 9400
@@ -68,8 +70,14 @@ class CacheRef:
         meta = cache.metadata
         return cls(name=meta["name"], namespace=meta.get("namespace", "default"), uid=meta.get("uid", ""))
 
+    @property
+    def cache_host_dir(self) -> str:
+        """The host directory of this cache on every node: the generations' socket directories
+        and the GPU holder's grant."""
+        return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}"
+
     def socket_host_dir(self, generation: str) -> str:
-        return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}/{generation}"
+        return f"{self.cache_host_dir}/{generation}"
 
     @property
     def daemon_name(self) -> str:
