@@ -18,6 +18,7 @@ from ..spec import WeightCache
 from .dra import container_claims, daemon_claim_fields, uses_dra
 from .gpu_holder import GPU_BACKENDS, GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
 from .layout import (
+    CLI,
     SLOT_LABEL,
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
@@ -37,9 +38,6 @@ from .layout import (
 
 KEEPER_BACKENDS = frozenset({"cpu-shm", "cuda-vmm"})
 """The keeper holds arena fds; a legacy CUDA IPC handle (cuda-ipc) cannot be held by it."""
-CLI = ["python", "-m", "weightcache"]
-"""The daemon image puts its venv's python first on PATH; ``python -m`` works there and in the
-e2e cluster, whose process kubelet runs commands from the test environment."""
 
 
 def daemon_daemonsets(cache: WeightCache, slots: list[list[str]], name: str | None = None,

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..spec import WeightCache
 from .dra import uses_dra
-from .layout import CacheRef, pin_to_nodes, placement_fields
+from .layout import CLI, CacheRef, pin_to_nodes, placement_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc"})
@@ -37,7 +37,6 @@ GPUS_MOUNT = "/weightcache/gpus"
 """Where holder (read-write) and daemons (read-only) see the per-cache host directory. The
 directory, not the file: the grant is replaced by a rename, which a file bind mount would hide."""
 GPUS_FILE = f"{GPUS_MOUNT}/gpus.json"
-CLI = ["python", "-m", "weightcache"]
 
 
 def uses_gpu_holder(cache: WeightCache) -> bool:

@@ -40,6 +40,9 @@ CLAIM_ANNOTATION = "weightcache.io/resource-claim"
 """On engine pods with ``gpuAccess: dra``: the daemon's ResourceClaim the engine shares."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 
+CLI = ["python", "-m", "weightcache"]
+"""The daemon image puts its venv's python first on PATH; ``python -m`` works there and in the
+e2e cluster, whose process kubelet runs commands from the test environment."""
 SOCKET_HOST_ROOT = "/run/weightcache"
 """Host directory under which each cache gets ``<namespace>-<name>/<daemon spec hash>``, shared by
 a generation's daemon and the engines mapping it; one directory per generation, so two
