@@ -14,7 +14,9 @@ A new engine version (``engine_template_hash``: the engine template or the daemo
 changed) rolls through group by group as single-node engines do: a new-version standby group
 starts next to the old ones (a surge, not trimmed), is promoted once every member is Ready, and
 the old groups are then deleted with their grace period. Until then the old groups keep serving
-and remain the failover candidates.
+and remain the failover candidates. ``group_progress`` reports that rollout as ``plan`` does for
+single-node engines (status.rollout, the Progressing condition), including the stall of a new
+group not Ready within ``readyDeadlineSeconds``: the old groups keep serving, as they would anyway.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any, Union
 
 from .engine_units import Pod, Unit, units
 from .failover import Failure, Promotion, failure_of
+from .rollout import Desired, Plan
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
-from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, NODE_RANK_LABEL, ROLE_LABEL
+from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
 from .spec import WeightCache
 
 
@@ -202,6 +205,61 @@ def plan_groups(
         for _ in range(spec.standbys_per_replica - len(standbys)):
             create(replica, "standby", new_member())
     return actions
+
+
+def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
+                   previous: dict[str, Any] | None = None) -> Plan:  # fmt: skip
+    """The rollout of engine groups as a ``rollout.Plan`` with no actions (``plan_groups`` acts):
+    mode, phase, current step, replicas updated and why it stalled, for ``rollout_status`` and
+    ``rollout_conditions``. ``previous``: the last ``status.rollout``."""
+    result = Plan(serve_generation=want.generation)
+    found = units(pods, size)  # terminating pods included: a draining old group is not done yet
+
+    def current(unit: Unit) -> bool:
+        return all((p["metadata"].get("labels") or {}).get(ENGINE_HASH_LABEL) == want.engine_hash for p in unit.pods)
+
+    def done(replica: int) -> bool:
+        mine = [u for u in found if u.replica == str(replica)]
+        if not all(current(u) for u in mine):
+            return False
+        live = [u for u in mine if not u.deleting]
+        return any(u.role == "active" and u.ready for u in live) and \
+            sum(u.role != "active" and u.ready for u in live) >= want.standbys  # fmt: skip
+
+    result.updated = sum(done(r) for r in range(want.replicas))
+    outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
+    was = (previous or {}).get("phase")
+    if outdated:
+        generations = {(p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) for u in outdated for p in u.pods}
+        result.mode = "Generation" if generations - {want.generation} else "Engine"
+        turn = min(int(u.replica) for u in outdated)
+        fresh = sorted((u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
+                       key=lambda u: (not u.ready, u.created, u.name))  # fmt: skip
+        waiting = [u for u in fresh if not u.ready]
+        if not fresh:
+            result.step = f"replica {turn}: starting a new-version standby group"
+        elif waiting and not any(u.ready for u in fresh):
+            result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
+            created = datetime.fromisoformat(waiting[0].created.replace("Z", "+00:00")) if waiting[0].created else None
+            waited = (now - created).total_seconds() if created else 0.0
+            if waited > want.ready_deadline_s:
+                result.stalled = (
+                    f"engine group {waiting[0].name} of the new version was not Ready {waited:.0f}s after its creation"
+                    f" (engine.rollout.readyDeadlineSeconds is {want.ready_deadline_s:g}); the old version keeps"
+                    " serving. Fix the engine template (kubectl logs the group's pods) or change it back, and the"
+                    " rollout resumes"
+                )  # fmt: skip
+        else:
+            result.step = f"replica {turn}: draining the old groups"
+        result.phase = "Stalled" if result.stalled else "Progressing"
+    elif was in ("Progressing", "Stalled"):
+        undone = next((r for r in range(want.replicas) if not done(r)), None)
+        result.phase = "Progressing" if undone is not None else "Complete"
+        result.step = f"replica {undone}: restoring Ready groups" if undone is not None else "every replica updated"
+        result.mode = (previous or {}).get("mode")
+    elif was == "Complete":
+        result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
+    return result
 
 
 def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Pod]]) -> str | None:

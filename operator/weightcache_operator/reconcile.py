@@ -37,7 +37,7 @@ from .render import (
     engine_service,
     engine_template_hash,
 )
-from .group_plan import Create, Delete, Failover, SetRole, plan_groups
+from .group_plan import Create, Delete, Failover, SetRole, group_progress, plan_groups
 from .render.daemon import blue_green_name, daemon_daemonsets
 from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
 from .render.gpu_holder import (
@@ -207,7 +207,9 @@ class Reconciler:
         steps = plan(want, engines, daemon_pods, serving, self.clock(), (body.get("status") or {}).get("rollout"), desired,
                      old_sets)  # fmt: skip
         if cache.spec.parallelism.nodes > 1:
-            steps = Plan(serve_generation=want.generation)  # engine groups roll through plan_groups, not here
+            # Engine groups roll through plan_groups; this only reports how far that got.
+            steps = group_progress(want, engines, cache.spec.parallelism.nodes, self.clock(),
+                                   (body.get("status") or {}).get("rollout"))  # fmt: skip
         self._roll(cache, steps, engines, ready_daemons, apply or serving != steps.serve_generation)
         if steps.promote or steps.retire:
             engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")

@@ -14,10 +14,10 @@ Two kinds of change reach running engines:
   chosen once when the change starts (``generation_strategy``) and visible afterwards in which
   DaemonSets exist:
 
-  - *blue/green*, when every node reports room for a second copy (on GPUs too: a GPU holder pod,
-    not the daemon pod, books the node's GPUs, so both generations' daemons can use them): a second DaemonSet of the new
-    generation starts next to the serving one (its own socket directory per generation), loads on
-    every node, new-generation engines start next to the old ones, the Service switches, the old
+  - *blue/green*, when every node reports room for a second copy (on GPUs too: a GPU holder
+    pod, not the daemon pod, books the node's GPUs, so both generations' daemons can use them): a
+    second DaemonSet of the new generation starts next to the serving one (its own socket
+    directory per generation), loads on every node, new-generation engines start next to the old ones, the Service switches, the old
     engines drain, and only then is the old generation's DaemonSet deleted (``retire_daemonsets``).
     The Service never loses its Ready engines.
   - *node by node* otherwise: the DaemonSet is updated in place; a node's old-generation engines

@@ -155,6 +155,12 @@ def test_template_change_rolls_engine_groups_over_two_nodes_without_failures(
     host, port = proxy.address
     health = http_json(f"http://{host}:{port}/health")
     assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health
+    # Reported as single-node rollouts are: status.rollout and the Progressing condition.
+    wait_for(lambda: rollout(kube, namespace).get("phase") == "Complete", 60, interval=0.5,
+             describe=lambda: rollout(kube, namespace))  # fmt: skip
+    done = rollout(kube, namespace)
+    assert (done["mode"], done["updated"], done["total"], done["currentStep"]) == ("Engine", 1, 1, "every replica updated")
+    assert done["startedAt"] <= done["finishedAt"]
 
 
 def test_broken_version_stalls_keeps_serving_and_reverting_resumes(

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import copy
 import itertools
+from datetime import datetime, timezone
 from typing import Any
 
 from test_render import NOW, container, env_of, make
 
 from weightcache_operator.engine_units import units
-from weightcache_operator.group_plan import Create, Delete, Failover, SetRole, plan_groups
-from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service
+from weightcache_operator.group_plan import Create, Delete, Failover, SetRole, group_progress, plan_groups
+from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service, engine_template_hash
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
+from weightcache_operator.rollout import Desired, rollout_status
 from weightcache_operator.spec import Placement
 from weightcache_operator.status import Observed, aggregate
 
@@ -322,3 +324,50 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     restore = plan_groups(new_cache, promoted, READY, ids())
     assert [(type(a), a.pod["metadata"]["labels"]["weightcache.io/role"]) for a in restore] == [(Create, "standby")]  # type: ignore[union-attr]
+
+
+def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes() -> None:
+    """status.rollout for engine groups: what group_progress tells rollout_status at each stage."""
+    old_cache = make(**TWO)
+    new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
+    want = Desired(engine_template_hash(new_cache), daemon_spec_hash(new_cache), replicas=1, standbys=1,
+                   ready_deadline_s=600)  # fmt: skip
+    at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=timezone.utc)  # noqa: E731  (pods: 10:00)
+    old = complete_groups(old_cache)
+    assert group_progress(want, complete_groups(new_cache), 2, at(1)).phase is None, "nothing to roll, nothing rolled"
+
+    started = group_progress(want, old, 2, at(1))
+    assert (started.mode, started.phase, started.updated) == ("Engine", "Progressing", 0)
+    assert started.step == "replica 0: starting a new-version standby group"
+
+    [surge] = [a.pod for a in plan_groups(new_cache, old, READY, ids()) if isinstance(a, Create)]
+    leader = run(surge, "node-1", ip="198.18.1.7")
+    [member] = [run(a.pod, "node-2", "198.18.2.7") for a in plan_groups(new_cache, [*old, leader], READY, ids())
+                if isinstance(a, Create)]  # fmt: skip
+    waiting = group_progress(want, [*old, leader, member], 2, at(5))
+    assert waiting.phase == "Progressing"
+    assert waiting.step == f"replica 0: waiting for group {leader['metadata']['name']} to turn Ready"
+    stalled = group_progress(want, [*old, leader, member], 2, at(11))
+    assert stalled.phase == "Stalled" and stalled.stalled is not None
+    assert leader["metadata"]["name"] in stalled.stalled and "readyDeadlineSeconds is 600" in stalled.stalled
+    status = rollout_status(stalled, want, at(11), rollout_status(started, want, at(1), None))
+    assert status is not None and (status["phase"], status["startedAt"]) == ("Stalled", "2026-11-29T10:01:00Z")
+    assert status["message"] == stalled.stalled
+
+    ready_group = [run(surge, "node-1", "198.18.1.7", ready=True), run(member, "node-2", "198.18.2.7", ready=True)]
+    for pod in ready_group:
+        pod["metadata"]["labels"]["weightcache.io/role"] = "active"
+    draining = copy.deepcopy(old)
+    for pod in draining:
+        pod["metadata"]["deletionTimestamp"] = "2026-11-29T10:12:00Z"
+    assert group_progress(want, [*draining, *ready_group], 2, at(12)).step == "replica 0: draining the old groups"
+    previous = {"phase": "Progressing", "mode": "Engine"}
+    restoring = group_progress(want, ready_group, 2, at(13), previous)
+    assert (restoring.phase, restoring.updated) == ("Progressing", 0), "no Ready new standby group yet"
+    standby = [copy.deepcopy(p) for p in ready_group]
+    for pod, name in zip(standby, ("tiny-0-gz-0", "tiny-0-gz-1")):
+        pod["metadata"]["name"] = name
+        pod["metadata"]["labels"]["weightcache.io/role"] = "standby"
+        pod["metadata"]["labels"]["weightcache.io/engine-group"] = "gz"
+    done = group_progress(want, [*ready_group, *standby], 2, at(14), previous)
+    assert (done.phase, done.mode, done.updated, done.step) == ("Complete", "Engine", 1, "every replica updated")
