@@ -197,15 +197,24 @@ def plan(
 
 
 def serve_generation(want: Desired, pods: list[EngineView], serving: str | None) -> str:
-    """The generation the Service selects: the old one until the new one is Ready for every
-    replica, then the new one, in a single switch — earlier only if the old one has no Ready
-    active left while the new one has a Ready engine (switching gains something). The switch is
-    never taken back: neither generation serving (an overloaded node's daemon flapping) is not
-    a reason to move to one that cannot serve either, and an old active may recover."""
+    """The generation the Service selects: the old one until the new one has a Ready engine
+    already labelled active for every replica, then the new one, in a single switch — earlier
+    only if the old one has no Ready active left while the new one has a Ready engine (switching
+    gains something). The switch is never taken back: neither generation serving (an overloaded
+    node's daemon flapping) is not a reason to move to one that cannot serve either, and an old
+    active may recover.
+
+    Why labelled active *before* the switch (``_plan_generation`` promotes the new engines in an
+    earlier pass, while the Service still selects the old generation): the EndpointSlice
+    controller watches Services and pods separately. A relabel and a selector change sent
+    back to back can reach it in the other order, and it then computes the new selector against
+    the old labels — no endpoint at all until the relabel arrives (seen in the blue/green e2e)."""
     if serving is None or serving == want.generation:
         return want.generation
     ready_new = {p.replica for p in pods if p.generation == want.generation and p.ready and not p.deleting}
-    new_everywhere = all(r in ready_new for r in range(want.replicas))
+    active_new = {p.replica for p in pods if p.generation == want.generation and p.ready and not p.deleting
+                  and p.role == "active"}  # fmt: skip
+    new_everywhere = all(r in active_new for r in range(want.replicas))
     old_serves = any(p.generation == serving and p.role == "active" and p.ready for p in pods)
     return want.generation if new_everywhere or (not old_serves and ready_new) else serving
 
@@ -272,10 +281,14 @@ def _plan_generation(
         live = [p for p in pods if p.replica == replica and not p.deleting]
         new = sorted((p for p in live if p.generation == want.generation and p.engine_hash == want.engine_hash),
                      key=_preference)  # fmt: skip
-        active = next((p for p in live if p.role == "active"), None)
-        if active is not None and active.generation == want.generation:
+        active = next((p for p in live if p.role == "active" and p.generation == want.generation), None)
+        if active is not None:
             if switched:
                 result.retire += [p.name for p in live if p.generation != want.generation]
+            else:
+                # Promoted ahead of the switch, next to the old active: hidden from the scaler,
+                # which would demote one of two actives (serve_generation says why this order).
+                result.held.add(active.name)
             continue
         if not new:
             if new_nodes:
@@ -284,8 +297,9 @@ def _plan_generation(
         result.held.add(new[0].name)
         if not new[0].ready:
             _check_deadline(want, new[0], now, result)
-        elif switched:
-            result.promote.append(new[0].name)
+            continue
+        result.promote.append(new[0].name)
+        if switched:  # the old generation serves nothing: no reason to wait a pass
             result.held.discard(new[0].name)
             result.retire += [p.name for p in live if p.generation != want.generation]
     if result.stalled:

@@ -137,7 +137,9 @@ def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_ne
                                         engine("n0", 0, "standby", generation="g2"))]  # fmt: skip
     assert serve_generation(one, views, "g1") == "g1"
     views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
-    assert serve_generation(one, views, "g1") == "g2"
+    assert serve_generation(one, views, "g1") == "g1", "Ready, but not labelled active yet"
+    promoted = [*views[:2], *(EngineView.of(engine(n, r, "active", generation="g2")) for n, r in (("n0", 0), ("n1", 1)))]
+    assert serve_generation(one, promoted, "g1") == "g2"
     # Nothing of the old generation serves any more and the new one serves something: switch.
     dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False)), views[2]]
     assert serve_generation(one, dead, "g1") == "g2"
@@ -175,7 +177,12 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     assert "before draining node-1" in result.step, "node-1 still serves; it waits for the switch"
     surge = engine("n0", 0, "standby", generation="g2", node="node-2")
     result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
-    assert result.serve_generation == "g2" and result.promote == ["n0"] and result.retire == ["a0"]
+    # Promoted first, while the Service still selects g1; the switch comes in the next pass.
+    assert result.serve_generation == "g1" and result.promote == ["n0"] and result.retire == []
+    assert result.held == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
+    promoted = engine("n0", 0, "active", generation="g2", node="node-2")
+    result = plan(GEN, [active, promoted], loaded, "g1", NOW, None, 2)
+    assert result.serve_generation == "g2" and result.promote == [] and result.retire == ["a0"]
     assert result.held == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
@@ -255,11 +262,13 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
     surge = plan(GEN, old_engines, loaded, "g1", NOW, None, 2, old_sets)
     assert surge.create == [0] and surge.retire == [] and surge.replace_daemon is None
     new = engine("n0", 0, "standby", generation="g2", node="node-1")
-    switch = plan(GEN, [*old_engines, new], loaded, "g1", NOW, None, 2, old_sets)
-    assert switch.serve_generation == "g2" and switch.promote == ["n0"] and sorted(switch.retire) == ["a0", "s0"]
+    promote = plan(GEN, [*old_engines, new], loaded, "g1", NOW, None, 2, old_sets)
+    assert promote.serve_generation == "g1" and promote.promote == ["n0"] and promote.retire == []
+    promoted = engine("n0", 0, "active", generation="g2", node="node-1")
+    switch = plan(GEN, [*old_engines, promoted], loaded, "g1", NOW, None, 2, old_sets)
+    assert switch.serve_generation == "g2" and switch.promote == [] and sorted(switch.retire) == ["a0", "s0"]
     assert switch.retire_daemonsets == [], "the old engines still map the old arenas"
     draining = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "x"}} for p in old_engines]
-    promoted = engine("n0", 0, "active", generation="g2", node="node-1")
     waiting = plan(GEN, [*draining, promoted], loaded, "g2", NOW, None, 2, old_sets)
     assert waiting.retire_daemonsets == [] and "draining 2 engines" in waiting.step
     assert waiting.replace_daemon is None, "blue/green never deletes a serving generation's daemon pod by pod"
