@@ -303,7 +303,8 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
         # Exit codes as the wait loop below records them: polling the children from the HTTP
         # thread could reap one before os.wait() sees it and hang the loop.
         exited: dict[int, int] = {}
-        endpoint = status_endpoint(status_addr, lambda: collect(socket_dir, name, ranks, exited.get, gpus_file=gpus_file))
+        endpoint = status_endpoint(status_addr, lambda memory=True: collect(socket_dir, name, ranks, exited.get,
+                                                                            gpus_file=gpus_file, memory=memory))  # fmt: skip
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)

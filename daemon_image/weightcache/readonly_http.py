@@ -1,7 +1,8 @@
 """A tiny read-only HTTP server: fixed GET routes, everything else refused.
 
 Serves the daemon pod's status endpoint and the operator's metrics, so both answer the same way:
-GET on a known path is 200, an unknown path 404 naming the known ones, any other method 405.
+GET on a known path is 200 (or the status its route chose: a readiness route answers 503), an
+unknown path 404 naming the known ones, any other method 405.
 Nothing a request carries is acted on, so there is nothing to validate and nothing to write.
 Standard library only: the operator imports this without torch.
 """
@@ -21,8 +22,8 @@ from .errors import WeightCacheError
 log = logging.getLogger("weightcache.http")
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
-Route = Callable[[], tuple[str, bytes]]
-"""Produces (content type, body) for one GET."""
+Route = Callable[[], "tuple[str, bytes] | tuple[str, bytes, HTTPStatus]"]
+"""Produces (content type, body) for one GET, answered 200, or (content type, body, status)."""
 
 
 def parse_addr(text: str, flag: str) -> tuple[str, int]:
@@ -73,8 +74,8 @@ class _Handler(BaseHTTPRequestHandler):
             known = " and ".join(f"GET {p}" for p in sorted(self.routes))
             self._error(HTTPStatus.NOT_FOUND, f"no such path {path!r}; this endpoint serves {known}")
             return
-        content_type, body = route()
-        self._send(HTTPStatus.OK, content_type, body)
+        content_type, body, *status = route()
+        self._send(status[0] if status else HTTPStatus.OK, content_type, body)
 
     def _refuse(self) -> None:
         # Drain a small body so the client reads the 405 instead of a reset; never a large one.

@@ -1,4 +1,5 @@
-"""The daemon pod's HTTP status endpoint: ``GET /status`` (JSON) and ``GET /metrics`` (Prometheus).
+"""The daemon pod's HTTP status endpoint: ``GET /status`` (JSON), ``GET /metrics`` (Prometheus) and
+``GET /ready`` (the pod's readiness probe: 200 when every local rank is ready, else 503 and why).
 
 It runs in the launcher (``weightcache daemon --ranks … --status-addr HOST:PORT``), the one
 process that knows every local rank and outlives their loads and crashes. It asks each rank over
@@ -6,14 +7,21 @@ its Unix socket, exactly as the readiness probe does, so the endpoint, the probe
 own counters can never disagree about what "ready" means. This is how the operator learns bytes,
 GPU UUIDs and fingerprints without the daemon holding any Kubernetes API rights.
 
-Read-only by construction (readonly_http.py): GET only, two fixed paths, and nothing in a request
-reaches a rank but the fixed ``status`` message.
+Read-only by construction (readonly_http.py): GET only, three fixed paths, and nothing in a
+request reaches a rank but the fixed ``status`` message.
+
+Why the readiness probe is an HTTP GET here rather than an exec of ``weightcache probe``: an exec
+starts a Python process every period, which a busy node delays past any sane timeout (measured:
+a loaded 2-core node failed the exec probe for longer than the engines' 30 s gate grace). The
+launcher already runs; the check it serves is the same ``inspect_rank`` the probe runs.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from http import HTTPStatus
 
 from .daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
 from .device_memory import memory_report
@@ -28,9 +36,10 @@ ExitCode = Callable[[int], int | None]
 
 
 def collect(socket_dir: str, name: str, ranks: list[int], exit_code: ExitCode,
-            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None) -> DaemonReport:
+            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None, memory: bool = True) -> DaemonReport:
     """Ask every local rank at once, so a report takes one rank timeout at worst. ``gpus_file``:
-    the GPU holder's grant, checked as the readiness probe checks it."""
+    the GPU holder's grant, checked as the readiness probe checks it; ``memory``: also read free
+    memory (the readiness verdict does not need it)."""
 
     def one(rank: int) -> RankReport:
         code = exit_code(rank)
@@ -53,12 +62,23 @@ def collect(socket_dir: str, name: str, ranks: list[int], exit_code: ExitCode,
     gpus = [r.gpu_uuid for r in reports if r.gpu_uuid]
     return DaemonReport(cache=name, ready=bool(reports) and all(r.ready for r in reports),
                         fingerprint=node_fingerprint(reports), ranks=reports,
-                        memory=memory_report(gpus))  # fmt: skip
+                        memory=memory_report(gpus) if memory else [])  # fmt: skip
 
 
-def status_endpoint(addr: tuple[str, int], report: Callable[[], DaemonReport]) -> ReadOnlyServer:
-    """The endpoint, bound but not yet serving; every request takes a fresh report."""
+def readiness(report: DaemonReport) -> tuple[str, bytes, HTTPStatus]:
+    """``GET /ready``: 200 when every local rank is ready, else 503 naming each rank's problem."""
+    problems = [r.problem or f"rank {r.rank}: not ready" for r in report.ranks if not r.ready]
+    if not report.ranks:
+        problems = ["no local ranks"]
+    body = json.dumps({"ready": not problems, "problems": problems}).encode()
+    return "application/json", body, HTTPStatus.SERVICE_UNAVAILABLE if problems else HTTPStatus.OK
+
+
+def status_endpoint(addr: tuple[str, int], report: Callable[..., DaemonReport]) -> ReadOnlyServer:
+    """The endpoint, bound but not yet serving; every request takes a fresh report
+    (``report(memory=False)`` for ``/ready``)."""
     return ReadOnlyServer(addr, {
         "/status": lambda: ("application/json", report().model_dump_json(indent=1).encode()),
         "/metrics": lambda: (PROMETHEUS_TEXT, report_metrics(report()).render().encode()),
+        "/ready": lambda: readiness(report(memory=False)),
     }, what="status endpoint")  # fmt: skip

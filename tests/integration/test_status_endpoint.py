@@ -178,6 +178,11 @@ def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: 
         assert all("no ready file" in (r.problem or "") for r in loading.ranks) and loading.fingerprint is None
         metrics = samples(base)
         assert metrics[("weightcache_daemon_rank_ready", "0")] == 0 and ("weightcache_daemon_bytes_held", "0") not in metrics
+        # The pod's readiness probe: 503 naming each rank's problem while they load.
+        code, kind, body = get(base + "/ready")
+        verdict = json.loads(body)
+        assert (code, kind, verdict["ready"]) == (503, "application/json", False)
+        assert len(verdict["problems"]) == 2 and all("no ready file" in p for p in verdict["problems"]), verdict
 
         for path in ("/", "/status/", "/metrics/x", "/../etc/passwd", "/%00", "/" + "a" * 5000):
             code, kind, body = get(base + path)
@@ -196,6 +201,7 @@ def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: 
             os.kill(pid, signal.SIGCONT)
     ready = wait_for_report(base, daemon.proc, ready=True)
     assert [r.pid for r in ready.ranks] == children and all(r.bytes for r in ready.ranks)
+    assert get(base + "/ready")[0] == 200 and json.loads(get(base + "/ready")[2]) == {"ready": True, "problems": []}
 
 
 def test_a_bad_status_addr_is_refused_with_the_fix(llama: Path, socket_dir: str) -> None:

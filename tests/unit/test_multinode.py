@@ -67,7 +67,7 @@ def test_one_daemonset_per_slot_pinned_to_its_nodes_holding_its_ranks() -> None:
     for slot, ds in enumerate(sets):
         cmd = container(ds, "daemon")["command"]
         assert cmd[cmd.index("--ranks") + 1] == ["0-1", "2-3"][slot] and cmd[cmd.index("--tp-size") + 1] == "4"
-        assert container(ds, "daemon")["readinessProbe"]["exec"]["command"][-1] == ["0-1", "2-3"][slot]
+        assert container(ds, "daemon")["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "status"}
         assert ds["spec"]["selector"]["matchLabels"]["weightcache.io/slot"] == str(slot)
         assert ds["spec"]["template"]["metadata"]["labels"]["weightcache.io/slot"] == str(slot)
         pod = ds["spec"]["template"]["spec"]

@@ -86,9 +86,9 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
     assert daemon["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
-    assert daemon["readinessProbe"]["exec"]["command"][3:] == [
-        "probe", "--socket-dir", "/run/weightcache", "--name", "tiny", "--ranks", "0-1"]  # fmt: skip
-    assert daemon["readinessProbe"]["failureThreshold"] == 3, "one slow process start is not an outage"
+    # Readiness from the launcher's status endpoint (the named port): no process start per probe.
+    assert daemon["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "status"}
+    assert "exec" not in daemon["readinessProbe"] and daemon["readinessProbe"]["failureThreshold"] == 3
     assert container(ds, "keeper")["command"][3] == "keeper"
     assert "resources" not in daemon, "cpu-shm requests no GPUs"
     assert "hostIPC" not in pod and "hostPID" not in pod
@@ -281,7 +281,7 @@ def test_gpu_holder_books_the_gpus_and_every_generations_daemons_read_its_grant(
         assert "resources" not in daemon and env_of(daemon)["NVIDIA_VISIBLE_DEVICES"] == "all"
         cmd = daemon["command"]
         assert cmd[cmd.index("--gpus-file") + 1] == "/weightcache/gpus/gpus.json"
-        assert daemon["readinessProbe"]["exec"]["command"][-2:] == ["--gpus-file", "/weightcache/gpus/gpus.json"]
+        assert daemon["readinessProbe"]["httpGet"]["path"] == "/ready", "the endpoint checks the grant (--gpus-file)"
         assert {"name": "weightcache-gpus", "mountPath": "/weightcache/gpus", "readOnly": True} in daemon["volumeMounts"]
         volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
         assert volumes["weightcache-gpus"]["hostPath"]["path"] == "/run/weightcache/ns-tiny"

@@ -100,13 +100,14 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
         "readinessProbe": {
-            "exec": {"command": [*CLI, "probe", "--socket-dir", SOCKET_MOUNT, "--name", ref.name,
-                                 "--ranks", rank_range(ranks), *granted]},
+            # The launcher's status endpoint answers it with the check `weightcache probe` runs
+            # (the GPU holder's grant included): no process start per period, which a busy node
+            # delayed past the timeout when this was an exec probe (status_endpoint.py).
+            "httpGet": {"path": "/ready", "port": STATUS_PORT_NAME},
             "periodSeconds": 2,
-            "timeoutSeconds": 10,
-            # Three misses in a row: an exec probe is a process start, which a busy node can delay
-            # past the timeout once. Engines that mapped their weights keep their gate through a
-            # daemon outage anyway (gates.py), so a slower verdict costs only new engines' start.
+            "timeoutSeconds": 5,
+            # Engines that mapped their weights keep their gate through a daemon outage anyway
+            # (gates.py), so a slower verdict costs only new engines' start.
             "failureThreshold": 3,
         },
     }  # fmt: skip
