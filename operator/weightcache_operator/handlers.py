@@ -11,7 +11,11 @@
 
 Besides these, a pass that keeps an engine's readiness gate through a daemon outage asks for one
 more pass when the grace ends (``Reconciler.alarms``, a timer per cache): nothing else would
-announce that moment, and polling for it is what the watches are there to avoid.
+announce that moment, and polling for it is what the watches are there to avoid. The operator's
+own engine probes (``Reconciler.responsiveness``) wake a pass the same way. Both run outside
+kopf, so a kopf daemon per cache (``acting``) tells the reconciler while this replica acts for
+the cache: kopf stops daemons when peering pauses the operator, and a paused replica's timers and
+probes must not run passes next to the replica that took over.
 
 Invalid specs never raise: they become a ``Degraded``/``InvalidSpec`` condition, so kopf does not
 retry them in a loop. Transient API errors raise ``kopf.TemporaryError`` and are retried later.
@@ -142,6 +146,18 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
             reconciler().reconcile(namespace, cache, apply=False)
         except ApiError as error:
             logging.getLogger(__name__).warning("pass after node event failed", extra={"node": name, "error": str(error)})
+
+
+@kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
+async def acting(namespace: str, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+    """Lives while this replica acts for the cache: until the cache is deleted or peering pauses
+    the operator (kopf stops daemons then, and starts them again on resuming). Async, so it holds
+    no thread of kopf's executor while it waits."""
+    reconciler().acting((namespace, name), True)
+    try:
+        await stopped.wait()
+    finally:
+        reconciler().acting((namespace, name), False)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)

@@ -85,6 +85,8 @@ class Reconciler:
         """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
         self.responsiveness = ResponsivenessWatch(self._woken)
         """The operator's own probes of Ready engines (``unresponsiveAfterMilliseconds``)."""
+        self._acting: set[Hashable] = set()
+        """Caches this replica acts for (handlers.acting): alarms and probes wake passes only there."""
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -112,9 +114,30 @@ class Reconciler:
         finally:
             lock.release()
 
-    def _woken(self, key: Hashable) -> None:
-        """An alarm is due: one pass, as a pod event would run it."""
+    def acting(self, key: Hashable, on: bool) -> None:
+        """Whether this replica acts for the cache ``key`` (kopf's daemon for it runs). Off: its
+        alarms and engine probes stop, so a replica paused by peering runs no pass of its own."""
+        with self._guard:
+            if on:
+                self._acting.add(key)
+            else:
+                self._acting.discard(key)
         namespace, name = key  # type: ignore[misc]
+        log.info("acting for the cache" if on else "no longer acting for the cache",
+                 extra={"cache": name, "namespace": namespace})  # fmt: skip
+        if not on:
+            self.alarms.cancel(key)
+            self.responsiveness.forget(key)
+
+    def _woken(self, key: Hashable) -> None:
+        """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
+        would run it — only while this replica acts for the cache."""
+        namespace, name = key  # type: ignore[misc]
+        with self._guard:
+            acting = key in self._acting
+        if not acting:
+            log.info("wake-up dropped: this replica does not act for the cache", extra={"cache": name, "namespace": namespace})
+            return
         log.info("alarm", extra={"cache": name, "namespace": namespace})
         try:
             self.reconcile(namespace, name, apply=False)
