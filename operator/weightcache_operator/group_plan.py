@@ -29,7 +29,7 @@ from typing import Any, Union
 
 from .engine_units import Pod, Unit, units
 from .failover import Failure, Promotion, failure_of
-from .rollout import Desired, Plan
+from .rollout import Desired, Plan, settle_phase
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
 from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
@@ -228,7 +228,6 @@ def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
 
     result.updated = sum(done(r) for r in range(want.replicas))
     outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
-    was = (previous or {}).get("phase")
     if outdated:
         generations = {(p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) for u in outdated for p in u.pods}
         result.mode = "Generation" if generations - {want.generation} else "Engine"
@@ -251,14 +250,7 @@ def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
                 )  # fmt: skip
         else:
             result.step = f"replica {turn}: draining the old groups"
-        result.phase = "Stalled" if result.stalled else "Progressing"
-    elif was in ("Progressing", "Stalled"):
-        undone = next((r for r in range(want.replicas) if not done(r)), None)
-        result.phase = "Progressing" if undone is not None else "Complete"
-        result.step = f"replica {undone}: restoring Ready groups" if undone is not None else "every replica updated"
-        result.mode = (previous or {}).get("mode")
-    elif was == "Complete":
-        result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
+    settle_phase(result, previous, next((r for r in range(want.replicas) if not done(r)), None), "groups")
     return result
 
 

@@ -182,18 +182,24 @@ def plan(
     elif outdated:
         result.mode = "Engine"
         _plan_engine(want, pods, result, now)
+    settle_phase(result, previous, next((r for r in range(want.replicas) if not _done(want, pods, r)), None), "engines")
+    return result
+
+
+def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None, what: str) -> None:
+    """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
+    rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
+    replica is whole again (``undone``: the first that is not; ``what`` it waits for: engines or
+    groups), then Complete, which stays until the next rollout."""
     was = (previous or {}).get("phase")
     if result.mode is not None:
         result.phase = "Stalled" if result.stalled else "Progressing"
     elif was in ("Progressing", "Stalled"):
-        # The last old pod is gone; wait until the last replica is whole before calling it done.
-        undone = next((r for r in range(want.replicas) if not _done(want, pods, r)), None)
         result.phase = "Progressing" if undone is not None else "Complete"
-        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
+        result.step = f"replica {undone}: restoring Ready {what}" if undone is not None else "every replica updated"
         result.mode = (previous or {}).get("mode")
     elif was == "Complete":
         result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
-    return result
 
 
 def serve_generation(want: Desired, pods: list[EngineView], serving: str | None) -> str:
