@@ -461,9 +461,10 @@ def test_two_replicas_do_not_fight_and_hand_over(
     # kopf starts paused and resumes once the peering object shows no higher-priority peer.
     resumed = lambda proc: "Resuming operations" in proc.log.read_text()  # noqa: E731
     log = lambda proc: proc.log.read_text()  # noqa: E731
+    # This namespace's cache only: an earlier test's cache of the same name may still be finalizing.
     acting = lambda proc, on: sum(  # noqa: E731
-        f'"message": "{"acting" if on else "no longer acting"} for the cache"' in line and "tiny-llama" in line
-        for line in log(proc).splitlines())  # fmt: skip
+        f'"message": "{"acting" if on else "no longer acting"} for the cache"' in line
+        and f'"namespace": "{namespace}"' in line for line in log(proc).splitlines())  # fmt: skip
     first = start_operator(priority=100)
     wait_for(lambda: resumed(first), 30, describe=lambda: log(first)[-3000:])
     apply_sample(cluster, namespace, model__quantization={"method": "fp8", "weightBlockSize": [64, 64]})
