@@ -23,16 +23,23 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Union
 
 from .engine_units import Pod, Unit, units
 from .failover import Failure, Promotion, failure_of
-from .rollout import Desired, Plan, settle_phase
+from .rollout import Desired, EngineView, Plan, retire_old_daemonsets, serve_generation, settle_phase
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
-from .render.layout import ENGINE_HASH_LABEL, GROUP_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
+from .render.layout import (
+    ENGINE_HASH_LABEL,
+    GROUP_LABEL,
+    NODE_RANK_LABEL,
+    ROLE_LABEL,
+    SPEC_HASH_ANNOTATION,
+    daemon_spec_hash,
+)
 from .spec import WeightCache
 
 
@@ -69,9 +76,13 @@ def plan_groups(
     ready: dict[int, dict[str, Pod]],
     new_group: Callable[[], str],
     unready_nodes: Mapping[str, datetime | None] | None = None,
+    serving: str | None = None,
 ) -> list[Action]:
     """``ready[k]``: node → current Ready daemon pod, for the nodes holding slot ``k``;
-    ``unready_nodes``: as failover.unready_nodes (names the failure of a group on a dead node)."""
+    ``unready_nodes``: as failover.unready_nodes (names the failure of a group on a dead node);
+    ``serving``: the generation the Service selects after this pass. While it is not the current
+    one (a blue/green generation change), a Ready new group is promoted next to the old active,
+    which keeps serving until the Service switches (``group_progress``) — a pass later."""
     spec = cache.spec.engine
     size = cache.spec.parallelism.nodes
     actions: list[Action] = []
@@ -145,6 +156,12 @@ def plan_groups(
         the node lifecycle controller gets round to them)."""
         return unit.ready and not any(p["spec"].get("nodeName") in dead for p in unit.pods)
 
+    switch_pending = serving is not None and serving != daemon_spec_hash(cache)
+
+    def serves(unit: Unit) -> bool:
+        """An active of the generation the Service still selects, while a switch is pending."""
+        return switch_pending and _generation(unit) == serving
+
     every_slot_ready = all(ready.get(k) for k in range(size))
     for replica in range(spec.replicas):
         # Healthy first (failover), then the current version, then the oldest.
@@ -154,6 +171,8 @@ def plan_groups(
         actives = [u for u in mine if u.role == "active"]
         standbys = [u for u in mine if u.role != "active"]
         for extra in actives[1:]:
+            if serves(extra) and not serves(actives[0]):
+                continue  # behind the Service until it switches to the new active's generation
             relabel(extra, "standby")
             standbys.append(extra)
         actives = actives[:1]
@@ -188,6 +207,12 @@ def plan_groups(
                 continue
             promoted, old = fresh[0], actives[0]
             relabel(promoted, "active")
+            if serves(old):
+                # The Service still selects the old generation: the old group serves on, and the
+                # next pass switches the Service (the new group is labelled active by then).
+                for unit in [old, *standbys]:
+                    add_followers(unit)
+                continue
             retire(old, f"rolled out: {promoted.name} of the new version took over")
             actives, standbys = [promoted], [u for u in standbys if u is not promoted]
         for unit in standbys:
@@ -208,12 +233,22 @@ def plan_groups(
 
 
 def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
-                   previous: dict[str, Any] | None = None) -> Plan:  # fmt: skip
-    """The rollout of engine groups as a ``rollout.Plan`` with no actions (``plan_groups`` acts):
-    mode, phase, current step, replicas updated and why it stalled, for ``rollout_status`` and
-    ``rollout_conditions``. ``previous``: the last ``status.rollout``."""
-    result = Plan(serve_generation=want.generation)
+                   previous: dict[str, Any] | None = None, serving: str | None = None,
+                   old_daemonsets: dict[str, str | None] | None = None) -> Plan:  # fmt: skip
+    """The rollout of engine groups as a ``rollout.Plan`` whose only actions are the Service's
+    generation and the old DaemonSets to delete (``plan_groups`` does the rest): mode, phase,
+    current step, replicas updated and why it stalled, for ``rollout_status`` and
+    ``rollout_conditions``. ``previous``: the last ``status.rollout``; ``serving``: the
+    generation the live Service selects; ``old_daemonsets``: a blue/green change's old slot
+    DaemonSets (name → generation), deleted once the Service switched and their engines are gone.
+
+    The Service switches as for single-node engines (``rollout.serve_generation``), over groups:
+    once every replica has a Ready new-generation group already labelled active."""
     found = units(pods, size)  # terminating pods included: a draining old group is not done yet
+    views = [replace(EngineView.of(_head(u)), ready=u.ready) for u in found if u.pods]
+    result = Plan(serve_generation=serve_generation(want, views, serving))
+    if old_daemonsets:
+        retire_old_daemonsets(want, [EngineView.of(p) for p in pods], result, old_daemonsets)
 
     def current(unit: Unit) -> bool:
         return all((p["metadata"].get("labels") or {}).get(ENGINE_HASH_LABEL) == want.engine_hash for p in unit.pods)
@@ -279,6 +314,10 @@ def _group_failure(unit: Unit, pods: list[Pod], unready_nodes: Mapping[str, date
     members = [p for p in pods if group and (p["metadata"].get("labels") or {}).get(GROUP_LABEL) == group] or unit.pods
     members.sort(key=lambda p: (p["metadata"].get("labels") or {}).get(NODE_RANK_LABEL, ""))
     return next((f for p in members if (f := failure_of(p, unready_nodes)) is not None), None)
+
+
+def _generation(unit: Unit) -> str | None:
+    return (_head(unit)["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
 
 
 def _head(unit: Unit) -> Pod:

@@ -38,7 +38,7 @@ from .render import (
     engine_template_hash,
 )
 from .group_plan import Create, Delete, Failover, SetRole, group_progress, plan_groups
-from .render.daemon import blue_green_name, daemon_daemonsets
+from .render.daemon import blue_green_name, daemon_daemonsets, slot_base
 from .render.dra import claim_template, claim_template_name, daemon_claim, engine_claim_current, uses_dra
 from .render.gpu_holder import (
     HOLDER_COMPONENT,
@@ -222,8 +222,10 @@ class Reconciler:
                                    f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")  # not the GPU holder's
         current_sets = [ds for ds in daemonsets if _generation(ds) == spec_hash]
         # A blue/green change's old side: DaemonSets of another generation next to the current one.
+        wanted_base = slot_base(current_sets[0]) if current_sets and SLOT_LABEL in current_sets[0]["metadata"]["labels"] \
+            else (current_sets[0]["metadata"]["name"] if current_sets else "")  # fmt: skip
         old_sets = {ds["metadata"]["name"]: _generation(ds) for ds in daemonsets
-                    if current_sets and _generation(ds) != spec_hash and SLOT_LABEL not in ds["metadata"]["labels"]}  # fmt: skip
+                    if current_sets and _old_side(ds, wanted_base, spec_hash)}  # fmt: skip
         desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or daemonsets)
         want = _desired(cache)
         serving = self._serving_generation(cache)
@@ -232,12 +234,12 @@ class Reconciler:
         if cache.spec.parallelism.nodes > 1:
             # Engine groups roll through plan_groups; this only reports how far that got.
             steps = group_progress(want, engines, cache.spec.parallelism.nodes, self.clock(),
-                                   (body.get("status") or {}).get("rollout"))  # fmt: skip
+                                   (body.get("status") or {}).get("rollout"), serving, old_sets)  # fmt: skip
         self._roll(cache, steps, engines, ready_daemons, apply or serving != steps.serve_generation)
         if steps.promote or steps.retire:
             engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         stranded, failover = self._scale_engines(body, cache, engines, ready_daemons, unready, noticed,
-                                                 frozenset(steps.held), unresponsive)  # fmt: skip
+                                                 frozenset(steps.held), unresponsive, steps.serve_generation)  # fmt: skip
         engines = self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=engine")
         self._sync_gates((namespace, name), engines, daemon_pods, unready, grace)
 
@@ -339,7 +341,8 @@ class Reconciler:
     def _scale_engines(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
                        unready: dict[str, datetime | None], noticed: datetime,
                        held: frozenset[str] = frozenset(),
-                       unresponsive: Mapping[str, datetime] | None = None) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
+                       unresponsive: Mapping[str, datetime] | None = None,
+                       serving: str | None = None) -> tuple[list[str], dict[str, Any] | None]:  # fmt: skip
         """Exactly ``replicas`` actives and ``standbysPerReplica`` standbys per replica; the
         per-replica decisions (failover included) are failover.plan_replica's. New pods go only to
         nodes whose daemon is ready; while there is none, nothing is created. Returns why a
@@ -349,12 +352,14 @@ class Reconciler:
         ``ready_daemons``: node → its Ready daemon pod of the current spec. With
         ``parallelism.nodes > 1`` engines are groups of pods, planned by ``plan_groups``.
         ``held``: a rollout's surge pods (rollout.py), neither counted nor trimmed here.
-        ``unresponsive``: engines the operator's own probes found silent (responsiveness.py)."""
+        ``unresponsive``: engines the operator's own probes found silent (responsiveness.py).
+        ``serving``: the generation the Service selects after this pass (engine groups keep an
+        active of it until the Service switches)."""
         pods = [p for p in pods if p["metadata"]["name"] not in held]
         ref = CacheRef.of(cache)
         ns = f"/api/v1/namespaces/{ref.namespace}/pods"
         if cache.spec.parallelism.nodes > 1:
-            return [], self._scale_groups(body, cache, pods, ready_daemons, unready, noticed)
+            return [], self._scale_groups(body, cache, pods, ready_daemons, unready, noticed, serving)
         spec = cache.spec.engine
         spec_hash = daemon_spec_hash(cache)
         stranded: list[str] = []
@@ -434,7 +439,8 @@ class Reconciler:
         return engine_pod(cache, replica, role, [node], claim=claims[node])
 
     def _scale_groups(self, body: Object, cache: WeightCache, pods: list[Object], ready_daemons: dict[str, Object],
-                      unready: dict[str, datetime | None], noticed: datetime) -> dict[str, Any] | None:  # fmt: skip
+                      unready: dict[str, datetime | None], noticed: datetime,
+                      serving: str | None) -> dict[str, Any] | None:  # fmt: skip
         """Carries out ``plan_groups``: engines spanning ``parallelism.nodes`` nodes. Returns the
         failover done in this pass, if any (for status.lastFailover)."""
         ns = f"/api/v1/namespaces/{CacheRef.of(cache).namespace}/pods"
@@ -444,7 +450,7 @@ class Reconciler:
             if slot.isdigit():
                 by_slot.setdefault(int(slot), {})[node] = daemon
         failover = None
-        actions = plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3), unready)
+        actions = plan_groups(cache, pods, by_slot, lambda: secrets.token_hex(3), unready, serving)
         # The order that keeps the Service serving, as with single-node engines: relabel (promote)
         # first, then record, then delete failed or retired groups, then create.
         order = (SetRole, Failover, Delete, Create)
@@ -476,10 +482,9 @@ class Reconciler:
             self.api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
         listed = self.api.list(base, f"{CACHE_LABEL}={ref.name}")
         existing = [ds for ds in listed if ds["metadata"]["labels"].get(COMPONENT_LABEL) == "daemon"]
-        singles = [ds for ds in existing if SLOT_LABEL not in ds["metadata"]["labels"]]
-        name, annotations = None, None
-        if cache.spec.parallelism.nodes == 1:
-            name, annotations = self._daemonset_for_generation(cache, singles)
+        grouped = cache.spec.parallelism.nodes > 1
+        mine = [ds for ds in existing if (SLOT_LABEL in ds["metadata"]["labels"]) == grouped]
+        name, annotations = self._daemonset_for_generation(cache, mine)
         wanted = daemon_daemonsets(cache, slots, name, annotations)
         holder = gpu_holder_daemonset(cache, slots)
         if holder is not None:
@@ -492,7 +497,7 @@ class Reconciler:
         for ds in existing:
             if ds["metadata"]["name"] in names:
                 continue
-            if cache.spec.parallelism.nodes == 1 and ds in singles:
+            if ds in mine and _old_side(ds, name, daemon_spec_hash(cache)):
                 kept.append(ds)
                 continue  # a blue/green change's old side: the rollout deletes it once drained
             self.api.delete(f"{base}/{ds['metadata']['name']}", propagation="Background")
@@ -503,35 +508,38 @@ class Reconciler:
             self.api.delete(f"{base}/{holder_name(ref)}", propagation="Background")
             log.info("deleted daemonset", extra={"daemonset": holder_name(ref), "reason": "no GPU holder needed"})
 
-    def _daemonset_for_generation(self, cache: WeightCache, singles: list[Object]) -> tuple[str, dict[str, str]]:
-        """Which DaemonSet holds the wanted generation (``nodes = 1``), and how its change was
-        decided. The decision is taken once, when no DaemonSet holds the wanted generation yet:
-        blue/green starts a second DaemonSet (``blue_green_name``), node by node updates the
-        newest one in place. It is recorded on the DaemonSet, so later passes (and a restarted
-        operator) carry on the same way even as the daemons' free memory changes under them."""
+    def _daemonset_for_generation(self, cache: WeightCache, daemonsets: list[Object]) -> tuple[str, dict[str, str]]:
+        """Which DaemonSet holds the wanted generation — with ``nodes > 1``, the base name of its
+        set of slot DaemonSets (``<base>-<slot>``) — and how its change was decided. The decision
+        is taken once, when no DaemonSet holds the wanted generation yet: blue/green starts a
+        second DaemonSet or set (``blue_green_name``), node by node updates the newest in place.
+        It is recorded on the DaemonSets, so later passes (and a restarted operator) carry on the
+        same way even as the daemons' free memory changes under them."""
         spec_hash = daemon_spec_hash(cache)
-        current = next((ds for ds in singles if _generation(ds) == spec_hash), None)
+        base = slot_base if cache.spec.parallelism.nodes > 1 else (lambda ds: str(ds["metadata"]["name"]))
+        current = next((ds for ds in daemonsets if _generation(ds) == spec_hash), None)
         if current is not None:
             kept = {k: v for k, v in (current["metadata"].get("annotations") or {}).items()
                     if k in (STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION)}  # fmt: skip
-            return current["metadata"]["name"], kept
-        if not singles:
+            return base(current), kept
+        if not daemonsets:
             return CacheRef.of(cache).daemon_name, {}
-        strategy, why = self._choose_strategy(cache, singles)
-        newest = max(singles, key=lambda ds: (ds["metadata"].get("creationTimestamp", ""), ds["metadata"]["name"]))
-        name = blue_green_name(cache) if strategy == "BlueGreen" else newest["metadata"]["name"]
+        strategy, why = self._choose_strategy(cache, daemonsets)
+        newest = max(daemonsets, key=lambda ds: (ds["metadata"].get("creationTimestamp", ""), ds["metadata"]["name"]))
+        name = blue_green_name(cache) if strategy == "BlueGreen" else base(newest)
         log.info("generation change", extra={"cache": CacheRef.of(cache).name, "strategy": strategy, "reason": why,
                                               "daemonset": name})  # fmt: skip
         return name, {STRATEGY_ANNOTATION: strategy, STRATEGY_REASON_ANNOTATION: why[:1024]}
 
-    def _choose_strategy(self, cache: WeightCache, singles: list[Object]) -> tuple[Strategy, str]:
+    def _choose_strategy(self, cache: WeightCache, daemonsets: list[Object]) -> tuple[Strategy, str]:
         """``generation_strategy`` over fresh reports of the serving daemons, once the state is
-        clean enough for a second generation: one DaemonSet whose pods all run its generation (a
-        change still under way is finished node by node, so no node ever runs two daemons of one
-        generation on one socket directory)."""
+        clean enough for a second generation: DaemonSets of one generation whose pods all run it
+        (a change still under way is finished node by node, so no node ever runs two daemons of
+        one generation on one socket directory)."""
         ref = CacheRef.of(cache)
         pods = self.api.list(f"/api/v1/namespaces/{ref.namespace}/pods", f"{CACHE_LABEL}={ref.name},{COMPONENT_LABEL}=daemon")
-        if len(singles) > 1 or any(_generation(p) != _generation(singles[0]) for p in pods):
+        generations = {_generation(ds) for ds in daemonsets}
+        if len(generations) > 1 or any(_generation(p) not in generations for p in pods):
             return "NodeByNode", "a previous generation change is still under way"
         reports = self.daemon_status.read((ref.namespace, ref.name), pods, refresh=True)
         holders = self.api.list(f"/api/v1/namespaces/{ref.namespace}/pods",
@@ -672,6 +680,13 @@ def _desired(cache: WeightCache) -> Desired:
     return Desired(engine_hash=engine_template_hash(cache), generation=daemon_spec_hash(cache),
                    replicas=engine.replicas, standbys=engine.standbys_per_replica,
                    ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
+
+
+def _old_side(daemonset: Object, wanted: str, spec_hash: str) -> bool:
+    """A DaemonSet of another generation than ``spec_hash`` that a blue/green change left next
+    to the wanted one (``wanted``: its name, or with slots its base): kept until drained."""
+    name = slot_base(daemonset) if SLOT_LABEL in daemonset["metadata"]["labels"] else daemonset["metadata"]["name"]
+    return _generation(daemonset) != spec_hash and name != wanted
 
 
 def _generation(obj: Object) -> str | None:

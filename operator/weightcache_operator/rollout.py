@@ -311,7 +311,7 @@ def _plan_generation(
     if result.stalled:
         return
     if old_sets:
-        _retire_old_daemonsets(want, pods, result, old_sets)
+        retire_old_daemonsets(want, pods, result, old_sets)
     # What the DaemonSet updated in place still runs of an older generation (none with blue/green).
     in_place = [d for d in nodes if d.owner not in old_sets]
     old = [d for d in in_place if d.generation != want.generation]
@@ -343,7 +343,7 @@ def _plan_generation(
     result.step = f"replacing the daemon on {target.node}"
 
 
-def _retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, old_sets: dict[str, str | None]) -> None:
+def retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, old_sets: dict[str, str | None]) -> None:
     """Blue/green's last step: an old generation's DaemonSet goes once the Service has switched
     away from it and none of its engines is left (draining ones included: they still map it)."""
     if result.serve_generation != want.generation:

@@ -286,3 +286,59 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     daemons = pods(kube, namespace, DAEMONS)
     assert {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] for p in daemons} == {after["daemonSpecHash"]}
     assert json.dumps(after).count(before["daemonSpecHash"]) == 0
+
+
+def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
+) -> None:  # fmt: skip
+    """parallelism.nodes 2, new weights: a second set of slot DaemonSets loads next to the old one,
+    a new engine group starts on it and is promoted next to the old active, the Service switches
+    once the new group is labelled active, the old groups drain and the old slot DaemonSets go —
+    with no failed request, no retry, no moment without a Ready endpoint and never two
+    fingerprints behind the Service."""
+    apply(cluster, namespace, sample(parallelism__nodes=2))
+    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
+    before = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=reported)
+    proxy = service_proxy(namespace, "tiny-llama", 8000)
+    proxy.wait_for_ready(1)
+    generation_of: dict[str, str] = {}
+    stop = threading.Event()
+
+    def watch_pods() -> None:
+        while not stop.is_set():
+            for pod in pods(kube, namespace, ENGINES):
+                if ip := pod["status"].get("podIP"):
+                    generation_of.setdefault(ip, pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"])
+            stop.wait(0.1)
+
+    watcher = threading.Thread(target=watch_pods, daemon=True)
+    watcher.start()
+    load = SteadyLoad(*proxy.address).start()
+    try:
+        apply(cluster, namespace, sample(parallelism__nodes=2, model__revision="seed-1"))
+        new_fingerprints = lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]  # noqa: E731
+                                      and (s.get("rollout") or {}).get("phase") == "Complete"
+                                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint(
+                                          {n["fingerprint"] for n in before["nodes"]}))  # fmt: skip
+        after = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=new_fingerprints)
+        wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
+                          for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 120)  # fmt: skip
+    finally:
+        result = load.stop()
+        stop.set()
+        watcher.join()
+    print(f"load during the group generation change: {result}")
+    assert result.ok > 0 and result.failed == [] and result.retried == 0, result
+    assert not [c for c in proxy.changes if not c.ready], "the Service never had no Ready endpoint"
+    seen = [{generation_of.get(e.rsplit(":", 1)[0], "?") for e in change.ready} for change in proxy.changes]
+    assert all(len(gens) == 1 for gens in seen) and {g for gens in seen for g in gens} == {
+        before["daemonSpecHash"], after["daemonSpecHash"]}, seen  # fmt: skip
+    progress = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
+    assert any("BlueGreen: every daemon has room for a second copy" in m for m in progress), progress
+    daemonsets = sorted(d["metadata"]["name"] for d in kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"])
+    assert daemonsets == [f"tiny-llama-daemon-{after['daemonSpecHash'][:10]}-{slot}" for slot in (0, 1)]
+    assert (after["rollout"]["mode"], after["rollout"]["updated"], after["rollout"]["total"]) == ("Generation", 1, 1)
+    host, port = proxy.address
+    health = http_json(f"http://{host}:{port}/health")
+    assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health

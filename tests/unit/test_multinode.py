@@ -12,7 +12,7 @@ from test_render import NOW, container, env_of, make
 from weightcache_operator.engine_units import units
 from weightcache_operator.group_plan import Create, Delete, Failover, SetRole, group_progress, plan_groups
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service, engine_template_hash
-from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets
+from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
 from weightcache_operator.rollout import Desired, rollout_status
@@ -371,3 +371,47 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
         pod["metadata"]["labels"]["weightcache.io/engine-group"] = "gz"
     done = group_progress(want, [*ready_group, *standby], 2, at(14), previous)
     assert (done.phase, done.mode, done.updated, done.step) == ("Complete", "Engine", 1, "every replica updated")
+
+
+def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_after_the_promotion() -> None:
+    """New weights (a new daemon generation) for engine groups: a new slot DaemonSet set next to
+    the old one, a new group promoted next to the old active — which keeps serving — and only
+    once the new group is labelled active does the Service switch, then the old groups drain and
+    the old slot DaemonSets go."""
+    old_cache = make(**TWO)
+    new_cache = make(**TWO, **{"model.revision": "r2"})
+    old_gen, new_gen = daemon_spec_hash(old_cache), daemon_spec_hash(new_cache)
+    assert old_gen != new_gen
+    sets = daemon_daemonsets(new_cache, [["node-1"], ["node-2"]], name=f"tiny-daemon-{new_gen[:10]}")
+    assert [ds["metadata"]["name"] for ds in sets] == [f"tiny-daemon-{new_gen[:10]}-0", f"tiny-daemon-{new_gen[:10]}-1"]
+    assert {slot_base(ds) for ds in sets} == {f"tiny-daemon-{new_gen[:10]}"}
+
+    want = Desired(engine_template_hash(new_cache), new_gen, replicas=1, standbys=1, ready_deadline_s=600)
+    old = complete_groups(old_cache)
+    old_sets = {"tiny-daemon-0": old_gen, "tiny-daemon-1": old_gen}
+    at = datetime(2026, 11, 29, 10, 5, tzinfo=timezone.utc)
+    [surge] = [a.pod for a in plan_groups(new_cache, old, READY, ids(), serving=old_gen) if isinstance(a, Create)]
+    fresh = [run(surge, "node-1", "198.18.1.7", ready=True)]
+    fresh.append(run(next(a.pod for a in plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=old_gen)
+                          if isinstance(a, Create)), "node-2", "198.18.2.7", ready=True))  # fmt: skip
+    # Ready but a standby: the Service stays on the old generation; the new group is promoted
+    # while the old active keeps its label and serves.
+    progress = group_progress(want, [*old, *fresh], 2, at, None, old_gen, old_sets)
+    assert progress.serve_generation == old_gen and progress.retire_daemonsets == []
+    plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_generation)
+    assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
+    assert not [a for a in plan if isinstance(a, Delete)], "the old groups serve until the Service switches"
+
+    promoted = copy.deepcopy(fresh)
+    for pod in promoted:
+        pod["metadata"]["labels"]["weightcache.io/role"] = "active"
+    # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
+    progress = group_progress(want, [*old, *promoted], 2, at, None, old_gen, old_sets)
+    assert progress.serve_generation == new_gen and progress.retire_daemonsets == [], "old engines still map it"
+    plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_generation)
+    assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
+    # The old engines are gone: their slot DaemonSets go too.
+    done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)
+    assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
+    # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.
+    assert any(isinstance(a, Delete) for a in plan_groups(new_cache, [*old, *fresh], READY, ids()))

@@ -44,10 +44,16 @@ def daemon_daemonsets(cache: WeightCache, slots: list[list[str]], name: str | No
                       annotations: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
     """Every daemon DaemonSet ``cache`` needs; ``slots[k]`` are the nodes assigned slot ``k``
     (ignored with ``nodes = 1``). A slot without nodes gets no DaemonSet: nothing may run it.
-    ``name`` and ``annotations`` (``nodes = 1`` only): see ``daemon_daemonset``."""
+    ``name`` and ``annotations``: see ``daemon_daemonset`` (with ``nodes > 1``, ``name`` is the
+    base the slot number is appended to)."""
     if cache.spec.parallelism.nodes == 1:
         return [daemon_daemonset(cache, name=name, annotations=annotations)]
-    return [daemon_daemonset(cache, k, nodes) for k, nodes in enumerate(slots) if nodes]
+    return [daemon_daemonset(cache, k, nodes, name, annotations) for k, nodes in enumerate(slots) if nodes]
+
+
+def slot_base(daemonset: dict[str, Any]) -> str:
+    """The base name of a slot DaemonSet (``<base>-<slot>``): one per generation's set of slots."""
+    return str(daemonset["metadata"]["name"]).rsplit("-", 1)[0]
 
 
 def blue_green_name(cache: WeightCache) -> str:
@@ -60,8 +66,9 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
                      name: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
     """The DaemonSet for ``cache``; with ``slot``, the one holding that slot's ranks on ``nodes``.
     ``name``: the DaemonSet's name when not the default (``blue_green_name``, or the name of the
-    DaemonSet a node-by-node change updates in place); ``annotations``: added to its metadata
-    (how the generation change that made it was decided)."""
+    DaemonSet a node-by-node change updates in place; with ``slot``, the base ``-<slot>`` is
+    appended to); ``annotations``: added to its metadata (how the generation change that made it
+    was decided)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
     ranks = local_ranks(cache, slot or 0)
@@ -70,7 +77,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
     name = name or ref.daemon_name
     if slot is not None:
         labels[SLOT_LABEL] = str(slot)
-        name = f"{ref.daemon_name}-{slot}"
+        name = f"{name}-{slot}"
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     gpu = spec.daemon.backend in GPU_BACKENDS
