@@ -222,10 +222,8 @@ class Reconciler:
                                    f"{CACHE_LABEL}={name},{COMPONENT_LABEL}=daemon")  # not the GPU holder's
         current_sets = [ds for ds in daemonsets if _generation(ds) == spec_hash]
         # A blue/green change's old side: DaemonSets of another generation next to the current one.
-        wanted_base = slot_base(current_sets[0]) if current_sets and SLOT_LABEL in current_sets[0]["metadata"]["labels"] \
-            else (current_sets[0]["metadata"]["name"] if current_sets else "")  # fmt: skip
         old_sets = {ds["metadata"]["name"]: _generation(ds) for ds in daemonsets
-                    if current_sets and _old_side(ds, wanted_base, spec_hash)}  # fmt: skip
+                    if current_sets and _old_side(ds, _set_name(current_sets[0]), spec_hash)}  # fmt: skip
         desired = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or daemonsets)
         want = _desired(cache)
         serving = self._serving_generation(cache)
@@ -516,17 +514,16 @@ class Reconciler:
         It is recorded on the DaemonSets, so later passes (and a restarted operator) carry on the
         same way even as the daemons' free memory changes under them."""
         spec_hash = daemon_spec_hash(cache)
-        base = slot_base if cache.spec.parallelism.nodes > 1 else (lambda ds: str(ds["metadata"]["name"]))
         current = next((ds for ds in daemonsets if _generation(ds) == spec_hash), None)
         if current is not None:
             kept = {k: v for k, v in (current["metadata"].get("annotations") or {}).items()
                     if k in (STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION)}  # fmt: skip
-            return base(current), kept
+            return _set_name(current), kept
         if not daemonsets:
             return CacheRef.of(cache).daemon_name, {}
         strategy, why = self._choose_strategy(cache, daemonsets)
         newest = max(daemonsets, key=lambda ds: (ds["metadata"].get("creationTimestamp", ""), ds["metadata"]["name"]))
-        name = blue_green_name(cache) if strategy == "BlueGreen" else base(newest)
+        name = blue_green_name(cache) if strategy == "BlueGreen" else _set_name(newest)
         log.info("generation change", extra={"cache": CacheRef.of(cache).name, "strategy": strategy, "reason": why,
                                               "daemonset": name})  # fmt: skip
         return name, {STRATEGY_ANNOTATION: strategy, STRATEGY_REASON_ANNOTATION: why[:1024]}
@@ -682,11 +679,15 @@ def _desired(cache: WeightCache) -> Desired:
                    ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
 
 
+def _set_name(daemonset: Object) -> str:
+    """What names a generation's daemons: the DaemonSet's name, or a slot DaemonSet's base."""
+    return slot_base(daemonset) if SLOT_LABEL in daemonset["metadata"]["labels"] else str(daemonset["metadata"]["name"])
+
+
 def _old_side(daemonset: Object, wanted: str, spec_hash: str) -> bool:
     """A DaemonSet of another generation than ``spec_hash`` that a blue/green change left next
-    to the wanted one (``wanted``: its name, or with slots its base): kept until drained."""
-    name = slot_base(daemonset) if SLOT_LABEL in daemonset["metadata"]["labels"] else daemonset["metadata"]["name"]
-    return _generation(daemonset) != spec_hash and name != wanted
+    to the wanted one (``wanted``: its ``_set_name``): kept until drained."""
+    return _generation(daemonset) != spec_hash and _set_name(daemonset) != wanted
 
 
 def _generation(obj: Object) -> str | None:
