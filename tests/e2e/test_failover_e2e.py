@@ -172,7 +172,9 @@ class Cache:
         try:
             wait_for(lambda: by_role(self.kube, self.namespace)["active"] == [standby], 60,
                      describe=lambda: by_role(self.kube, self.namespace))  # fmt: skip
-            last = self.kube.get(wc)["status"]["lastFailover"]
+            # The relabel comes first; the status is written at the end of the same pass.
+            last = wait_for(lambda: (f := self.kube.get(wc)["status"].get("lastFailover") or {}).get("to") == standby
+                            and f, 30, describe=lambda: self.kube.get(wc)["status"].get("lastFailover"))  # fmt: skip
             assert (last["from"], last["to"], last["signal"]) == (active, standby, "Unresponsive"), last
             frozen = pod(self.kube, self.namespace, active)
             assert frozen["metadata"]["uid"] == uid and not frozen["metadata"].get("deletionTimestamp")
