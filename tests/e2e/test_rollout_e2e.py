@@ -11,6 +11,7 @@ import json
 import subprocess
 import threading
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -64,6 +65,19 @@ def rollout(kube: Kube, namespace: str) -> dict:
     return (kube.get(WC.format(ns=namespace)).get("status") or {}).get("rollout") or {}
 
 
+def reported(status: dict) -> bool:
+    """Both nodes' daemons report their fingerprint in the status."""
+    return len(status.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in status["nodes"])
+
+
+def replaced(before: dict) -> Callable[[dict], bool]:
+    """A status whose generation change from ``before`` is complete: another daemon spec hash,
+    the rollout Complete, and only new fingerprints on the nodes."""
+    return lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]
+                      and (s.get("rollout") or {}).get("phase") == "Complete"
+                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint({n["fingerprint"] for n in before["nodes"]}))
+
+
 def events(kube: Kube, namespace: str, reason: str) -> list[dict]:
     found = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
     return [e for e in found if e.get("reason") == reason and e["involvedObject"]["name"] == "tiny-llama"]
@@ -78,7 +92,6 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
     checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:  # fmt: skip
     apply(cluster, namespace, sample())
-    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
     before_status = wait_phase(kube, namespace, operator, "Ready", also=reported)
     before = daemon_facts(kube, namespace)
     old_engines = {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
@@ -214,7 +227,6 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     old DaemonSet goes last — no request fails even without a retry."""
     requested = "NodeByNode" if strategy == "NodeByNode" else "Auto"
     apply(cluster, namespace, sample(daemon__generationChange=requested))
-    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
     before = wait_phase(kube, namespace, operator, "Ready", also=reported)
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
@@ -244,11 +256,7 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     load = SteadyLoad(*proxy.address).start()
     try:
         apply(cluster, namespace, sample(model__revision="seed-1", daemon__generationChange=requested))
-        new_fingerprints = lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]  # noqa: E731
-                                      and (s.get("rollout") or {}).get("phase") == "Complete"
-                                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint(
-                                          {n["fingerprint"] for n in before["nodes"]}))  # fmt: skip
-        after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=new_fingerprints)
+        after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=replaced(before))
         if strategy == "BlueGreen":  # the old DaemonSet's pods are deleted in the background
             wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
                               for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 60)  # fmt: skip
@@ -298,7 +306,6 @@ def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
     with no failed request, no retry, no moment without a Ready endpoint and never two
     fingerprints behind the Service."""
     apply(cluster, namespace, sample(parallelism__nodes=2))
-    reported = lambda s: len(s.get("nodes", [])) == 2 and all(n.get("fingerprint") for n in s["nodes"])  # noqa: E731
     before = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=reported)
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
@@ -317,11 +324,7 @@ def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
     load = SteadyLoad(*proxy.address).start()
     try:
         apply(cluster, namespace, sample(parallelism__nodes=2, model__revision="seed-1"))
-        new_fingerprints = lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]  # noqa: E731
-                                      and (s.get("rollout") or {}).get("phase") == "Complete"
-                                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint(
-                                          {n["fingerprint"] for n in before["nodes"]}))  # fmt: skip
-        after = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=new_fingerprints)
+        after = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=replaced(before))
         wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
                           for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 120)  # fmt: skip
     finally:
