@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from . import logfmt
+from . import logfmt, termination
 from .errors import WeightCacheError
 
 
@@ -159,7 +159,12 @@ def main(argv: list[str] | None = None) -> int:
         return _dispatch(args, started)
     except WeightCacheError as exc:
         print(f"weightcache {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        # The one place a process's fatal error becomes its container's termination message.
+        termination.write(str(exc))
+        return getattr(exc, "exit_code", 2)
+    except Exception as exc:
+        termination.write(f"unexpected {type(exc).__name__}: {exc} (a bug: please report it with the container's log)")
+        raise
 
 
 def _default_backend(args: argparse.Namespace) -> None:

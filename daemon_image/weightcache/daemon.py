@@ -12,18 +12,21 @@ import dataclasses
 import grp
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import status_note, termination
 from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
 from .checkpoint import open_checkpoint
-from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
 from .fingerprint import compute
 from .gpu_grant import wait_for_grant
 from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
@@ -291,20 +294,35 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
     """Start one daemon process per local rank and supervise them as a unit.
 
     Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
-    launcher exits with the first failure's code; SIGTERM is forwarded to every child. With
-    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py).
+    launcher exits with the first failure's code and message (``RankExited``: the CLI makes it
+    the container's termination message); SIGTERM is forwarded to every child. With
+    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py),
+    which reports what each rank noted it is doing (status_note.py) and why an exited one ended.
     ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
     holder no longer books as not ready, as the readiness probe does.
     """
+    # Each rank's termination message and status note, in a directory only this launcher uses.
+    rank_dir = Path(tempfile.mkdtemp(prefix="weightcache-ranks-"))
+    ended_file = lambda rank: rank_dir / f"rank-{rank}.exit"  # noqa: E731
+    note_file = lambda rank: rank_dir / f"rank-{rank}.note"  # noqa: E731
+    # Exit codes as the wait loop below records them: polling the children from the HTTP
+    # thread could reap one before os.wait() sees it and hang the loop.
+    exited: dict[int, int] = {}
+
+    def ended(rank: int) -> str | None:
+        """Why the rank's process ended (its exit code and message); None while it runs."""
+        if rank not in exited:
+            return None
+        message = termination.read(ended_file(rank))
+        return f"process exited with code {exited[rank]}" + (f": {message}" if message else "")
+
     endpoint = None
     if status_addr is not None:
         from .status_endpoint import collect, status_endpoint
 
-        # Exit codes as the wait loop below records them: polling the children from the HTTP
-        # thread could reap one before os.wait() sees it and hang the loop.
-        exited: dict[int, int] = {}
-        endpoint = status_endpoint(status_addr, lambda memory=True: collect(socket_dir, name, ranks, exited.get,
-                                                                            gpus_file=gpus_file, memory=memory))  # fmt: skip
+        endpoint = status_endpoint(status_addr, lambda memory=True: collect(
+            socket_dir, name, ranks, ended, gpus_file=gpus_file, memory=memory,
+            note=lambda rank: termination.read(note_file(rank))))  # fmt: skip
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
@@ -314,7 +332,8 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
                 "--local-index", str(local_index),
                 "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
                 "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
-        children[rank] = subprocess.Popen(argv)
+        env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
+        children[rank] = subprocess.Popen(argv, env=env)
 
     def forward(signum: int, _frame: object) -> None:
         for child in children.values():
@@ -326,6 +345,7 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
     if endpoint is not None:
         endpoint.start()
     exit_code = 0
+    failure = ""
     try:
         while children:
             pid, status = os.wait()
@@ -334,13 +354,18 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
                 continue
             child = children.pop(rank)
             child.returncode = os.waitstatus_to_exitcode(status)
-            if endpoint is not None:
-                exited[rank] = child.returncode
+            exited[rank] = child.returncode
             if child.returncode != 0 and exit_code == 0:
                 exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
+                failure = termination.read(ended_file(rank)) or f"rank {rank} exited with code {child.returncode}; see the container's log"
                 log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
                 forward(signal.SIGTERM, None)
     finally:
         if endpoint is not None:
             endpoint.stop()
-    return exit_code
+        shutil.rmtree(rank_dir, ignore_errors=True)
+    if exit_code:
+        # The rank's own words, not prefixed by its number: every node refusing a spec for one
+        # reason then says the same thing, whichever ranks it holds (the log names the rank).
+        raise RankExited(failure, exit_code)
+    return 0

@@ -47,3 +47,11 @@ class BindError(WeightCacheError):
 
 class DaemonAlreadyRunning(WeightCacheError):
     """Another live daemon already serves this cache name and rank."""
+
+
+class RankExited(WeightCacheError):
+    """A rank under the launcher (``daemon --ranks``) exited; the launcher exits with its code and message."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code

@@ -38,6 +38,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from . import status_note
 from .errors import WeightCacheError
 
 log = logging.getLogger("weightcache.gpu_grant")
@@ -163,15 +164,20 @@ def wait_for_grant(grant_file: Path, index: int, poll_s: float = WAIT_POLL_S,
     """Blocks until the running holder's grant is there; returns its ``index``-th GPU UUID. A
     daemon waits rather than guesses: any GPU it picked itself may be another pod's."""
     last_log = float("-inf")
+    noted = None
     while True:
         grant, why = current_grant(grant_file)
         if grant is not None:
             if index < len(grant.uuids):
+                status_note.note(None)
                 return grant.uuids[index]
             raise WeightCacheError(
                 f"{grant_file} grants {len(grant.uuids)} GPUs (holder pod {grant.pod or '?'}) but this is local rank "
                 f"{index}: the GPU holder must request at least one GPU per local rank"
             )
+        if why != noted:
+            status_note.note(f"waiting for the GPU holder's grant before touching any GPU: {why}")
+            noted = why
         if time.monotonic() - last_log >= remind_s:
             log.info("waiting for the GPU holder's grant before touching any GPU",
                      extra={"fields": {"file": str(grant_file), "reason": why}})  # fmt: skip

@@ -7,6 +7,8 @@ import sys
 import time
 from typing import TextIO
 
+from . import status_note
+
 log = logging.getLogger("weightcache.load")
 
 
@@ -24,6 +26,7 @@ class Progress:
         self.log_every_s = log_every_s
         self.started = time.monotonic()
         self._last_emit = 0.0
+        status_note.note(f"loading the weights: {_gib(total_bytes)} to read")
 
     def advance(self, nbytes: int) -> None:
         self.done += nbytes
@@ -47,6 +50,7 @@ class Progress:
         elapsed = max(now - self.started, 1e-9)
         rate = self.done / elapsed
         eta = (self.total - self.done) / rate if rate > 0 else float("inf")
+        status_note.note(f"loading the weights: {_gib(self.done)} of {_gib(self.total)} read, ETA {eta:.0f} s")
         if self.tty:
             pct = 100.0 * self.done / self.total
             self.stream.write(

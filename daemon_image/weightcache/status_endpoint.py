@@ -26,28 +26,33 @@ from http import HTTPStatus
 from .daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
 from .device_memory import memory_report
 from .probe import inspect_rank
+from .rankfiles import RankFiles
 from .readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
 RANK_TIMEOUT_S = 1.0
 """Per-rank socket timeout: a stopped or wedged rank costs a scrape this long, not a hang."""
 
-ExitCode = Callable[[int], int | None]
-"""rank → its process's exit code, None while it runs (the launcher's record, no syscalls)."""
+RankText = Callable[[int], str | None]
+"""rank → a line about it, or None (the launcher's records: no syscalls, no waiting)."""
 
 
-def collect(socket_dir: str, name: str, ranks: list[int], exit_code: ExitCode,
-            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None, memory: bool = True) -> DaemonReport:
-    """Ask every local rank at once, so a report takes one rank timeout at worst. ``gpus_file``:
-    the GPU holder's grant, checked as the readiness probe checks it; ``memory``: also read free
-    memory (the readiness verdict does not need it)."""
+def collect(socket_dir: str, name: str, ranks: list[int], ended: RankText,
+            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None, memory: bool = True,
+            note: RankText = lambda _rank: None) -> DaemonReport:  # fmt: skip
+    """Ask every local rank at once, so a report takes one rank timeout at worst. ``ended``: why
+    the rank's process ended (exit code and message), None while it runs; ``note``: what a rank
+    that has no socket yet says it is doing (status_note.py); ``gpus_file``: the GPU holder's
+    grant, checked as the readiness probe checks it; ``memory``: also read free memory (the
+    readiness verdict does not need it)."""
 
     def one(rank: int) -> RankReport:
-        code = exit_code(rank)
-        if code is not None:
-            return RankReport(rank=rank, ready=False, problem=f"rank {rank}: process exited with code {code}")
+        why = ended(rank)
+        if why is not None:
+            return RankReport(rank=rank, ready=False, problem=f"rank {rank}: {why}")
         status, problem = inspect_rank(socket_dir, name, rank, timeout_s, gpus_file)
         if status is None:
-            return RankReport(rank=rank, ready=False, problem=problem)
+            doing = note(rank) if not RankFiles(socket_dir, name, rank).ready.exists() else None
+            return RankReport(rank=rank, ready=False, problem=f"rank {rank}: {doing}" if doing else problem)
         return RankReport(
             rank=rank, ready=problem is None, problem=problem, pid=status.pid, backend=status.backend,
             bytes=status.arena_bytes, tensor_count=status.tensor_count, gpu_uuid=status.device_uuid,

@@ -84,7 +84,8 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--keeper") + 1] == "auto"
     # The status endpoint on the pod IP, found by the operator through the named port.
     assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
-    assert daemon["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    assert daemon["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                             {"name": "WEIGHTCACHE_TERMINATION_LOG", "value": "/dev/termination-log"}]  # fmt: skip
     assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
     # Readiness from the launcher's status endpoint (the named port): no process start per probe.
     assert daemon["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "status"}
@@ -102,6 +103,21 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     spec_hash = daemon_spec_hash(make())
     assert ds["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash
     assert ds["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+def test_every_rendered_container_leaves_its_fatal_error_as_its_termination_message() -> None:
+    gpu = make(**{"daemon.backend": "cuda-vmm"})
+    holder = gpu_holder_daemonset(gpu, [])
+    assert holder is not None
+    rendered = [container(daemon_daemonset(gpu), "daemon"), container(daemon_daemonset(gpu), "keeper"),
+                container(holder, "gpu-holder"), engine_pod(gpu, 0, "active")["spec"]["containers"][0]]  # fmt: skip
+    for c in rendered:
+        assert (c["terminationMessagePath"], c["terminationMessagePolicy"]) == ("/dev/termination-log", "FallbackToLogsOnError")
+        assert env_of(c)["WEIGHTCACHE_TERMINATION_LOG"] == "/dev/termination-log", c["name"]
+    # A path the user's engine template chooses is kept, and the CLI is told that one.
+    own = make(**{"engine.template.spec.containers": [{"name": "e", "terminationMessagePath": "/tmp/why"}]})
+    engine = engine_pod(own, 0, "active")["spec"]["containers"][0]
+    assert engine["terminationMessagePath"] == env_of(engine)["WEIGHTCACHE_TERMINATION_LOG"] == "/tmp/why"
 
 
 @pytest.mark.parametrize(
@@ -265,7 +281,7 @@ def test_gpu_holder_books_the_gpus_and_every_generations_daemons_read_its_grant(
                                "--expect", "4"]  # fmt: skip
     assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert main["resources"]["requests"]["nvidia.com/gpu"] == "4"
-    assert {e["name"] for e in main["env"]} == {"POD_NAME", "POD_UID", "NODE_NAME"}
+    assert {e["name"] for e in main["env"]} == {"POD_NAME", "POD_UID", "NODE_NAME", "WEIGHTCACHE_TERMINATION_LOG"}
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in main["env"]}, "the device plugin sets it"
     assert holder["spec"]["template"]["metadata"]["annotations"] == {"weightcache.io/gpus-per-node": "4"}
     # The per-cache host directory: the parent of every generation's socket directory.

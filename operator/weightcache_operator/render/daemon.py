@@ -27,6 +27,7 @@ from .layout import (
     STATUS_PORT_NAME,
     CacheRef,
     daemon_spec_hash,
+    explain_exits,
     local_ranks,
     model_args,
     model_volume,
@@ -129,18 +130,18 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         daemon["volumeMounts"].append(gpus_mount)
         volumes.append(gpus_vol)
 
-    containers = [daemon]
+    containers = [explain_exits(daemon)]
     if spec.daemon.backend in KEEPER_BACKENDS:
         # A sidecar, so the arena outlives a crashed daemon container in the same pod.
         containers.insert(
             0,
-            {
+            explain_exits({
                 "name": "keeper",
                 "image": spec.daemon.image,
                 "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
                 "volumeMounts": [dict(sock_mount)],
-            },
-        )
+            }),
+        )  # fmt: skip
 
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),

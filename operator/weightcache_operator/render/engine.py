@@ -29,6 +29,7 @@ from .layout import (
     SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
+    explain_exits,
     model_volume,
     pin_to_nodes,
     placement_fields,
@@ -122,6 +123,7 @@ def engine_pod(
         container["env"] = [*(copy.deepcopy(e) for e in env if e["name"] not in names), *container.get("env", [])]
         mounts = [m for m in container.get("volumeMounts", []) if m.get("name") not in ("model", sock_mount["name"])]
         container["volumeMounts"] = [*mounts, dict(model_mount), dict(sock_mount)]
+        explain_exits(container)
         if claim is not None:
             resources = container.setdefault("resources", {})
             resources["claims"] = [*(c for c in resources.get("claims", []) if c.get("name") != CLAIM_NAME),

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..spec import WeightCache
 from .dra import uses_dra
-from .layout import CLI, CacheRef, pin_to_nodes, placement_fields
+from .layout import CLI, CacheRef, explain_exits, pin_to_nodes, placement_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc"})
@@ -95,7 +95,7 @@ def gpu_holder_daemonset(cache: WeightCache, slots: list[list[str]]) -> dict[str
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 10,
-        "containers": [holder],
+        "containers": [explain_exits(holder)],
         "volumes": [volume],
     }
     if cache.spec.parallelism.nodes > 1:

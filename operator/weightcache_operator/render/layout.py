@@ -14,6 +14,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from weightcache.termination import ENV as TERMINATION_ENV
+
 from ..spec import API_VERSION, KIND, WeightCache
 
 CACHE_LABEL = "weightcache.io/cache"
@@ -38,6 +40,22 @@ NODE_RANK_LABEL = "weightcache.io/node-rank"
 """On engine pods with ``nodes > 1``: which slot's ranks the pod runs; 0 is the group's leader."""
 CLAIM_ANNOTATION = "weightcache.io/resource-claim"
 """On engine pods with ``gpuAccess: dra``: the daemon's ResourceClaim the engine shares."""
+TERMINATION_LOG = "/dev/termination-log"
+"""Where rendered containers leave their termination message (Kubernetes' default path)."""
+
+
+def explain_exits(container: dict[str, Any]) -> dict[str, Any]:
+    """Makes the container's fatal error its termination message, which Kubernetes puts in the
+    pod's ``state.terminated.message`` for ``kubectl describe pod`` and the operator's conditions:
+    the weightcache CLI writes its error to ``$WEIGHTCACHE_TERMINATION_LOG`` (set here to the
+    container's ``terminationMessagePath``); any other process that dies with an error leaves the
+    tail of its log (``FallbackToLogsOnError``). Values the container already sets are kept."""
+    container.setdefault("terminationMessagePath", TERMINATION_LOG)
+    container.setdefault("terminationMessagePolicy", "FallbackToLogsOnError")
+    env = container.setdefault("env", [])
+    if not any(e.get("name") == TERMINATION_ENV for e in env):
+        env.append({"name": TERMINATION_ENV, "value": container["terminationMessagePath"]})
+    return container
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 
 CLI = ["python", "-m", "weightcache"]
