@@ -39,6 +39,8 @@ PRINTER_COLUMNS: list[Schema] = [
     {"name": "Standby", "type": "integer", "jsonPath": ".status.standbyEngines"},
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    # Last: it can be long, and the columns before it are the glance.
+    {"name": "Message", "type": "string", "jsonPath": ".status.message"},
 ]
 
 

@@ -6,7 +6,8 @@ failure becomes a message in ``status.nodes[].reportError`` instead of an except
 read again only when the API server says it changed (its uid or resourceVersion: readiness flips
 change it) — a pass triggered by an engine pod's event costs no HTTP request at all. A failed read
 is retried after ``RETRY_FAILED_S`` even if the pod did not change, so a transient error does not
-stick to a pod that stays Ready for days.
+stick to a pod that stays Ready for days; so is a report of ranks not ready, because what a loading
+or waiting daemon says (status_note.py) changes while its pod does not.
 """
 
 from __future__ import annotations
@@ -77,7 +78,8 @@ class DaemonStatusReader:
             names[uid] = meta["name"]
             if uid in before and before[uid][0] == version:
                 _version, read_at, fetched = before[uid]
-                if isinstance(fetched, DaemonReport) or now - read_at < RETRY_FAILED_S:
+                settled = isinstance(fetched, DaemonReport) and fetched.ready
+                if settled or now - read_at < RETRY_FAILED_S:
                     kept[uid] = before[uid]
                     continue
             url = status_url(pod)

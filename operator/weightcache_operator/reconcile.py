@@ -23,6 +23,7 @@ from .failover import Promotion, failover_status, plan_replica, unready_nodes
 from .gates import DAEMON_UID_ANNOTATION, gate_wanted
 from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
 from .metrics import OperatorMetrics
+from .reasons import failure_events
 from .render import (
     CACHE_LABEL,
     COMPONENT_LABEL,
@@ -243,7 +244,9 @@ class Reconciler:
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read((namespace, name), daemon_pods)
-        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded)
+        holders = (self.api.list(f"{ns}/pods", f"{CACHE_LABEL}={name},{COMPONENT_LABEL}={HOLDER_COMPONENT}")
+                   if uses_gpu_holder(cache) else [])  # fmt: skip
+        observed = Observed(daemon_pods, engines, desired, daemon_reports=reports, stranded=stranded, holder_pods=holders)
         status = aggregate(cache, observed, self.clock(), previous)
         self._add_rollout(body, status, steps, want, _decision(current_sets), previous)
         if failover is not None:
@@ -644,6 +647,8 @@ class Reconciler:
             self._event(body, "Warning" if status["phase"] in ("Failed", "Degraded") else "Normal",
                         f"Phase{status['phase']}", _phase_message(status))  # fmt: skip
             log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": status["phase"]})
+        for reason, message in failure_events(old.get("conditions") or [], status.get("conditions") or []):
+            self._event(body, "Warning", reason, message)
         if all(old.get(k) == v for k, v in status.items()):
             return
         try:

@@ -453,6 +453,11 @@ class WeightCacheStatus(ApiModel):
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)
     model: str | None = Field(default=None, description="The model source and revision, in one line.")
+    message: str | None = Field(
+        default=None,
+        description="What is wrong, in one line (the Degraded condition's message), else what the daemons of "
+        "nodes that are not ready say they wait for; unset when nothing is.",
+    )
     last_failover: FailoverStatus | None = None
 
 

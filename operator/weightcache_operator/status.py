@@ -15,6 +15,7 @@ from typing import Any
 from weightcache.daemon_report import DaemonReport
 
 from .engine_units import pod_ready, units
+from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason
 from .render.layout import SLOT_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
 from .spec import WeightCache
 
@@ -51,6 +52,8 @@ class Observed:
     """Daemon pod name → its status endpoint's report, or why it could not be read."""
     stranded: list[str] = field(default_factory=list)
     """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
+    holder_pods: list[Pod] = field(default_factory=list)
+    """The cache's GPU holder pods (GPU backends): a holder that exited is why its node's daemon waits."""
 
 
 def aggregate(
@@ -97,13 +100,20 @@ def aggregate(
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             by_node[node] = pod
+    holders = {(p.get("spec") or {}).get("nodeName"): p for p in observed.holder_pods
+               if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
+    reasons: dict[str, Reason] = {}
     for node, pod in sorted(by_node.items()):
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
         slot = (pod["metadata"].get("labels") or {}).get(SLOT_LABEL, "0")
         ranks = local_ranks(cache, int(slot) if slot.isdigit() else 0)
-        nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current,
-                                 observed.daemon_reports.get(pod["metadata"]["name"])))  # fmt: skip
+        report = observed.daemon_reports.get(pod["metadata"]["name"])
+        nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current, report))
+        # Only a pod of this generation speaks for this spec (an old one's crash is not this spec's).
+        of_spec = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
+        if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
+            reasons[node] = why
 
     replicas = cache.spec.engine.replicas
     standbys_per = cache.spec.engine.standbys_per_replica
@@ -122,20 +132,30 @@ def aggregate(
     daemons_ok = desired > 0 and ready_nodes >= desired
     engines_ok = active_ready == replicas and standby_ready == replicas * standbys_per
     available = replicas > 0 and active_ready == replicas
-    looping = [f"{p['metadata']['name']}/{c}" for p in [*observed.daemon_pods, *observed.engine_pods]
+    looping = [f"{p['metadata']['name']}/{c}" for p in [*observed.daemon_pods, *observed.engine_pods, *observed.holder_pods]
                if (c := crash_looping(p))]  # fmt: skip
+    # Every node refusing the spec for one reason: waiting will not help. Failed, unless engines
+    # (of the previous generation) still serve: then Degraded.
+    refused = None if daemons_ok else common_refusal(reasons, desired)
+    failing_engines = {} if engines_ok else engine_reasons(observed.engine_pods)
 
     if desired == 0:
         daemons_reason, daemons_msg = "NoNodesSelected", "no node matches spec.placement"
     elif daemons_ok:
         daemons_reason, daemons_msg = "AllNodesReady", f"{ready_nodes}/{desired} nodes hold every local rank"
     else:
-        daemons_reason, daemons_msg = "Loading", f"{ready_nodes}/{desired} nodes ready"
+        failing = any(r.refusal for r in reasons.values())
+        daemons_reason = "Refused" if refused else "DaemonsFailing" if failing else "Loading"
+        daemons_msg = f"{ready_nodes}/{desired} nodes ready" + (f"; {grouped(reasons)}" if reasons else "")
     engines_msg = (
         f"{active_ready}/{replicas} active and {standby_ready}/{replicas * standbys_per} standby engines ready"
     )
+    engines_reason = "AllEnginesReady" if engines_ok else "EnginesFailing" if failing_engines else "EnginesStarting"
+    engines_detail = engines_msg + (f"; {grouped(failing_engines)}" if failing_engines else "")
 
-    if looping or observed.stranded:
+    if refused and not available:
+        phase = "Failed"
+    elif refused or looping or observed.stranded:
         phase = "Degraded"
     elif daemons_ok and engines_ok:
         phase = "Ready"
@@ -144,9 +164,12 @@ def aggregate(
     else:
         phase = "Pending"
 
+    degraded = _degraded(looping, observed.stranded, refused, {**reasons, **failing_engines}, serving=available)
     return {
         **base,
         "phase": phase,
+        # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
+        "message": degraded[1] if degraded[0] != "Healthy" else grouped(reasons) or None,
         "nodes": nodes,
         "engines": engines,
         "readyNodes": f"{ready_nodes}/{desired}",
@@ -154,7 +177,7 @@ def aggregate(
         "standbyEngines": standby_ready,
         "conditions": [
             condition("DaemonsReady", daemons_ok, daemons_reason, daemons_msg),
-            condition("EnginesReady", engines_ok, "AllEnginesReady" if engines_ok else "EnginesStarting", engines_msg),
+            condition("EnginesReady", engines_ok, engines_reason, engines_detail),
             condition("Available", available, "ActiveEnginesReady" if available else "NoActiveEngine", engines_msg),
             condition(
                 "Progressing",
@@ -162,18 +185,24 @@ def aggregate(
                 "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
                 f"daemons: {daemons_msg}; engines: {engines_msg}",
             ),
-            condition("Degraded", bool(looping or observed.stranded), *_degraded(looping, observed.stranded)),
+            condition("Degraded", degraded[0] != "Healthy", *degraded),
         ],
     }
 
 
-def _degraded(looping: list[str], stranded: list[str]) -> tuple[str, str]:
-    """Reason and message of the Degraded condition: a failover that found no Ready standby
-    first (it is what a user of the Service notices), then crash loops."""
+def _degraded(looping: list[str], stranded: list[str], refused: str | None,
+              reasons: dict[str, Reason], serving: bool) -> tuple[str, str]:  # fmt: skip
+    """Reason and message of the Degraded condition: a spec every node refuses first (nothing
+    will run until it changes), then a failover that found no Ready standby (what a user of the
+    Service notices), then crash loops — with what the crashed processes said."""
+    if refused:
+        kept = "; the previous generation's engines still serve" if serving else ""
+        return "Refused", f"every node refuses this spec: {refused}{kept}"
     if stranded:
         return "NoReadyStandby", "; ".join(stranded)
     if looping:
-        return "CrashLoop", f"crash-looping containers: {', '.join(looping)}"
+        said = {node: r for node, r in reasons.items() if r.refusal}
+        return "CrashLoop", f"crash-looping containers: {', '.join(looping)}" + (f"; {grouped(said)}" if said else "")
     return "Healthy", "no container is crash-looping and every failed active had a standby"
 
 
@@ -218,7 +247,7 @@ def invalid_status(
         conditions.append({"type": kind, "status": status, "reason": "InvalidSpec", "message": message,
                            "lastTransitionTime": before["lastTransitionTime"] if same and before else _stamp(now),
                            "observedGeneration": generation})  # fmt: skip
-    return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "conditions": conditions,
+    return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "message": message, "conditions": conditions,
             "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
 
 

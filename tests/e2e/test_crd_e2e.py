@@ -60,7 +60,7 @@ def test_gpu_sample_is_accepted_as_written(
 def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str) -> None:
     cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
     header = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "READY", "NODES", "ACTIVE", "STANDBY", "MODEL", "AGE"]
+    assert header == ["NAME", "PHASE", "READY", "NODES", "ACTIVE", "STANDBY", "MODEL", "AGE", "MESSAGE"]
     kube.patch(
         f"{collection(namespace)}/tiny-llama/status",
         {

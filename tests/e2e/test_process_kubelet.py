@@ -354,3 +354,48 @@ def test_init_containers_run_in_order_and_a_failed_one_fails_the_pod(
     assert pod["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 7
     assert "running" not in pod["status"]["containerStatuses"][0]["state"]
     assert kubelet.logs(namespace, "broken", "main") == ""
+
+
+def test_termination_messages_reach_the_container_status(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
+    """As the real kubelet: the file at terminationMessagePath becomes state.terminated.message
+    (lastState after a restart; every start gets an empty file), FallbackToLogsOnError uses the
+    log's last 80 lines only when the file is empty, and five containers share 12 KiB."""
+    sh = lambda name, script, **extra: {"name": name, "image": "busybox", "command": ["sh", "-c", script], **extra}  # noqa: E731
+    create_pod(
+        kube,
+        namespace,
+        "explained",
+        {
+            "restartPolicy": "Always",
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "containers": [
+                sh("writer", "[ -s /dev/termination-log ] && { echo stale > /dev/termination-log; exit 4; }; "
+                             "echo $$ >> /work/starts; echo \"start $(wc -l < /work/starts): no config.json\" > /dev/termination-log; "
+                             "exit 3", volumeMounts=[{"name": "work", "mountPath": "/work"}]),
+                sh("own-path", "printf 'told here' > /var/run/why; exit 1", terminationMessagePath="/var/run/why"),
+                sh("fallback", "for i in $(seq 1 100); do echo line $i; done; exit 1",
+                   terminationMessagePolicy="FallbackToLogsOnError"),
+                sh("log-only", "echo only in the log; exit 1"),
+                sh("long", "head -c 5000 /dev/zero | tr '\\0' x > /dev/termination-log; exit 1"),
+            ],
+        },
+    )  # fmt: skip
+
+    def terminated(container: str) -> dict:
+        status = container_status(kube, namespace, "explained", container)
+        return status["state"].get("terminated") or status.get("lastState", {}).get("terminated") or {}
+
+    writer = wait_for(
+        lambda: (s := container_status(kube, namespace, "explained", "writer"))["restartCount"] >= 1
+        and s["lastState"].get("terminated", {}).get("message", "").startswith("start") and s,
+        30,
+        describe=lambda: get_pod(kube, namespace, "explained")["status"],
+    )
+    assert writer["lastState"]["terminated"]["exitCode"] == 3, "a restart starts with an empty file"
+    assert writer["lastState"]["terminated"]["message"].strip().endswith(": no config.json")
+    wait_for(lambda: all(terminated(c) for c in ("own-path", "fallback", "log-only", "long")), 30,
+             describe=lambda: get_pod(kube, namespace, "explained")["status"])  # fmt: skip
+    assert terminated("own-path")["message"] == "told here"
+    assert terminated("fallback")["message"].splitlines() == [f"line {i}" for i in range(21, 101)]
+    assert "message" not in terminated("log-only"), "the default policy (File) never reads the log"
+    assert terminated("long")["message"] == "x" * (12 * 1024 // 5)

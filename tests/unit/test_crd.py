@@ -183,6 +183,7 @@ def test_resource_names_columns_and_subresources() -> None:
         ("STANDBY", ".status.standbyEngines"),
         ("MODEL", ".status.model"),
         ("AGE", ".metadata.creationTimestamp"),
+        ("MESSAGE", ".status.message"),
     ]
     status_fields = set(openapi()["properties"]["status"]["properties"])
     for _, path in columns[:-1]:

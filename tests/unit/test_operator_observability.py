@@ -125,6 +125,22 @@ def test_reader_asks_again_only_when_the_pod_changed(endpoint: DaemonEndpoint) -
     assert endpoint.requests == 4
 
 
+def test_reader_asks_a_daemon_that_is_not_ready_again_later(endpoint: DaemonEndpoint) -> None:
+    """What a loading or waiting daemon says changes while its pod does not."""
+    now = [1000.0]
+    reader = DaemonStatusReader(clock=lambda: now[0])
+    endpoint.report = report(rank(0, ready=False))
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    assert endpoint.requests == 1, "not at once"
+    now[0] += RETRY_FAILED_S
+    endpoint.report = report(rank(0))
+    assert reader.read(("ns", "tiny"), [endpoint.pod()]) == {"d": endpoint.report} and endpoint.requests == 2
+    now[0] += RETRY_FAILED_S
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    assert endpoint.requests == 2, "a ready report stands until the pod changes"
+
+
 def test_reader_failures_are_messages_and_are_retried_later() -> None:
     now = [1000.0]
     reader = DaemonStatusReader(timeout_s=0.5, clock=lambda: now[0])

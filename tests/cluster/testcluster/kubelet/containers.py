@@ -14,6 +14,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ..rest import Object
+from . import termination
 from .environment import expand
 from .nodes import now_rfc3339
 from .probes import ProbeLoop, ProbeTarget
@@ -33,6 +34,9 @@ class LaunchSpec:
     log_dir: Path
     pod_ip: str
     isolated: bool
+    termination_dir: Path | None = None
+    """Where each start's termination-message file lives on the host (termination.py); None: no file."""
+    message_limit: int = termination.MAX_BYTES
 
 
 @dataclass
@@ -140,13 +144,18 @@ class ContainerRunner:
             return 128
         self.launch.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.launch.log_dir / f"{self.restart_count}.log"
+        mounts = list(self.launch.mounts)
+        message_file = None
+        if self.launch.termination_dir is not None and self.launch.isolated:
+            message_file = termination.fresh_file(self.launch.termination_dir / str(self.restart_count))
+            mounts.append(Mount(message_file, termination.message_path(self.spec)))
         with open(log_path, "ab") as log_file:
             try:
                 process = start_process(
                     argv,
                     self.launch.environment,
                     self.launch.working_dir,
-                    self.launch.mounts,
+                    mounts,
                     log_file,
                     self.launch.isolated,
                 )
@@ -175,7 +184,8 @@ class ContainerRunner:
             exit_code, reason = 128 - exit_code, "Error"
         if self._killed_by_probe:
             reason = "Error"
-        self._terminate_state(exit_code, reason, None)
+        message = termination.read_message(self.spec, message_file, log_path, exit_code, self.launch.message_limit)
+        self._terminate_state(exit_code, reason, message)
         # Reported first, cleaned up second: the exit must reach the API within milliseconds.
         kill_container_processes(process, self.marker)
         return exit_code

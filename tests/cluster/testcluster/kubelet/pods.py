@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..rest import ApiError, Kube, Object
 from .containers import Backoff, ContainerRunner, LaunchSpec, resolve_argv
+from . import termination
 from .devices import GpuPool, gpus_requested
 from .environment import MissingReference, container_environment
 from .nodes import now_rfc3339
@@ -148,6 +149,8 @@ class PodWorker:
             log_dir=self.pod_dir / "logs" / spec["name"],
             pod_ip=self.pod_ip,
             isolated=self.context.isolated,
+            termination_dir=self.pod_dir / "containers" / spec["name"],
+            message_limit=termination.budget(self.pod["spec"]),
         )
         # A sidecar (an init container with restartPolicy Always) restarts like a regular
         # container of an Always pod, whatever the pod's own policy.
