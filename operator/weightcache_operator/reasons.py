@@ -77,7 +77,7 @@ def node_reason(daemon_pod: Pod, holder_pod: Pod | None, report: DaemonReport | 
     if (failed := exit_reason(daemon_pod)) is not None:
         return Reason(failed, refusal=True)
     if holder_pod is not None and (failed := exit_reason(holder_pod)) is not None:
-        return Reason(f"GPU holder {failed}", refusal=True)
+        return Reason(failed, refusal=True)
     if (said := report_reason(report)) is not None:
         return Reason(said, refusal=False)
     return None

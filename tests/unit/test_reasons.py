@@ -17,7 +17,7 @@ from test_render import NOW, engine, fake_pod, make  # noqa: E402  (tests/unit i
 
 CACHE = make()
 CURRENT = {SPEC_HASH_ANNOTATION: daemon_spec_hash(CACHE)}
-HEADS = "num_attention_heads=8 is not divisible by tensor-parallel size 3: choose a tensor-parallel size that divides 8"
+HEADS = "num_attention_heads=8 is not divisible by tensor-parallel size 3; use a tp size that divides 8"
 
 
 def exited(pod: dict[str, Any], code: int, message: str | None, *, container: str = "daemon",
@@ -100,7 +100,7 @@ def test_a_crashed_gpu_holder_is_its_nodes_reason() -> None:
     reports: dict[str, DaemonReport | str] = {p["metadata"]["name"]: waiting for p in pods}
     status = aggregate(CACHE, Observed(pods, [], 2, daemon_reports=reports, holder_pods=holders), NOW)
     assert status["phase"] == "Failed"
-    assert condition(status, "DaemonsReady")["message"] == f"0/2 nodes ready; node-1, node-2: GPU holder gpu-holder exited with code 2: {nvml}"
+    assert condition(status, "DaemonsReady")["message"] == f"0/2 nodes ready; node-1, node-2: gpu-holder exited with code 2: {nvml}"
 
 
 def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> None:

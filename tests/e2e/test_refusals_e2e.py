@@ -1,0 +1,105 @@
+"""Specs the API server accepts but the nodes cannot run, tried as a new user would: each ends
+Failed, and the daemon's (or the GPU holder's) own words reach the places a user looks —
+`kubectl get wc` (PHASE and MESSAGE), the DaemonsReady condition per node, and the Events of
+`kubectl describe wc`. One small test per case on the helpers below."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import Kube
+from testcluster.waiting import wait_for
+
+from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
+    DAEMONS,
+    apply_sample,
+    checkpoint,
+    http_json,
+    operator,
+    pods,
+    start_operator,
+    wait_phase,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+def refused(cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, **changes: object) -> dict:
+    """Applies the sample with ``changes`` and returns the status once it says Failed."""
+    apply_sample(cluster, namespace, **changes)
+    return wait_phase(kube, namespace, operator, "Failed", timeout=240)
+
+
+def daemons_ready(status: dict) -> str:
+    return next(c["message"] for c in status["conditions"] if c["type"] == "DaemonsReady")
+
+
+def what_a_user_reads(cluster: ControlPlane, namespace: str, status: dict, reason: str) -> None:
+    """The reason, per node, in the condition; in `kubectl get wc`; in `kubectl describe wc` Events."""
+    assert f"node-1, node-2: {reason}" in daemons_ready(status), daemons_ready(status)
+    row = cluster.kubectl("get", "wc", "tiny-llama", "-n", namespace, "--no-headers").stdout
+    assert row.split()[1] == "Failed" and f"every node refuses this spec: {reason}" in row, row
+
+    def described() -> str:
+        return cluster.kubectl("describe", "wc", "tiny-llama", "-n", namespace).stdout
+
+    # Events are posted right after the status: give the API server a moment.
+    text = wait_for(lambda: (t := described()) if "Refused" in t and reason[:60] in t else None, 30,
+                    describe=described)  # fmt: skip
+    print(text)
+    assert "PhaseFailed" in text
+
+
+def remove(cluster: ControlPlane, namespace: str) -> None:
+    """Deleting a refused cache completes: its finalizer stops the crash-looping pods."""
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
+
+
+def test_a_tensor_size_that_does_not_divide_the_heads(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
+) -> None:
+    status = refused(cluster, kube, namespace, operator, parallelism={"tensor": 3})
+    what_a_user_reads(cluster, namespace, status,
+                      "daemon exited with code 2: num_attention_heads=8 is not divisible by tensor-parallel size 3")  # fmt: skip
+    remove(cluster, namespace)
+
+
+def test_a_pipeline_size_larger_than_the_layer_count(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
+) -> None:
+    status = refused(cluster, kube, namespace, operator, parallelism={"tensor": 1, "pipeline": 5})
+    what_a_user_reads(cluster, namespace, status, "daemon exited with code 2: pipeline size 5 exceeds the model's 4 layers")
+    remove(cluster, namespace)
+
+
+def test_a_host_path_without_a_checkpoint(
+    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen
+) -> None:
+    for node in ("node-1", "node-2"):
+        (kubelet.node_root(node) / "models" / "empty").mkdir(parents=True, exist_ok=True)
+    status = refused(cluster, kube, namespace, operator, model={"source": {"hostPath": {"path": "/models/empty"}},
+                                                               "dtype": "float32"})  # fmt: skip
+    what_a_user_reads(cluster, namespace, status, "daemon exited with code 2: /weightcache/model/config.json is missing: "
+                                                  "a Hugging Face checkpoint needs its config.json")  # fmt: skip
+    remove(cluster, namespace)
+
+
+def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
+) -> None:
+    """The nodes advertise nvidia.com/gpu, so the GPU holder pods are placed, but nothing there can
+    read a GPU: the holders exit, and the daemons, waiting for their grant, say so themselves."""
+    status = refused(cluster, kube, namespace, operator, daemon={"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm"})
+    what_a_user_reads(cluster, namespace, status,
+                      "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed")  # fmt: skip
+    for pod in pods(kube, namespace, DAEMONS):
+        own = http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)
+        assert all("waiting for the GPU holder's grant before touching any GPU: no GPU holder runs" in r["problem"]
+                   for r in own["ranks"]), json.dumps(own, indent=1)  # fmt: skip
+    remove(cluster, namespace)
