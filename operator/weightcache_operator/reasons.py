@@ -9,8 +9,10 @@ A node's reason, most telling first:
    grant, so its error is theirs);
 3. the daemon's own status report: what its first unready rank says it is doing or waiting for.
 
-Only 1 and 2 are *refusals*: a process gave up on this spec. When every node refuses it for the
-same reason, retrying will not help, and the phase says Failed (status.py).
+1 and 2 are *refusals* when the process exited with code 2, the weightcache CLI's code for an
+error in input, configuration or environment: it gave up on this spec, and will again. A process
+killed (137, 143) or one that crashed on a bug (1) is a reason but no refusal. When every node
+refuses the spec for the same reason, retrying will not help, and the phase says Failed (status.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from weightcache.daemon_report import DaemonReport
 from .engine_units import pod_ready
 
 Pod = dict[str, Any]
+REFUSED_EXIT = 2
+"""The weightcache CLI's exit code for errors in input, configuration or environment (cli.py)."""
 MAX_REASON = 512
 """Characters of one reason kept in a condition message (a log tail can be 2 KiB)."""
 FAILING_REASONS = frozenset({"DaemonsFailing", "Refused", "EnginesFailing"})
@@ -35,10 +39,12 @@ EVENT_CONDITIONS = frozenset({"DaemonsReady", "EnginesReady"})
 class Reason:
     text: str
     refusal: bool
-    """True when a process exited with an error (it will not get further by waiting)."""
+    """True when a process gave up on the spec (exit code 2): waiting will not get it further."""
+    exited: bool = True
+    """True when a process exited with an error; False for what a running daemon reports."""
 
 
-def exit_reason(pod: Pod) -> str | None:
+def exit_reason(pod: Pod) -> Reason | None:
     """``<container> exited with code N: <message>`` for the pod's failed container (its current
     state, else its last one), or None when no container failed."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -47,7 +53,8 @@ def exit_reason(pod: Pod) -> str | None:
             if ended.get("exitCode", 0) != 0:
                 message = one_line(ended.get("message") or "")
                 code = f"{status.get('name')} exited with code {ended['exitCode']}"
-                return f"{code}: {message}" if message else f"{code} ({ended.get('reason') or 'no message'})"
+                text = f"{code}: {message}" if message else f"{code} ({ended.get('reason') or 'no message'})"
+                return Reason(text, refusal=ended["exitCode"] == REFUSED_EXIT)
     return None
 
 
@@ -75,11 +82,11 @@ def report_reason(report: DaemonReport | str | None) -> str | None:
 def node_reason(daemon_pod: Pod, holder_pod: Pod | None, report: DaemonReport | str | None) -> Reason | None:
     """Why a node whose daemon is not ready is not (see the module's order), or None when nothing says."""
     if (failed := exit_reason(daemon_pod)) is not None:
-        return Reason(failed, refusal=True)
+        return failed
     if holder_pod is not None and (failed := exit_reason(holder_pod)) is not None:
-        return Reason(failed, refusal=True)
+        return failed
     if (said := report_reason(report)) is not None:
-        return Reason(said, refusal=False)
+        return Reason(said, refusal=False, exited=False)
     return None
 
 
@@ -108,7 +115,7 @@ def engine_reasons(engine_pods: list[Pod]) -> dict[str, Reason]:
         if pod["metadata"].get("deletionTimestamp") or pod_ready(pod):
             continue
         if (failed := exit_reason(pod)) is not None:
-            found[pod["metadata"]["name"]] = Reason(failed, refusal=True)
+            found[pod["metadata"]["name"]] = failed
     return found
 
 

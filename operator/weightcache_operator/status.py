@@ -144,7 +144,7 @@ def aggregate(
     elif daemons_ok:
         daemons_reason, daemons_msg = "AllNodesReady", f"{ready_nodes}/{desired} nodes hold every local rank"
     else:
-        failing = any(r.refusal for r in reasons.values())
+        failing = any(r.exited for r in reasons.values())
         daemons_reason = "Refused" if refused else "DaemonsFailing" if failing else "Loading"
         daemons_msg = f"{ready_nodes}/{desired} nodes ready" + (f"; {grouped(reasons)}" if reasons else "")
     engines_msg = (
@@ -201,7 +201,7 @@ def _degraded(looping: list[str], stranded: list[str], refused: str | None,
     if stranded:
         return "NoReadyStandby", "; ".join(stranded)
     if looping:
-        said = {node: r for node, r in reasons.items() if r.refusal}
+        said = {node: r for node, r in reasons.items() if r.exited}
         return "CrashLoop", f"crash-looping containers: {', '.join(looping)}" + (f"; {grouped(said)}" if said else "")
     return "Healthy", "no container is crash-looping and every failed active had a standby"
 

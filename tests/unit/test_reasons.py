@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from weightcache.daemon_report import DaemonReport, RankReport
-from weightcache_operator.reasons import MAX_REASON, exit_reason, failure_events, one_line
+from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
@@ -137,8 +137,18 @@ def test_failed_engines_say_why_in_engines_ready() -> None:
     assert ready["message"].endswith("; tiny-0-a: engine exited with code 1: ValueError: bad port")
 
 
+def test_a_killed_daemon_is_a_reason_but_not_a_refusal() -> None:
+    """Only exit code 2 (the CLI's input, configuration or environment error) refuses the spec:
+    a single node's daemon killed while the engines ride it out must not make the cache Failed."""
+    killed = exited(daemon("node-1"), 137, "ts=… msg=loading")
+    status = aggregate(CACHE, Observed([killed], [], 1), NOW)
+    assert status["phase"] == "Loading"
+    assert condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
+    assert condition(status, "DaemonsReady")["message"] == "0/1 nodes ready; node-1: daemon exited with code 137: ts=… msg=loading"
+
+
 def test_an_exit_without_a_message_says_how_it_ended_and_a_clean_exit_is_no_reason() -> None:
-    assert exit_reason(exited(daemon("n"), 137, None)) == "daemon exited with code 137 (Error)"
+    assert exit_reason(exited(daemon("n"), 137, None)) == Reason("daemon exited with code 137 (Error)", refusal=False)
     assert exit_reason(exited(daemon("n"), 0, "bye")) is None
     assert one_line("x" * 2000) == "x" * (MAX_REASON - 1) + "…"
 
