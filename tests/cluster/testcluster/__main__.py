@@ -54,9 +54,11 @@ def main() -> int:
             print(f"local cluster running (pid {cluster.pid}), state in {cluster.dir}\n{cluster.shell_setup()}")
         elif options.command == "down":
             if running(directory) is None:
+                stop(directory)  # what a crashed one left behind
                 print(f"no local cluster running from {directory}")
-            left = stop(directory)
-            print(f"local cluster stopped, {directory} removed" + (f"; killed leftovers: {left}" if left else ""))
+            else:
+                left = stop(directory)
+                print(f"local cluster stopped, {directory} removed" + (f"; killed leftovers: {left}" if left else ""))
         elif options.command == "sample":
             from .demo import prepare_sample
 
