@@ -46,7 +46,7 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
 
         # The phases as printed (rows of `kubectl get wc -w`) are the ones recorded, ending in Ready,
         # and the cache is still Ready on both nodes.
-        rows = re.findall(r"^\s+\+\s*([\d.]+)s\s+tiny-llama\s+(\w+)", out, re.MULTILINE)
+        rows = re.findall(r"^\s+\+\s*([\d.]+)s\s+tiny-llama\s+(Pending|Loading|Ready|Degraded|Failed)\s", out, re.MULTILINE)
         printed = [phase for i, (_, phase) in enumerate(rows) if i == 0 or rows[i - 1][1] != phase]
         assert printed == [phase for _, phase in report["phases"]] and printed[-1] == "Ready", (printed, out)
         assert f"Ready {report['ready_seconds']:.1f}s after the apply" in out

@@ -80,7 +80,7 @@ def test_build_progress_names_what_the_compiler_works_on_under_that_build_only()
         done.set()
         reporter.join()
         assert 1 <= len(lines) <= 3, lines
-        assert re.fullmatch(r"  building the control plane: 0m0\ds, 1 packages seen compiling; "
+        assert re.fullmatch(r"building the control plane: 0m0\ds, 1 packages seen compiling; "
                             r"now compiling k8s.io/apiserver/pkg/server", lines[0]), lines  # fmt: skip
     finally:
         for process in (build, other):

@@ -140,7 +140,7 @@ def tool(cluster: LocalCluster, name: str, args: list[str], narrator: Narrator, 
 
 def start_cluster(directory: Path, narrator: Narrator) -> LocalCluster:
     narrator.command("python -m testcluster up --detach" + ("" if directory == DEFAULT_DIR else f" --dir {directory}"))
-    cluster = start_detached(directory, say=print)
+    cluster = start_detached(directory, say=narrator.say)
     narrator.say(f"local cluster up (pid {cluster.pid}): nodes {', '.join(cluster.nodes)}; logs in {directory}/up.log")
     return cluster
 
@@ -179,20 +179,27 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
 
     def follow() -> None:
         assert watch.stdout is not None
-        shown = None
+        shown: list[str] | None = None
+        column: int | None = None
         for line in watch.stdout:
             row = line.split()
             if not row or row[:-1] == shown:
                 continue
             shown = row[:-1]  # without AGE
+            if row[0] == "NAME":
+                # The phase is read by column: a row written before the first status has none.
+                column = line.index("PHASE")
+                print(f"            {line.rstrip()}", flush=True)
+                continue
             at = time.monotonic() - applied
             print(f"    +{at:5.1f}s  {line.rstrip()}", flush=True)
-            if row[0] != "NAME" and len(row) > 1:
-                if not report.phases or report.phases[-1][1] != row[1]:
-                    report.phases.append((round(at, 2), row[1]))
-                if row[1] == "Ready":
-                    report.ready_seconds = round(at, 2)
-                    ready.set()
+            rest = line[column:] if column is not None else ""
+            phase = rest.split()[0] if rest[:1].strip() else ""
+            if phase and (not report.phases or report.phases[-1][1] != phase):
+                report.phases.append((round(at, 2), phase))
+            if phase == "Ready":
+                report.ready_seconds = round(at, 2)
+                ready.set()
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
@@ -308,7 +315,7 @@ def keep_message(cluster: LocalCluster) -> str:
         "Three things to try:",
         "  kubectl get wc,pods -o wide",
         "  kubectl delete pod -l weightcache.io/role=active && kubectl get wc tiny-llama -o jsonpath='{.status.lastFailover}'",
-        f"  kubectl logs -n {OPERATOR_NAMESPACE} deploy/{RELEASE}-operator --tail 20",
+        "  kubectl get events --field-selector involvedObject.kind=WeightCache   # phases, failovers, rollouts",
         f"Stop it with: make cluster-down   (python -m testcluster down --dir {cluster.dir}, from tests/cluster)",
     ])  # fmt: skip
 

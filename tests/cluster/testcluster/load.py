@@ -122,9 +122,9 @@ class OpenLoopLoad:
     def _one(self, request: int, retry: bool) -> bool:
         started, error = time.time(), None
         try:
-            request = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
-                                             data=json.dumps(self.prompt).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            sent = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
+                                          data=json.dumps(self.prompt).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(sent, timeout=self.timeout) as response:
                 ok = response.status == 200 and bool(json.loads(response.read())["choices"][0]["text"] is not None)
         except urllib.error.HTTPError as failed:
             ok, error = False, f"HTTP {failed.code}"

@@ -90,7 +90,7 @@ def start_detached(directory: Path = DEFAULT_DIR, nodes: int = 2, timeout: float
     started = time.monotonic()
     binary = control_plane_binary(progress=say)
     tools = client_tools()
-    say(f"  control plane binary {binary} ({time.monotonic() - started:.1f}s); kubectl and helm in {tools.kubectl.parent}")
+    say(f"control plane binary {binary} ({time.monotonic() - started:.1f}s); kubectl and helm in {tools.kubectl.parent}")
     _remove(directory)
     directory.mkdir(parents=True)
     session = new_session_id()
