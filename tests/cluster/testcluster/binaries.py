@@ -13,7 +13,10 @@ import io
 import os
 import subprocess
 import tarfile
+import threading
+import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,10 +26,63 @@ CLUSTER_SOURCES = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = CLUSTER_SOURCES / "build.sh"
 
 
-def control_plane_binary() -> Path:
-    """Builds ``kcluster`` if its source hash is not cached yet, and returns its path."""
-    result = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
-    return Path(result.stdout.strip().splitlines()[-1])
+def control_plane_binary(progress: Callable[[str], None] | None = None, every: float = 15.0) -> Path:
+    """Builds ``kcluster`` if its source hash is not cached yet, and returns its path. With
+    ``progress``, a build that takes longer than ``every`` seconds reports every ``every`` seconds
+    how long it has run and what the Go toolchain is compiling (a cold build is silent for minutes
+    otherwise)."""
+    process = subprocess.Popen(["bash", str(BUILD_SCRIPT)], stdout=subprocess.PIPE, text=True)
+    done = threading.Event()
+    if progress is not None:
+        threading.Thread(target=_report_build, args=(process.pid, progress, every, done), daemon=True).start()
+    try:
+        out, _ = process.communicate()
+    finally:
+        done.set()
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, process.args, out)
+    return Path(out.strip().splitlines()[-1])
+
+
+def _report_build(root: int, progress: Callable[[str], None], every: float, done: threading.Event) -> None:
+    started = time.monotonic()
+    due = every
+    seen: set[str] = set()
+    while not done.wait(1.0):
+        compiling = _compiling(root)
+        seen |= set(compiling)
+        elapsed = time.monotonic() - started
+        if elapsed >= due:
+            due += every
+            doing = f"compiling {', '.join(sorted(compiling)[:2])}" if compiling else "resolving modules / linking"
+            progress(f"building the control plane: {int(elapsed) // 60}m{int(elapsed) % 60:02d}s, "
+                     f"{len(seen)} packages seen compiling; now {doing}")  # fmt: skip
+
+
+def _compiling(root: int) -> list[str]:
+    """Import paths of the packages the Go compiler is compiling for the build under ``root``
+    (the ``-p`` argument of each ``compile`` process descended from it)."""
+    parents: dict[int, int] = {}
+    commands: dict[int, list[str]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if argv and os.path.basename(argv[0]) == b"compile" and b"-p" in argv[:-1]:
+            commands[int(entry.name)] = [a.decode(errors="replace") for a in argv]
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            if pid == root:
+                return True
+            pid = parents.get(pid, 0)
+        return False
+
+    return [argv[argv.index("-p") + 1] for pid, argv in commands.items() if descends(pid)]
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,384 @@
+"""``make demo``: the operator's main job on a local cluster, narrated step by step.
+
+A fresh detached local cluster (``local.py``: the control plane built from tests/cluster and the
+process kubelet, two nodes), the chart installed with helm, the nodes prepared for
+examples/weightcache-cpu.yaml, the sample applied; then, with a client sending completions
+through the Service: the active engine killed (promotion as the client saw it) and an engine
+rolling upgrade (no failed request, no weight byte read from disk). Each step prints the command
+it runs, as README's "Try it locally" lists them, so any step can be repeated by hand. Ends with a
+teardown, or with the cluster left running (``--keep``) and how to reach it.
+
+``--report FILE`` writes what the demo measured, with every client request, as JSON: the e2e test
+checks the printed claims against it and against the cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import threading
+import time
+import traceback
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from .load import PROMPT, Attempt, OpenLoopLoad
+from .local import DEFAULT_DIR, LocalCluster, running, start_detached, stop
+from .rest import Kube
+from .sample import (CHART, ENGINES, NAME, REPO, SAMPLE, checkpoint_path, container_pid, daemon_facts,
+                     generate_checkpoint, node_labels, place_checkpoint, pods)  # fmt: skip
+from .serviceproxy import ServiceProxy
+from .waiting import wait_for
+
+NAMESPACE = "default"
+RELEASE = "weightcache"
+OPERATOR_NAMESPACE = "weightcache-system"
+WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NAMESPACE}/weightcaches/{NAME}"
+HELM_INSTALL = ["install", RELEASE, str(CHART.relative_to(REPO)), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
+                # One operator replica: two only matter for surviving a node's loss.
+                "--set", "replicaCount=1", "--wait", "--timeout", "180s"]  # fmt: skip
+UPGRADE_PATCH = [{"op": "add", "path": "/spec/engine/template/spec/containers/0/env/-",
+                  "value": {"name": "DEMO_REVISION", "value": "2"}}]  # fmt: skip
+# 5 requests/s, each retried once after 0.3 s: below what one engine serves on a loaded 2-core machine.
+LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT = 0.2, 0.3, 10.0
+
+
+@dataclass
+class ClientCount:
+    """Requests started in a window: ``failed_first`` failed their first attempt, ``retried_ok``
+    of those succeeded on the retry, ``failed`` failed both."""
+
+    sent: int
+    failed_first: int
+    retried_ok: int
+    failed: int
+
+    @classmethod
+    def of(cls, attempts: list[Attempt], start: float, end: float) -> ClientCount:
+        first = [a for a in attempts if not a.retry and start <= a.started < end]
+        rescued = {a.request for a in attempts if a.retry and a.ok}
+        failed_first = [a for a in first if not a.ok]
+        retried_ok = sum(a.request in rescued for a in failed_first)
+        return cls(len(first), len(failed_first), retried_ok, len(failed_first) - retried_ok)
+
+    def __str__(self) -> str:
+        return (f"{self.sent} requests sent, {self.failed_first} failed on the first try, "
+                f"{self.retried_ok} of those succeeded on the retry, {self.failed} failed")  # fmt: skip
+
+
+@dataclass
+class DemoReport:
+    cluster_seconds: float = 0.0
+    phases: list[tuple[float, str]] = field(default_factory=list)
+    """(seconds after the apply, phase) for every phase `kubectl get wc -w` showed."""
+    ready_seconds: float = 0.0
+    completion: str = ""
+    completion_endpoint: str = ""
+    killed_pod: str = ""
+    killed_at: float = 0.0
+    failover_from: str = ""
+    failover_to: str = ""
+    detection_seconds: float = 0.0
+    promotion_ms: float = 0.0
+    client_first_ok_seconds: float = 0.0
+    failover_window: tuple[float, float] = (0.0, 0.0)
+    failover_client: ClientCount | None = None
+    rollout_revision_before: str = ""
+    rollout_revision: str = ""
+    rollout_seconds: float = 0.0
+    rollout_window: tuple[float, float] = (0.0, 0.0)
+    rollout_client: ClientCount | None = None
+    disk_bytes_read: int = -1
+    daemons_replaced: int = -1
+    total_seconds: float = 0.0
+    attempts: list[Attempt] = field(default_factory=list)
+
+
+class Narrator:
+    """Prints steps, the commands they run and indented detail, with the time since the start."""
+
+    def __init__(self, steps: int) -> None:
+        self.started = time.monotonic()
+        self.steps = steps
+        self.step = 0
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def title(self, text: str) -> None:
+        self.step += 1
+        print(f"\n[{self.step}/{self.steps}] {text}   (at {self.elapsed():.0f}s)", flush=True)
+
+    def command(self, words: list[str] | str) -> None:
+        print(f"  $ {words if isinstance(words, str) else shlex.join(words)}", flush=True)
+
+    def say(self, text: str) -> None:
+        for line in text.rstrip("\n").splitlines():
+            print(f"    {line}", flush=True)
+
+
+def tool(cluster: LocalCluster, name: str, args: list[str], narrator: Narrator, *, show: bool = True,
+         check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """Runs kubectl or helm from the repository root, printing the command as a user types it."""
+    narrator.command([name, *args])
+    environment = {**os.environ, "KUBECONFIG": cluster.kubeconfig}
+    result = subprocess.run([getattr(cluster, name), *args], cwd=REPO, env=environment, capture_output=True,
+                            text=True, timeout=timeout)  # fmt: skip
+    if show:
+        narrator.say(result.stdout + result.stderr)
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{name} {shlex.join(args)} exited {result.returncode}:\n{result.stderr}{result.stdout}")
+    return result
+
+
+def start_cluster(directory: Path, narrator: Narrator) -> LocalCluster:
+    narrator.command("python -m testcluster up --detach" + ("" if directory == DEFAULT_DIR else f" --dir {directory}"))
+    cluster = start_detached(directory, say=narrator.say)
+    narrator.say(f"local cluster up (pid {cluster.pid}): nodes {', '.join(cluster.nodes)}; logs in {directory}/up.log")
+    return cluster
+
+
+def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None) -> None:
+    """The operator installed with helm, the nodes labelled as the sample selects, and its checkpoint
+    at its hostPath on every node: what ``make cluster`` adds to a started cluster."""
+    narrator = narrator or Narrator(0)
+    made = Path(cluster.dir) / "checkpoint" / NAME
+    with ThreadPoolExecutor(1) as background:
+        # Generating imports torch (seconds): done while helm installs.
+        generated = background.submit(generate_checkpoint, made)
+        tool(cluster, "helm", HELM_INSTALL, narrator, show=False)
+        narrator.say(f"operator Deployment {RELEASE}-operator Ready in namespace {OPERATOR_NAMESPACE}")
+        labels = [f"{k}={v}" for k, v in node_labels().items()]
+        tool(cluster, "kubectl", ["label", "nodes", "--all", "--overwrite", *labels], narrator)
+        # What README's Helm section does on a real cluster: the daemons use hostPath.
+        tool(cluster, "kubectl", ["label", "namespace", NAMESPACE, "--overwrite",
+                                  "pod-security.kubernetes.io/enforce=privileged"], narrator)  # fmt: skip
+        narrator.command(f"python -m weightcache gen-checkpoint {made}")
+        generated.result()
+    roots = [cluster.node_root(node) for node in cluster.nodes]
+    for copy in place_checkpoint(made, roots):
+        narrator.command(f"cp -r {made} {copy}")
+    narrator.say(f"each node's hostPath {checkpoint_path()} is <node root>{checkpoint_path()}")
+
+
+def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoReport, timeout: float = 300) -> None:
+    """`kubectl get wc -w`, printed as it comes (repeats dropped, AGE left out), until the sample
+    is Ready."""
+    narrator.command(["kubectl", "get", "wc", "-w"])
+    applied = time.monotonic()
+    watch = subprocess.Popen([cluster.kubectl, "get", "wc", "-w"], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "KUBECONFIG": cluster.kubeconfig})  # fmt: skip
+    ready = threading.Event()
+
+    def follow() -> None:
+        assert watch.stdout is not None
+        shown: list[str] | None = None
+        column: int | None = None
+        for line in watch.stdout:
+            row = line.split()
+            if not row or row[:-1] == shown:
+                continue
+            shown = row[:-1]  # without AGE
+            if row[0] == "NAME":
+                # The phase is read by column: a row written before the first status has none.
+                column = line.index("PHASE")
+                print(f"            {line.rstrip()}", flush=True)
+                continue
+            at = time.monotonic() - applied
+            print(f"    +{at:5.1f}s  {line.rstrip()}", flush=True)
+            rest = line[column:] if column is not None else ""
+            phase = rest.split()[0] if rest[:1].strip() else ""
+            if phase and (not report.phases or report.phases[-1][1] != phase):
+                report.phases.append((round(at, 2), phase))
+            if phase == "Ready":
+                report.ready_seconds = round(at, 2)
+                ready.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    try:
+        if not ready.wait(timeout):
+            raise RuntimeError(f"{NAME} not Ready within {timeout:.0f}s; status: {cluster.kube().get(WC).get('status')}")
+    finally:
+        watch.terminate()
+        watch.wait()
+    narrator.say(f"Ready {report.ready_seconds:.1f}s after the apply")
+
+
+def whole(kube: Kube) -> dict[str, Any] | None:
+    """The status once the sample is Ready with its active engine and one Ready standby."""
+    status = kube.get(WC).get("status") or {}
+    engines = status.get("engines") or [{}]
+    return status if status.get("phase") == "Ready" and engines[0].get("active") and len(engines[0].get("standbys") or []) == 1 else None
+
+
+def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -> None:
+    host, port = proxy.address
+    narrator.say(f"(kube-proxy's part: the demo forwards {host}:{port} to the Service's ready endpoints, "
+                 "following its EndpointSlices)")  # fmt: skip
+    narrator.command(f"curl -s http://{host}:{port}/v1/completions -H 'Content-Type: application/json' "
+                     f"-d '{json.dumps(PROMPT)}'")  # fmt: skip
+    started = time.monotonic()
+    request = urllib.request.Request(f"http://{host}:{port}/v1/completions", data=json.dumps(PROMPT).encode(),
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=60) as response:
+        body = json.loads(response.read())
+    report.completion = body["choices"][0]["text"]
+    report.completion_endpoint = proxy.ready_endpoints[0] if proxy.ready_endpoints else ""
+    narrator.say(f"{report.completion!r} from {report.completion_endpoint} in {(time.monotonic() - started) * 1000:.0f} ms "
+                 "(seeded random weights: gibberish, the same every time)")  # fmt: skip
+
+
+def failover(cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenLoopLoad, narrator: Narrator,
+             report: DemoReport) -> None:  # fmt: skip
+    status = wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    wait_for(lambda: len(proxy.ready_endpoints) == 1, 60)
+    time.sleep(2.0)  # the client is served by the active before the kill
+    active, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
+    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{active}")
+    pid = container_pid(pod, "engine")
+    previous = (status.get("lastFailover") or {}).get("time")
+    narrator.say(f"active {active} on {pod['spec']['nodeName']}, hot standby {standby}")
+    narrator.command(f"kill -KILL -{pid}   # the active engine's processes (containerID process://{pid})")
+    report.killed_pod, report.killed_at = active, time.time()
+    os.killpg(pid, signal.SIGKILL)
+    last = wait_for(lambda: (f := (kube.get(WC).get("status") or {}).get("lastFailover")) and f.get("time") != previous and f,
+                    120, interval=0.05, describe="no failover recorded in status.lastFailover")  # fmt: skip
+    first = wait_for(lambda: min((a for a in load.done() if a.ok and a.started >= report.killed_at),
+                                 key=lambda a: a.ended, default=None), 120, interval=0.02)  # fmt: skip
+    noticed = datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp()
+    report.failover_from, report.failover_to = str(last.get("from", "")), str(last.get("to", ""))
+    report.detection_seconds = round(noticed - report.killed_at, 3)
+    report.promotion_ms = float(last.get("promotionMs", 0))
+    report.client_first_ok_seconds = round(first.ended - report.killed_at, 3)
+    narrator.say(f"operator: {report.failover_from} → {report.failover_to} promoted; noticed {report.detection_seconds:.2f}s "
+                 f"after the kill, relabelled {report.promotion_ms:.0f} ms later (status.lastFailover)")  # fmt: skip
+    narrator.say(f"client: first success {report.client_first_ok_seconds:.2f}s after the kill")
+    wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    end = time.time()
+    report.failover_window = (report.killed_at, end)
+    settle(load, end)
+    report.failover_client = ClientCount.of(load.done(), report.killed_at, end)
+    narrator.say(f"client, from the kill until a new standby was Ready ({end - report.killed_at:.1f}s): {report.failover_client}")
+
+
+def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport) -> None:
+    before = daemon_facts(kube, NAMESPACE)
+    report.rollout_revision_before = str(((kube.get(WC).get("status") or {}).get("rollout") or {}).get("revision", ""))
+    started = time.time()
+    tool(cluster, "kubectl", ["patch", "wc", NAME, "--type=json", "-p", json.dumps(UPGRADE_PATCH)], narrator)
+
+    def complete() -> dict[str, Any] | None:
+        rollout = (kube.get(WC).get("status") or {}).get("rollout") or {}
+        if rollout.get("phase") == "Stalled":
+            raise SystemExit(f"rollout stalled: {rollout}")
+        if rollout.get("phase") != "Complete" or rollout.get("revision") in (None, report.rollout_revision_before):
+            return None
+        engines = [p for p in pods(kube, NAMESPACE, ENGINES) if not p["metadata"].get("deletionTimestamp")]
+        upgraded = [p for p in engines if p["metadata"]["labels"].get("weightcache.io/engine-hash") == rollout["revision"]
+                    and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]  # fmt: skip
+        return rollout if len(engines) == len(upgraded) == 2 else None
+
+    rollout = wait_for(complete, 300, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    end = time.time()
+    report.rollout_revision, report.rollout_seconds = str(rollout["revision"]), round(end - started, 2)
+    report.rollout_window = (started, end)
+    settle(load, end)
+    report.rollout_client = ClientCount.of(load.done(), started, end)
+    after = daemon_facts(kube, NAMESPACE)
+    report.disk_bytes_read = sum(after[p][2] for p in after) - sum(before[p][2] for p in before if p in after)
+    report.daemons_replaced = len(set(before) - set(after)) + sum(after[p][1] - before[p][1] for p in after if p in before)
+    narrator.say(f"rollout Complete in {report.rollout_seconds:.1f}s (status.rollout, revision {report.rollout_revision}): "
+                 "a new-version standby mapped the same arena, was promoted, the old engines drained")  # fmt: skip
+    narrator.say(f"client, during the rollout: {report.rollout_client}")
+    narrator.say(f"requests failed: {report.rollout_client.failed}; weight bytes read from disk: {report.disk_bytes_read}; "
+                 f"daemon pods replaced or restarted: {report.daemons_replaced}")  # fmt: skip
+
+
+def settle(load: OpenLoopLoad, until: float) -> None:
+    """Waits until every request started before ``until`` has its outcome, retry included."""
+    wait_for(lambda: load.settled(until), 2 * REQUEST_TIMEOUT + RETRY_DELAY + 5, interval=0.05)
+
+
+def keep_message(cluster: LocalCluster) -> str:
+    return "\n".join([
+        "The cluster keeps running. In a shell:",
+        *(f"  {line}" for line in cluster.shell_setup().splitlines()),
+        f"  (kubectl: {cluster.kubectl}; helm: {cluster.helm})",
+        "Three things to try:",
+        "  kubectl get wc,pods -o wide",
+        "  kubectl delete pod -l weightcache.io/role=active && kubectl get wc tiny-llama -o jsonpath='{.status.lastFailover}'",
+        "  kubectl get events --field-selector involvedObject.kind=WeightCache   # phases, failovers, rollouts",
+        f"Stop it with: make cluster-down   (python -m testcluster down --dir {cluster.dir}, from tests/cluster)",
+    ])  # fmt: skip
+
+
+def run_demo(directory: Path, keep: bool = False, report_path: Path | None = None) -> int:
+    if running(directory) is not None:
+        print(f"error: a local cluster is already running from {directory} (make cluster, make demo KEEP=1); "
+              "stop it first: make cluster-down")  # fmt: skip
+        return 1
+    narrator = Narrator(steps=7)
+    report = DemoReport()
+    print("weightcache on a local Kubernetes cluster: a real control plane (kube-apiserver, controller-manager,\n"
+          "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend.")  # fmt: skip
+    proxy: ServiceProxy | None = None
+    load: OpenLoopLoad | None = None
+    cluster: LocalCluster | None = None
+    ok = False
+    try:
+        narrator.title("Start the control plane and the process kubelet (built once, then cached)")
+        cluster = start_cluster(directory, narrator)
+        report.cluster_seconds = round(narrator.elapsed(), 1)
+        kube = cluster.kube()
+        narrator.title(f"Install the operator with helm; prepare the nodes for {SAMPLE.relative_to(REPO)}")
+        prepare_sample(cluster, narrator)
+        narrator.title("Apply the sample WeightCache and watch it become Ready")
+        tool(cluster, "kubectl", ["apply", "-f", str(SAMPLE.relative_to(REPO))], narrator)
+        watch_until_ready(cluster, narrator, report)
+        narrator.title(f"A completion through the Service {NAME}")
+        proxy = ServiceProxy(kube, NAMESPACE, NAME, 8000).start()
+        proxy.wait_for_ready(1, timeout=60)
+        complete_once(proxy, narrator, report)
+        narrator.title(f"Kill the active engine while a client sends {1 / LOAD_INTERVAL:.0f} requests/s "
+                       f"(each retried once after {RETRY_DELAY}s)")  # fmt: skip
+        load = OpenLoopLoad(proxy.address, LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT).start()
+        failover(cluster, kube, proxy, load, narrator, report)
+        narrator.title("Roll out a new engine version under the same client")
+        rolling_upgrade(cluster, kube, load, narrator, report)
+        ok = True
+    except Exception:  # noqa: BLE001 - shown, then the cluster is torn down or kept as asked
+        traceback.print_exc()
+        if not keep:
+            print("(make demo KEEP=1 keeps the cluster after a failure, for kubectl describe and the logs)")
+    finally:
+        if load is not None:
+            load.stop()
+            report.attempts = load.done()
+        if proxy is not None:
+            proxy.stop()
+        narrator.title("Keep the cluster" if keep else "Tear down")
+        if cluster is not None and keep:
+            print(keep_message(cluster))
+        elif cluster is not None:
+            if ok:
+                tool(cluster, "kubectl", ["delete", "-f", str(SAMPLE.relative_to(REPO)), "--wait", "--timeout=60s"],
+                     narrator, check=False)  # fmt: skip
+            narrator.command("python -m testcluster down")
+            left = stop(directory)
+            narrator.say(f"control plane, kubelet and every pod stopped; {directory} removed"
+                         + (f"; had to kill {len(left)} leftover processes: {left}" if left else "; no process left"))  # fmt: skip
+        report.total_seconds = round(narrator.elapsed(), 1)
+        if report_path is not None:
+            report_path.write_text(json.dumps(asdict(report), indent=1))
+    print(f"\ndemo {'done' if ok else 'FAILED'} in {int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
+          f"(cluster start {report.cluster_seconds:.0f}s, Ready {report.ready_seconds:.0f}s after the apply, "
+          f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)")  # fmt: skip
+    return 0 if ok else 1

@@ -1,0 +1,94 @@
+"""What examples/weightcache-cpu.yaml needs from a cluster of process-kubelet nodes, and how to read
+what it runs: shared by the demo, the e2e tests and the CPU benchmarks.
+
+The sample selects nodes by a label and loads its checkpoint from a hostPath; on the process
+kubelet a node's "/" is a directory (``node_root``), so the checkpoint is generated once and
+copied to that path under every node's root.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .binaries import CLUSTER_SOURCES
+from .rest import Kube
+
+REPO = CLUSTER_SOURCES.parent.parent
+SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+CHART = REPO / "charts" / "weightcache"
+NAME = "tiny-llama"
+ENGINES = f"weightcache.io/cache={NAME},weightcache.io/component=engine"
+DAEMONS = f"weightcache.io/cache={NAME},weightcache.io/component=daemon"
+
+
+def sample() -> dict[str, Any]:
+    """examples/weightcache-cpu.yaml as a dict, to change before applying."""
+    return dict(yaml.safe_load(SAMPLE.read_text()))
+
+
+def node_labels() -> dict[str, str]:
+    """The labels the sample's nodes must carry (its spec.placement.nodeSelector)."""
+    return dict(sample()["spec"]["placement"]["nodeSelector"])
+
+
+def checkpoint_path() -> str:
+    """Where on a node the sample reads its checkpoint (spec.model.source.hostPath.path)."""
+    return str(sample()["spec"]["model"]["source"]["hostPath"]["path"])
+
+
+def generate_checkpoint(target: Path) -> Path:
+    """The sample's checkpoint (seeded random weights, so the same every time) written to ``target``."""
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(target)], check=True,
+                   capture_output=True, env=environment)  # fmt: skip
+    return target
+
+
+def place_checkpoint(made: Path, node_roots: Iterable[Path]) -> list[Path]:
+    """Copies a generated checkpoint to the sample's hostPath under each node root (replacing
+    what was there); returns the copies."""
+    copies = []
+    for root in node_roots:
+        target = root / checkpoint_path().lstrip("/")
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(made, target)
+        copies.append(target)
+    return copies
+
+
+def pods(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
+    return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"])
+
+
+def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, int]]:
+    """Daemon pod → (uid, container restarts, checkpoint bytes its ranks read, per the daemon's
+    own status endpoint)."""
+    facts = {}
+    for pod in pods(kube, namespace, DAEMONS):
+        with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/status", timeout=10) as response:
+            report = json.loads(response.read())
+        restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
+        facts[pod["metadata"]["name"]] = (pod["metadata"]["uid"], restarts,
+                                          sum(r["disk_bytes_read"] or 0 for r in report["ranks"]))  # fmt: skip
+    return facts
+
+
+def container_pid(pod: dict[str, Any], container: str) -> int:
+    """The process (and process group) the process kubelet runs a container as, from the
+    ``process://<pid>`` container ID it reports in the pod's status."""
+    for status in pod["status"].get("containerStatuses", []):
+        if status["name"] == container and "running" in status.get("state", {}):
+            return int(status["containerID"].removeprefix("process://"))
+    raise LookupError(f"pod {pod['metadata']['name']} has no running container {container!r}")
