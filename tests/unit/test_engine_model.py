@@ -5,9 +5,8 @@ inside kernels (BLAS blocking, the attention kernel's reductions, our FP8 linear
 block-row at a time): float32 has a 2^-24 relative rounding step, and accumulating a few hundred
 products of O(1) values puts the drift near 1e-5 of the logits' scale, so ``atol=2e-4`` (plus
 ``rtol=1e-5``) is tight enough that a wrong rotary half, a missed norm, a GQA head mapping off by
-one or a transposed FP8 scale — each of which moves logits by O(0.1..10) — cannot pass. In
-bfloat16 (8 bits of mantissa) the same re-orderings move individual logits by up to a few bf16
-steps, so there we ask only for near-identical direction (cosine ≥ 0.999 per position).
+one or a transposed FP8 scale — each of which moves logits by O(0.1..10) — cannot pass. bfloat16
+is held to transformers' bfloat16 at a realistic width in tests/integration/test_bf16_parity.py.
 """
 
 from __future__ import annotations
@@ -62,15 +61,6 @@ def test_float32_logits_match_transformers(checkpoint_factory, family: str, tied
     assert want.abs().max() > 1.0  # the comparison is not between two near-zero tensors
     torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
     assert engine_greedy(model, PROMPT, 10) == greedy(oracle, PROMPT, 10)
-
-
-def test_bfloat16_logits_point_the_same_way_as_transformers(checkpoint_factory) -> None:
-    ckpt = checkpoint_factory(family="qwen3")
-    model, _ = engine_model(ckpt, "bfloat16")
-    with torch.inference_mode():
-        want = oracle_hf_model(ckpt, "bfloat16")(torch.tensor([PROMPT])).logits[0].float()
-    got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
-    assert F.cosine_similarity(got, want, dim=-1).min() > 0.999
 
 
 def test_decoding_with_the_kv_cache_equals_recomputing_the_whole_sequence(checkpoint_factory) -> None:

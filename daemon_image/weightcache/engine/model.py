@@ -93,6 +93,35 @@ class Rotary:
         return x * cos + rotated * sin
 
 
+def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, group: int,
+         scale: float) -> torch.Tensor:
+    """Causal attention of ``q`` [heads, n, d] over ``keys``/``values`` [kv heads, past + n, d].
+
+    The call is transformers' ``sdpa_attention_forward``, argument for argument, because in
+    bfloat16 the kernel decides the rounding: a batched 4-D input, ``is_causal`` (not a mask) for a
+    prefill, and grouped-query attention left to the kernel (``enable_gqa``) whenever no mask is
+    needed. A 3-D input or an explicit causal mask picks another kernel on CPU and on CUDA, whose
+    bf16 output differs from transformers' by a bf16 step per head — enough, summed over layers,
+    to change a greedy token. Only a prefill after earlier tokens (not what the scheduler does,
+    but what the KV-cache tests do) needs a mask, and then, as transformers does, repeated kv heads.
+    """
+    n = q.shape[1]
+    mask, causal, kwargs = None, False, {}
+    if n > 1 and past == 0:
+        causal = True
+    elif n > 1:  # query i sits at position past+i and sees keys 0..past+i
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=q.device).tril(diagonal=past)
+    if group > 1:  # GQA: kv head j serves query heads [j·group, (j+1)·group)
+        if mask is None and keys.shape[-1] <= 256:
+            kwargs["enable_gqa"] = True
+        else:
+            keys = keys.repeat_interleave(group, dim=0)
+            values = values.repeat_interleave(group, dim=0)
+    out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, is_causal=causal,
+                                         scale=scale, **kwargs)
+    return out[0]
+
+
 @dataclass
 class KVCache:
     """One request's keys and values on one rank: [layers, local kv heads, capacity, head_dim]."""
@@ -155,14 +184,7 @@ class DecoderLayer:
         cache.values[self.index, :, past : past + n] = v.transpose(0, 1)
         keys = cache.keys[self.index, :, : past + n]
         values = cache.values[self.index, :, : past + n]
-        group = self.heads // self.kv_heads
-        if group > 1:  # GQA: each kv head serves `group` consecutive query heads
-            keys = keys.repeat_interleave(group, dim=0)
-            values = values.repeat_interleave(group, dim=0)
-        mask = None
-        if n > 1:  # query i sits at position past+i and sees keys 0..past+i
-            mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.head_dim**-0.5)
+        out = sdpa(q, keys, values, past, self.heads // self.kv_heads, self.head_dim**-0.5)
         return self.group.all_reduce(self.o(out.transpose(0, 1).reshape(n, self.heads * self.head_dim)))
 
 
