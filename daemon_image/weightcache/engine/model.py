@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..errors import BindError
+from ..errors import BindError, ShardingError
 from ..quantization import SCALE_SUFFIX
 from .config import ModelConfig
 from .parallel import Group
@@ -147,7 +147,7 @@ class DecoderLayer:
         self.index = index
         self.group = group
         self.heads = cfg.num_heads // group.size
-        self.kv_heads = cfg.num_kv_heads // group.size
+        self.kv_heads = cfg.local_kv_heads(group.size)
         self.head_dim = cfg.head_dim
         self.input_norm = RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps)
         self.post_norm = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps)
@@ -223,8 +223,10 @@ class Model:
 
     def __init__(self, cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
                  group: Group, block: tuple[int, int] | None = None) -> None:
-        if cfg.num_heads % group.size or cfg.num_kv_heads % group.size or cfg.vocab_size % group.size:
-            raise BindError(f"heads, kv heads and vocabulary must divide by tp size {group.size}")
+        try:
+            cfg.check_tensor_parallel(group.size)
+        except ShardingError as exc:
+            raise BindError(str(exc)) from None
         self.cfg = cfg
         self.group = group
         get = _Getter(tensors, aliases, block)
@@ -262,7 +264,7 @@ class Model:
         yield "lm_head.weight", self.lm_head.weight
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.allocate(self.cfg.num_layers, self.cfg.num_kv_heads // self.group.size, capacity,
+        return KVCache.allocate(self.cfg.num_layers, self.cfg.local_kv_heads(self.group.size), capacity,
                                 self.cfg.head_dim, self.dtype, self.device)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
