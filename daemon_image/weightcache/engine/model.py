@@ -3,14 +3,17 @@
 Every weight is used where it lies — a view into the daemon's arena (or into the disk loader's
 buffer) — and never copied: linears call ``F.linear`` on the view, and block-wise FP8 weights
 are dequantized one block-row at a time into a temporary that lives for a single matmul. The
-code follows transformers' modeling files operation for operation (RMSNorm in float32, rotary
-tables in float32 cast to the activation dtype, the same residual order) so that its logits can
-be held to transformers' within float32 rounding.
+code follows transformers' modeling files operation for operation — RMSNorm in float32 cast back
+before the weight multiplies, rotary tables in float32 cast to the activation dtype, residual adds
+and lm_head in the activation dtype, the same SDPA call (see ``sdpa``) — so that it rounds where
+transformers rounds: at TP=1 its logits equal transformers' in float32 within float32 rounding and
+in bfloat16 exactly on CPU.
 
 Tensor parallelism is Megatron's: q/k/v/gate/up are column-parallel (each rank owns whole heads
-and a slice of the MLP), o/down are row-parallel and all-reduce their partial sums, and the
-embedding and lm_head are split by vocabulary rows. One all-reduce after attention, one after
-the MLP, one in the embedding and one all-gather of the logits per forward.
+and a slice of the MLP; with more ranks than KV heads each KV head is replicated, see
+``sharding.kv_split``), o/down are row-parallel and all-reduce their partial sums (in float32,
+rounded once), and the embedding and lm_head are split by vocabulary rows. One all-reduce after
+attention, one after the MLP, one in the embedding and one all-gather of the logits per forward.
 """
 
 from __future__ import annotations
