@@ -103,7 +103,7 @@ def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, g
     The call is transformers' ``sdpa_attention_forward``, argument for argument, because in
     bfloat16 the kernel decides the rounding: a batched 4-D input, ``is_causal`` (not a mask) for a
     prefill, and grouped-query attention left to the kernel (``enable_gqa``) whenever no mask is
-    needed. A 3-D input or an explicit causal mask picks another kernel on CPU and on CUDA, whose
+    needed. A 3-D input or an explicit causal mask picks another kernel (measured on CPU), whose
     bf16 output differs from transformers' by a bf16 step per head — enough, summed over layers,
     to change a greedy token. Only a prefill after earlier tokens (not what the scheduler does,
     but what the KV-cache tests do) needs a mask, and then, as transformers does, repeated kv heads.
