@@ -23,7 +23,8 @@ from .errors import CheckpointError, ShardingError
 from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress
 from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
-from .sharding import Layout, Split, check_heads, kv_split, layer_range, owns, rules_for, shard_bounds
+from .sharding import (Layout, Split, check_heads, kv_split, layer_range, num_kv_heads, owns, rules_for,
+                       shard_bounds)
 
 if TYPE_CHECKING:  # planning reads headers only; filling imports torch (see dtypes.py)
     import torch
@@ -84,8 +85,7 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
     layers = layer_range(num_layers, layout.pp_size, layout.pp_rank)
     block = quant.weight_block_size or (1, 1)
     tied = bool(config.get("tie_word_embeddings", False))
-    heads = int(config.get("num_attention_heads") or 0)
-    kv_parts, kv_part = kv_split(int(config.get("num_key_value_heads") or heads or 1), layout.tp_size, layout.tp_rank)
+    kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
 
     builder = _PlanBuilder()
     sources = sorted(checkpoint.tensors.values(), key=lambda t: (t.file, t.name))

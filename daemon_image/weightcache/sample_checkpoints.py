@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from . import dtypes
 from .binding import empty_model
 from .quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_shape
-from .sharding import rules_for
+from .sharding import ArchitectureRules, rules_for
 
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 EOS = "<|endoftext|>"
@@ -147,7 +147,7 @@ def _random_tensors(spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Ten
     return tensors
 
 
-def _stored_as_fp8(spec: ModelSpec, rules: Any, name: str, shape: tuple[int, ...]) -> bool:
+def _stored_as_fp8(spec: ModelSpec, rules: ArchitectureRules, name: str, shape: tuple[int, ...]) -> bool:
     """Whether a pre-quantized checkpoint stores ``name`` as FP8 weights plus block scales."""
     return spec.fp8 and rules.rule_for(name)[0].quantize and len(shape) == 2
 

@@ -183,6 +183,8 @@ def kv_split(num_kv_heads: int, tp_size: int, tp_rank: int) -> tuple[int, int]:
     consecutive ranks — rank r holds head ``r // (tp / num_kv_heads)``, as vLLM and SGLang do — which
     is exactly the head its query heads ``[r·H/tp, (r+1)·H/tp)`` attend with.
     """
+    if num_kv_heads < 1:  # a config that does not say: k/v split like any column-parallel weight
+        return tp_size, tp_rank
     if num_kv_heads >= tp_size:
         if num_kv_heads % tp_size:
             raise ShardingError(
@@ -205,6 +207,9 @@ def check_heads(config: dict[str, Any], tp_size: int) -> None:
             f"num_attention_heads={heads} is not divisible by tensor-parallel size {tp_size}; "
             f"use a tp size that divides {heads}"
         )
-    kv_heads = int(config.get("num_key_value_heads") or heads)
-    if kv_heads:
-        kv_split(kv_heads, tp_size, 0)
+    kv_split(num_kv_heads(config), tp_size, 0)
+
+
+def num_kv_heads(config: dict[str, Any]) -> int:
+    """KV heads from a config.json; models without ``num_key_value_heads`` have one per query head."""
+    return int(config.get("num_key_value_heads") or config.get("num_attention_heads") or 0)

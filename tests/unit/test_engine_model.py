@@ -11,6 +11,7 @@ is held to transformers' bfloat16 at a realistic width in tests/integration/test
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ from weightcache.quantization import SCALE_SUFFIX, dequantize_block_fp8, quantiz
 from weightcache.reference_hf import empty_hf_model, greedy, oracle_hf_model
 from weightcache.sharding import Layout
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from hf_parity import engine_greedy  # noqa: E402
+
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
 ATOL, RTOL = 2e-4, 1e-5
 FP8_SPEC = dict(family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=2, num_layers=2)
@@ -38,16 +42,6 @@ def engine_model(ckpt: Path, dtype: str, quantization: str = "none") -> tuple[Mo
     model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, Group(), block)
     model.keep_alive = weights
     return model, weights
-
-
-def engine_greedy(model: Model, prompt: list[int], n: int) -> list[int]:
-    cache = model.new_cache(len(prompt) + n)
-    logits = model.forward(torch.tensor(prompt), cache)
-    out = []
-    for _ in range(n):
-        out.append(int(logits[-1].argmax()))
-        logits = model.forward(torch.tensor(out[-1:]), cache)
-    return out
 
 
 @pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False)])
