@@ -137,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--tie-embeddings", action="store_true")
     g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
+    g.add_argument("--sparse", action="store_true",
+                   help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading")
 
     h = sub.add_parser("hf-generate", help="a transformers model fed by weightcache: greedy completion as JSON")
     _add_model_args(h)
@@ -257,13 +259,13 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
         return 0 if world.ok else 1
     if args.command == "gen-checkpoint":
-        from .sample_checkpoints import ModelSpec, write_checkpoint
+        from .sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
 
         spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
                          vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
                          tie_word_embeddings=args.tie_embeddings, fp8=args.fp8)
-        print(write_checkpoint(args.out, spec))
+        print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
         return 0
     if args.command == "hf-generate":
         from .checkpoint import open_checkpoint

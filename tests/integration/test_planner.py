@@ -118,3 +118,17 @@ def test_what_no_layout_can_fix_is_an_error(checkpoint_factory, args: list[str],
 def test_an_unreadable_checkpoint_is_an_error_naming_it(tmp_path: Path) -> None:
     proc = plan_cli("--model", str(tmp_path / "nothing"))
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_gen_checkpoint_sparse_writes_a_plannable_checkpoint_of_holes(tmp_path: Path) -> None:
+    out = tmp_path / "qwen3-32b"
+    gen = subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(out), "--sparse", "--family",
+                          "qwen3", "--hidden-size", "5120", "--intermediate-size", "25600", "--layers", "64",
+                          "--heads", "64", "--kv-heads", "8", "--vocab-size", "151936"],
+                         capture_output=True, text=True, timeout=300)
+    assert gen.returncode == 0, gen.stderr
+    apparent = sum(f.stat().st_size for f in out.glob("*.safetensors"))
+    on_disk = sum(f.stat().st_blocks * 512 for f in out.glob("*.safetensors"))
+    assert apparent > 56 * 2**30 and on_disk < 2**20  # 57 GiB of tensors, none of them written
+    world = json.loads(plan_cli("--model", str(out), "--tp", "8", "--json").stdout)
+    assert world["ok"] and len({r["arena_bytes"] for r in world["ranks"]}) == 1
