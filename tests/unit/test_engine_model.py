@@ -159,3 +159,25 @@ def test_unimplemented_model_features_are_refused(checkpoint_factory) -> None:
                           ({"hidden_act": "gelu"}, "gelu"), ({"architectures": ["MistralForCausalLM"]}, "Mistral")]:
         with pytest.raises(UnsupportedArchitecture, match=words):
             ModelConfig.from_dict({**base, **change})
+
+
+@pytest.mark.parametrize("n, past", [(12, 0), (1, 11), (4, 8)])  # prefill, decode, prefill after earlier tokens
+def test_attention_is_transformers_sdpa_bit_for_bit_in_bf16(n: int, past: int) -> None:
+    from types import SimpleNamespace
+
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from weightcache.engine.model import sdpa
+
+    gen = torch.Generator().manual_seed(0)
+    heads, kv, d = 8, 2, 128
+    q = torch.randn(heads, n, d, generator=gen).bfloat16()
+    keys = torch.randn(kv, past + n, d, generator=gen).bfloat16()
+    values = torch.randn(kv, past + n, d, generator=gen).bfloat16()
+    mask = None  # what transformers' create_causal_mask gives sdpa without padding, except after earlier tokens
+    if n > 1 and past:
+        mask = torch.ones(n, past + n, dtype=torch.bool).tril(diagonal=past)[None, None]
+    module = SimpleNamespace(num_key_value_groups=heads // kv, is_causal=True)
+    want, _ = sdpa_attention_forward(module, q[None], keys[None], values[None], mask, scaling=d**-0.5)
+    got = sdpa(q, keys, values, past, heads // kv, d**-0.5)
+    assert torch.equal(got.transpose(0, 1), want[0])
