@@ -1,5 +1,5 @@
-"""``weightcache`` command line: daemon, gpu-holder, keeper, status, probe, gen-checkpoint, hf-generate, demo,
-bench, engine."""
+"""``weightcache`` command line: daemon, gpu-holder, keeper, status, probe, plan, gen-checkpoint, hf-generate,
+demo, bench, engine."""
 
 from __future__ import annotations
 
@@ -32,12 +32,16 @@ def _ranks(text: str) -> list[int]:
     return ranks
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
+def _add_checkpoint_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)")
-    p.add_argument("--revision", default="", help="model revision recorded in the fingerprint")
     p.add_argument("--dtype", default="auto", help="auto (from config.json), bfloat16, float16 or float32")
     p.add_argument("--quantization", default="none", help="none or fp8 (block-wise)")
     p.add_argument("--weight-block-size", type=_block, default=None, help="fp8 block, default 128,128")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    _add_checkpoint_args(p)
+    p.add_argument("--revision", default="", help="model revision recorded in the fingerprint")
     p.add_argument("--backend", default=None,
                    help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)")
     p.add_argument("--device", type=int, default=0, help="CUDA ordinal of this rank's GPU (GPU backends)")
@@ -111,6 +115,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--gpus-file", default=None, metavar="FILE",
                     help="also require each rank's GPU to be booked by the running GPU holder (its grant file)")
 
+    pl = sub.add_parser("plan", help="dry run: what each rank would hold, from config.json and the headers alone")
+    _add_checkpoint_args(pl)
+    pl.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1, help="tensor-parallel size")
+    pl.add_argument("--pp", "--pp-size", dest="pp_size", type=int, default=1, help="pipeline-parallel size")
+    pl.add_argument("--ep", "--ep-size", dest="ep_size", type=int, default=1,
+                    help="expert-parallel size (1: this build plans dense models)")
+    pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+
     g = sub.add_parser("gen-checkpoint", help="write a small real checkpoint with seeded random weights")
     g.add_argument("out")
     g.add_argument("--family", default="llama", choices=["llama", "qwen2", "qwen3"])
@@ -125,6 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--tie-embeddings", action="store_true")
     g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
+    g.add_argument("--sparse", action="store_true",
+                   help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading")
 
     h = sub.add_parser("hf-generate", help="a transformers model fed by weightcache: greedy completion as JSON")
     _add_model_args(h)
@@ -242,14 +256,21 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
+    if args.command == "plan":
+        from .planner import plan_world, render
+
+        world = plan_world(args.model, args.tp_size, args.pp_size, args.ep_size, quantization=args.quantization,
+                           weight_block_size=args.weight_block_size, dtype=args.dtype)
+        print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
+        return 0 if world.ok else 1
     if args.command == "gen-checkpoint":
-        from .sample_checkpoints import ModelSpec, write_checkpoint
+        from .sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
 
         spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
                          vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
                          tie_word_embeddings=args.tie_embeddings, fp8=args.fp8)
-        print(write_checkpoint(args.out, spec))
+        print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
         return 0
     if args.command == "hf-generate":
         from .checkpoint import open_checkpoint

@@ -23,7 +23,8 @@ from .errors import CheckpointError, ShardingError
 from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress
 from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
-from .sharding import Layout, check_heads, layer_range, owns, rules_for, shard_bounds
+from .sharding import (Layout, Split, check_heads, kv_split, layer_range, num_kv_heads, owns, rules_for,
+                       shard_bounds)
 
 if TYPE_CHECKING:  # planning reads headers only; filling imports torch (see dtypes.py)
     import torch
@@ -84,6 +85,7 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
     layers = layer_range(num_layers, layout.pp_size, layout.pp_rank)
     block = quant.weight_block_size or (1, 1)
     tied = bool(config.get("tie_word_embeddings", False))
+    kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
 
     builder = _PlanBuilder()
     sources = sorted(checkpoint.tensors.values(), key=lambda t: (t.file, t.name))
@@ -104,17 +106,24 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
             )
         dim = rule.split.dim
         start, stop = 0, info.shape[0] if info.shape else 0
-        if dim is not None and layout.tp_size > 1:
+        # k/v split by KV head, which may mean fewer slices than ranks (replicated heads).
+        parts, part, fix = layout.tp_size, layout.tp_rank, "choose a tensor-parallel size that divides it"
+        if rule.split is Split.KV_HEADS and kv_parts < layout.tp_size:
+            parts, part = kv_parts, kv_part
+            fix = (f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {kv_parts}), which "
+                   "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
+                   "--quantization fp8 (the daemon then quantizes each rank's head itself)")
+        if dim is not None and parts > 1:
             if dim >= len(info.shape):
                 dim = 0  # 1-D biases of column-parallel layers split along their only axis
             if is_scale:
                 # Scales are per block: this rank's blocks are the weight's blocks, so the weight's
                 # shard must cover whole blocks.
-                start, stop = shard_bounds(info.name, info.shape[dim] * block[dim], layout.tp_size, layout.tp_rank, block[dim])
+                start, stop = shard_bounds(info.name, info.shape[dim] * block[dim], parts, part, block[dim], fix)
                 start, stop = start // block[dim], stop // block[dim]
             else:
                 granule = block[dim] if fp8_source else 1
-                start, stop = shard_bounds(info.name, info.shape[dim], layout.tp_size, layout.tp_rank, granule)
+                start, stop = shard_bounds(info.name, info.shape[dim], parts, part, granule, fix)
         else:
             dim = None
         shape = list(info.shape)

@@ -31,10 +31,20 @@ def empty_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
 
 def bound_hf_model(model_dir: str | Path, weights: Weights) -> torch.nn.Module:
     model = empty_hf_model(model_dir, weights.fingerprint.dtype)
+    bind_on_device(model, weights)
+    return model
+
+
+def bind_on_device(model: torch.nn.Module, weights: Weights) -> None:
+    """Bind ``weights`` into ``model`` and bring what they do not cover to their device."""
     bind(model, weights.tensors, weights.aliases)
     device = next(iter(weights.tensors.values())).device
-    # Parameters are already on the arena's device; this moves only computed buffers (rotary tables).
-    return model.to(device)
+    # Parameters are on the arena's device now; computed buffers (rotary tables) were made on the
+    # CPU by the skeleton. Only those move, not a walk of ``model.to`` over every parameter.
+    for module in model.modules():
+        for name, buffer in module._buffers.items():
+            if buffer is not None and buffer.device != device:
+                module._buffers[name] = buffer.to(device)
 
 
 def oracle_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
@@ -52,13 +62,14 @@ def tokenizer_for(model_dir: str | Path) -> Any:
 
 @torch.inference_mode()
 def greedy(model: torch.nn.Module, input_ids: list[int], max_new_tokens: int) -> list[int]:
-    """Plain greedy decoding with the model's KV cache; deterministic on CPU."""
-    out = model(input_ids=torch.tensor([input_ids]), use_cache=True)
+    """Plain greedy decoding with the model's KV cache, on the device its weights are on."""
+    device = next(model.parameters()).device
+    out = model(input_ids=torch.tensor([input_ids], device=device), use_cache=True)
     generated = []
     for _ in range(max_new_tokens):
         token = int(out.logits[0, -1].argmax())
         generated.append(token)
-        out = model(input_ids=torch.tensor([[token]]), cache=out.cache, use_cache=True)
+        out = model(input_ids=torch.tensor([[token]], device=device), cache=out.cache, use_cache=True)
     return generated
 
 
@@ -71,7 +82,7 @@ def generate_report(model_dir: str, load: Callable[[], Weights], dtype: str, pro
     load_started = time.perf_counter()
     weights = load()
     bind_started = time.perf_counter()
-    bind(model, weights.tensors, weights.aliases)
+    bind_on_device(model, weights)
     bound = time.perf_counter()
     tokens = greedy(model, tokenizer.encode(prompt), max_new_tokens)
     return {**weights.report(), "build_seconds": round(load_started - build_started, 6),

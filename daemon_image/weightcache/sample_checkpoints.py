@@ -19,8 +19,8 @@ from safetensors.torch import save_file
 
 from . import dtypes
 from .binding import empty_model
-from .quantization import DEFAULT_BLOCK, quantize_block_fp8
-from .sharding import rules_for
+from .quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_shape
+from .sharding import ArchitectureRules, rules_for
 
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 EOS = "<|endoftext|>"
@@ -108,18 +108,21 @@ def write_checkpoint(out_dir: str | Path, spec: ModelSpec = ModelSpec(), device:
     """Write the checkpoint; ``device="cuda"`` generates (and FP8-quantizes) on a GPU, for big benchmarks."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    config = transformers_config(spec)
-    config_dict = config.to_dict()
-    if spec.fp8:
-        config_dict["quantization_config"] = {
-            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(DEFAULT_BLOCK)}
-    (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
+    _write_config(out, spec)
     tensors = _random_tensors(spec, device)
     _write_shards(out, tensors, spec.shards)
     if spec.tokenizer:
         write_tokenizer(out, spec.vocab_size)
     (out / "weightcache-sample.json").write_text(json.dumps(asdict(spec), indent=2))
     return out
+
+
+def _write_config(out: Path, spec: ModelSpec) -> None:
+    config_dict = transformers_config(spec).to_dict()
+    if spec.fp8:
+        config_dict["quantization_config"] = {
+            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(DEFAULT_BLOCK)}
+    (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
 
 
 def _random_tensors(spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Tensor]:
@@ -135,14 +138,67 @@ def _random_tensors(spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Ten
             t = torch.randn(shape, generator=gen, device=device) / math.sqrt(fan_in)
             if "embed_tokens" in name:
                 t = torch.randn(shape, generator=gen, device=device)
-        rule, _ = rules.rule_for(name)
-        if spec.fp8 and rule.quantize and len(shape) == 2:
+        if _stored_as_fp8(spec, rules, name, shape):
             q, scale = quantize_block_fp8(t, DEFAULT_BLOCK)
             tensors[name] = q.cpu()
             tensors[name + "_scale_inv"] = scale.cpu()
         else:
             tensors[name] = t.to(dtype).contiguous().cpu()
     return tensors
+
+
+def _stored_as_fp8(spec: ModelSpec, rules: ArchitectureRules, name: str, shape: tuple[int, ...]) -> bool:
+    """Whether a pre-quantized checkpoint stores ``name`` as FP8 weights plus block scales."""
+    return spec.fp8 and rules.rule_for(name)[0].quantize and len(shape) == 2
+
+
+def write_sparse_checkpoint(out_dir: str | Path, spec: ModelSpec, shard_bytes: int = 5 * 2**30) -> Path:
+    """A checkpoint of any size whose tensor bytes are holes: real config.json, index and safetensors
+    headers, then each shard file extended to its full length without writing (a sparse file).
+
+    For what needs only headers — planning, fingerprints — at the size of a real model: a 140 GB
+    Llama-70B-shaped checkpoint costs a few hundred KB of disk. Its weights read as zeros.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _write_config(out, spec)
+    codes = {name: code for code, name in dtypes.SAFETENSORS_DTYPES.items()}
+    rules = rules_for(FAMILIES[spec.family])
+    stored: list[tuple[str, str, tuple[int, ...]]] = []
+    for name, (shape, dtype) in shapes(spec).items():
+        if _stored_as_fp8(spec, rules, name, shape):
+            stored.append((name, "float8_e4m3fn", shape))
+            stored.append((name + "_scale_inv", "float32", scale_shape(shape, DEFAULT_BLOCK)))
+        else:
+            stored.append((name, dtypes.to_name(dtype), shape))
+    groups: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for item in stored:
+        nbytes = dtypes.itemsize(item[1]) * math.prod(item[2])
+        if groups[-1] and size + nbytes > shard_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(item)
+        size += nbytes
+    weight_map, total = {}, 0
+    for i, group in enumerate(groups):
+        file_name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+        offset = 0
+        for name, dtype, shape in group:
+            nbytes = dtypes.itemsize(dtype) * math.prod(shape)
+            header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+            offset += nbytes
+            weight_map[name] = file_name
+        raw = json.dumps(header).encode()
+        raw += b" " * (-len(raw) % 8)  # safetensors pads its header to 8 bytes
+        with (out / file_name).open("wb") as fh:
+            fh.write(len(raw).to_bytes(8, "little") + raw)
+            fh.truncate(8 + len(raw) + offset)
+        total += offset
+    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                  "weight_map": weight_map}, indent=2))
+    return out
 
 
 def _write_shards(out: Path, tensors: dict[str, torch.Tensor], shards: int) -> None:

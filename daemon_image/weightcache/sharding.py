@@ -21,13 +21,14 @@ class Split(enum.Enum):
     """How a tensor is divided among tensor-parallel ranks."""
 
     REPLICATED = "replicated"  # every rank holds all of it (norms)
-    COLUMN = "column"  # output features split: dim 0 (q/k/v/gate/up and their biases)
+    COLUMN = "column"  # output features split: dim 0 (q/gate/up and their biases)
+    KV_HEADS = "kv_heads"  # k/v and their biases: by KV head along dim 0, replicated when tp > KV heads
     ROW = "row"  # input features split: dim 1 (o/down)
     VOCAB = "vocab"  # vocabulary rows split: dim 0 (embedding, lm_head)
 
     @property
     def dim(self) -> int | None:
-        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.ROW: 1, Split.VOCAB: 0}[self]
+        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.KV_HEADS: 0, Split.ROW: 1, Split.VOCAB: 0}[self]
 
 
 class Stage(enum.Enum):
@@ -79,7 +80,7 @@ _L = r"model\.layers\.(?P<layer>\d+)\."
 _DECODER_RULES: tuple[Rule, ...] = (
     Rule(r"model\.embed_tokens\.weight", Split.VOCAB, Stage.FIRST),
     Rule(_L + r"self_attn\.q_proj\.(weight|bias)", Split.COLUMN, Stage.LAYER, quantize=True),
-    Rule(_L + r"self_attn\.(k|v)_proj\.(weight|bias)", Split.COLUMN, Stage.LAYER, quantize=True),
+    Rule(_L + r"self_attn\.(k|v)_proj\.(weight|bias)", Split.KV_HEADS, Stage.LAYER, quantize=True),
     Rule(_L + r"self_attn\.o_proj\.weight", Split.ROW, Stage.LAYER, quantize=True),
     Rule(_L + r"mlp\.(gate|up)_proj\.weight", Split.COLUMN, Stage.LAYER, quantize=True),
     Rule(_L + r"mlp\.down_proj\.weight", Split.ROW, Stage.LAYER, quantize=True),
@@ -89,7 +90,7 @@ _DECODER_RULES: tuple[Rule, ...] = (
 )
 
 LLAMA = ArchitectureRules("LlamaForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
-# Qwen2 is Llama-shaped with q/k/v biases, which the COLUMN rules above already cover.
+# Qwen2 is Llama-shaped with q/k/v biases, which the COLUMN and KV_HEADS rules above already cover.
 QWEN2 = ArchitectureRules("Qwen2ForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
 QWEN3 = ArchitectureRules(
     "Qwen3ForCausalLM",
@@ -161,23 +162,54 @@ def owns(rule: Rule, layer: int | None, layers: range, layout: Layout) -> bool:
     return layer is not None and layer in layers
 
 
-def shard_bounds(name: str, size: int, tp_size: int, tp_rank: int, granule: int = 1) -> tuple[int, int]:
-    """This rank's [start, stop) along the split dim; the split must be even and granule-aligned."""
-    if size % tp_size or (size // tp_size) % granule:
+def shard_bounds(name: str, size: int, parts: int, index: int, granule: int = 1,
+                 fix: str = "choose a tensor-parallel size that divides it") -> tuple[int, int]:
+    """Slice ``index``'s [start, stop) of ``parts`` along the split dim; the split must be even and
+    granule-aligned. ``parts`` is the tp size, or the KV heads for replicated k/v (see ``kv_split``)."""
+    if size % parts or (size // parts) % granule:
         raise ShardingError(
-            f"tensor {name!r}: dimension {size} does not split evenly into {tp_size} tensor-parallel "
-            f"parts{f' of whole {granule}-blocks' if granule > 1 else ''}; choose a tensor-parallel size that divides it"
+            f"tensor {name!r}: dimension {size} does not split evenly into {parts} tensor-parallel "
+            f"parts{f' of whole {granule}-blocks' if granule > 1 else ''}; {fix}"
         )
-    part = size // tp_size
-    return tp_rank * part, (tp_rank + 1) * part
+    part = size // parts
+    return index * part, (index + 1) * part
+
+
+def kv_split(num_kv_heads: int, tp_size: int, tp_rank: int) -> tuple[int, int]:
+    """(parts, part): into how many slices k/v projections split, and which one ``tp_rank`` holds.
+
+    With at least as many KV heads as ranks, each rank holds ``num_kv_heads / tp`` of them (parts =
+    tp). With more ranks than KV heads, each KV head is replicated on ``tp / num_kv_heads``
+    consecutive ranks — rank r holds head ``r // (tp / num_kv_heads)``, as vLLM and SGLang do — which
+    is exactly the head its query heads ``[r·H/tp, (r+1)·H/tp)`` attend with.
+    """
+    if num_kv_heads < 1:  # a config that does not say: k/v split like any column-parallel weight
+        return tp_size, tp_rank
+    if num_kv_heads >= tp_size:
+        if num_kv_heads % tp_size:
+            raise ShardingError(
+                f"num_key_value_heads={num_kv_heads} is not divisible by tensor-parallel size {tp_size}; use a tp "
+                f"size that divides {num_kv_heads}, or a multiple of it (KV heads are then replicated)")
+        return tp_size, tp_rank
+    if tp_size % num_kv_heads:
+        raise ShardingError(
+            f"tensor-parallel size {tp_size} is not a multiple of num_key_value_heads={num_kv_heads}; with more "
+            f"ranks than KV heads each head is replicated on tp/{num_kv_heads} ranks, so tp must be a multiple of "
+            f"{num_kv_heads} (or a divisor of it)")
+    return num_kv_heads, tp_rank // (tp_size // num_kv_heads)
 
 
 def check_heads(config: dict[str, Any], tp_size: int) -> None:
-    """Attention heads must split evenly: KV-head replication for tp > kv heads is not implemented."""
-    for key in ("num_attention_heads", "num_key_value_heads"):
-        heads = int(config.get(key) or config.get("num_attention_heads") or 0)
-        if heads and heads % tp_size:
-            raise ShardingError(
-                f"{key}={heads} is not divisible by tensor-parallel size {tp_size}; "
-                f"use a tp size that divides {heads}"
-            )
+    """Query heads must split evenly; KV heads split evenly or are replicated (see ``kv_split``)."""
+    heads = int(config.get("num_attention_heads") or 0)
+    if heads and heads % tp_size:
+        raise ShardingError(
+            f"num_attention_heads={heads} is not divisible by tensor-parallel size {tp_size}; "
+            f"use a tp size that divides {heads}"
+        )
+    kv_split(num_kv_heads(config), tp_size, 0)
+
+
+def num_kv_heads(config: dict[str, Any]) -> int:
+    """KV heads from a config.json; models without ``num_key_value_heads`` have one per query head."""
+    return int(config.get("num_key_value_heads") or config.get("num_attention_heads") or 0)

@@ -1,4 +1,5 @@
-"""Tensor parallelism with real processes and gloo: TP=2 and TP=4 logits match TP=1.
+"""Tensor parallelism with real processes and gloo: TP=2 and TP=4 logits match TP=1 (and, with
+more ranks than KV heads, transformers).
 
 TP=N differs from TP=1 only in how partial sums are added: each row-parallel linear's partials
 are summed by an all-reduce (in float32) instead of inside one matmul. In float32 that is a
@@ -23,6 +24,7 @@ from weightcache.engine.config import ModelConfig
 from weightcache.engine.launcher import free_port
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import Group
+from weightcache.reference_hf import greedy, oracle_hf_model
 from weightcache.sharding import Layout
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
@@ -128,3 +130,24 @@ def test_tp2_fp8_matches_tp1_fp8(checkpoint_factory, start_daemon, tmp_path) -> 
     assert [f["report"]["mode"] for f in facts] == ["cache", "cache"] and all(f["in_arena"] for f in facts)
     torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
     assert facts[0]["tokens"] == want_tokens
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tp, kv, family, mode", [(4, 1, "qwen2", "client"), (4, 2, "qwen3", "off"), (2, 1, "llama", "off")])
+def test_more_ranks_than_kv_heads_replicate_them_and_match_transformers(checkpoint_factory, start_daemon, tmp_path,
+                                                                        tp: int, kv: int, family: str, mode: str) -> None:
+    # qwen2: replicated k/v biases, from a daemon's arenas; qwen3: replicated k_norm inputs; llama: MQA at TP=2.
+    ckpt = checkpoint_factory(family=family, num_kv_heads=kv)
+    extra: tuple[str, str] = ("", "")
+    if mode == "client":
+        daemon = start_daemon(ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}",
+                              ranks=list(range(tp)))
+        extra = (daemon.socket_dir, daemon.name)
+    oracle = oracle_hf_model(ckpt, "float32")
+    with torch.inference_mode():
+        want = oracle(torch.tensor([PROMPT])).logits[0].float()
+    got, facts = run_tp(ckpt, tp, tmp_path / "out", mode, *extra)
+    assert [f["report"]["mode"] for f in facts] == ["cache" if mode == "client" else "disk"] * tp
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+    want_tokens = greedy(oracle, PROMPT, 8)
+    assert all(f["tokens"] == want_tokens for f in facts)

@@ -7,6 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from weightcache.client import expect, load_from_disk, load_weights
+from weightcache.errors import ShardingError
 from weightcache.sharding import Layout, Split, rules_for
 
 
@@ -35,6 +36,44 @@ def test_tensor_parallel_shards_reassemble_exactly(checkpoint_factory, family: s
             dim = min(rule.split.dim, tensor.dim() - 1)
             assert all(p.shape[dim] == tensor.shape[dim] // tp for p in parts), name
             assert torch.equal(torch.cat(parts, dim=dim), tensor), name
+
+
+@pytest.mark.parametrize("tp, kv", [(4, 1), (4, 2), (2, 1)])
+def test_with_more_ranks_than_kv_heads_rank_r_holds_kv_head_r_over_replicas(checkpoint_factory, tp: int,
+                                                                            kv: int) -> None:
+    ckpt = checkpoint_factory(family="qwen2", num_kv_heads=kv)  # k/v biases are replicated with their weights
+    full = full_tensors(ckpt)
+    head_dim = 128 // 8
+    ranks = [load_from_disk(expect(str(ckpt), Layout(tp_size=tp, tp_rank=r), dtype="bfloat16")).tensors
+             for r in range(tp)]
+    for name, tensor in full.items():
+        parts = [r[name] for r in ranks]
+        if ".k_proj." in name or ".v_proj." in name:
+            for r, part in enumerate(parts):
+                head = r // (tp // kv)
+                assert torch.equal(part, tensor[head * head_dim : (head + 1) * head_dim]), (name, r)
+        elif ".q_proj." in name:  # query heads still split: rank r has H/tp of them
+            assert torch.equal(torch.cat(parts), tensor) and parts[0].shape[0] == tensor.shape[0] // tp
+
+
+@pytest.mark.parametrize("hidden, refused", [(512, False), (256, True)])
+def test_replicated_kv_heads_of_a_prequantized_checkpoint_must_be_whole_fp8_blocks(checkpoint_factory, hidden: int,
+                                                                                    refused: bool) -> None:
+    # 4 heads, 2 KV heads, TP=4: each rank holds one KV head of head_dim rows: 128 (whole blocks) or 64.
+    ckpt = checkpoint_factory(family="llama", hidden_size=hidden, intermediate_size=512, num_heads=4, num_kv_heads=2,
+                              num_layers=1, fp8=True)
+    expected = [expect(str(ckpt), Layout(tp_size=4, tp_rank=r), dtype="bfloat16", quantization="fp8") for r in range(4)]
+    if refused:
+        with pytest.raises(ShardingError, match="k_proj.*one whole KV head.*use a tp size <= the KV heads"):
+            load_from_disk(expected[0])
+        return
+    full = full_tensors(ckpt)
+    for r, e in enumerate(expected):
+        tensors = load_from_disk(e).tensors
+        for name in ("model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.v_proj.weight"):
+            head = r // 2
+            assert torch.equal(tensors[name].view(torch.uint8), full[name][head * 128 : (head + 1) * 128].view(torch.uint8))
+            assert torch.equal(tensors[name + "_scale_inv"], full[name + "_scale_inv"][head : head + 1])
 
 
 def test_pipeline_stages_are_disjoint_and_complete(checkpoint_factory) -> None:

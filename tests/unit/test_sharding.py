@@ -1,7 +1,8 @@
 import pytest
 
 from weightcache.errors import ShardingError, UnsupportedArchitecture
-from weightcache.sharding import ARCHITECTURES, Layout, Split, Stage, layer_range, rules_for, shard_bounds
+from weightcache.sharding import (ARCHITECTURES, Layout, Split, Stage, check_heads, kv_split, layer_range, rules_for,
+                                 shard_bounds)
 
 
 @pytest.mark.parametrize(
@@ -9,7 +10,7 @@ from weightcache.sharding import ARCHITECTURES, Layout, Split, Stage, layer_rang
     [
         ("model.embed_tokens.weight", Split.VOCAB, Stage.FIRST),
         ("model.layers.3.self_attn.q_proj.weight", Split.COLUMN, Stage.LAYER),
-        ("model.layers.3.self_attn.k_proj.bias", Split.COLUMN, Stage.LAYER),
+        ("model.layers.3.self_attn.k_proj.bias", Split.KV_HEADS, Stage.LAYER),
         ("model.layers.3.self_attn.o_proj.weight", Split.ROW, Stage.LAYER),
         ("model.layers.3.mlp.up_proj.weight", Split.COLUMN, Stage.LAYER),
         ("model.layers.3.mlp.down_proj.weight", Split.ROW, Stage.LAYER),
@@ -67,3 +68,27 @@ def test_layout_ranks_are_pipeline_major() -> None:
         Layout(tp_size=2, tp_rank=2)
     with pytest.raises(ShardingError, match="outside a world of 4"):
         Layout.from_rank(4, 2, 2)
+
+
+def test_kv_heads_split_when_they_outnumber_ranks_and_replicate_when_ranks_outnumber_them() -> None:
+    assert [kv_split(8, 4, r) for r in range(4)] == [(4, 0), (4, 1), (4, 2), (4, 3)]
+    assert [kv_split(2, 4, r) for r in range(4)] == [(2, 0), (2, 0), (2, 1), (2, 1)]  # head r // (tp / kv)
+    assert [kv_split(1, 2, r) for r in range(2)] == [(1, 0), (1, 0)]
+    assert [kv_split(4, 16, r)[1] for r in range(16)] == [r // 4 for r in range(16)]
+
+
+@pytest.mark.parametrize("kv, tp, words", [(3, 2, "num_key_value_heads=3 is not divisible by tensor-parallel size 2"),
+                                           (2, 3, "tensor-parallel size 3 is not a multiple of num_key_value_heads=2"),
+                                           (4, 6, "not a multiple of num_key_value_heads=4")])
+def test_tp_neither_dividing_nor_multiplying_the_kv_heads_is_refused(kv: int, tp: int, words: str) -> None:
+    with pytest.raises(ShardingError, match=words):
+        kv_split(kv, tp, 0)
+    with pytest.raises(ShardingError, match=words):
+        check_heads({"num_attention_heads": 12 * tp, "num_key_value_heads": kv}, tp)
+
+
+def test_query_heads_must_still_divide_by_tp_when_kv_heads_replicate() -> None:
+    check_heads({"num_attention_heads": 8, "num_key_value_heads": 1}, 8)
+    check_heads({"num_attention_heads": 8}, 4)  # no num_key_value_heads: multi-head attention
+    with pytest.raises(ShardingError, match="num_attention_heads=6 is not divisible by tensor-parallel size 4"):
+        check_heads({"num_attention_heads": 6, "num_key_value_heads": 2}, 4)

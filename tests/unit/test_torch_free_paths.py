@@ -9,7 +9,7 @@ import sys
 import pytest
 
 TORCH_FREE = ["weightcache.probe", "weightcache.keeper", "weightcache.status_endpoint", "weightcache.daemon",
-              "weightcache.client", "weightcache.cli"]
+              "weightcache.client", "weightcache.cli", "weightcache.planner"]
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)
@@ -25,3 +25,11 @@ def test_probe_command_runs_without_torch_or_numpy(lean_env: dict[str, str], tmp
                           "--ranks", "0"], capture_output=True, text=True, timeout=120, env=lean_env)
     assert "lean path" not in out.stderr, out.stderr
     assert out.returncode != 0 and "rank 0" in (out.stdout + out.stderr), out.stdout + out.stderr
+
+
+def test_plan_command_runs_without_torch_or_numpy(lean_env: dict[str, str], checkpoint_factory) -> None:
+    """Planning is headers and arithmetic: a user asks "will it fit" on a machine without torch."""
+    ckpt = checkpoint_factory(family="llama")
+    out = subprocess.run([sys.executable, "-m", "weightcache", "plan", "--model", str(ckpt), "--tp", "2"],
+                         capture_output=True, text=True, timeout=120, env=lean_env)
+    assert out.returncode == 0 and "every rank can be planned" in out.stdout, out.stdout + out.stderr

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
+from ..sharding import kv_split
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
 
@@ -77,8 +78,15 @@ class ModelConfig:
             raise CheckpointError(f"{path} lacks {exc}") from None
 
     def check_tensor_parallel(self, tp_size: int) -> None:
-        """Refuse a tp size that does not split heads, kv heads, MLP and vocabulary evenly."""
-        for what, value in (("num_attention_heads", self.num_heads), ("num_key_value_heads", self.num_kv_heads),
-                            ("intermediate_size", self.intermediate_size), ("vocab_size", self.vocab_size)):
+        """Refuse a tp size that does not split heads, MLP and vocabulary evenly, or whose KV heads
+        neither split evenly nor replicate evenly (see ``sharding.kv_split``)."""
+        for what, value in (("num_attention_heads", self.num_heads), ("intermediate_size", self.intermediate_size),
+                            ("vocab_size", self.vocab_size)):
             if value % tp_size:
                 raise ShardingError(f"{what}={value} is not divisible by tensor-parallel size {tp_size}")
+        kv_split(self.num_kv_heads, tp_size, 0)
+
+    def local_kv_heads(self, tp_size: int) -> int:
+        """KV heads one rank holds: num_kv_heads / tp, or one replicated head when tp > num_kv_heads."""
+        parts, _ = kv_split(self.num_kv_heads, tp_size, 0)
+        return self.num_kv_heads // parts

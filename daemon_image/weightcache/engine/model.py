@@ -3,14 +3,17 @@
 Every weight is used where it lies — a view into the daemon's arena (or into the disk loader's
 buffer) — and never copied: linears call ``F.linear`` on the view, and block-wise FP8 weights
 are dequantized one block-row at a time into a temporary that lives for a single matmul. The
-code follows transformers' modeling files operation for operation (RMSNorm in float32, rotary
-tables in float32 cast to the activation dtype, the same residual order) so that its logits can
-be held to transformers' within float32 rounding.
+code follows transformers' modeling files operation for operation — RMSNorm in float32 cast back
+before the weight multiplies, rotary tables in float32 cast to the activation dtype, residual adds
+and lm_head in the activation dtype, the same SDPA call (see ``sdpa``) — so that it rounds where
+transformers rounds: at TP=1 its logits equal transformers' in float32 within float32 rounding and
+in bfloat16 exactly on CPU.
 
 Tensor parallelism is Megatron's: q/k/v/gate/up are column-parallel (each rank owns whole heads
-and a slice of the MLP), o/down are row-parallel and all-reduce their partial sums, and the
-embedding and lm_head are split by vocabulary rows. One all-reduce after attention, one after
-the MLP, one in the embedding and one all-gather of the logits per forward.
+and a slice of the MLP; with more ranks than KV heads each KV head is replicated, see
+``sharding.kv_split``), o/down are row-parallel and all-reduce their partial sums (in float32,
+rounded once), and the embedding and lm_head are split by vocabulary rows. One all-reduce after
+attention, one after the MLP, one in the embedding and one all-gather of the logits per forward.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..errors import BindError
+from ..errors import BindError, ShardingError
 from ..quantization import SCALE_SUFFIX
 from .config import ModelConfig
 from .parallel import Group
@@ -93,6 +96,35 @@ class Rotary:
         return x * cos + rotated * sin
 
 
+def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, group: int,
+         scale: float) -> torch.Tensor:
+    """Causal attention of ``q`` [heads, n, d] over ``keys``/``values`` [kv heads, past + n, d].
+
+    The call is transformers' ``sdpa_attention_forward``, argument for argument, because in
+    bfloat16 the kernel decides the rounding: a batched 4-D input, ``is_causal`` (not a mask) for a
+    prefill, and grouped-query attention left to the kernel (``enable_gqa``) whenever no mask is
+    needed. A 3-D input or an explicit causal mask picks another kernel (measured on CPU), whose
+    bf16 output differs from transformers' by a bf16 step per head — enough, summed over layers,
+    to change a greedy token. Only a prefill after earlier tokens (not what the scheduler does,
+    but what the KV-cache tests do) needs a mask, and then, as transformers does, repeated kv heads.
+    """
+    n = q.shape[1]
+    mask, causal, kwargs = None, False, {}
+    if n > 1 and past == 0:
+        causal = True
+    elif n > 1:  # query i sits at position past+i and sees keys 0..past+i
+        mask = torch.ones(n, past + n, dtype=torch.bool, device=q.device).tril(diagonal=past)
+    if group > 1:  # GQA: kv head j serves query heads [j·group, (j+1)·group)
+        if mask is None and keys.shape[-1] <= 256:
+            kwargs["enable_gqa"] = True
+        else:
+            keys = keys.repeat_interleave(group, dim=0)
+            values = values.repeat_interleave(group, dim=0)
+    out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, is_causal=causal,
+                                         scale=scale, **kwargs)
+    return out[0]
+
+
 @dataclass
 class KVCache:
     """One request's keys and values on one rank: [layers, local kv heads, capacity, head_dim]."""
@@ -118,7 +150,7 @@ class DecoderLayer:
         self.index = index
         self.group = group
         self.heads = cfg.num_heads // group.size
-        self.kv_heads = cfg.num_kv_heads // group.size
+        self.kv_heads = cfg.local_kv_heads(group.size)
         self.head_dim = cfg.head_dim
         self.input_norm = RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps)
         self.post_norm = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps)
@@ -155,14 +187,7 @@ class DecoderLayer:
         cache.values[self.index, :, past : past + n] = v.transpose(0, 1)
         keys = cache.keys[self.index, :, : past + n]
         values = cache.values[self.index, :, : past + n]
-        group = self.heads // self.kv_heads
-        if group > 1:  # GQA: each kv head serves `group` consecutive query heads
-            keys = keys.repeat_interleave(group, dim=0)
-            values = values.repeat_interleave(group, dim=0)
-        mask = None
-        if n > 1:  # query i sits at position past+i and sees keys 0..past+i
-            mask = torch.ones(n, past + n, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.head_dim**-0.5)
+        out = sdpa(q, keys, values, past, self.heads // self.kv_heads, self.head_dim**-0.5)
         return self.group.all_reduce(self.o(out.transpose(0, 1).reshape(n, self.heads * self.head_dim)))
 
 
@@ -201,8 +226,10 @@ class Model:
 
     def __init__(self, cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
                  group: Group, block: tuple[int, int] | None = None) -> None:
-        if cfg.num_heads % group.size or cfg.num_kv_heads % group.size or cfg.vocab_size % group.size:
-            raise BindError(f"heads, kv heads and vocabulary must divide by tp size {group.size}")
+        try:
+            cfg.check_tensor_parallel(group.size)
+        except ShardingError as exc:
+            raise BindError(str(exc)) from None
         self.cfg = cfg
         self.group = group
         get = _Getter(tensors, aliases, block)
@@ -240,7 +267,7 @@ class Model:
         yield "lm_head.weight", self.lm_head.weight
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.allocate(self.cfg.num_layers, self.cfg.num_kv_heads // self.group.size, capacity,
+        return KVCache.allocate(self.cfg.num_layers, self.cfg.local_kv_heads(self.group.size), capacity,
                                 self.cfg.head_dim, self.dtype, self.device)
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
