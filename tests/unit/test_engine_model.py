@@ -18,14 +18,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from weightcache.binding import bind
 from weightcache.client import Weights, expect, load_from_disk
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Linear, Model
 from weightcache.engine.parallel import Group
 from weightcache.errors import BindError, UnsupportedArchitecture
-from weightcache.quantization import SCALE_SUFFIX, dequantize_block_fp8, quantize_block_fp8
-from weightcache.reference_hf import empty_hf_model, greedy, oracle_hf_model
+from weightcache.quantization import dequantize_block_fp8, quantize_block_fp8
+from weightcache.reference_hf import dequantized_hf_model, greedy, oracle_hf_model
 from weightcache.sharding import Layout
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
@@ -100,27 +99,13 @@ def test_interleaved_requests_keep_their_own_kv_state(checkpoint_factory) -> Non
     assert (out_a, out_b) == (alone_a, alone_b)
 
 
-def dequantized_reference(ckpt: Path, weights: Weights) -> torch.nn.Module:
-    """transformers' model bound to the FP8 weights dequantized in full: the FP8 oracle."""
-    tensors = {}
-    for name, tensor in weights.tensors.items():
-        if name.endswith(SCALE_SUFFIX):
-            continue
-        if tensor.dtype == torch.float8_e4m3fn:
-            tensor = dequantize_block_fp8(tensor, weights.tensors[name + SCALE_SUFFIX], (128, 128), torch.float32)
-        tensors[name] = tensor
-    model = empty_hf_model(ckpt, "float32")
-    bind(model, tensors, weights.aliases)
-    return model
-
-
 @pytest.mark.parametrize("prequantized", [False, True])
 def test_fp8_logits_match_a_dequantized_reference(checkpoint_factory, prequantized: bool) -> None:
     ckpt = checkpoint_factory(**FP8_SPEC, fp8=prequantized)
     model, weights = engine_model(ckpt, "float32", "fp8")
     fp8 = [lin for layer in model.layers for lin in layer.linears()]
     assert fp8 and all(lin.weight.dtype == torch.float8_e4m3fn and lin.scale_inv is not None for lin in fp8)
-    reference = dequantized_reference(ckpt, weights)
+    reference = dequantized_hf_model(ckpt, weights, "float32", (128, 128))
     with torch.inference_mode():
         want = reference(torch.tensor([PROMPT])).logits[0]
     got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
