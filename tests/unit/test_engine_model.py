@@ -24,18 +24,22 @@ from weightcache.engine.model import Linear, Model
 from weightcache.engine.parallel import Group
 from weightcache.errors import BindError, UnsupportedArchitecture
 from weightcache.quantization import dequantize_block_fp8, quantize_block_fp8
-from weightcache.reference_hf import dequantized_hf_model, greedy, oracle_hf_model
+from weightcache.reference_hf import bound_hf_model, dequantized_hf_model, greedy, oracle_hf_model
 from weightcache.sharding import Layout
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
 ATOL, RTOL = 2e-4, 1e-5
 FP8_SPEC = dict(family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=2, num_layers=2)
+MOE_SPEC = dict(family="qwen3_moe", num_layers=3, num_experts=8, num_experts_per_tok=2)
+FP8_MOE_SPEC = dict(family="qwen3_moe", hidden_size=256, num_heads=4, num_kv_heads=2, num_layers=2, num_experts=4,
+                    moe_intermediate_size=128)
 
 
-def engine_model(ckpt: Path, dtype: str, quantization: str = "none") -> tuple[Model, Weights]:
-    weights = load_from_disk(expect(str(ckpt), Layout(), dtype=dtype, quantization=quantization))
+def engine_model(ckpt: Path, dtype: str, quantization: str = "none", layout: Layout = Layout()) -> tuple[Model, Weights]:
+    weights = load_from_disk(expect(str(ckpt), layout, dtype=dtype, quantization=quantization))
     block = (128, 128) if quantization == "fp8" else None
-    model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, Group(), block)
+    group = Group(layout.tp_rank, layout.tp_size)  # sizes the shards; only a forward would communicate
+    model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, group, block, layout.ep_size)
     model.keep_alive = weights
     return model, weights
 
@@ -50,9 +54,10 @@ def engine_greedy(model: Model, prompt: list[int], n: int) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False)])
+@pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False), ("qwen3_moe", False)])
 def test_float32_logits_match_transformers(checkpoint_factory, family: str, tied: bool) -> None:
-    ckpt = checkpoint_factory(family=family, tie_word_embeddings=tied)
+    ckpt = checkpoint_factory(**{**(MOE_SPEC if family == "qwen3_moe" else {}), "family": family},
+                              tie_word_embeddings=tied)
     model, _ = engine_model(ckpt, "float32")
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
@@ -63,8 +68,9 @@ def test_float32_logits_match_transformers(checkpoint_factory, family: str, tied
     assert engine_greedy(model, PROMPT, 10) == greedy(oracle, PROMPT, 10)
 
 
-def test_bfloat16_logits_point_the_same_way_as_transformers(checkpoint_factory) -> None:
-    ckpt = checkpoint_factory(family="qwen3")
+@pytest.mark.parametrize("spec", [dict(family="qwen3"), MOE_SPEC], ids=["qwen3", "qwen3_moe"])
+def test_bfloat16_logits_point_the_same_way_as_transformers(checkpoint_factory, spec: dict) -> None:
+    ckpt = checkpoint_factory(**spec)
     model, _ = engine_model(ckpt, "bfloat16")
     with torch.inference_mode():
         want = oracle_hf_model(ckpt, "bfloat16")(torch.tensor([PROMPT])).logits[0].float()
@@ -100,11 +106,15 @@ def test_interleaved_requests_keep_their_own_kv_state(checkpoint_factory) -> Non
 
 
 @pytest.mark.parametrize("prequantized", [False, True])
-def test_fp8_logits_match_a_dequantized_reference(checkpoint_factory, prequantized: bool) -> None:
-    ckpt = checkpoint_factory(**FP8_SPEC, fp8=prequantized)
+@pytest.mark.parametrize("spec", [FP8_SPEC, FP8_MOE_SPEC], ids=["llama", "qwen3_moe"])
+def test_fp8_logits_match_a_dequantized_reference(checkpoint_factory, prequantized: bool, spec: dict) -> None:
+    ckpt = checkpoint_factory(**spec, fp8=prequantized)
     model, weights = engine_model(ckpt, "float32", "fp8")
     fp8 = [lin for layer in model.layers for lin in layer.linears()]
     assert fp8 and all(lin.weight.dtype == torch.float8_e4m3fn and lin.scale_inv is not None for lin in fp8)
+    experts = [layer.moe for layer in model.layers if layer.moe is not None]
+    assert all(moe.gate_up.dtype == moe.down.dtype == torch.float8_e4m3fn and moe.down_scale is not None
+               for moe in experts) and len(experts) == (2 if spec is FP8_MOE_SPEC else 0)
     reference = dequantized_hf_model(ckpt, weights, "float32", (128, 128))
     with torch.inference_mode():
         want = reference(torch.tensor([PROMPT])).logits[0]
@@ -137,6 +147,34 @@ def test_weights_are_used_in_place_never_copied(checkpoint_factory) -> None:
         seen.add(target)
     assert seen == set(weights.tensors)  # the check covers every tensor, biases and norms included
     assert model.lm_head.weight.data_ptr() == model.embed.data_ptr()
+
+
+def test_transformers_binds_the_stacked_experts_without_a_copy(checkpoint_factory) -> None:
+    ckpt = checkpoint_factory(**MOE_SPEC)
+    weights = load_from_disk(expect(str(ckpt), Layout(), dtype="float32"))
+    model = bound_hf_model(ckpt, weights)
+    experts = model.model.layers[2].mlp.experts
+    assert experts.gate_up_proj.data_ptr() == weights.tensors["model.layers.2.mlp.experts.gate_up_proj"].data_ptr()
+    assert experts.down_proj.data_ptr() == weights.tensors["model.layers.2.mlp.experts.down_proj"].data_ptr()
+    with torch.inference_mode():
+        got = model(torch.tensor([PROMPT])).logits[0]
+        want = oracle_hf_model(ckpt, "float32")(torch.tensor([PROMPT])).logits[0]
+    assert torch.equal(got, want)  # transformers' own loader stacks the experts the same way
+
+
+@pytest.mark.parametrize("layout", [Layout(2, 0), Layout(2, 1), Layout(2, 1, ep_size=2)], ids=["tp-rank0", "tp-rank1", "ep-rank1"])
+def test_one_ranks_moe_output_is_its_share_of_the_whole(checkpoint_factory, layout: Layout) -> None:
+    # The ranks' partial MoE outputs add up to TP=1's (what the all-reduce relies on); checked here
+    # layer by layer on one process, the full TP/EP forward against transformers runs in integration.
+    ckpt = checkpoint_factory(**MOE_SPEC)
+    whole, _ = engine_model(ckpt, "float32")
+    h = torch.randn(5, 128, generator=torch.Generator().manual_seed(1))
+    parts = []
+    for rank in range(2):
+        part, _ = engine_model(ckpt, "float32", layout=Layout(2, rank, ep_size=layout.ep_size))
+        parts.append(part.layers[1].moe(h))
+    torch.testing.assert_close(parts[0] + parts[1], whole.layers[1].moe(h), atol=ATOL, rtol=RTOL)
+    assert not torch.allclose(parts[layout.tp_rank], whole.layers[1].moe(h), atol=1e-2)
 
 
 def test_weights_that_do_not_fit_the_model_are_refused_by_name(checkpoint_factory) -> None:
