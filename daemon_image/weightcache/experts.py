@@ -92,7 +92,7 @@ class ExpertTensors:
         block = quant.weight_block_size or (1, 1)
         for layer in sorted(self.found):
             parts = self.found[layer]
-            self._check_complete(layer, parts, total, quant)
+            self._check_complete(layer, parts, total)
             for fused, projs, split in FUSED:
                 weights = [[shard_part(parts[(e, p, False)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
                             for p in projs] for e in owned]
@@ -106,8 +106,7 @@ class ExpertTensors:
                                               f"weight's {block[0]}×{block[1]} blocks need {expected}")
                     self._plan_stack(builder, fused_name(layer, fused) + SCALE_SUFFIX, scales, quant, dtype, block)
 
-    def _check_complete(self, layer: int, parts: dict[tuple[int, str, bool], TensorInfo], total: int,
-                        quant: QuantConfig) -> None:
+    def _check_complete(self, layer: int, parts: dict[tuple[int, str, bool], TensorInfo], total: int) -> None:
         for expert, proj, _ in parts:
             if expert >= total:
                 raise CheckpointError(f"layer {layer} holds expert {expert}, but config.json has num_experts={total}")

@@ -96,8 +96,8 @@ def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, ep_size
     missing = [r for r in ranks if not RankFiles(source.socket_dir, source.name, r).lock_is_held()]
     argv = [sys.executable, "-m", "weightcache", "daemon", "--model", source.model, "--dtype", source.dtype,
             "--quantization", source.quantization, "--revision", source.revision, "--backend", source.backend,
-            "--socket-dir", source.socket_dir, "--name", source.name, "--tp-size", str(tp_size), "--ep-size", str(ep_size),
-            "--ranks", ",".join(str(r) for r in missing)]
+            "--socket-dir", source.socket_dir, "--name", source.name, "--tp-size", str(tp_size),
+            "--ep-size", str(ep_size), "--ranks", ",".join(str(r) for r in missing)]
     if source.weight_block_size:
         argv += ["--weight-block-size", f"{source.weight_block_size[0]},{source.weight_block_size[1]}"]
     pid = None
