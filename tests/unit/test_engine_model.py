@@ -198,3 +198,29 @@ def test_unimplemented_model_features_are_refused(checkpoint_factory) -> None:
                           ({"hidden_act": "gelu"}, "gelu"), ({"architectures": ["MistralForCausalLM"]}, "Mistral")]:
         with pytest.raises(UnsupportedArchitecture, match=words):
             ModelConfig.from_dict({**base, **change})
+
+
+def test_moe_configs_are_read_and_their_parallel_layouts_checked(checkpoint_factory) -> None:
+    import json
+
+    from weightcache.errors import ShardingError
+
+    config = json.loads((checkpoint_factory(**MOE_SPEC) / "config.json").read_text())
+    cfg = ModelConfig.from_dict(config)
+    assert (cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.norm_topk_prob, cfg.qk_norm) == \
+        (8, 2, 128, True, True)  # transformers writes num_experts as num_local_experts
+    cfg.check_tensor_parallel(4, 4)
+    cfg.check_tensor_parallel(4, 2)
+    for tp, ep, words in [(4, 8, "--ep-size 8 must divide --tp-size 4"),
+                          (8, 1, "num_key_value_heads=4 is not divisible by tensor-parallel size 8")]:
+        with pytest.raises(ShardingError, match=words):
+            cfg.check_tensor_parallel(tp, ep)
+    with pytest.raises(ShardingError, match="moe_intermediate_size=97 is not divisible by tensor-parallel .tp/ep. size 2"):
+        ModelConfig.from_dict({**config, "moe_intermediate_size": 97, "num_key_value_heads": 8}).check_tensor_parallel(4, 2)
+    with pytest.raises(ShardingError, match="num_experts=6 is not divisible by expert-parallel size 4"):
+        ModelConfig.from_dict({**config, "num_local_experts": 6}).check_tensor_parallel(4, 4)
+    with pytest.raises(UnsupportedArchitecture, match="mixing dense and MoE layers"):
+        ModelConfig.from_dict({**config, "decoder_sparse_step": 2})
+    dense = ModelConfig.from_dict(json.loads((checkpoint_factory(family="qwen3") / "config.json").read_text()))
+    with pytest.raises(ShardingError, match="--ep-size 2 needs a mixture-of-experts model"):
+        dense.check_tensor_parallel(2, 2)
