@@ -52,6 +52,9 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tp-rank", type=int, default=0)
     p.add_argument("--pp-size", type=int, default=1)
     p.add_argument("--pp-rank", type=int, default=0)
+    p.add_argument("--ep-size", type=int, default=1,
+                   help="expert-parallel size (MoE; divides --tp-size): each run of tp/ep ranks holds 1/ep of the "
+                        "experts whole instead of a slice of every expert")
 
 
 def _add_cache_args(p: argparse.ArgumentParser, required: bool) -> None:
@@ -120,12 +123,12 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1, help="tensor-parallel size")
     pl.add_argument("--pp", "--pp-size", dest="pp_size", type=int, default=1, help="pipeline-parallel size")
     pl.add_argument("--ep", "--ep-size", dest="ep_size", type=int, default=1,
-                    help="expert-parallel size (1: this build plans dense models)")
+                    help="expert-parallel size (MoE; divides --tp)")
     pl.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 
     g = sub.add_parser("gen-checkpoint", help="write a small real checkpoint with seeded random weights")
     g.add_argument("out")
-    g.add_argument("--family", default="llama", choices=["llama", "qwen2", "qwen3"])
+    g.add_argument("--family", default="llama", choices=["llama", "qwen2", "qwen3", "qwen3_moe"])
     g.add_argument("--hidden-size", type=int, default=128)
     g.add_argument("--intermediate-size", type=int, default=352)
     g.add_argument("--layers", type=int, default=4)
@@ -139,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
     g.add_argument("--sparse", action="store_true",
                    help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading")
+    g.add_argument("--experts", type=int, default=8, help="qwen3_moe: experts per layer")
+    g.add_argument("--experts-per-token", type=int, default=2, help="qwen3_moe: experts routed per token (top-k)")
+    g.add_argument("--moe-intermediate-size", type=int, default=128, help="qwen3_moe: each expert's MLP width")
 
     h = sub.add_parser("hf-generate", help="a transformers model fed by weightcache: greedy completion as JSON")
     _add_model_args(h)
@@ -228,14 +234,14 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
             # The status endpoint lives in the launcher, so asking for it launches even one rank.
             from .readonly_http import parse_addr
 
-            ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank).rank]
+            ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
             status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
             os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
             passthrough = _daemon_passthrough(args)
             return launch_local_ranks(ranks, args.tp_size, args.pp_size, passthrough, status_addr,
                                       args.socket_dir, args.name, args.gpus_file)
         cfg = DaemonConfig(
-            model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank),
+            model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size),
             socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
             weight_block_size=args.weight_block_size, backend=args.backend, device=args.device,
             engine_access=args.engine_access, keeper=args.keeper, revision=args.revision,
@@ -269,7 +275,8 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
                          vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
-                         tie_word_embeddings=args.tie_embeddings, fp8=args.fp8)
+                         tie_word_embeddings=args.tie_embeddings, fp8=args.fp8, num_experts=args.experts,
+                         num_experts_per_tok=args.experts_per_token, moe_intermediate_size=args.moe_intermediate_size)
         print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
         return 0
     if args.command == "hf-generate":
@@ -308,7 +315,7 @@ def _daemon_passthrough(args: argparse.Namespace) -> list[str]:
     out = ["--model", args.model, "--revision", args.revision, "--dtype", args.dtype,
            "--quantization", args.quantization, "--backend", args.backend,
            "--socket-dir", args.socket_dir, "--name", args.name, "--engine-access", args.engine_access,
-           "--keeper", args.keeper, "--load-workers", str(args.load_workers)]
+           "--keeper", args.keeper, "--load-workers", str(args.load_workers), "--ep-size", str(args.ep_size)]
     if args.weight_block_size:
         out += ["--weight-block-size", f"{args.weight_block_size[0]},{args.weight_block_size[1]}"]
     if args.socket_group:

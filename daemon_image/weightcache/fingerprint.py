@@ -59,6 +59,7 @@ class Fingerprint(BaseModel):
     tp_rank: int
     pp_size: int
     pp_rank: int
+    ep_size: int = 1  # MoE: whole experts per rank (ep = tp) or a slice of every expert (1); see Layout
     quantization: str
     quantization_sha256: str
     dtype: str
@@ -121,6 +122,7 @@ def compute(
         tp_rank=layout.tp_rank,
         pp_size=layout.pp_size,
         pp_rank=layout.pp_rank,
+        ep_size=layout.ep_size,
         quantization=quant.method,
         quantization_sha256=quant.sha256(),
         dtype=dtype,

@@ -15,34 +15,20 @@ import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from . import dtypes
 from .checkpoint import Checkpoint
 from .errors import CheckpointError, ShardingError
+from .experts import ExpertTensors
 from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress
 from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
-from .sharding import (Layout, Split, check_heads, kv_split, layer_range, num_kv_heads, owns, rules_for,
-                       shard_bounds)
+from .read_tasks import ReadTask, output_dtype, quantizes, shard_part, transform_of
+from .sharding import Layout, Split, check_heads, kv_split, layer_range, num_kv_heads, owns, rules_for
 
 if TYPE_CHECKING:  # planning reads headers only; filling imports torch (see dtypes.py)
     import torch
-
-Transform = Literal["cast", "raw", "quantize_fp8"]
-
-
-@dataclass(frozen=True)
-class ReadTask:
-    """Read ``source`` (optionally a slice of it) and produce one or two arena entries."""
-
-    source: str
-    dim: int | None
-    start: int
-    stop: int
-    transform: Transform
-    outputs: tuple[str, ...]
-    read_bytes: int
 
 
 @dataclass
@@ -88,6 +74,7 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
     kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
 
     builder = _PlanBuilder()
+    experts = ExpertTensors(checkpoint, arch)
     sources = sorted(checkpoint.tensors.values(), key=lambda t: (t.file, t.name))
     for info in sources:
         rule, layer = arch.rule_for(info.name)
@@ -97,52 +84,32 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
             continue  # tied: lm_head is the embedding, handled below
         if not owns(rule, layer, layers, layout):
             continue
-        is_scale = info.name.endswith(SCALE_SUFFIX)
-        fp8_source = info.dtype == "float8_e4m3fn"
-        if (is_scale or fp8_source) and not quant.prequantized:
+        if (info.name.endswith(SCALE_SUFFIX) or info.dtype == "float8_e4m3fn") and not quant.prequantized:
             raise CheckpointError(
                 f"tensor {info.name!r} is already FP8-quantized but config.json has no block-wise "
                 "quantization_config; the checkpoint is inconsistent"
             )
-        dim = rule.split.dim
-        start, stop = 0, info.shape[0] if info.shape else 0
+        if rule.split.expert:
+            experts.add(info, layer)  # stacked per layer once every expert is known, below
+            continue
         # k/v split by KV head, which may mean fewer slices than ranks (replicated heads).
-        parts, part, fix = layout.tp_size, layout.tp_rank, "choose a tensor-parallel size that divides it"
+        parts, index, fix = layout.tp_size, layout.tp_rank, None
         if rule.split is Split.KV_HEADS and kv_parts < layout.tp_size:
-            parts, part = kv_parts, kv_part
+            parts, index = kv_parts, kv_part
             fix = (f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {kv_parts}), which "
                    "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
                    "--quantization fp8 (the daemon then quantizes each rank's head itself)")
-        if dim is not None and parts > 1:
-            if dim >= len(info.shape):
-                dim = 0  # 1-D biases of column-parallel layers split along their only axis
-            if is_scale:
-                # Scales are per block: this rank's blocks are the weight's blocks, so the weight's
-                # shard must cover whole blocks.
-                start, stop = shard_bounds(info.name, info.shape[dim] * block[dim], parts, part, block[dim], fix)
-                start, stop = start // block[dim], stop // block[dim]
-            else:
-                granule = block[dim] if fp8_source else 1
-                start, stop = shard_bounds(info.name, info.shape[dim], parts, part, granule, fix)
-        else:
-            dim = None
-        shape = list(info.shape)
-        if dim is not None:
-            shape[dim] = stop - start
-        read_bytes = dtypes.itemsize(info.dtype) * math.prod(shape)
-
-        if quant.method == "fp8" and not quant.prequantized and rule.quantize and len(shape) == 2:
+        part = shard_part(info, rule.split.dim, parts, index, block, fix)
+        if quantizes(quant, rule, part.shape):
             scale_name = info.name + SCALE_SUFFIX
-            builder.add(info.name, "float8_e4m3fn", tuple(shape))
-            builder.add(scale_name, "float32", scale_shape(tuple(shape), block))
-            builder.task(ReadTask(info.name, dim, start, stop, "quantize_fp8", (info.name, scale_name), read_bytes))
-        elif is_scale or fp8_source or info.dtype not in dtypes.FLOATING_COMPUTE_DTYPES:
-            builder.add(info.name, info.dtype, tuple(shape))
-            builder.task(ReadTask(info.name, dim, start, stop, "raw", (info.name,), read_bytes))
+            builder.add(info.name, "float8_e4m3fn", part.shape)
+            builder.add(scale_name, "float32", scale_shape(part.shape, block))
+            builder.task(part.task("quantize_fp8", (info.name, scale_name)))
         else:
-            builder.add(info.name, dtype, tuple(shape))
-            builder.task(ReadTask(info.name, dim, start, stop, "cast", (info.name,), read_bytes))
+            builder.add(info.name, output_dtype(info, dtype), part.shape)
+            builder.task(part.task(transform_of(info), (info.name,)))
 
+    experts.plan(builder, layout, quant, dtype)
     if tied and layout.pp_rank == layout.pp_size - 1:
         if arch.embedding in builder.names:
             builder.aliases[arch.lm_head] = arch.embedding
@@ -151,11 +118,9 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
             emb = checkpoint.tensors.get(arch.embedding)
             if emb is None:
                 raise CheckpointError(f"tied embeddings need {arch.embedding!r}, which the checkpoint lacks")
-            start, stop = shard_bounds(emb.name, emb.shape[0], layout.tp_size, layout.tp_rank)
-            shape = (stop - start, *emb.shape[1:])
-            builder.add(arch.lm_head, dtype, shape)
-            builder.task(ReadTask(emb.name, 0, start, stop, "cast", (arch.lm_head,),
-                                  dtypes.itemsize(emb.dtype) * math.prod(shape)))
+            part = shard_part(emb, 0, layout.tp_size, layout.tp_rank, (1, 1))
+            builder.add(arch.lm_head, dtype, part.shape)
+            builder.task(part.task("cast", (arch.lm_head,)))
     return LoadPlan(builder.entries, builder.tasks, builder.aliases)
 
 
@@ -246,7 +211,8 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
     tensor overlaps post-processing, uploading and checksumming others. Tensors that need no
     transform and whose slice is contiguous in the file (whole tensors, column-parallel shards)
     are read straight into the arena (host) or, for a GPU, a span of neighbouring tensors at a
-    time through a pinned staging buffer (see ``coalesce``).
+    time through a pinned staging buffer (see ``coalesce``). A task may fill only part of an entry
+    (one expert of a stacked expert tensor, ``ReadTask.into``); such parts are independent jobs.
     """
     import torch
 
@@ -257,45 +223,50 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
     by_name = {e.name: e for e in plan.entries}
     local = threading.local()
 
-    def put(entry: TensorEntry, data: torch.Tensor) -> int:
-        raw = data.contiguous().reshape(-1).view(torch.uint8)
-        arena[entry.offset : entry.offset + entry.nbytes].copy_(raw)
-        return zlib.crc32(raw.numpy()) if checksums else 0
+    def place(task: ReadTask, k: int) -> tuple[TensorEntry, int]:
+        """Output ``k``'s entry and the arena offset where this task's part of it starts."""
+        entry = by_name[task.outputs[k]]
+        return entry, entry.offset + (task.into[k] if task.into else 0)
 
-    def staged(file: str, offset: int, entry: TensorEntry) -> int:
+    def put(task: ReadTask, k: int, data: torch.Tensor) -> Part:
+        raw = data.contiguous().reshape(-1).view(torch.uint8)
+        entry, start = place(task, k)
+        arena[start : start + raw.numel()].copy_(raw)
+        return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy()) if checksums else 0
+
+    def staging() -> tuple[torch.Tensor, object, torch.cuda.Stream]:
         if not hasattr(local, "staging"):
             local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
             local.stream = torch.cuda.Stream(arena.device)
-        staging, view = local.staging, local.staging.numpy()
+        return local.staging, local.staging.numpy(), local.stream
+
+    def staged(file: str, offset: int, task: ReadTask) -> Part:
+        buffer, view, stream = staging()
+        entry, dest = place(task, 0)
         crc, pos = 0, 0
-        with torch.cuda.stream(local.stream):
-            while pos < entry.nbytes:
-                n = min(STAGING_BYTES, entry.nbytes - pos)
+        with torch.cuda.stream(stream):
+            while pos < task.read_bytes:
+                n = min(STAGING_BYTES, task.read_bytes - pos)
                 checkpoint.pread(file, offset + pos, memoryview(view[:n]))
                 if checksums:
                     crc = zlib.crc32(view[:n], crc)
-                start = entry.offset + pos
-                arena[start : start + n].copy_(staging[:n], non_blocking=True)
-                local.stream.synchronize()  # the staging buffer is reused by the next chunk
+                arena[dest + pos : dest + pos + n].copy_(buffer[:n], non_blocking=True)
+                stream.synchronize()  # the staging buffer is reused by the next chunk
                 pos += n
-        return crc
+        return entry.name, dest - entry.offset, task.read_bytes, crc
 
-    def span_staged(span: FileSpan) -> dict[str, int]:
-        if not hasattr(local, "staging"):
-            local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
-            local.stream = torch.cuda.Stream(arena.device)
-        staging, view = local.staging, local.staging.numpy()
+    def span_staged(span: FileSpan) -> list[Part]:
+        buffer, view, stream = staging()
         checkpoint.pread(span.file, span.start, memoryview(view[: span.stop - span.start]))
-        crcs = {}
-        with torch.cuda.stream(local.stream):
+        parts = []
+        with torch.cuda.stream(stream):
             for offset, task in span.reads:
-                entry = by_name[task.outputs[0]]
-                at = offset - span.start
-                if checksums:
-                    crcs[entry.name] = zlib.crc32(view[at : at + entry.nbytes])
-                arena[entry.offset : entry.offset + entry.nbytes].copy_(staging[at : at + entry.nbytes], non_blocking=True)
-            local.stream.synchronize()  # the staging buffer is reused by the next span
-        return crcs
+                entry, dest = place(task, 0)
+                at, n = offset - span.start, task.read_bytes
+                parts.append((entry.name, dest - entry.offset, n, zlib.crc32(view[at : at + n]) if checksums else 0))
+                arena[dest : dest + n].copy_(buffer[at : at + n], non_blocking=True)
+            stream.synchronize()  # the staging buffer is reused by the next span
+        return parts
 
     def direct_read(task: ReadTask) -> tuple[str, int, int] | None:
         """(file, offset, length) when the task's bytes go to the arena exactly as they are on disk."""
@@ -306,30 +277,29 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
             return None
         stop = task.stop if task.dim == 0 else (source.shape[0] if source.shape else 0)
         file, offset, length = checkpoint.rows_span(task.source, task.start, stop)
-        assert length == entry.nbytes, (task.source, length, entry.nbytes)
+        assert length == task.read_bytes, (task.source, length, task.read_bytes)
         return file, offset, length
 
-    def run(job: ReadTask | FileSpan) -> tuple[int, dict[str, int]]:
+    def run(job: ReadTask | FileSpan) -> tuple[int, list[Part]]:
         if isinstance(job, FileSpan):
             if len(job.reads) == 1 and job.stop - job.start > STAGING_BYTES:
                 (offset, task), = job.reads
-                return task.read_bytes, {task.outputs[0]: staged(job.file, offset, by_name[task.outputs[0]])}
+                return task.read_bytes, [staged(job.file, offset, task)]
             return job.read_bytes, span_staged(job)
         task = job
-        entry = by_name[task.outputs[0]]
         where = direct_read(task)
         if where is not None and flat is not None:
-            file, offset, _ = where
-            window = flat[entry.offset : entry.offset + entry.nbytes]
+            file, offset, length = where
+            entry, dest = place(task, 0)
+            window = flat[dest : dest + length]
             checkpoint.pread(file, offset, memoryview(window))
-            return task.read_bytes, {entry.name: zlib.crc32(window) if checksums else 0}
+            return task.read_bytes, [(entry.name, dest - entry.offset, length, zlib.crc32(window) if checksums else 0)]
         data = checkpoint.read(task.source, task.dim, task.start, task.stop)
         if task.transform == "quantize_fp8":
             assert block is not None
             weight, scale = quantize_block_fp8(data, block)
-            return task.read_bytes, {task.outputs[0]: put(entry, weight),
-                                     task.outputs[1]: put(by_name[task.outputs[1]], scale)}
-        return task.read_bytes, {entry.name: put(entry, data.to(dtypes.to_torch(entry.dtype)))}
+            return task.read_bytes, [put(task, 0, weight), put(task, 1, scale)]
+        return task.read_bytes, [put(task, 0, data.to(dtypes.to_torch(by_name[task.outputs[0]].dtype)))]
 
     jobs: list[ReadTask | FileSpan] = list(plan.tasks)
     if not on_host:
@@ -337,11 +307,12 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
         jobs = [task for task, where in located if where is None]
         jobs += coalesce([(*where, task) for task, where in located if where is not None])
 
-    crc: dict[str, int] = {}
+    parts: dict[str, list[tuple[int, int, int]]] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="load")
     try:
-        for read_bytes, crcs in pool.map(run, jobs):
-            crc.update(crcs)
+        for read_bytes, done in pool.map(run, jobs):
+            for name, at, nbytes, crc in done:
+                parts.setdefault(name, []).append((at, nbytes, crc))
             if progress is not None:
                 progress.advance(read_bytes)
     finally:
@@ -351,7 +322,51 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
         torch.cuda.synchronize(arena.device)
     if not checksums:
         return list(plan.entries)
-    return [e.model_copy(update={"checksum": crc[e.name]}) for e in plan.entries]
+    return [e.model_copy(update={"checksum": _entry_crc(parts[e.name])}) for e in plan.entries]
+
+
+Part = tuple[str, int, int, int]
+"""(entry name, byte offset inside the entry, length, crc32) of bytes one job wrote."""
+
+
+def _entry_crc(parts: list[tuple[int, int, int]]) -> int:
+    """crc32 of an entry from the crcs of the parts that tile it (stacked experts are filled by
+    many jobs in parallel; combining their crcs saves a second pass over the bytes)."""
+    crc = 0
+    for _, nbytes, part in sorted(parts):
+        crc = crc32_combine(crc, part, nbytes)
+    return crc
+
+
+_CRC_POLY = 0xEDB88320  # zlib's crc32, reflected
+
+
+def _multmodp(a: int, b: int) -> int:
+    """a·b modulo the crc polynomial (bit-reflected), as zlib computes it."""
+    m, p = 1 << 31, 0
+    while True:
+        if a & m:
+            p ^= b
+            if not a & (m - 1):
+                return p
+        m >>= 1
+        b = (b >> 1) ^ _CRC_POLY if b & 1 else b >> 1
+
+
+_X2N = [1 << 30]  # x^(2^k) modulo the polynomial, k = 0..31
+for _ in range(31):
+    _X2N.append(_multmodp(_X2N[-1], _X2N[-1]))
+
+
+def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
+    """crc32(a + b) from crc32(a), crc32(b) and len(b): zlib's crc32_combine, which Python lacks."""
+    p, n, k = 1 << 31, len2, 3  # x^0; multiply by x^(8·len2)
+    while n:
+        if n & 1:
+            p = _multmodp(_X2N[k & 31], p)
+        n >>= 1
+        k += 1
+    return _multmodp(p, crc1) ^ crc2
 
 
 def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,

@@ -54,16 +54,12 @@ class WorldPlan:
 
 def plan_world(model: str, tp_size: int = 1, pp_size: int = 1, ep_size: int = 1, *, quantization: str = "none",
                weight_block_size: tuple[int, int] | None = None, dtype: str = "auto") -> WorldPlan:
-    """Plan every rank of a tp × pp world; a rank the daemon would refuse carries the reason.
+    """Plan every rank of a tp × pp world (experts split over ``ep_size`` runs of each TP group); a rank the daemon would refuse carries the reason.
 
     Raises (instead of returning refused ranks) only for what no layout could fix: an unreadable
     checkpoint, an unsupported quantization or dtype, an impossible layout size.
     """
-    if ep_size != 1:
-        # Expert parallelism enters here as a Layout field once the sharding tables have one; until
-        # then no checkpoint this build can plan has experts to distribute.
-        raise WeightCacheError(f"--ep {ep_size}: this build plans dense models only (no expert parallelism); use --ep 1")
-    Layout(tp_size, 0, pp_size, 0)  # sizes < 1 are refused here, by name
+    Layout(tp_size, 0, pp_size, 0, ep_size)  # sizes < 1, and an ep that does not divide tp, are refused here, by name
     resolve(quantization, None, weight_block_size)  # the allowlist first, as the daemon does
     checkpoint = open_checkpoint(model)
     quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
@@ -71,7 +67,7 @@ def plan_world(model: str, tp_size: int = 1, pp_size: int = 1, ep_size: int = 1,
     num_layers = int(checkpoint.config.get("num_hidden_layers") or 0)
     ranks = []
     for rank in range(tp_size * pp_size):
-        layout = Layout.from_rank(rank, tp_size, pp_size)
+        layout = Layout.from_rank(rank, tp_size, pp_size, ep_size)
         where = dict(rank=rank, tp_rank=layout.tp_rank, pp_rank=layout.pp_rank)
         try:
             plan = plan_rank(checkpoint, layout, quant, resolved)

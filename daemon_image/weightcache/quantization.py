@@ -109,8 +109,9 @@ def quantize_block_fp8(weight: torch.Tensor, block: tuple[int, int]) -> tuple[to
 def dequantize_block_fp8(
     quantized: torch.Tensor, scale_inv: torch.Tensor, block: tuple[int, int], dtype: torch.dtype | None = None
 ) -> torch.Tensor:
-    """The inverse of ``quantize_block_fp8`` up to rounding; float32 unless ``dtype`` says otherwise."""
-    rows, cols = quantized.shape
-    scale = scale_inv.repeat_interleave(block[0], 0)[:rows].repeat_interleave(block[1], 1)[:, :cols]
+    """The inverse of ``quantize_block_fp8`` up to rounding; float32 unless ``dtype`` says otherwise.
+    Leading dimensions are batch dimensions (stacked experts: ``[E, rows, cols]`` with ``[E, …]`` scales)."""
+    rows, cols = quantized.shape[-2:]
+    scale = scale_inv.repeat_interleave(block[0], -2)[..., :rows, :].repeat_interleave(block[1], -1)[..., :cols]
     full = quantized.float() * scale
     return full if dtype is None else full.to(dtype)

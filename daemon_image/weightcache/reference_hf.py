@@ -47,6 +47,23 @@ def bind_on_device(model: torch.nn.Module, weights: Weights) -> None:
                 module._buffers[name] = buffer.to(device)
 
 
+def dequantized_hf_model(model_dir: str | Path, weights: Weights, dtype: str, block: tuple[int, int]) -> torch.nn.Module:
+    """transformers' model bound to block-FP8 weights dequantized in full (a copy, in ``dtype``):
+    the oracle for FP8 weights, which transformers has no block-FP8 kernel of its own to run."""
+    from .quantization import SCALE_SUFFIX, dequantize_block_fp8
+
+    tensors = {}
+    for name, tensor in weights.tensors.items():
+        if name.endswith(SCALE_SUFFIX):
+            continue
+        if tensor.dtype == torch.float8_e4m3fn:
+            tensor = dequantize_block_fp8(tensor, weights.tensors[name + SCALE_SUFFIX], block, dtypes.to_torch(dtype))
+        tensors[name] = tensor
+    model = empty_hf_model(model_dir, dtype)
+    bind(model, tensors, weights.aliases)
+    return model.to(next(iter(tensors.values())).device)
+
+
 def oracle_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
     """transformers' own loading path, independent of weightcache."""
     import transformers

@@ -22,7 +22,8 @@ from .binding import empty_model
 from .quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_shape
 from .sharding import ArchitectureRules, rules_for
 
-FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
+            "qwen3_moe": "Qwen3MoeForCausalLM"}
 EOS = "<|endoftext|>"
 
 _CORPUS = (
@@ -51,6 +52,10 @@ class ModelSpec:
     seed: int = 0
     fp8: bool = False  # store block-wise FP8 weights + scales, as a pre-quantized checkpoint would
     tokenizer: bool = True
+    # qwen3_moe only: every layer's MLP is num_experts experts of moe_intermediate_size, top-k routed.
+    num_experts: int = 8
+    num_experts_per_tok: int = 2
+    moe_intermediate_size: int = 128
 
 
 def transformers_config(spec: ModelSpec) -> Any:
@@ -65,8 +70,11 @@ def transformers_config(spec: ModelSpec) -> Any:
         max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=spec.tie_word_embeddings,
         rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0,
     )
-    if spec.family == "qwen3":
+    if spec.family in ("qwen3", "qwen3_moe"):
         kwargs["head_dim"] = spec.hidden_size // spec.num_heads
+    if spec.family == "qwen3_moe":
+        kwargs.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
+                      moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=True)
     config = cls(**kwargs)
     config.architectures = [arch]
     config.dtype = spec.dtype
@@ -95,12 +103,32 @@ def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
             (after if per_layer else before)[name] = (tuple(p.shape), p.dtype)
         elif m.group(1) == "0":
             per_layer[m.group(2)] = (tuple(p.shape), p.dtype)
+    per_layer = _per_expert(per_layer)
     out = dict(before)
     for layer in range(spec.num_layers):  # layer-major, like a real checkpoint's shards
         out.update({f"model.layers.{layer}.{suffix}": v for suffix, v in per_layer.items()})
     out.update(after)
     if spec.tie_word_embeddings:
         out.pop("lm_head.weight", None)
+    return out
+
+
+def _per_expert(per_layer: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """transformers' fused expert parameters as a Hub checkpoint stores them: one tensor per
+    expert and projection (transformers stacks them back when it loads; so does the daemon)."""
+    out = {}
+    for suffix, (shape, dtype) in per_layer.items():
+        if suffix == "mlp.experts.gate_up_proj":
+            experts, rows, cols = shape
+            for e in range(experts):
+                out[f"mlp.experts.{e}.gate_proj.weight"] = ((rows // 2, cols), dtype)
+                out[f"mlp.experts.{e}.up_proj.weight"] = ((rows // 2, cols), dtype)
+        elif suffix == "mlp.experts.down_proj":
+            experts, rows, cols = shape
+            for e in range(experts):
+                out[f"mlp.experts.{e}.down_proj.weight"] = ((rows, cols), dtype)
+        else:
+            out[suffix] = (shape, dtype)
     return out
 
 

@@ -25,10 +25,19 @@ class Split(enum.Enum):
     KV_HEADS = "kv_heads"  # k/v and their biases: by KV head along dim 0, replicated when tp > KV heads
     ROW = "row"  # input features split: dim 1 (o/down)
     VOCAB = "vocab"  # vocabulary rows split: dim 0 (embedding, lm_head)
+    # One expert of a mixture of experts: a rank holds it only if the expert is in its
+    # expert-parallel range, and then its tensor-parallel part of it (see Layout.moe_tp_size).
+    EXPERT_COLUMN = "expert-column"  # an expert's gate/up: output features split, dim 0
+    EXPERT_ROW = "expert-row"  # an expert's down: input features split, dim 1
 
     @property
     def dim(self) -> int | None:
-        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.KV_HEADS: 0, Split.ROW: 1, Split.VOCAB: 0}[self]
+        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.KV_HEADS: 0, Split.ROW: 1, Split.VOCAB: 0,
+                Split.EXPERT_COLUMN: 0, Split.EXPERT_ROW: 1}[self]
+
+    @property
+    def expert(self) -> bool:
+        return self in (Split.EXPERT_COLUMN, Split.EXPERT_ROW)
 
 
 class Stage(enum.Enum):
@@ -92,15 +101,24 @@ _DECODER_RULES: tuple[Rule, ...] = (
 LLAMA = ArchitectureRules("LlamaForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
 # Qwen2 is Llama-shaped with q/k/v biases, which the COLUMN and KV_HEADS rules above already cover.
 QWEN2 = ArchitectureRules("Qwen2ForCausalLM", _DECODER_RULES, "model.embed_tokens.weight", "lm_head.weight")
-QWEN3 = ArchitectureRules(
-    "Qwen3ForCausalLM",
-    _DECODER_RULES
-    + (Rule(_L + r"self_attn\.(q_norm|k_norm)\.weight", Split.REPLICATED, Stage.LAYER),),
+_QK_NORM = (Rule(_L + r"self_attn\.(q_norm|k_norm)\.weight", Split.REPLICATED, Stage.LAYER),)
+QWEN3 = ArchitectureRules("Qwen3ForCausalLM", _DECODER_RULES + _QK_NORM, "model.embed_tokens.weight", "lm_head.weight")
+
+EXPERT = r"mlp\.experts\.(?P<expert>\d+)\."
+"""Checkpoint names of one expert's tensors, as Hugging Face MoE checkpoints store them."""
+QWEN3_MOE = ArchitectureRules(
+    "Qwen3MoeForCausalLM",
+    _DECODER_RULES + _QK_NORM + (
+        # The router: small, read by every rank for every token, so replicated and never quantized.
+        Rule(_L + r"mlp\.gate\.weight", Split.REPLICATED, Stage.LAYER),
+        Rule(_L + EXPERT + r"(gate|up)_proj\.weight", Split.EXPERT_COLUMN, Stage.LAYER, quantize=True),
+        Rule(_L + EXPERT + r"down_proj\.weight", Split.EXPERT_ROW, Stage.LAYER, quantize=True),
+    ),
     "model.embed_tokens.weight",
     "lm_head.weight",
 )
 
-ARCHITECTURES: dict[str, ArchitectureRules] = {a.name: a for a in (LLAMA, QWEN2, QWEN3)}
+ARCHITECTURES: dict[str, ArchitectureRules] = {a.name: a for a in (LLAMA, QWEN2, QWEN3, QWEN3_MOE)}
 
 
 def rules_for(architecture: str) -> ArchitectureRules:
@@ -115,12 +133,22 @@ def rules_for(architecture: str) -> ArchitectureRules:
 
 @dataclass(frozen=True)
 class Layout:
-    """One rank's place in the tensor × pipeline grid."""
+    """One rank's place in the tensor × pipeline grid, and how a stage's TP group holds experts.
+
+    ``ep_size`` divides ``tp_size``: the TP group's ranks are cut into ``ep_size`` runs of
+    ``moe_tp_size = tp_size / ep_size`` consecutive ranks; run ``ep_rank`` holds the experts
+    ``[ep_rank·E/ep_size, (ep_rank+1)·E/ep_size)`` and splits each of them tensor-parallel over
+    its ``moe_tp_size`` ranks. ``ep_size=1`` is pure tensor parallelism (every rank a slice of
+    every expert), ``ep_size=tp_size`` pure expert parallelism (whole experts per rank).
+    Attention and dense layers are tensor-parallel over the whole group either way, so one
+    all-reduce per layer sums experts and slices alike.
+    """
 
     tp_size: int = 1
     tp_rank: int = 0
     pp_size: int = 1
     pp_rank: int = 0
+    ep_size: int = 1
 
     def __post_init__(self) -> None:
         for size, rank, what in ((self.tp_size, self.tp_rank, "tp"), (self.pp_size, self.pp_rank, "pp")):
@@ -128,6 +156,31 @@ class Layout:
                 raise ShardingError(f"--{what}-size must be >= 1, got {size}")
             if not 0 <= rank < size:
                 raise ShardingError(f"--{what}-rank must be in [0, {size - 1}], got {rank}")
+        if self.ep_size < 1 or self.tp_size % self.ep_size:
+            raise ShardingError(
+                f"--ep-size {self.ep_size} must divide --tp-size {self.tp_size}: expert-parallel ranks are the "
+                "tensor-parallel ranks, each run of tp/ep of them holding whole experts; use an ep size that divides tp")
+
+    @property
+    def moe_tp_size(self) -> int:
+        """Ranks that split one expert between them."""
+        return self.tp_size // self.ep_size
+
+    @property
+    def moe_tp_rank(self) -> int:
+        return self.tp_rank % self.moe_tp_size
+
+    @property
+    def ep_rank(self) -> int:
+        return self.tp_rank // self.moe_tp_size
+
+    def expert_range(self, num_experts: int) -> range:
+        """The experts this rank holds (all of them with ep_size 1); they must split evenly."""
+        if num_experts % self.ep_size:
+            raise ShardingError(f"num_experts={num_experts} is not divisible by expert-parallel size {self.ep_size}; "
+                                f"use an ep size that divides {num_experts}")
+        part = num_experts // self.ep_size
+        return range(self.ep_rank * part, (self.ep_rank + 1) * part)
 
     @property
     def rank(self) -> int:
@@ -139,10 +192,10 @@ class Layout:
         return self.tp_size * self.pp_size
 
     @classmethod
-    def from_rank(cls, rank: int, tp_size: int, pp_size: int) -> "Layout":
+    def from_rank(cls, rank: int, tp_size: int, pp_size: int, ep_size: int = 1) -> "Layout":
         if not 0 <= rank < tp_size * pp_size:
             raise ShardingError(f"rank {rank} is outside a world of {tp_size * pp_size} (tp={tp_size} × pp={pp_size})")
-        return cls(tp_size, rank % tp_size, pp_size, rank // tp_size)
+        return cls(tp_size, rank % tp_size, pp_size, rank // tp_size, ep_size)
 
 
 def layer_range(num_layers: int, pp_size: int, pp_rank: int) -> range:

@@ -135,14 +135,27 @@ RANKS_DIVIDE_NODES = cel(
 )
 
 
+EXPERT_DIVIDES_TENSOR = cel(
+    "self.tensor % self.expert == 0",
+    "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks, each run of tensor/expert of them "
+    "holding 1/expert of the experts",
+)
+
+
 class Parallelism(ApiModel):
     """The parallel layout; ranks per node = tensor × pipeline / nodes."""
 
-    model_config = ConfigDict(json_schema_extra=validations(RANKS_DIVIDE_NODES))
+    model_config = ConfigDict(json_schema_extra=validations(RANKS_DIVIDE_NODES, EXPERT_DIVIDES_TENSOR))
 
     tensor: int = Field(default=1, ge=1, le=1024)
     pipeline: int = Field(default=1, ge=1, le=1024)
     nodes: int = Field(default=1, ge=1, le=1024)
+    expert: int = Field(
+        default=1, ge=1, le=1024,
+        description="Mixture-of-experts models: expert-parallel size, dividing tensor. 1 splits every expert over "
+        "the tensor-parallel ranks; tensor gives each rank whole experts (1/tensor of them). The daemon refuses a "
+        "model whose expert count it does not divide, and any value but 1 for a model without experts.",
+    )
 
     @model_validator(mode="after")
     def _ranks_divide_nodes(self) -> Parallelism:
@@ -151,6 +164,8 @@ class Parallelism(ApiModel):
                 f"{RANKS_DIVIDE_NODES['message']} (tensor {self.tensor} * pipeline {self.pipeline}"
                 f" = {self.ranks} ranks over {self.nodes} nodes)"
             )
+        if self.tensor % self.expert:
+            raise ValueError(f"{EXPERT_DIVIDES_TENSOR['message']} (tensor {self.tensor}, expert {self.expert})")
         return self
 
     @property

@@ -166,6 +166,8 @@ INVALID = [
      "should have at least 2 items"),
     ("ranks-not-multiple-of-nodes", _set("parallelism", {"tensor": 3, "nodes": 2}),
      "tensor * pipeline (the number of ranks) must be a multiple of nodes"),
+    ("expert-not-dividing-tensor", _set("parallelism", {"tensor": 4, "expert": 3}),
+     "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks"),
     ("dra-on-cpu", _set("engine.gpuAccess", "dra"), "engine.gpuAccess dra shares a GPU ResourceClaim"),
     ("relative-host-path", _set("model.source", {"hostPath": {"path": "models/a"}}),
      "spec.model.source.hostPath.path in body should match '^/'"),

@@ -341,14 +341,37 @@ def test_daemon_mode_spawns_daemons_once_and_later_starts_map_them(llama, socket
         assert [r["weights"]["mode"] for r in ranks_of(second)] == ["cache", "cache"]
         assert second.complete(PROMPTS[0], max_tokens=4)["usage"]["completion_tokens"] >= 1
     finally:
-        from weightcache.rankfiles import RankFiles
+        stop_spawned_daemons(socket_dir, "own")
 
-        info = RankFiles(socket_dir, "own", 0).read_ready()
-        if info is not None:  # the daemons outlive engines by design: stop them here
-            os.killpg(os.getpgid(info.pid), signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while RankFiles(socket_dir, "own", 0).lock_is_held() and time.monotonic() < deadline:
-                time.sleep(0.05)
+
+def stop_spawned_daemons(socket_dir: str, name: str) -> None:
+    """Daemons spawned by daemon mode outlive engines by design: stop them at the end of a test."""
+    from weightcache.rankfiles import RankFiles
+
+    info = RankFiles(socket_dir, name, 0).read_ready()
+    if info is not None:
+        os.killpg(os.getpgid(info.pid), signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while RankFiles(socket_dir, name, 0).lock_is_held() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_an_expert_parallel_moe_engine_spawns_its_daemons_and_answers_as_tp1_does(checkpoint_factory, socket_dir,
+                                                                                  start_engine) -> None:
+    moe = checkpoint_factory(family="qwen3_moe", num_layers=2)
+    args = ("--tp-size", "2", "--ep-size", "2", "--dtype", "float32", "--weight-cache-mode", "daemon",
+            "--socket-dir", socket_dir, "--name", "moe")
+    try:
+        ep = start_engine(moe, *args)
+        assert [r["weights"]["mode"] for r in ranks_of(ep)] == ["cache", "cache"]
+        assert all(r["weights"]["weights_in_arena"] for r in ranks_of(ep))
+        one = start_engine(moe, "--dtype", "float32")
+        for prompt in PROMPTS:
+            assert ep.complete(prompt, max_tokens=8)["choices"][0]["token_ids"] == \
+                one.complete(prompt, max_tokens=8)["choices"][0]["token_ids"]
+    finally:
+        stop_spawned_daemons(socket_dir, "moe")
 
 
 def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(llama, start_engine) -> None:
@@ -375,6 +398,8 @@ def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(l
     (("--tp-size", "3"), "not divisible by tensor-parallel size 3"),
     (("--weight-cache-mode", "client"), "needs --socket-dir and --name"),
     (("--weight-cache-mode", "sometimes"), "must be one of off, client, daemon"),
+    (("--tp-size", "2", "--ep-size", "2"), "--ep-size 2 needs a mixture-of-experts model"),
+    (("--tp-size", "2", "--ep-size", "4"), "--ep-size 4 must divide --tp-size 2"),
     pytest.param(("--backend", "cuda-vmm"), "sees no CUDA device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
 ])

@@ -106,8 +106,23 @@ def test_every_rank_of_a_refused_layout_says_why_and_the_command_fails(checkpoin
     assert ok.returncode == 0 and "every rank can be planned" in ok.stdout, ok.stdout
 
 
+def test_moe_experts_are_planned_whole_per_expert_parallel_rank_or_refused_by_name(checkpoint_factory) -> None:
+    moe = checkpoint_factory(family="qwen3_moe", num_layers=2, num_experts=8, num_experts_per_tok=2)
+    tp = json.loads(plan_cli("--model", str(moe), "--tp", "2", "--json").stdout)
+    ep = json.loads(plan_cli("--model", str(moe), "--tp", "2", "--ep", "2", "--json").stdout)
+    assert tp["ok"] and ep["ok"] and ep["ep_size"] == 2
+    # Whole experts (EP) or a slice of every expert (TP): the same bytes and the same stacked tensors per rank.
+    assert [r["tensors"] for r in ep["ranks"]] == [r["tensors"] for r in tp["ranks"]]
+    assert [r["arena_bytes"] for r in ep["ranks"]] == [r["arena_bytes"] for r in tp["ranks"]]
+    six = checkpoint_factory(family="qwen3_moe", num_layers=2, num_experts=6, num_experts_per_tok=2)
+    refused = plan_cli("--model", str(six), "--tp", "4", "--ep", "4", "--json")
+    world = json.loads(refused.stdout)
+    assert refused.returncode == 1 and all("num_experts=6 is not divisible by expert-parallel size 4" in r["refused"]
+                                           for r in world["ranks"]), world
+
+
 @pytest.mark.parametrize("args, words", [(["--quantization", "awq"], "'awq' is not supported"),
-                                         (["--ep", "2"], "--ep 2: this build plans dense models only"),
+                                         (["--ep", "2"], "--ep-size 2 must divide --tp-size 1"),
                                          (["--tp", "0"], "--tp-size must be >= 1"),
                                          (["--dtype", "int8"], "dtype 'int8' cannot be served")])
 def test_what_no_layout_can_fix_is_an_error(checkpoint_factory, args: list[str], words: str) -> None:

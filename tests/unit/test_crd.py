@@ -102,10 +102,11 @@ EXPECTED_DEFAULTS = {
     ".spec.model.quantization": {"method": "none", "weightBlockSize": [128, 128]},
     ".spec.model.quantization.method": "none",
     ".spec.model.quantization.weightBlockSize": [128, 128],
-    ".spec.parallelism": {"tensor": 1, "pipeline": 1, "nodes": 1},
+    ".spec.parallelism": {"tensor": 1, "pipeline": 1, "nodes": 1, "expert": 1},
     ".spec.parallelism.tensor": 1,
     ".spec.parallelism.pipeline": 1,
     ".spec.parallelism.nodes": 1,
+    ".spec.parallelism.expert": 1,
     ".spec.placement": {},
     ".spec.daemon.backend": "cuda-vmm",
     ".spec.daemon.extraArgs": [],
@@ -147,7 +148,7 @@ def test_enums_and_bounds() -> None:
         "type": "integer", "exclusiveMinimum": True, "minimum": 0
     }
     assert (nodes[".spec.engine.port"]["minimum"], nodes[".spec.engine.port"]["maximum"]) == (1, 65535)
-    for field in ("tensor", "pipeline", "nodes"):
+    for field in ("tensor", "pipeline", "nodes", "expert"):
         assert nodes[f".spec.parallelism.{field}"]["minimum"] == 1
     for field in ("replicas", "standbysPerReplica"):
         assert nodes[f".spec.engine.{field}"]["minimum"] == 0
@@ -158,7 +159,7 @@ def test_enums_and_bounds() -> None:
 def test_cel_rules_are_the_models_rules() -> None:
     nodes = dict(schema_nodes(openapi()))
     assert nodes[".spec.model.source"]["x-kubernetes-validations"] == [spec.SOURCE_EXACTLY_ONE, spec.SOURCE_IMMUTABLE]
-    assert nodes[".spec.parallelism"]["x-kubernetes-validations"] == [spec.RANKS_DIVIDE_NODES]
+    assert nodes[".spec.parallelism"]["x-kubernetes-validations"] == [spec.RANKS_DIVIDE_NODES, spec.EXPERT_DIVIDES_TENSOR]
     assert nodes[".spec"]["x-kubernetes-validations"] == [spec.DRA_NEEDS_GPU]
     unresponsive = nodes[".spec.engine.failover.unresponsiveAfterMilliseconds"]
     assert unresponsive["x-kubernetes-validations"] == [spec.UNRESPONSIVE_FLOOR]

@@ -84,6 +84,12 @@ def test_parallel_sizes(ckpt: Path, field: str, layout: Layout) -> None:
     assert_only(fingerprint(ckpt), fingerprint(ckpt, layout=layout), field)
 
 
+def test_expert_parallel_size(ckpt: Path) -> None:
+    # Same tp rank, other experts (whole ones instead of a slice of each): other bytes.
+    assert_only(fingerprint(ckpt, layout=Layout(tp_size=2)), fingerprint(ckpt, layout=Layout(tp_size=2, ep_size=2)),
+                "ep_size")
+
+
 @pytest.mark.parametrize("field, layout", [("tp_rank", Layout(tp_size=2, tp_rank=1)), ("pp_rank", Layout(pp_size=2, pp_rank=1))])
 def test_parallel_ranks(ckpt: Path, field: str, layout: Layout) -> None:
     rank0 = Layout(tp_size=layout.tp_size, pp_size=layout.pp_size)

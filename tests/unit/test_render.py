@@ -73,6 +73,21 @@ def env_of(c: dict[str, Any]) -> dict[str, str]:
 # --- daemon -------------------------------------------------------------------------------------
 
 
+def test_expert_parallelism_reaches_daemon_and_engine_and_is_absent_at_one() -> None:
+    moe = make(**{"parallelism.expert": 2})
+    cmd = container(daemon_daemonset(moe), "daemon")["command"]
+    assert cmd[cmd.index("--ep-size") + 1] == "2" and cmd[cmd.index("--tp-size") + 1] == "2"
+    env = env_of(container(engine_pod(moe, 0, "active"), "engine"))
+    assert env["WEIGHTCACHE_ENGINE_EP_SIZE"] == env["WEIGHTCACHE_EP_SIZE"] == "2"
+    assert daemon_spec_hash(moe) != daemon_spec_hash(make())  # other experts per rank: other daemons
+    # expert 1 (the default) renders nothing: caches without experts keep their objects and spec hash
+    # (the value below is what the operator computed for this spec before `expert` existed).
+    plain = make(**{"parallelism.expert": 1})
+    assert "--ep-size" not in container(daemon_daemonset(plain), "daemon")["command"]
+    assert "WEIGHTCACHE_ENGINE_EP_SIZE" not in env_of(container(engine_pod(plain, 0, "active"), "engine"))
+    assert daemon_spec_hash(plain) == daemon_spec_hash(make()) == "6cd1557d02dedfd0"
+
+
 def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     ds = daemon_daemonset(make())
     pod = ds["spec"]["template"]["spec"]

@@ -36,7 +36,39 @@ def test_qwen3_has_qk_norms_and_llama_does_not() -> None:
 def test_unknown_architecture_names_the_supported_ones() -> None:
     with pytest.raises(UnsupportedArchitecture, match="'MixtralForCausalLM' is not supported; supported: Llama"):
         rules_for("MixtralForCausalLM")
-    assert set(ARCHITECTURES) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+    assert set(ARCHITECTURES) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}
+
+
+@pytest.mark.parametrize("name, split, quantized", [
+    ("model.layers.5.mlp.gate.weight", Split.REPLICATED, False),  # the router
+    ("model.layers.5.mlp.experts.17.gate_proj.weight", Split.EXPERT_COLUMN, True),
+    ("model.layers.5.mlp.experts.17.up_proj.weight_scale_inv", Split.EXPERT_COLUMN, True),
+    ("model.layers.5.mlp.experts.17.down_proj.weight", Split.EXPERT_ROW, True),
+    ("model.layers.5.self_attn.k_norm.weight", Split.REPLICATED, False),
+])
+def test_qwen3_moe_table_replicates_the_router_and_splits_experts(name: str, split: Split, quantized: bool) -> None:
+    rule, layer = rules_for("Qwen3MoeForCausalLM").rule_for(name)
+    assert (rule.split, rule.quantize, layer) == (split, quantized, 5)
+    assert rule.split.dim == {Split.REPLICATED: None, Split.EXPERT_COLUMN: 0, Split.EXPERT_ROW: 1}[split]
+
+
+def test_expert_parallel_runs_of_the_tp_group_hold_whole_experts() -> None:
+    # tp 4, ep 2: ranks 0,1 hold experts 0-3 split in two; ranks 2,3 experts 4-7.
+    layouts = [Layout(tp_size=4, tp_rank=r, ep_size=2) for r in range(4)]
+    assert [(l.ep_rank, l.moe_tp_rank, l.moe_tp_size) for l in layouts] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
+    assert [l.expert_range(8) for l in layouts] == [range(0, 4), range(0, 4), range(4, 8), range(4, 8)]
+    assert [Layout(2, r, ep_size=2).expert_range(128) for r in range(2)] == [range(0, 64), range(64, 128)]
+    assert Layout(2, 1).expert_range(8) == range(0, 8)  # ep 1: every rank a slice of every expert
+    assert Layout.from_rank(3, tp_size=2, pp_size=2, ep_size=2) == Layout(2, 1, 2, 1, 2)
+
+
+def test_expert_parallel_sizes_that_do_not_divide_are_refused_with_the_fix() -> None:
+    with pytest.raises(ShardingError, match="--ep-size 3 must divide --tp-size 4"):
+        Layout(tp_size=4, ep_size=3)
+    with pytest.raises(ShardingError, match="--ep-size 0 must divide"):
+        Layout(ep_size=0)
+    with pytest.raises(ShardingError, match="num_experts=6 is not divisible by expert-parallel size 4; use an ep size"):
+        Layout(tp_size=4, ep_size=4).expert_range(6)
 
 
 @pytest.mark.parametrize("layers", [1, 2, 5, 7, 32, 61])

@@ -144,6 +144,9 @@ BAD = [
      ("model.quantization.weightBlockSize", "at least 2 items")),
     ("ranks-not-multiple-of-nodes", "parallelism", {"tensor": 3, "nodes": 2},
      ("parallelism", "must be a multiple of nodes (tensor 3 * pipeline 1 = 3 ranks over 2 nodes)")),
+    ("expert-not-dividing-tensor", "parallelism", {"tensor": 4, "expert": 3},
+     ("parallelism", "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks, each run of "
+      "tensor/expert of them holding 1/expert of the experts (tensor 4, expert 3)")),
     ("dra-on-cpu", "engine.gpuAccess", "dra", ("", "needs a GPU daemon backend")),
     ("relative-host-path", "model.source", {"hostPath": {"path": "models/a"}},
      ("model.source.hostPath.path", "should match pattern '^/'")),

@@ -40,6 +40,8 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("host", str, "127.0.0.1", "HTTP listen address (rank 0)", ()),
     ("port", int, 8000, "HTTP port (rank 0)", ()),
     ("tp-size", int, 1, "tensor-parallel size: number of rank processes (on all nodes together)", ()),
+    ("ep-size", int, 1, "expert-parallel size (MoE; divides tp-size): each run of tp/ep ranks holds 1/ep of the "
+                        "experts whole; 1 splits every expert over all ranks. Must match the daemon's --ep-size", ()),
     ("nnodes", int, 1, "nodes the engine spans; each runs tp-size / nnodes ranks under its own launcher", ()),
     ("node-rank", int, 0, "this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; "
                           "node 0 runs rank 0, which serves HTTP", ()),
@@ -97,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")
     from .config import ModelConfig
 
-    ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size)  # fail before starting anything
+    ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size, args.ep_size)  # fail before starting
     from .launcher import local_ranks
 
     local_ranks(args.tp_size, args.nnodes, args.node_rank)  # a bad node layout fails here, by name
@@ -122,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
     timeline.mark("imports")
     source = _source(args)
     opts = EngineOptions(
-        source=source, tp_size=args.tp_size, tp_rank=args.tp_rank,
+        source=source, tp_size=args.tp_size, tp_rank=args.tp_rank, ep_size=args.ep_size,
         dist_addr=args.dist_addr or "127.0.0.1:29500",
         dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port,
         served_model_name=args.served_model_name, max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if source.mode == "daemon":  # a no-op probe when the launcher has already seen to all ranks
         from .weights import ensure_daemons
 
-        ensure_daemons(source, [args.tp_rank], args.tp_size)
+        ensure_daemons(source, [args.tp_rank], args.tp_size, args.ep_size)
     code = run_rank(opts, timeline)
     # Leave without interpreter teardown: destructors of a process group whose peer died can abort
     # (SIGABRT) and turn a clean exit code into a crash; everything worth keeping is already done.
@@ -161,6 +163,6 @@ def _launch(args: argparse.Namespace) -> int:
     if source.mode == "daemon":
         from .weights import ensure_daemons
 
-        done = ensure_daemons(source, ranks, args.tp_size)
+        done = ensure_daemons(source, ranks, args.tp_size, args.ep_size)
         log.info("daemons", extra={"fields": {k: v for k, v in done.items() if v is not None}})
     return launch(_rank_argv(args, overrides), args.tp_size, gpus=source.device == "cuda", ranks=ranks)

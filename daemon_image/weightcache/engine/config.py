@@ -1,7 +1,8 @@
 """Model hyper-parameters read from a checkpoint's config.json, checked against what we implement.
 
-The engine implements the Llama decoder and its Qwen2 (q/k/v biases) and Qwen3 (per-head q/k
-RMSNorm) variants with default rotary embeddings. Anything else a config asks for — another
+The engine implements the Llama decoder and its Qwen2 (q/k/v biases), Qwen3 (per-head q/k
+RMSNorm) and Qwen3-MoE (Qwen3 with every MLP a top-k routed mixture of experts) variants with
+default rotary embeddings. Anything else a config asks for — another
 activation, rotary scaling, sliding windows — is refused by name rather than computed wrongly.
 """
 
@@ -13,9 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
-from ..sharding import kv_split
+from ..experts import num_experts
+from ..sharding import Layout, kv_split
 
-SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+QK_NORM_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,11 @@ class ModelConfig:
     tie_word_embeddings: bool
     qk_norm: bool  # Qwen3: RMSNorm over each head's q and k before the rotary embedding
     eos_token_ids: tuple[int, ...]
+    # Mixture of experts (num_experts > 0): every layer's MLP routes each token to its top-k experts.
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> "ModelConfig":
@@ -52,6 +60,10 @@ class ModelConfig:
             raise UnsupportedArchitecture("sliding-window attention is not implemented")
         if config.get("mlp_bias"):
             raise UnsupportedArchitecture("mlp_bias is not implemented")
+        moe = arch == "Qwen3MoeForCausalLM"
+        if moe and (config.get("mlp_only_layers") or int(config.get("decoder_sparse_step") or 1) != 1):
+            raise UnsupportedArchitecture("mixing dense and MoE layers (mlp_only_layers, decoder_sparse_step != 1) "
+                                          "is not implemented; every layer must be MoE")
         theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
         heads = int(config["num_attention_heads"])
         hidden = int(config["hidden_size"])
@@ -65,7 +77,11 @@ class ModelConfig:
             max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
             rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qk_norm=arch == "Qwen3ForCausalLM", eos_token_ids=eos_ids)
+            qk_norm=arch in QK_NORM_ARCHITECTURES, eos_token_ids=eos_ids,
+            num_experts=num_experts(config) if moe else 0,
+            num_experts_per_tok=int(config.get("num_experts_per_tok") or 0) if moe else 0,
+            moe_intermediate_size=int(config.get("moe_intermediate_size") or 0) if moe else 0,
+            norm_topk_prob=bool(config.get("norm_topk_prob", False)))
 
     @classmethod
     def from_checkpoint(cls, model_dir: str | Path) -> "ModelConfig":
@@ -77,13 +93,20 @@ class ModelConfig:
         except KeyError as exc:
             raise CheckpointError(f"{path} lacks {exc}") from None
 
-    def check_tensor_parallel(self, tp_size: int) -> None:
-        """Refuse a tp size that does not split heads, MLP and vocabulary evenly, or whose KV heads
-        neither split evenly nor replicate evenly (see ``sharding.kv_split``)."""
-        for what, value in (("num_attention_heads", self.num_heads), ("intermediate_size", self.intermediate_size),
-                            ("vocab_size", self.vocab_size)):
-            if value % tp_size:
-                raise ShardingError(f"{what}={value} is not divisible by tensor-parallel size {tp_size}")
+    def check_tensor_parallel(self, tp_size: int, ep_size: int = 1) -> None:
+        """Refuse a tp (and ep) size that does not split heads, MLP or experts and vocabulary evenly, or
+        whose KV heads neither split evenly nor replicate evenly (see ``sharding.kv_split``)."""
+        layout = Layout(tp_size, ep_size=ep_size)  # ep must divide tp
+        mlp = (("num_experts", self.num_experts, ep_size, "expert-parallel"),
+               ("moe_intermediate_size", self.moe_intermediate_size, layout.moe_tp_size, "tensor-parallel (tp/ep)")) \
+            if self.num_experts else (("intermediate_size", self.intermediate_size, tp_size, "tensor-parallel"),)
+        if ep_size > 1 and not self.num_experts:
+            raise ShardingError(f"--ep-size {ep_size} needs a mixture-of-experts model; {self.architecture} has no "
+                                "experts, so use --ep-size 1")
+        for what, value, size, kind in (("num_attention_heads", self.num_heads, tp_size, "tensor-parallel"),
+                                        *mlp, ("vocab_size", self.vocab_size, tp_size, "tensor-parallel")):
+            if value % size:
+                raise ShardingError(f"{what}={value} is not divisible by {kind} size {size}")
         kv_split(self.num_kv_heads, tp_size, 0)
 
     def local_kv_heads(self, tp_size: int) -> int:

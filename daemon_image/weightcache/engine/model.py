@@ -1,4 +1,4 @@
-"""The decoder forward pass over mapped weight views: Llama, Qwen2 and Qwen3, tensor-parallel.
+"""The decoder forward pass over mapped weight views: Llama, Qwen2, Qwen3 and Qwen3-MoE, tensor-parallel.
 
 Every weight is used where it lies — a view into the daemon's arena (or into the disk loader's
 buffer) — and never copied: linears call ``F.linear`` on the view, and block-wise FP8 weights
@@ -14,6 +14,8 @@ and a slice of the MLP; with more ranks than KV heads each KV head is replicated
 ``sharding.kv_split``), o/down are row-parallel and all-reduce their partial sums (in float32,
 rounded once), and the embedding and lm_head are split by vocabulary rows. One all-reduce after
 attention, one after the MLP, one in the embedding and one all-gather of the logits per forward.
+A mixture-of-experts MLP (moe.py) is tensor- or expert-parallel as the layout says and ends in
+the same all-reduce.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ import torch.nn.functional as F
 
 from ..errors import BindError, ShardingError
 from ..quantization import SCALE_SUFFIX
+from ..sharding import Layout
 from .config import ModelConfig
+from .moe import SparseMoe
 from .parallel import Group
 
 
@@ -145,7 +149,7 @@ class KVCache:
 
 
 class DecoderLayer:
-    def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter") -> None:
+    def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter", ep_size: int = 1) -> None:
         p = f"model.layers.{index}."
         self.index = index
         self.group = group
@@ -160,18 +164,26 @@ class DecoderLayer:
         self.o = get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim))
         self.q_norm = RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
         self.k_norm = RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
-        inter = cfg.intermediate_size // group.size
-        self.gate = get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size))
-        self.up = get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size))
-        self.down = get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))
+        self.moe: SparseMoe | None = None
+        self.mlp: list[Linear] = []
+        if cfg.num_experts:
+            self.moe = SparseMoe(p + "mlp.", cfg, Layout(group.size, group.rank, ep_size=ep_size), get, get.block)
+        else:
+            inter = cfg.intermediate_size // group.size
+            self.mlp = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
+                        get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size)),
+                        get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))]
 
     def linears(self) -> list[Linear]:
-        return [self.q, self.k, self.v, self.o, self.gate, self.up, self.down]
+        return [self.q, self.k, self.v, self.o, *self.mlp]
 
     def __call__(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
         x = x + self.attention(self.input_norm(x), cos, sin, cache)
         h = self.post_norm(x)
-        return x + self.group.all_reduce(self.down(F.silu(self.gate(h)) * self.up(h)))
+        if self.moe is not None:
+            return x + self.group.all_reduce(self.moe(h))
+        gate, up, down = self.mlp
+        return x + self.group.all_reduce(down(F.silu(gate(h)) * up(h)))
 
     def attention(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, cache: KVCache) -> torch.Tensor:
         n = x.shape[0]
@@ -225,9 +237,9 @@ class Model:
     """One rank's share of the decoder; ``forward`` appends to a request's KV cache."""
 
     def __init__(self, cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
-                 group: Group, block: tuple[int, int] | None = None) -> None:
+                 group: Group, block: tuple[int, int] | None = None, ep_size: int = 1) -> None:
         try:
-            cfg.check_tensor_parallel(group.size)
+            cfg.check_tensor_parallel(group.size, ep_size)
         except ShardingError as exc:
             raise BindError(str(exc)) from None
         self.cfg = cfg
@@ -238,7 +250,7 @@ class Model:
         self.embed = get("model.embed_tokens.weight", (vocab_part, cfg.hidden_size))
         self.dtype = self.embed.dtype
         self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
-        self.layers = [DecoderLayer(i, cfg, group, get) for i in range(cfg.num_layers)]
+        self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
         self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
         self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
@@ -258,6 +270,8 @@ class Model:
                     yield lin.name + ".bias", lin.bias
                 if lin.scale_inv is not None:
                     yield lin.name + ".weight" + SCALE_SUFFIX, lin.scale_inv
+            if layer.moe is not None:
+                yield from layer.moe.tensors()
             yield p + "input_layernorm.weight", layer.input_norm.weight
             yield p + "post_attention_layernorm.weight", layer.post_norm.weight
             if layer.q_norm is not None and layer.k_norm is not None:

@@ -40,6 +40,7 @@ class EngineOptions:
     source: WeightSource
     tp_size: int = 1
     tp_rank: int = 0
+    ep_size: int = 1
     dist_addr: str = "127.0.0.1:29500"
     dist_timeout_s: float = 30.0
     startup_timeout_s: float = 1800.0
@@ -82,8 +83,8 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
                               opts.startup_timeout_s)
     timeline.mark("distributed_init")
     cfg = ModelConfig.from_checkpoint(opts.source.model)
-    weights, report = load_rank(opts.source, Layout(opts.tp_size, opts.tp_rank))
-    model = Model(cfg, weights.tensors, weights.aliases, group, _block_of(opts.source))
+    weights, report = load_rank(opts.source, Layout(opts.tp_size, opts.tp_rank, ep_size=opts.ep_size))
+    model = Model(cfg, weights.tensors, weights.aliases, group, _block_of(opts.source), opts.ep_size)
     model.keep_alive = weights  # the mapping (or the disk buffer) lives as long as the model
     if weights.arena is not None:  # zero copy, checked on the live engine: every weight is a view of the arena
         lo, hi = weights.arena.address_range

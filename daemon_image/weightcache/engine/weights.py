@@ -80,7 +80,8 @@ def load_rank(source: WeightSource, layout: Layout) -> tuple[Weights, dict[str, 
     return weights, report
 
 
-def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, log_dir: str | None = None) -> dict[str, Any]:
+def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, ep_size: int = 1,
+                   log_dir: str | None = None) -> dict[str, Any]:
     """``daemon`` mode: start daemons for ``ranks`` unless all already answer; wait until they do.
 
     The daemons run in their own session so that they outlive the engine: that is the point —
@@ -96,7 +97,7 @@ def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, log_dir
     argv = [sys.executable, "-m", "weightcache", "daemon", "--model", source.model, "--dtype", source.dtype,
             "--quantization", source.quantization, "--revision", source.revision, "--backend", source.backend,
             "--socket-dir", source.socket_dir, "--name", source.name, "--tp-size", str(tp_size),
-            "--ranks", ",".join(str(r) for r in missing)]
+            "--ep-size", str(ep_size), "--ranks", ",".join(str(r) for r in missing)]
     if source.weight_block_size:
         argv += ["--weight-block-size", f"{source.weight_block_size[0]},{source.weight_block_size[1]}"]
     pid = None

@@ -90,6 +90,8 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         "--backend", spec.daemon.backend,
         "--tp-size", str(spec.parallelism.tensor),
         "--pp-size", str(spec.parallelism.pipeline),
+        # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
+        *(["--ep-size", str(spec.parallelism.expert)] if spec.parallelism.expert > 1 else []),
         "--ranks", rank_range(ranks),
         "--socket-dir", SOCKET_MOUNT,
         "--name", ref.name,

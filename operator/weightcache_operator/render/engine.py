@@ -197,6 +197,8 @@ def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:
         # Engines of one node share the host's network in some runtimes: bind the pod's own IP.
         "WEIGHTCACHE_ENGINE_HOST": "$(POD_IP)",
     }
+    if spec.parallelism.expert > 1:  # absent at 1 (the default) so that other caches' pods are unchanged
+        values["WEIGHTCACHE_EP_SIZE"] = values["WEIGHTCACHE_ENGINE_EP_SIZE"] = str(spec.parallelism.expert)
     if model.revision:
         values["WEIGHTCACHE_ENGINE_REVISION"] = model.revision
     if model.quantization.method == "fp8":

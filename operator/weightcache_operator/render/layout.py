@@ -152,7 +152,10 @@ def daemon_spec_hash(cache: WeightCache) -> str:
     spec = cache.spec
     relevant = {
         "model": spec.model.model_dump(by_alias=True, mode="json"),
-        "parallelism": spec.parallelism.model_dump(by_alias=True, mode="json"),
+        # expert=1 left out: caches that predate the field keep their hash, so an operator upgrade
+        # does not start a generation change for every one of them.
+        "parallelism": spec.parallelism.model_dump(by_alias=True, mode="json",
+                                                   exclude={"expert"} if spec.parallelism.expert == 1 else None),
         "placement": spec.placement.model_dump(by_alias=True, mode="json"),
         # How a change rolls out is not what the daemons hold: changing it must not start one.
         "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
