@@ -109,7 +109,8 @@ def run(socket_dir: str, allow_uids: list[int] | None = None, allow_gids: list[i
     path.unlink(missing_ok=True)
     policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *(allow_uids or [])}), gids=frozenset(allow_gids or []))
     server = FramedServer(str(path), policy, KEEPER_REQUEST, KeeperService(), identity=("keeper", -1),
-                          max_request_bytes=MAX_REPLY_BYTES, accept_fds=True, idle_timeout_s=365 * 86400.0)
+                          max_request_bytes=MAX_REPLY_BYTES, accept_fds=True, idle_timeout_s=365 * 86400.0,
+                          frame_timeout_s=30.0)  # a deposit carries a manifest of up to 256 MiB
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     log.info("keeper listening", extra={"fields": {"socket": str(path)}})

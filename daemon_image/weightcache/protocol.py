@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union
 
 import msgpack
@@ -124,7 +126,7 @@ class ErrorReply(_Message):
     type: Literal["error"] = "error"
     code: Literal[
         "bad_frame", "bad_message", "out_of_order", "version_mismatch", "fingerprint_mismatch", "forbidden",
-        "busy", "internal", "not_found",
+        "busy", "internal", "not_found", "timeout",
     ]
     message: str
     fields: list[str] = []
@@ -210,31 +212,79 @@ def decode(adapter: TypeAdapter[Any], body: bytes) -> Any:
     try:
         raw = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types for garbage
-        raise ProtocolError(f"frame is not valid msgpack: {exc}") from None
+        raise ProtocolError(f"frame is not valid msgpack: {_msgpack_error_text(exc)}") from None
     if not isinstance(raw, dict):
-        raise ProtocolError("frame must hold a msgpack map")
+        raise ProtocolError(f"frame must hold a msgpack map with a 'type' key, not {_kind(raw)}")
     try:
         return adapter.validate_python(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
+        if not where:  # the discriminator itself: no field to name
+            raise ProtocolError(f"invalid message: {first['msg']} (every message is a map whose 'type' names it)") from None
         raise ProtocolError(f"invalid message ({where}: {first['msg']})") from None
+
+
+def _msgpack_error_text(exc: Exception) -> str:
+    """What went wrong, in words: several msgpack exceptions carry no message at all."""
+    if isinstance(exc, msgpack.StackError):
+        return "it is nested too deeply for the decoder (every message is a flat map of a few levels)"
+    if isinstance(exc, msgpack.FormatError):
+        return "it holds a byte that starts no msgpack type (e.g. the reserved 0xc1)"
+    if isinstance(exc, msgpack.ExtraData):
+        return "bytes follow the first msgpack object; a frame holds exactly one"
+    text = str(exc)
+    if "incomplete input" in text:
+        return "it ends inside an object (truncated or mis-framed)"
+    return text or f"the decoder raised {type(exc).__name__} without a message"
+
+
+def _kind(value: object) -> str:
+    return {list: "an array", str: "a string", bytes: "binary data", type(None): "nil"}.get(
+        type(value), f"a {type(value).__name__}")
 
 
 class PeerClosed(ProtocolError):
     """The peer closed the connection cleanly between frames."""
 
 
-def _recv_exact(sock: socket.socket, n: int, fds: list[int] | None = None) -> bytes:
+class PeerTimeout(ProtocolError):
+    """The peer did not send what it owed in time: a server's ``Deadlines`` ran out."""
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long a server waits on a peer. Each ``recv`` having its own timeout is not enough: a
+    peer trickling one byte per interval would hold its connection forever."""
+
+    idle_s: float  # for the first byte of the next frame
+    frame_s: float  # for the rest of a frame, counted from its first byte
+    hello_by: float | None = None  # time.monotonic() by which a hello must be complete (None once greeted)
+    hello_s: float = 0.0  # the hello allowance, for the error text
+
+
+def _recv_exact(sock: socket.socket, n: int, fds: list[int] | None, until: tuple[float, str] | None,
+                between_frames: bool = False) -> bytes:
+    """Exactly ``n`` bytes; ``until`` = (monotonic deadline, what to say when it passes)."""
     chunks, got = [], 0
     while got < n:
-        if fds is not None and not fds:
-            data, received, _flags, _addr = socket.recv_fds(sock, n - got, 4)
-            fds.extend(received)
-        else:
-            data = sock.recv(n - got)
+        if until is not None:
+            remaining = until[0] - time.monotonic()
+            if remaining <= 0:
+                raise PeerTimeout(until[1] if n == 1 else f"{until[1]} ({got} of {n} bytes arrived)")
+            sock.settimeout(remaining)
+        try:
+            if fds is not None and not fds:
+                data, received, _flags, _addr = socket.recv_fds(sock, n - got, 4)
+                fds.extend(received)
+            else:
+                data = sock.recv(n - got)
+        except TimeoutError:
+            if until is None:
+                raise
+            continue  # the check above says which deadline passed
         if not data:
-            if got == 0 and n == _HEADER.size:
+            if between_frames and got == 0:
                 raise PeerClosed("peer closed the connection")
             raise ProtocolError(f"peer closed the connection after {got} of {n} bytes")
         chunks.append(data)
@@ -242,12 +292,33 @@ def _recv_exact(sock: socket.socket, n: int, fds: list[int] | None = None) -> by
     return b"".join(chunks)
 
 
-def recv_frame(sock: socket.socket, max_bytes: int, fds: list[int] | None = None) -> bytes:
-    """One frame's body; with ``fds`` given, any SCM_RIGHTS fds that arrive are appended to it."""
-    (length,) = _HEADER.unpack(_recv_exact(sock, _HEADER.size, fds))
+def _earliest(*limits: tuple[float, str] | None) -> tuple[float, str] | None:
+    present = [limit for limit in limits if limit is not None]
+    return min(present, key=lambda limit: limit[0]) if present else None
+
+
+def recv_frame(sock: socket.socket, max_bytes: int, fds: list[int] | None = None,
+               deadlines: Deadlines | None = None) -> bytes:
+    """One frame's body; with ``fds`` given, any SCM_RIGHTS fds that arrive are appended to it.
+
+    Without ``deadlines`` the socket's own timeout bounds each ``recv`` (what a client wants).
+    """
+    hello = None
+    if deadlines is not None and deadlines.hello_by is not None:
+        hello = (deadlines.hello_by, f"no hello within {deadlines.hello_s:.1f} s of connecting; "
+                                     "a client must say hello first")
+    idle = None if deadlines is None else (time.monotonic() + deadlines.idle_s,
+                                           f"no request for {deadlines.idle_s:.1f} s; idle connections are closed")
+    first = _recv_exact(sock, 1, fds, _earliest(idle, hello), between_frames=True)
+    frame = None
+    if deadlines is not None:
+        frame = (time.monotonic() + deadlines.frame_s,
+                 f"frame not complete within {deadlines.frame_s:.1f} s of its first byte; the peer sends too slowly")
+    until = _earliest(frame, hello)
+    (length,) = _HEADER.unpack(first + _recv_exact(sock, _HEADER.size - 1, fds, until))
     if length > max_bytes:
         raise ProtocolError(f"frame of {length} bytes exceeds the {max_bytes}-byte limit")
-    return _recv_exact(sock, length, fds)
+    return _recv_exact(sock, length, fds, until)
 
 
 def send_frame(sock: socket.socket, message: BaseModel | bytes, fds: list[int] | None = None) -> None:

@@ -3,8 +3,11 @@
 One thread per connection, strict protocol, bounded everything. Peers are checked with
 SO_PEERCRED before a byte is read. Each connection must start with ``hello``; anything
 malformed, oversized, unknown or out of order gets an error reply and the connection is closed,
-while every other connection carries on. Connections are capped and idle ones time out, so a
-misbehaving client can neither exhaust threads nor pin one forever.
+while every other connection carries on. Time is bounded per frame, not per ``recv``: a hello
+must be complete within ``hello_timeout_s`` of connecting, every frame within ``frame_timeout_s``
+of its first byte, and a connection idle for ``idle_timeout_s`` between frames is closed — so a
+peer trickling bytes cannot pin a thread. Connections are capped in total and per peer uid
+(``max_connections_per_uid``, below the total), so one local user cannot take every slot.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import selectors
 import socket
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +27,18 @@ from pydantic import BaseModel, TypeAdapter
 
 from . import __version__
 from .errors import ProtocolError
-from .protocol import SUPPORTED_VERSIONS, ErrorReply, Hello, HelloReply, PeerClosed, decode, recv_frame, send_frame
+from .protocol import (
+    SUPPORTED_VERSIONS,
+    Deadlines,
+    ErrorReply,
+    Hello,
+    HelloReply,
+    PeerClosed,
+    PeerTimeout,
+    decode,
+    recv_frame,
+    send_frame,
+)
 
 log = logging.getLogger("weightcache.server")
 _UCRED = struct.Struct("3i")  # pid, uid, gid
@@ -76,7 +91,9 @@ class FramedServer:
     def __init__(self, path: str, policy: PeerPolicy, requests: TypeAdapter[Any], handler: Handler, *,
                  identity: tuple[str, int], max_request_bytes: int, accept_fds: bool = False,
                  socket_mode: int = 0o600, socket_gid: int | None = None, max_connections: int = 256,
-                 idle_timeout_s: float = 30.0, stats: ServerStats | None = None) -> None:
+                 max_connections_per_uid: int | None = None, idle_timeout_s: float = 30.0,
+                 frame_timeout_s: float = 5.0, hello_timeout_s: float = 5.0,
+                 stats: ServerStats | None = None) -> None:
         self.path = path
         self.policy = policy
         self.requests = requests
@@ -85,7 +102,14 @@ class FramedServer:
         self.max_request_bytes = max_request_bytes
         self.accept_fds = accept_fds
         self.max_connections = max_connections
+        # A quarter of the slots per uid by default: one peer's leak or attack leaves the rest usable.
+        self.max_connections_per_uid = max_connections_per_uid or max(1, max_connections // 4)
+        if self.max_connections_per_uid > max_connections:
+            raise ValueError(f"max_connections_per_uid {self.max_connections_per_uid} exceeds max_connections {max_connections}")
         self.idle_timeout_s = idle_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.hello_timeout_s = hello_timeout_s
+        self._per_uid: dict[int, int] = {}
         self.stats = stats or ServerStats()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -127,15 +151,23 @@ class FramedServer:
             log.warning("peer refused", extra={"fields": {"pid": pid, "uid": uid, "gid": gid}})
             self._reply_and_close(conn, ErrorReply(code="forbidden", message=f"uid {uid}/gid {gid} may not use this socket"))
             return
+        busy = None
         with self.stats.lock:
-            busy = self.stats.connections_active >= self.max_connections
-            if not busy:
+            held = self._per_uid.get(uid, 0)
+            if self.stats.connections_active >= self.max_connections:
+                busy = f"all {self.max_connections} connections are in use; retry shortly"
+            elif held >= self.max_connections_per_uid:
+                busy = (f"uid {uid} already holds {held} connections, the most one uid may hold; "
+                        "close idle ones or retry shortly")
+            else:
                 self.stats.connections_active += 1
                 self.stats.connections_total += 1
-        if busy:
-            self._reply_and_close(conn, ErrorReply(code="busy", message="too many connections; retry shortly"))
+                self._per_uid[uid] = held + 1
+        if busy is not None:
+            log.warning("connection refused", extra={"fields": {"pid": pid, "uid": uid, "reason": busy}})
+            self._reply_and_close(conn, ErrorReply(code="busy", message=busy))
             return
-        threading.Thread(target=self._serve_connection, args=(conn, pid), daemon=True).start()
+        threading.Thread(target=self._serve_connection, args=(conn, pid, uid), daemon=True).start()
 
     def _reply_and_close(self, conn: socket.socket, reply: ErrorReply) -> None:
         self.stats.count(errors_total=1)
@@ -151,20 +183,28 @@ class FramedServer:
         log.info("request rejected", extra={"fields": {"peer_pid": pid, "code": code, "error": message}})
         self._reply_and_close(conn, ErrorReply(code=code, message=message))  # type: ignore[arg-type]
 
-    def _serve_connection(self, conn: socket.socket, pid: int) -> None:
+    def _serve_connection(self, conn: socket.socket, pid: int, uid: int) -> None:
         try:
-            conn.settimeout(self.idle_timeout_s)
             greeted = False
+            unauthenticated = Deadlines(self.idle_timeout_s, self.frame_timeout_s,
+                                        hello_by=time.monotonic() + self.hello_timeout_s, hello_s=self.hello_timeout_s)
+            greeted_deadlines = Deadlines(self.idle_timeout_s, self.frame_timeout_s)
             while True:
                 fds: list[int] = []
                 try:
-                    body = recv_frame(conn, self.max_request_bytes, fds if self.accept_fds else None)
+                    body = recv_frame(conn, self.max_request_bytes, fds if self.accept_fds else None,
+                                      greeted_deadlines if greeted else unauthenticated)
                 except PeerClosed:
+                    return
+                except PeerTimeout as exc:
+                    _close_all(fds)
+                    self._reject(conn, pid, "timeout", str(exc))
                     return
                 except ProtocolError as exc:
                     _close_all(fds)
                     self._reject(conn, pid, "bad_frame", str(exc))
                     return
+                conn.settimeout(self.idle_timeout_s)  # for the reply: a peer must read it as it would a frame
                 try:
                     request = decode(self.requests, body)
                 except ProtocolError as exc:
@@ -203,7 +243,11 @@ class FramedServer:
         except (OSError, socket.timeout):
             return  # peer vanished or idled out; nothing to clean but the socket
         finally:
-            self.stats.count(connections_active=-1)
+            with self.stats.lock:
+                self.stats.connections_active -= 1
+                self._per_uid[uid] -= 1
+                if not self._per_uid[uid]:
+                    del self._per_uid[uid]
             conn.close()
 
 

@@ -63,3 +63,23 @@ def test_truncated_frame_and_clean_close_are_told_apart() -> None:
 def test_error_replies_decode() -> None:
     err = ErrorReply(code="busy", message="later")
     assert decode(REPLY, encode(err)[4:]) == err
+
+
+@pytest.mark.parametrize(
+    "payload, says",
+    [
+        (b"\x91" * 100_000 + b"\xc0", "nested too deeply"),  # a nesting bomb: msgpack's StackError has no text
+        (b"\xc1", "starts no msgpack type"),
+        (msgpack.packb({"type": "ping"}) + b"\x00", "bytes follow the first msgpack object"),
+        (msgpack.packb({"type": "ping"})[:-2], "ends inside an object"),
+        (msgpack.packb({1: 2}), "not allowed for map key"),
+        (msgpack.packb({"versions": [1]}), "'type' names it"),
+        (msgpack.packb("ping"), "not a string"),
+    ],
+)
+def test_every_protocol_error_says_what_is_wrong(payload: bytes, says: str) -> None:
+    with pytest.raises(ProtocolError) as info:
+        decode(REQUEST, payload)
+    text = str(info.value)
+    assert says in text
+    assert not text.rstrip().endswith(":"), f"error text ends in a bare colon: {text!r}"
