@@ -51,12 +51,18 @@ class TensorInfo:
 
 @dataclass(frozen=True)
 class ShardFile:
-    """Identity of one shard file, as the fingerprint records it."""
+    """Identity of one shard file, as the fingerprint records it.
+
+    ``inode`` and ``ctime_ns`` are what a rewrite cannot restore: any write (and any ``utime``
+    that puts the old mtime back) sets the ctime to now, and only changing the system clock could
+    set it back; a replaced file (download, copy + rename) has a new inode."""
 
     name: str
     size: int
     mtime_ns: int
     header_sha256: str
+    inode: int
+    ctime_ns: int
 
 
 @dataclass
@@ -216,6 +222,11 @@ def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) 
     )
 
 
+def current_stamps(checkpoint: Checkpoint) -> list[ShardFile]:
+    """The shards' identities as they are now (stat + header), to tell whether they changed since opened."""
+    return [_stamp(checkpoint.path / shard.name)[0] for shard in checkpoint.shards]
+
+
 def _read_index(root: Path) -> dict[str, str] | None:
     index_path = root / INDEX_FILE
     if not index_path.exists():
@@ -254,6 +265,8 @@ def _stamp(path: Path) -> tuple[ShardFile, bytes, os.stat_result]:
         size=stat.st_size,
         mtime_ns=stat.st_mtime_ns,
         header_sha256=hashlib.sha256(header_bytes).hexdigest(),
+        inode=stat.st_ino,
+        ctime_ns=stat.st_ctime_ns,
     )
     return shard, header_bytes, stat
 

@@ -25,17 +25,17 @@ from pathlib import Path
 
 from . import status_note, termination
 from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
-from .checkpoint import open_checkpoint
+from .checkpoint import Checkpoint, current_stamps, open_checkpoint
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
-from .fingerprint import compute
+from .fingerprint import Fingerprint, ShardStamp, compute
 from .gpu_grant import wait_for_grant
 from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
 from .keeper import KeeperClient, keeper_socket
-from .loader import fill, plan_rank, resolve_dtype
+from .loader import LoadPlan, check_layout, fill, plan_rank, resolve_dtype
 from .manifest import Manifest
 from .progress import Progress
 from .protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
-from .quantization import resolve
+from .quantization import QuantConfig, resolve
 from .rankfiles import RankFiles, ReadyInfo
 from .server import FramedServer, PeerPolicy, ServerStats
 from .serving import DaemonService, Served
@@ -83,15 +83,23 @@ def run(cfg: DaemonConfig) -> int:
         raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
                                "are visible; use --backend cpu-shm or give the pod a GPU")
     # Stamps first: enough to fingerprint, and all a re-adoption needs (see open_checkpoint).
-    checkpoint = open_checkpoint(cfg.model, stamps_only=cfg.keeper == "auto" and arena_fd_backend(cfg.backend))
+    checkpoint = open_checkpoint(cfg.model, stamps_only=True)
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
     dtype = resolve_dtype(cfg.dtype, checkpoint)
     fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend,
                           device=cfg.device, access=cfg.engine_access)
+    check_layout(checkpoint, cfg.layout)
     rank = cfg.layout.rank
     files = RankFiles(cfg.socket_dir, cfg.name, rank)
     gid = grp.getgrnam(cfg.socket_group).gr_gid if cfg.socket_group else None
     fields = {"cache": cfg.name, "rank": rank, "fingerprint": fingerprint.digest[:16], "backend": cfg.backend}
+    keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
+    plan = None
+    if keeper_path is None or not _keeper_holds(keeper_path, cfg, fingerprint.digest):
+        # Everything that can refuse this checkpoint runs before the claim, so a refused one leaves
+        # no file behind. Skipped only when the keeper holds this fingerprint: the plan of an
+        # adopted arena is its manifest, and planning 20,000 tensors would cost most of its second.
+        checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
 
     files.claim(dir_mode=0o750 if gid is not None else 0o700)
     if gid is not None:
@@ -108,26 +116,23 @@ def run(cfg: DaemonConfig) -> int:
     arena = None
     link: KeeperLink | None = None
     try:
-        keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
         adopted = _adopt(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
         if adopted is not None:
             arena, manifest, load_seconds = adopted
             disk_bytes = 0
         else:
-            # Planned only when loading: the plan of an adopted arena is its manifest, made under the
-            # same fingerprint, and planning 20,000 tensors would cost a re-adoption most of its second.
-            if not checkpoint.tensors:
-                checkpoint = open_checkpoint(cfg.model)
-                stamps = [(s.name, s.size, s.mtime_ns, s.header_sha256) for s in checkpoint.shards]
-                if stamps != [(s.name, s.size, s.mtime_ns, s.header_sha256) for s in fingerprint.shards]:
-                    raise WeightCacheError(f"{cfg.model} changed while the daemon started; start it again")
-            plan = plan_rank(checkpoint, cfg.layout, quant, dtype)
+            if plan is None:  # the keeper let go of the arena between the look and the claim
+                checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
             log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
                                                    "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
             entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers)
             load_seconds = progress.finish()
+            if current_stamps(checkpoint) != checkpoint.shards:
+                # The bytes may mix the old and the new files; the fingerprint names neither.
+                raise WeightCacheError(f"{cfg.model} changed while the daemon read it; the arena is discarded. "
+                                       "Start the daemon again once the checkpoint is complete")
             arena.seal()
             manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
             disk_bytes = checkpoint.bytes_read
@@ -189,6 +194,24 @@ def _granted_device(cfg: DaemonConfig) -> int | None:
     log.info("using the GPU the holder booked", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank,
                                                                   "gpu": uuid, "ordinal": ordinal}})  # fmt: skip
     return ordinal
+
+
+def _plan(cfg: DaemonConfig, fingerprint: Fingerprint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
+    """Open every header and plan the rank; refuses a checkpoint that changed since it was fingerprinted."""
+    checkpoint = open_checkpoint(cfg.model)
+    if [ShardStamp(**vars(s)) for s in checkpoint.shards] != list(fingerprint.shards):
+        raise WeightCacheError(f"{cfg.model} changed while the daemon started; start it again")
+    return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
+
+
+def _keeper_holds(keeper_path: Path, cfg: DaemonConfig, digest: str) -> bool:
+    """Whether the keeper holds this rank's arena under this fingerprint (a look; nothing changes)."""
+    try:
+        with KeeperClient(keeper_path) as keeper:
+            return any((h.name, h.rank, h.fingerprint_digest) == (cfg.name, cfg.layout.rank, digest)
+                       for h in keeper.holdings())
+    except (CacheUnavailable, ProtocolError):
+        return False
 
 
 def arena_fd_backend(backend: str) -> bool:

@@ -2,10 +2,13 @@
 
 Two parties compute it independently — the daemon from its arguments, the engine from its own —
 and weights are mapped only when the two agree. Shard files are identified by name, size,
-mtime and the SHA-256 of their safetensors header (names, dtypes, shapes, offsets) rather than
-by a hash of their content: hashing hundreds of GB on every start would cost what the cache
-saves, while size+mtime+header catches re-downloads, edits and truncation in practice. Copying a
-checkpoint (new mtimes) therefore means a new fingerprint, which errs on the safe side.
+mtime, inode, ctime and the SHA-256 of their safetensors header (names, dtypes, shapes, offsets)
+rather than by a hash of their content: an engine would have to read every byte of its shards
+on each start, which is what the cache exists to avoid. Inode and ctime are what a rewrite
+cannot restore — a write in place sets the ctime even when ``os.utime`` puts the mtime back, and
+a replaced file has a new inode — so no edit goes unnoticed short of resetting the system clock
+(docs/architecture.md lists what is left). Copying a checkpoint, or a ``chmod``/``touch`` of a
+shard, therefore means a new fingerprint, which errs on the safe side.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class ShardStamp(BaseModel):
     size: int
     mtime_ns: int
     header_sha256: str
+    inode: int
+    ctime_ns: int
 
 
 class EnvironmentStamp(BaseModel):

@@ -63,12 +63,9 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
     """Decide what this rank reads and where each tensor goes; raises before any data is read."""
     arch = rules_for(checkpoint.architecture)
     config = checkpoint.config
-    num_layers = int(config.get("num_hidden_layers", 0))
-    if num_layers < 1:
-        raise CheckpointError(f"{checkpoint.path}/config.json needs a positive num_hidden_layers")
-    check_heads(config, layout.tp_size)
+    layers = check_layout(checkpoint, layout)
+    num_layers = int(config["num_hidden_layers"])
     _check_layers_complete(checkpoint, num_layers)
-    layers = layer_range(num_layers, layout.pp_size, layout.pp_rank)
     block = quant.weight_block_size or (1, 1)
     tied = bool(config.get("tie_word_embeddings", False))
     kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
@@ -122,6 +119,17 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
             builder.add(arch.lm_head, dtype, part.shape)
             builder.task(part.task("cast", (arch.lm_head,)))
     return LoadPlan(builder.entries, builder.tasks, builder.aliases)
+
+
+def check_layout(checkpoint: Checkpoint, layout: Layout) -> range:
+    """What config.json alone can refuse about a layout (architecture, head and layer divisibility);
+    this rank's layers. Needs no tensor headers: a daemon checks it before it creates any file."""
+    rules_for(checkpoint.architecture)
+    num_layers = int(checkpoint.config.get("num_hidden_layers", 0))
+    if num_layers < 1:
+        raise CheckpointError(f"{checkpoint.path}/config.json needs a positive num_hidden_layers")
+    check_heads(checkpoint.config, layout.tp_size)
+    return layer_range(num_layers, layout.pp_size, layout.pp_rank)
 
 
 def _check_layers_complete(checkpoint: Checkpoint, num_layers: int) -> None:

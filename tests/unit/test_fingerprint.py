@@ -64,17 +64,27 @@ def test_shard_mtime(ckpt: Path) -> None:
     assert_only(base, fingerprint(ckpt), "shards")
 
 
-def test_shard_content_rewritten_with_same_size(ckpt: Path) -> None:
+def test_a_shard_rewritten_in_place_with_size_and_mtime_restored_changes_the_fingerprint(ckpt: Path) -> None:
     base = fingerprint(ckpt)
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     st = shard.stat()
     data = bytearray(shard.read_bytes())
-    data[-1] ^= 0xFF  # same size; keep the old mtime to show the header/size/mtime limits honestly
-    shard.write_bytes(bytes(data))
+    data[-1] ^= 0xFF  # same size, same header
+    with shard.open("r+b") as fh:  # in place: the inode stays
+        fh.write(data)
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
-    # Documented limit: a same-size, same-mtime edit of tensor bytes is not detected by the stamp.
-    assert fingerprint(ckpt).digest == base.digest
-    os.utime(shard, None)
+    assert (shard.stat().st_ino, shard.stat().st_size, shard.stat().st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert_only(base, fingerprint(ckpt), "shards")  # the ctime moved: the write set it, utime cannot restore it
+
+
+def test_a_shard_replaced_by_another_file_changes_the_fingerprint(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    st = shard.stat()
+    copy = shard.with_suffix(".tmp")
+    copy.write_bytes(shard.read_bytes())
+    os.utime(copy, ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(copy, shard)
     assert_only(base, fingerprint(ckpt), "shards")
 
 
