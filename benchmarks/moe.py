@@ -10,7 +10,9 @@ in ``--workdir`` between runs), then measures
 - map + bind in fresh engine processes: connect, fingerprint check, map the arena, build the
   reference engine's model over the views (zero copy, checked) — target ≤ 25 ms;
 - the engine's agreement with transformers' Qwen3-MoE in bfloat16 on the same device, fed the
-  same weights dequantized: first token, greedy tokens, max logit difference.
+  same weights dequantized: first token, greedy tokens, max logit difference; and transformers in
+  float32 as the yardstick: with top-k routing, a one-ulp bf16 difference can send a token to
+  another expert, so bf16 runs may part ways where transformers' own bf16 and float32 do.
 
 It prints a table and asserts nothing. Full size: Qwen3-30B-A3B's shapes (hidden 2048, 128
 experts of width 768, top 8, 32 heads, 4 KV heads) with 28 of its 48 layers: 16.5 GiB.
@@ -78,7 +80,8 @@ def child(model_dir: str, socket_dir: str, name: str, backend: str) -> None:
 
 
 def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: int) -> dict[str, object]:
-    """Engine (FP8 kernels, bf16 activations) vs transformers bf16 on the dequantized weights."""
+    """Engine (FP8 kernels, bf16 activations) vs transformers on the dequantized weights, in bf16 and,
+    as the yardstick of what bf16 itself costs, in float32."""
     import torch
 
     from weightcache.client import expect, map_weights
@@ -94,26 +97,36 @@ def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: 
     cache = engine.new_cache(len(PROMPT) + steps)
     started = time.perf_counter()
     logits = engine.forward(torch.tensor(PROMPT), cache)
+    first_engine = logits[-1]
     ours = []
     for _ in range(steps):
         ours.append(int(logits[-1].argmax()))
         logits = engine.forward(torch.tensor(ours[-1:]), cache)
     engine_s = time.perf_counter() - started
-    first_engine = engine.forward(torch.tensor(PROMPT), engine.new_cache(len(PROMPT)))[-1]
 
-    reference = dequantized_hf_model(model_dir, weights, "bfloat16", BLOCK)
-    device = engine.device
-    with torch.inference_mode():
-        out = reference(input_ids=torch.tensor([PROMPT], device=device), use_cache=True)
-        first_reference = out.logits[0, -1].float()
-        theirs = []
-        for _ in range(steps):
-            theirs.append(int(out.logits[0, -1].argmax()))
-            out = reference(input_ids=torch.tensor([[theirs[-1]]], device=device), cache=out.cache, use_cache=True)
+    def reference(dtype: str) -> tuple[torch.Tensor, list[int]]:
+        model = dequantized_hf_model(model_dir, weights, dtype, BLOCK)
+        with torch.inference_mode():
+            out = model(input_ids=torch.tensor([PROMPT], device=engine.device), use_cache=True)
+            first = out.logits[0, -1].float()
+            tokens = []
+            for _ in range(steps):
+                tokens.append(int(out.logits[0, -1].argmax()))
+                out = model(input_ids=torch.tensor([[tokens[-1]]], device=engine.device), cache=out.cache,
+                            use_cache=True)
+        del model, out
+        if engine.device.type == "cuda":
+            torch.cuda.empty_cache()  # the float32 copy comes next and is twice the size
+        return first, tokens
+
+    first_bf16, theirs = reference("bfloat16")
+    first_f32, _ = reference("float32")
     same = next((i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b), steps)
-    top2 = first_reference.topk(2).values
-    return {"engine_first": ours[0], "reference_first": theirs[0], "agree_prefix": same, "steps": steps,
-            "max_abs_logit_diff": float((first_engine - first_reference).abs().max()),
+    top2 = first_bf16.topk(2).values
+    return {"engine_first": ours[0], "reference_first": theirs[0], "float32_first": int(first_f32.argmax()),
+            "agree_prefix": same, "steps": steps, "engine_vs_bf16": float((first_engine - first_bf16).abs().max()),
+            "engine_vs_f32": float((first_engine - first_f32).abs().max()),
+            "bf16_vs_f32": float((first_bf16 - first_f32).abs().max()),
             "reference_top2_margin": float(top2[0] - top2[1]), "engine_decode_s": engine_s}
 
 
@@ -185,9 +198,12 @@ def main() -> int:
     finally:
         daemon.stop()
     rows += [
-        ("engine vs transformers bf16, first token", f"{agree['engine_first']} vs {agree['reference_first']} "
-         f"({'agree' if agree['engine_first'] == agree['reference_first'] else 'DIFFER'}); max |Δlogit| "
-         f"{agree['max_abs_logit_diff']:.4f}, transformers' top-2 margin {agree['reference_top2_margin']:.4f}"),
+        ("first token: engine bf16 / transformers bf16 / float32", f"{agree['engine_first']} / "
+         f"{agree['reference_first']} / {agree['float32_first']} (engine and transformers bf16 "
+         f"{'agree' if agree['engine_first'] == agree['reference_first'] else 'DIFFER'}; transformers' bf16 top-2 "
+         f"margin {agree['reference_top2_margin']:.4f})"),
+        ("last-position max |Δlogit|", f"engine vs transformers bf16 {agree['engine_vs_bf16']:.4f}; vs float32: "
+         f"engine bf16 {agree['engine_vs_f32']:.4f}, transformers bf16 {agree['bf16_vs_f32']:.4f}"),
         ("engine vs transformers bf16, greedy", f"{agree['agree_prefix']} of {agree['steps']} tokens agree "
          f"(engine decode {agree['engine_decode_s']:.2f} s)"),
     ]
