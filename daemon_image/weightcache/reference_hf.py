@@ -49,7 +49,8 @@ def bind_on_device(model: torch.nn.Module, weights: Weights) -> None:
 
 def dequantized_hf_model(model_dir: str | Path, weights: Weights, dtype: str, block: tuple[int, int]) -> torch.nn.Module:
     """transformers' model bound to block-FP8 weights dequantized in full (a copy, in ``dtype``):
-    the oracle for FP8 weights, which transformers has no block-FP8 kernel of its own to run."""
+    the oracle for FP8 weights, which transformers has no block-FP8 kernel of its own to run. The
+    other tensors are cast to ``dtype`` too (shared, not copied, when they already are)."""
     from .quantization import SCALE_SUFFIX, dequantize_block_fp8
 
     tensors = {}
@@ -58,7 +59,7 @@ def dequantized_hf_model(model_dir: str | Path, weights: Weights, dtype: str, bl
             continue
         if tensor.dtype == torch.float8_e4m3fn:
             tensor = dequantize_block_fp8(tensor, weights.tensors[name + SCALE_SUFFIX], block, dtypes.to_torch(dtype))
-        tensors[name] = tensor
+        tensors[name] = tensor.to(dtypes.to_torch(dtype))
     model = empty_hf_model(model_dir, dtype)
     bind(model, tensors, weights.aliases)
     return model.to(next(iter(tensors.values())).device)

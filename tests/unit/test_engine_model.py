@@ -154,6 +154,25 @@ def test_transformers_binds_the_stacked_experts_without_a_copy(checkpoint_factor
     assert torch.equal(got, want)  # transformers' own loader stacks the experts the same way
 
 
+@pytest.mark.parametrize("spec", [MOE_SPEC, {**FP8_MOE_SPEC, "fp8": True}], ids=["bf16", "fp8"])
+def test_the_moe_block_in_bfloat16_is_transformers_bit_for_bit(checkpoint_factory, spec: dict) -> None:
+    # Same input, same routes, same bytes out: routing, expert matmuls, weighting and the float32
+    # sum over the top-k follow transformers' default (grouped_mm) experts path exactly.
+    ckpt = checkpoint_factory(**spec)
+    quantization = "fp8" if spec.get("fp8") else "none"
+    model, weights = engine_model(ckpt, "bfloat16", quantization)
+    reference = dequantized_hf_model(ckpt, weights, "bfloat16", (128, 128))
+    hidden = model.cfg.hidden_size
+    h = torch.randn(16, hidden, generator=torch.Generator().manual_seed(0)).bfloat16()
+    for layer in (0, 1):
+        with torch.inference_mode():
+            ours, theirs = model.layers[layer].moe(h), reference.model.layers[layer].mlp(h[None])[0]
+            (weights_ours, ids_ours), (_, weights_theirs, ids_theirs) = (model.layers[layer].moe.route(h),
+                                                                        reference.model.layers[layer].mlp.gate(h))
+        assert torch.equal(ids_ours, ids_theirs) and torch.equal(weights_ours, weights_theirs)
+        assert torch.equal(ours, theirs) and theirs.abs().max() > 0.1
+
+
 @pytest.mark.parametrize("layout", [Layout(2, 0), Layout(2, 1), Layout(2, 1, ep_size=2)], ids=["tp-rank0", "tp-rank1", "ep-rank1"])
 def test_one_ranks_moe_output_is_its_share_of_the_whole(checkpoint_factory, layout: Layout) -> None:
     # The ranks' partial MoE outputs add up to TP=1's (what the all-reduce relies on); checked here

@@ -6,10 +6,12 @@ top-k, optionally renormalised, cast to the activation dtype), exactly as transf
 rank then runs only the experts it holds (``Layout.expert_range``) with its slice of each
 (``moe_tp_size``), straight from the stacked arena tensors ``gate_up_proj [E_local, 2·I, H]``
 and ``down_proj [E_local, H, I]`` (see weightcache/experts.py), and returns its partial sum;
-the decoder layer's all-reduce adds the other experts and slices. Expert by expert, in
-ascending order, with ``index_add_`` into a zero tensor of the activation dtype: transformers'
-own order of operations, so float32 results agree to rounding. A block-FP8 expert is
-dequantized whole (it is small: one expert, one rank's slice) into a temporary for its matmul.
+the decoder layer's all-reduce adds the other experts and slices. Each expert's output is
+weighted in the activation dtype and the top-k contributions are summed in float32 and rounded
+once, as transformers' default experts implementation (``grouped_mm``) does; summing in bf16
+instead (its ``eager`` path) rounds after every expert and no longer gives transformers' bytes.
+A block-FP8 expert is dequantized whole (it is small: one expert, one rank's slice) into a
+temporary for its matmul.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ class SparseMoe:
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
         """This rank's share of the MoE output for h [n, hidden]; the caller all-reduces it."""
         weights, ids = self.route(h)
-        out = torch.zeros_like(h)
+        out = torch.zeros(h.shape, dtype=torch.float32, device=h.device)
         local = ids - self.first
         hit = torch.unique(local[(local >= 0) & (local < self.count)]).tolist()
         for e in hit:
@@ -78,5 +80,5 @@ class SparseMoe:
             x = h[token]
             gate, up = F.linear(x, self._weight(self.gate_up, self.gate_up_scale, e, h.dtype)).chunk(2, dim=-1)
             y = F.linear(F.silu(gate) * up, self._weight(self.down, self.down_scale, e, h.dtype))
-            out.index_add_(0, token, (y * weights[token, slot, None]).to(out.dtype))
-        return out
+            out.index_add_(0, token, (y * weights[token, slot, None]).float())
+        return out.to(h.dtype)
