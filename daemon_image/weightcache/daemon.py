@@ -355,6 +355,7 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
                 "--local-index", str(local_index),
                 "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
                 "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
+        note_file(rank).write_text("starting")  # until the rank says more (status_note.py)
         env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
         children[rank] = subprocess.Popen(argv, env=env)
 

@@ -169,7 +169,7 @@ def wait_for_grant(grant_file: Path, index: int, poll_s: float = WAIT_POLL_S,
         grant, why = current_grant(grant_file)
         if grant is not None:
             if index < len(grant.uuids):
-                status_note.note(None)
+                status_note.note(f"starting on {grant.uuids[index]}, granted by the GPU holder")
                 return grant.uuids[index]
             raise WeightCacheError(
                 f"{grant_file} grants {len(grant.uuids)} GPUs (holder pod {grant.pod or '?'}) but this is local rank "

@@ -3,8 +3,9 @@
 A rank opens its socket only once its weights are loaded, so until then the launcher's status
 endpoint could only say "no ready file" — for a rank loading for minutes and for one waiting
 forever alike. A rank started by the launcher writes here what it is doing or waiting for (the
-GPU holder's grant and why there is none, how far its load got); the endpoint reports that as the
-rank's problem, and the operator shows it in the DaemonsReady condition.
+GPU holder's grant and why there is none, how far its load got; the launcher writes "starting"
+first); the endpoint reports that as the rank's problem, and the operator shows it in the
+DaemonsReady condition.
 
 The path comes from ``$WEIGHTCACHE_STATUS_NOTE`` (the launcher sets one per rank in a directory of
 its own); unset, notes go nowhere.
@@ -20,16 +21,13 @@ from .termination import clip
 ENV = "WEIGHTCACHE_STATUS_NOTE"
 
 
-def note(text: str | None) -> None:
-    """Replaces this process's note (atomically: the launcher never reads half a line); None removes it."""
+def note(text: str) -> None:
+    """Replaces this process's note (atomically: the launcher never reads half a line)."""
     target = os.environ.get(ENV)
     if not target:
         return
     path = Path(target)
     try:
-        if text is None:
-            path.unlink(missing_ok=True)
-            return
         partial = path.with_name(f".{path.name}.partial")
         partial.write_bytes(clip(text, 1024))
         os.replace(partial, path)

@@ -99,7 +99,7 @@ def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
                       "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed")  # fmt: skip
     for pod in pods(kube, namespace, DAEMONS):
         own = lambda: http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)  # noqa: E731
-        # Its ranks start (imports) before they wait: "no ready file" until then.
+        # Its ranks start (imports) before they wait: "starting" until then.
         wait_for(lambda: all("waiting for the GPU holder's grant before touching any GPU: no GPU holder runs"
                              in r["problem"] for r in own()["ranks"]), 30, describe=lambda: json.dumps(own(), indent=1))  # fmt: skip
     remove(cluster, namespace)
