@@ -21,6 +21,7 @@ from testcluster.binaries import _compiling, _report_build  # noqa: E402
 from testcluster.demo import ClientCount  # noqa: E402
 from testcluster.load import Attempt  # noqa: E402
 from testcluster.local import INFO, running, stop  # noqa: E402
+from testcluster.strays import MARKER  # noqa: E402
 
 
 def attempt(request: int, started: float, ok: bool, retry: bool = False) -> Attempt:
@@ -41,20 +42,26 @@ def test_only_requests_started_inside_the_window_count_and_their_retries_may_end
     assert str(ClientCount(5, 1, 1, 0)) == "5 requests sent, 1 failed on the first try, 1 of those succeeded on the retry, 0 failed"
 
 
-def test_a_recorded_cluster_whose_process_is_gone_is_not_running_and_down_removes_its_directory(tmp_path: Path) -> None:
-    gone = subprocess.Popen(["true"])
-    gone.wait()
+def test_a_recorded_cluster_counts_as_running_only_while_its_marked_process_lives(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
     directory.mkdir()
-    record = {"dir": str(directory), "pid": gone.pid, "session": "s", "server": "https://127.0.0.1:1",
-              "kubeconfig": "k", "kubectl": "/bin/kubectl", "helm": "/bin/helm", "nodes": ["node-1"]}  # fmt: skip
+    session = "0123abcd"
+    holder = subprocess.Popen(["sleep", "30"], env={**os.environ, MARKER: session})
+    record = {"dir": str(directory), "pid": holder.pid, "session": session, "server": "https://127.0.0.1:1",
+              "kubeconfig": "k", "kubectl": "/t/kubectl", "helm": "/t/helm", "nodes": ["node-1"]}  # fmt: skip
+    try:
+        (directory / INFO).write_text(json.dumps(record))
+        found = running(directory)
+        assert found is not None and found.node_root("node-1") == directory / "kubelet/nodes/node-1/root"
+        assert found.shell_setup() == "export KUBECONFIG=k\nexport PATH=/t:$PATH"
+        # A live process without the session's marker (a pid recycled after a crash) is not the cluster.
+        (directory / INFO).write_text(json.dumps({**record, "pid": os.getpid()}))
+        assert running(directory) is None
+    finally:
+        holder.kill()
+        holder.wait()
     (directory / INFO).write_text(json.dumps(record))
     assert running(directory) is None
-    record["pid"] = os.getpid()
-    (directory / INFO).write_text(json.dumps(record))
-    assert running(directory) is not None and running(directory).node_root("node-1") == directory / "kubelet/nodes/node-1/root"
-    record["pid"] = gone.pid
-    (directory / INFO).write_text(json.dumps(record))
     assert stop(directory) == {} and not directory.exists()
     assert running(tmp_path / "never-started") is None
 

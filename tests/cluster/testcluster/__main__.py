@@ -67,6 +67,8 @@ def main() -> int:
                 raise LocalClusterError(f"no local cluster running from {directory}: start one with "
                                         f"python -m testcluster up --detach --dir {directory}")  # fmt: skip
             prepare_sample(cluster)
+            print(f"The operator is installed and the nodes are ready for the sample. In a shell:\n{cluster.shell_setup()}\n"
+                  "kubectl apply -f examples/weightcache-cpu.yaml && kubectl get wc -w   (README: Try it locally, step 4)")  # fmt: skip
         else:
             from .demo import run_demo
 

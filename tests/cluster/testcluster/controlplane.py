@@ -50,15 +50,6 @@ class ControlPlane:
         self.info: dict[str, object] = {}
         self.start_seconds: float = 0.0
 
-    @classmethod
-    def attach(cls, state_dir: Path) -> ControlPlane:
-        """A handle on a control plane that another process runs from ``state_dir`` (a detached
-        local cluster): kubectl, helm and clients work; ``stop`` leaves it running."""
-        plane = cls(state_dir)
-        plane.info = json.loads((state_dir / "cluster.json").read_text())
-        plane._tools = client_tools()
-        return plane
-
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self, timeout: float = 60.0, attempts: int = 2) -> None:

@@ -56,9 +56,6 @@ class LocalCluster:
         """The directory that plays the node's "/" for hostPath volumes."""
         return Path(self.dir) / "kubelet" / "nodes" / node / "root"
 
-    def plane(self) -> ControlPlane:
-        return ControlPlane.attach(Path(self.dir) / "cluster")
-
     def kube(self) -> Kube:
         return Kube.from_kubeconfig(Path(self.kubeconfig))
 
@@ -73,7 +70,7 @@ def running(directory: Path = DEFAULT_DIR) -> LocalCluster | None:
         cluster = LocalCluster(**json.loads((directory / INFO).read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    return cluster if _alive(cluster.pid) else None
+    return cluster if _alive(cluster.pid, cluster.session) else None
 
 
 def start_detached(directory: Path = DEFAULT_DIR, nodes: int = 2, timeout: float = 120.0,
@@ -133,12 +130,12 @@ def stop(directory: Path = DEFAULT_DIR, timeout: float = 60.0) -> dict[int, str]
         cluster = None
     leftovers: dict[int, str] = {}
     if cluster is not None:
-        if _alive(cluster.pid):
+        if _alive(cluster.pid, cluster.session):
             os.kill(cluster.pid, signal.SIGTERM)
             deadline = time.monotonic() + timeout
-            while _alive(cluster.pid) and time.monotonic() < deadline:
+            while _alive(cluster.pid, cluster.session) and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _alive(cluster.pid):
+            if _alive(cluster.pid, cluster.session):
                 os.kill(cluster.pid, signal.SIGKILL)
         # Components and containers die with their parents within milliseconds; give them that long.
         deadline = time.monotonic() + 10
@@ -188,12 +185,15 @@ def _node_ready(kube: Kube, name: str) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
-def _alive(pid: int) -> bool:
+def _alive(pid: int, session: str | None = None) -> bool:
+    """Whether ``pid`` runs (a zombie does not) and, given ``session``, is the cluster process that
+    carries its marker (not another process that got a recycled pid after a reboot or a crash)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if session else []
     except (OSError, IndexError):
         return False
-    return state != "Z"
+    return state != "Z" and (session is None or f"{MARKER}={session}".encode() in environment)
 
 
 def _remove(directory: Path) -> None:
