@@ -25,9 +25,9 @@ from pathlib import Path
 
 from . import status_note, termination
 from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
-from .checkpoint import Checkpoint, current_stamps, open_checkpoint
+from .checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
-from .fingerprint import Fingerprint, ShardStamp, compute
+from .fingerprint import compute
 from .gpu_grant import wait_for_grant
 from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
 from .keeper import KeeperClient, keeper_socket
@@ -120,7 +120,7 @@ def run(cfg: DaemonConfig) -> int:
         # Everything that can refuse this checkpoint runs before the claim, so a refused one leaves
         # no file behind. Skipped only when the keeper holds this fingerprint: the plan of an
         # adopted arena is its manifest, and planning 20,000 tensors would cost most of its second.
-        checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
+        checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
         if not cfg.synthetic_fill:
             overlap.prefetch(read_ranges(checkpoint, plan))
 
@@ -145,7 +145,7 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes = 0
         else:
             if plan is None:  # the keeper let go of the arena between the look and the claim
-                checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
+                checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
             if overlap is not None:
                 overlap.wait_for_torch()
             log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
@@ -260,11 +260,9 @@ class _Overlap:
         self._warm_thread.join()
 
 
-def _plan(cfg: DaemonConfig, fingerprint: Fingerprint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
+def _plan(cfg: DaemonConfig, stamped: Checkpoint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
     """Open every header and plan the rank; refuses a checkpoint that changed since it was fingerprinted."""
-    checkpoint = open_checkpoint(cfg.model)
-    if [ShardStamp(**vars(s)) for s in checkpoint.shards] != list(fingerprint.shards):
-        raise WeightCacheError(f"{cfg.model} changed while the daemon started; start it again")
+    checkpoint = with_headers(stamped)
     return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
 
 
