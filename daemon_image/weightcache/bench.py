@@ -3,7 +3,7 @@
 Prints a table; it asserts nothing. Map+bind runs in fresh engine processes (the way an engine
 restart sees it): connect, hello, query the fingerprint, fetch manifest + fd (or IPC handle), map,
 create the views and bind them into a transformers model built on the meta device. The model
-skeleton is built before the clock starts; the fingerprint (which reads shard headers) is timed
+skeleton is built before the clock starts; the fingerprint (which stats the shards) is timed
 separately because an engine computes it once per start, not per tensor. With a GPU backend the
 disk baselines load onto the GPU (safetensors ``device="cuda:0"``), as an engine would.
 
