@@ -222,6 +222,17 @@ def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) 
     )
 
 
+def with_headers(checkpoint: Checkpoint) -> Checkpoint:
+    """A stamps-only checkpoint opened in full (every header parsed and checked), refusing one whose
+    shards changed since the stamps were taken: a fingerprint made from those stamps would lie."""
+    if checkpoint.tensors:
+        return checkpoint
+    full = open_checkpoint(checkpoint.path)
+    if full.shards != checkpoint.shards:
+        raise CheckpointError(f"{checkpoint.path} changed since this process fingerprinted it; start it again")
+    return full
+
+
 def current_stamps(checkpoint: Checkpoint) -> list[ShardFile]:
     """The shards' identities as they are now (stat + header), to tell whether they changed since opened."""
     return [_stamp(checkpoint.path / shard.name)[0] for shard in checkpoint.shards]

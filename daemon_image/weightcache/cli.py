@@ -89,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--gpus-file", default=None, metavar="FILE",
                    help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found by "
                         "UUID (waits until a running holder has written it); overrides --device")
+    d.add_argument("--synthetic-fill", action="store_true",
+                   help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead of "
+                        "reading the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', so no "
+                        "engine expecting the real weights maps it")
     d.add_argument("--local-index", type=int, default=0,
                    help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
                         "(the --ranks launcher sets it)")
@@ -246,7 +250,8 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
             weight_block_size=args.weight_block_size, backend=args.backend, device=args.device,
             engine_access=args.engine_access, keeper=args.keeper, revision=args.revision,
             socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid,
-            load_workers=args.load_workers, gpus_file=args.gpus_file, local_index=args.local_index)
+            load_workers=args.load_workers, gpus_file=args.gpus_file, local_index=args.local_index,
+            synthetic_fill=args.synthetic_fill)
         return run(cfg)
     if args.command == "status":
         from .client import DaemonConnection
@@ -326,4 +331,6 @@ def _daemon_passthrough(args: argparse.Namespace) -> list[str]:
         out += ["--allow-gid", str(gid)]
     if args.gpus_file:
         out += ["--gpus-file", args.gpus_file]
+    if args.synthetic_fill:
+        out += ["--synthetic-fill"]
     return out

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .arena import GPU_BACKENDS, Access, MappedArena, map_arena
-from .checkpoint import Checkpoint, open_checkpoint
+from .checkpoint import Checkpoint, open_checkpoint, with_headers
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import Fingerprint, compute
 from .gpu_identity import gpu_count
@@ -136,7 +136,9 @@ def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str
     if backend in GPU_BACKENDS and not gpu_count():
         raise CacheUnavailable(f"backend {backend} needs a GPU but this process sees no CUDA device "
                                f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
-    checkpoint = open_checkpoint(model)
+    # Stamps only: the fingerprint needs no tensor headers, and parsing 100,000 of them would cost an
+    # engine seconds on every start; the disk fallback opens them (load_from_disk).
+    checkpoint = open_checkpoint(model, stamps_only=True)
     quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
     resolved = resolve_dtype(dtype, checkpoint)
     fp = compute(checkpoint, layout, quant, resolved, revision=revision, backend=backend, device=device, access=access)
@@ -199,10 +201,11 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
 def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
     """The same tensors, read and post-processed by this process, onto the engine's own device."""
     started = time.perf_counter()
-    plan = plan_rank(expected.checkpoint, expected.layout, expected.quant, expected.dtype)
+    checkpoint = with_headers(expected.checkpoint)
+    plan = plan_rank(checkpoint, expected.layout, expected.quant, expected.dtype)
     device = f"cuda:{expected.device}" if expected.backend in GPU_BACKENDS else "cpu"
-    buffer, entries = load_to_memory(expected.checkpoint, plan, expected.quant.weight_block_size, device=device)
-    expected.checkpoint.close()
+    buffer, entries = load_to_memory(checkpoint, plan, expected.quant.weight_block_size, device=device)
+    checkpoint.close()
     return Weights(tensors=tensor_views(buffer, entries), aliases=dict(plan.aliases), mode="disk",
                    fingerprint=expected.fingerprint, seconds=time.perf_counter() - started,
                    bytes_loaded=plan.read_bytes, fallback_reason=reason)

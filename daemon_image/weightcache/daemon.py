@@ -25,14 +25,24 @@ from pathlib import Path
 
 from . import status_note, termination
 from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
-from .checkpoint import Checkpoint, current_stamps, open_checkpoint
+from .checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
 from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
-from .fingerprint import Fingerprint, ShardStamp, compute
+from .fingerprint import compute
 from .gpu_grant import wait_for_grant
 from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
 from .keeper import KeeperClient, keeper_socket
-from .loader import LoadPlan, check_layout, fill, plan_rank, resolve_dtype
+from .loader import (
+    SYNTHETIC_REVISION,
+    LoadPlan,
+    check_layout,
+    fill,
+    plan_rank,
+    read_ranges,
+    resolve_dtype,
+    synthetic_fill,
+)
 from .manifest import Manifest
+from .page_cache import available_memory, prefetch
 from .progress import Progress
 from .protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
 from .quantization import QuantConfig, resolve
@@ -66,10 +76,17 @@ class DaemonConfig:
     """The GPU holder's grant (gpu_grant.py): when set, ``device`` is the ordinal of its
     ``local_index``-th GPU, found by UUID, and the daemon waits for the grant before anything else."""
     local_index: int = 0
+    synthetic_fill: bool = False
+    """Benchmarks only: a byte pattern instead of the checkpoint's bytes (loader.synthetic_fill),
+    under a revision no real engine expects."""
 
 
 def run(cfg: DaemonConfig) -> int:
     """Load (or re-adopt) and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
+    if cfg.synthetic_fill:
+        cfg = dataclasses.replace(cfg, revision=SYNTHETIC_REVISION + cfg.revision)
+        log.warning("SYNTHETIC FILL: this arena will hold a byte pattern, not the checkpoint's weights",
+                    extra={"fields": {"cache": cfg.name, "revision": cfg.revision}})
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
     if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
         raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
@@ -95,11 +112,17 @@ def run(cfg: DaemonConfig) -> int:
     fields = {"cache": cfg.name, "rank": rank, "fingerprint": fingerprint.digest[:16], "backend": cfg.backend}
     keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
     plan = None
+    overlap = None
     if keeper_path is None or not _keeper_holds(keeper_path, cfg, fingerprint.digest):
+        # Loading: torch's import and the CUDA context (seconds) start now, beside planning, and the
+        # disk starts reading the plan's first bytes as soon as it exists (_Overlap).
+        overlap = _Overlap(cfg)
         # Everything that can refuse this checkpoint runs before the claim, so a refused one leaves
         # no file behind. Skipped only when the keeper holds this fingerprint: the plan of an
         # adopted arena is its manifest, and planning 20,000 tensors would cost most of its second.
-        checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
+        checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
+        if not cfg.synthetic_fill:
+            overlap.prefetch(read_ranges(checkpoint, plan))
 
     files.claim(dir_mode=0o750 if gid is not None else 0o700)
     if gid is not None:
@@ -122,12 +145,18 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes = 0
         else:
             if plan is None:  # the keeper let go of the arena between the look and the claim
-                checkpoint, plan = _plan(cfg, fingerprint, quant, dtype)
+                checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
+            if overlap is not None:
+                overlap.wait_for_torch()
             log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
                                                    "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
-            entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers)
+            if cfg.synthetic_fill:
+                entries = synthetic_fill(plan, arena.buffer())
+            else:
+                entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress,
+                               workers=cfg.load_workers)
             load_seconds = progress.finish()
             if current_stamps(checkpoint) != checkpoint.shards:
                 # The bytes may mix the old and the new files; the fingerprint names neither.
@@ -196,11 +225,44 @@ def _granted_device(cfg: DaemonConfig) -> int | None:
     return ordinal
 
 
-def _plan(cfg: DaemonConfig, fingerprint: Fingerprint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
+class _Overlap:
+    """What a loading daemon waits for besides the disk, started early so it runs beside it.
+
+    ``import torch`` and a CUDA context take seconds (~3.5 s on an H200 host) and would otherwise
+    come between planning and the first read. A thread imports torch (and, for GPU backends,
+    creates the device's context) while the main thread stamps, plans and claims, and a second
+    thread asks the kernel to read ahead the plan's first bytes (up to ``PREFETCH_MAX_BYTES`` or
+    half the available memory) so the disk is busy meanwhile. Neither thread raises: a failure
+    shows up again, with its own message, where the main thread needs the result."""
+
+    PREFETCH_MAX_BYTES = 8 * 2**30
+
+    def __init__(self, cfg: DaemonConfig) -> None:
+        self._cfg = cfg
+        self._warm_thread = threading.Thread(target=self._warm, name="warm-torch", daemon=True)
+        self._warm_thread.start()
+
+    def _warm(self) -> None:
+        try:
+            import torch
+
+            if self._cfg.backend in GPU_BACKENDS and torch.cuda.is_available():
+                torch.empty(1, device=f"cuda:{self._cfg.device}")
+        except Exception:  # noqa: BLE001 - create_arena reports it with its own message
+            pass
+
+    def prefetch(self, ranges: list[tuple[str, int, int]]) -> None:
+        budget = min(self.PREFETCH_MAX_BYTES, available_memory() // 2)
+        # Not joined: loading reads the same bytes in the same order and meets the read-ahead.
+        threading.Thread(target=prefetch, args=(ranges, budget), name="prefetch", daemon=True).start()
+
+    def wait_for_torch(self) -> None:
+        self._warm_thread.join()
+
+
+def _plan(cfg: DaemonConfig, stamped: Checkpoint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
     """Open every header and plan the rank; refuses a checkpoint that changed since it was fingerprinted."""
-    checkpoint = open_checkpoint(cfg.model)
-    if [ShardStamp(**vars(s)) for s in checkpoint.shards] != list(fingerprint.shards):
-        raise WeightCacheError(f"{cfg.model} changed while the daemon started; start it again")
+    checkpoint = with_headers(stamped)
     return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
 
 

@@ -377,6 +377,41 @@ def crc32_combine(crc1: int, crc2: int, len2: int) -> int:
     return _multmodp(p, crc1) ^ crc2
 
 
+def read_ranges(checkpoint: Checkpoint, plan: LoadPlan) -> list[tuple[str, int, int]]:
+    """(path, offset, length) of the file bytes the plan reads, in the plan's order, neighbours merged:
+    what to ask the kernel to read ahead (page_cache.prefetch). A column slice (dim 1) covers its
+    whole tensor, as its rows are strided through the file."""
+    ranges: list[tuple[str, int, int]] = []
+    for task in plan.tasks:
+        info = checkpoint.tensors[task.source]
+        if task.dim == 0:
+            file, offset, length = checkpoint.rows_span(task.source, task.start, task.stop)
+        else:
+            file, offset, length = info.file, info.data_start, info.nbytes
+        path = str(checkpoint.path / file)
+        if ranges and ranges[-1][0] == path and 0 <= offset - (ranges[-1][1] + ranges[-1][2]) <= SPAN_GAP_BYTES:
+            ranges[-1] = (path, ranges[-1][1], offset + length - ranges[-1][1])
+        else:
+            ranges.append((path, offset, length))
+    return ranges
+
+
+SYNTHETIC_REVISION = "synthetic-fill:"
+"""Prefix of the revision of a synthetically filled arena: it is part of the fingerprint, so an
+engine expecting the checkpoint's real weights never maps one."""
+
+
+def synthetic_fill(plan: LoadPlan, arena: torch.Tensor) -> list[TensorEntry]:
+    """Benchmarks only: the plan's layout with a byte pattern instead of the checkpoint's bytes.
+
+    For arenas larger than the disk (``weightcache bench --synthetic`` on sparse checkpoints,
+    ``sample_checkpoints.write_sparse_checkpoint``): everything but reading — planning,
+    allocation, manifest, serving, mapping, binding, re-adoption — is the real code path.
+    0x3C3C is a finite bf16 (~0.0115)."""
+    arena[: plan.arena_bytes].fill_(0x3C)
+    return list(plan.entries)
+
+
 def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,
                    progress: Progress | None = None, device: str = "cpu") -> tuple[torch.Tensor, list[TensorEntry]]:
     """The disk path: the same plan, filled into private memory (host or GPU) instead of an arena."""

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.checkpoint import open_checkpoint
+from weightcache.checkpoint import Checkpoint, open_checkpoint, with_headers
+from weightcache.errors import CheckpointError
 from weightcache.fingerprint import Fingerprint, compute
 from weightcache.quantization import resolve
 from weightcache.sharding import Layout
@@ -148,3 +149,23 @@ def test_gpu_environment_fields(ckpt: Path, field: str, value: str) -> None:
     base = fingerprint(ckpt)
     env = base.environment.model_copy(update={field: value})
     assert_only(base, base.model_copy(update={"environment": env}), f"environment.{field}")
+
+
+def test_a_stamps_only_checkpoint_fingerprints_like_a_fully_opened_one(ckpt: Path) -> None:
+    stamps = open_checkpoint(ckpt, stamps_only=True)
+    assert stamps.tensors == {}  # no header parsed: what engines open on every start
+    quant = resolve("none", None, None)
+    def digest(c: Checkpoint) -> str:
+        return compute(c, Layout(), quant, "bfloat16", revision="r1", backend="cpu-shm").digest
+
+    assert digest(stamps) == digest(open_checkpoint(ckpt))
+
+
+def test_headers_opened_after_the_stamps_refuse_a_shard_that_changed_in_between(ckpt: Path) -> None:
+    stamps = open_checkpoint(ckpt, stamps_only=True)
+    assert set(with_headers(stamps).tensors) == set(open_checkpoint(ckpt).tensors)
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    st = shard.stat()
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    with pytest.raises(CheckpointError, match="changed since this process fingerprinted it; start it again"):
+        with_headers(stamps)
