@@ -40,7 +40,7 @@ def test_sample_is_stored_with_the_models_defaults(
     assert stored["spec"] == parsed.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert stored["spec"]["engine"]["gpuAccess"] == "visibleDevices"
     assert stored["spec"]["model"]["quantization"] == {"method": "none", "weightBlockSize": [128, 128]}
-    assert stored["spec"]["parallelism"] == {"tensor": 2, "pipeline": 1, "nodes": 1}
+    assert stored["spec"]["parallelism"] == {"tensor": 2, "pipeline": 1, "nodes": 1, "expert": 1}
 
 
 def test_gpu_sample_is_accepted_as_written(
