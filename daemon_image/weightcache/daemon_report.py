@@ -82,9 +82,10 @@ class DaemonReport(_Report):
 
 
 def node_fingerprint(ranks: list[RankReport]) -> str | None:
-    """One digest over the ranks' fingerprints (each differs: it includes the rank). Nodes that
-    hold the same weights for the same ranks get the same value, so mixed generations behind one
-    Service show up as differing node fingerprints."""
+    """One digest over the ranks' weight digests (``Fingerprint.weights_digest``; each differs: it
+    includes the rank). Nodes that hold the same weights for the same ranks, each from its own copy
+    of the checkpoint, get the same value, so mixed generations behind one Service show up as
+    differing node fingerprints."""
     if not ranks or any(r.fingerprint is None for r in ranks):
         return None
     text = "".join(f"{r.rank}:{r.fingerprint}\n" for r in sorted(ranks, key=lambda r: r.rank))

@@ -9,6 +9,11 @@ cannot restore — a write in place sets the ctime even when ``os.utime`` puts t
 a replaced file has a new inode — so no edit goes unnoticed short of resetting the system clock
 (docs/architecture.md lists what is left). Copying a checkpoint, or a ``chmod``/``touch`` of a
 shard, therefore means a new fingerprint, which errs on the safe side.
+
+Inode and ctime say which file on this node holds the shard, not what the weights are: two nodes
+with copies of one checkpoint differ in them. ``digest`` (every field) is what a daemon, its
+keeper and its engines compare on one node; ``weights_digest`` leaves those two fields out and is
+what nodes compare with each other (the daemon's status report, the operator's status.nodes).
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ if TYPE_CHECKING:  # the model classes here must import without torch (the CLI, 
 
 # Bumped whenever the meaning of the bytes on the wire changes; part of the environment stamp.
 PROTOCOL_VERSION = 1
+
+
+# Fields of a shard stamp that name this node's file rather than the checkpoint's content.
+NODE_LOCAL_SHARD_FIELDS = frozenset({"inode", "ctime_ns"})
 
 
 class ShardStamp(BaseModel):
@@ -73,8 +82,17 @@ class Fingerprint(BaseModel):
 
     @property
     def digest(self) -> str:
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(canonical.encode()).hexdigest()
+        """Every field: equal only for the same files on the same node (what mapping requires)."""
+        return _sha256(self.model_dump(mode="json"))
+
+    @property
+    def weights_digest(self) -> str:
+        """Every field but the shards' node-local ones: equal on every node that holds the same
+        weights from copies of the same checkpoint."""
+        fields = self.model_dump(mode="json")
+        fields["shards"] = [{k: v for k, v in shard.items() if k not in NODE_LOCAL_SHARD_FIELDS}
+                            for shard in fields["shards"]]
+        return _sha256(fields)
 
     def differences(self, other: "Fingerprint") -> list[str]:
         """Names of the fields that differ, environment fields as ``environment.<field>``."""
@@ -86,6 +104,11 @@ class Fingerprint(BaseModel):
             elif ours[key] != theirs[key]:
                 fields.append(key)
         return fields
+
+
+def _sha256(fields: dict) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def environment_stamp(backend: str, device: int = 0, access: str = "read-only") -> EnvironmentStamp:

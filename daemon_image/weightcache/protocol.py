@@ -116,6 +116,7 @@ class StatusReply(_Message):
     device_uuid: str | None = None
     adopted: bool = False  # re-adopted from the keeper: no disk read this life
     deposited: bool = False  # the keeper holds this arena now
+    weights_digest: str = ""  # Fingerprint.weights_digest: comparable across nodes (fingerprint_digest is not)
 
 
 class Pong(_Message):

@@ -59,7 +59,7 @@ class DaemonService:
                     uptime_seconds=time.monotonic() - s.started, connections_total=self.stats.connections_total,
                     connections_active=self.stats.connections_active, fetches_total=s.fetches_total,
                     errors_total=self.stats.errors_total, device_uuid=s.arena.device_uuid, adopted=s.adopted,
-                    deposited=s.deposited))
+                    deposited=s.deposited, weights_digest=s.fingerprint.weights_digest))
         raise Reject("bad_message", f"{getattr(request, 'type', request)!r} is not a daemon request")
 
     def _fetch(self, request: Fetch) -> Reply:

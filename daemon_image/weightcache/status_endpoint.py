@@ -57,7 +57,7 @@ def collect(socket_dir: str, name: str, ranks: list[int], ended: RankText,
             rank=rank, ready=problem is None, problem=problem, pid=status.pid, backend=status.backend,
             bytes=status.arena_bytes, tensor_count=status.tensor_count, gpu_uuid=status.device_uuid,
             load_seconds=status.load_seconds, source="keeper" if status.adopted else "disk",
-            fingerprint=status.fingerprint_digest, disk_bytes_read=status.disk_bytes_read,
+            fingerprint=status.weights_digest or status.fingerprint_digest, disk_bytes_read=status.disk_bytes_read,
             maps_served=status.fetches_total, connections_total=status.connections_total,
             deposited=status.deposited, uptime_seconds=status.uptime_seconds,
         )  # fmt: skip

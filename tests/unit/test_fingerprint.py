@@ -78,6 +78,24 @@ def test_a_shard_rewritten_in_place_with_size_and_mtime_restored_changes_the_fin
     assert_only(base, fingerprint(ckpt), "shards")  # the ctime moved: the write set it, utime cannot restore it
 
 
+def test_copies_of_a_checkpoint_on_two_nodes_hold_the_same_weights_but_are_different_files(
+        ckpt: Path, tmp_path: Path) -> None:
+    other_node = tmp_path / "node-2"
+    shutil.copytree(ckpt, other_node / "ckpt")  # mtimes kept, inodes and ctimes new
+    here, there = fingerprint(ckpt), fingerprint(other_node / "ckpt")
+    same_path = here.model_copy(update={"model_path": there.model_path})  # both nodes mount it at one path
+    assert same_path.digest != there.digest and same_path.differences(there) == ["shards"]
+    assert same_path.weights_digest == there.weights_digest
+
+
+def test_a_new_shard_mtime_changes_the_weights_digest_too(ckpt: Path) -> None:
+    base = fingerprint(ckpt)
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    st = shard.stat()
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert fingerprint(ckpt).weights_digest != base.weights_digest  # a new mtime is a new checkpoint everywhere
+
+
 def test_a_shard_replaced_by_another_file_changes_the_fingerprint(ckpt: Path) -> None:
     base = fingerprint(ckpt)
     shard = sorted(ckpt.glob("*.safetensors"))[0]
