@@ -90,7 +90,7 @@ def test_status_and_metrics_report_what_each_rank_loaded(llama: Path, start_daem
         assert rank.ready and rank.problem is None and rank.pid == info.pid != daemon.proc.pid
         assert (rank.backend, rank.gpu_uuid, rank.source) == ("cpu-shm", None, "disk")
         assert rank.bytes == info.arena_bytes and rank.tensor_count == info.tensor_count
-        assert rank.load_seconds == info.load_seconds and rank.fingerprint == info.fingerprint_digest
+        assert rank.load_seconds == info.load_seconds and rank.fingerprint == info.fingerprint.weights_digest
         # Counted by the reads themselves, compared with what the plan says the rank must read.
         assert rank.disk_bytes_read == planned_read_bytes(llama, rank.rank, 2) > 0
         assert rank.maps_served == 0
