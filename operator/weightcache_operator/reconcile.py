@@ -53,6 +53,7 @@ from .render.gpu_holder import (
 from .render.engine import Role
 from .render.layout import GROUP_LABEL, MANAGED_BY, SLOT_LABEL, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .render.topology import assign_slots, selected
+from .runner import PassRunner
 from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import Desired, Plan, Strategy, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
@@ -79,8 +80,7 @@ class Reconciler:
         self.clock = clock
         self.daemon_status = daemon_status or DaemonStatusReader()
         self.metrics = metrics or OperatorMetrics()
-        self._locks: dict[tuple[str, str], threading.Lock] = {}
-        self._dirty: dict[tuple[str, str], bool] = {}
+        self._runner = PassRunner()
         self._guard = threading.Lock()
         self.alarms = Alarms(self._woken)
         """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
@@ -94,26 +94,16 @@ class Reconciler:
     def reconcile(self, namespace: str, name: str, apply: bool = True) -> str | None:
         """One pass for the cache; ``apply`` also server-side-applies DaemonSet and Service (on
         spec changes and the periodic resync; pod events skip it). Returns the phase written."""
-        key = (namespace, name)
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        if not lock.acquire(blocking=apply):
-            self._dirty[key] = True  # the running pass will go round once more
-            return None
-        try:
-            phase = None
-            while True:
-                self._dirty[key] = False
-                started, outcome = time.perf_counter(), "error"
-                try:
-                    phase = self._pass(namespace, name, apply)
-                    outcome = "ok" if phase is not None else "gone"
-                finally:
-                    self.metrics.pass_done(namespace, name, outcome, time.perf_counter() - started)
-                if not self._dirty.get(key):
-                    return phase
-        finally:
-            lock.release()
+        def one_pass(apply: bool) -> str | None:
+            started, outcome = time.perf_counter(), "error"
+            try:
+                phase = self._pass(namespace, name, apply)
+                outcome = "ok" if phase is not None else "gone"
+                return phase
+            finally:
+                self.metrics.pass_done(namespace, name, outcome, time.perf_counter() - started)
+
+        return self._runner.run((namespace, name), apply, one_pass)
 
     def acting(self, key: Hashable, on: bool) -> None:
         """Whether this replica acts for the cache ``key`` (kopf's daemon for it runs). Off: its
