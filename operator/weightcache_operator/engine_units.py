@@ -8,19 +8,10 @@ when every node rank has its pod and all of them are Ready. Pure: pods in, facts
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
+from .objects import Object, pod_ready
 from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, REPLICA_LABEL, ROLE_LABEL
 
-Pod = dict[str, Any]
-
-
-def pod_ready(pod: Pod) -> bool:
-    """Ready condition True and not being deleted (a terminating pod serves no new work)."""
-    if pod.get("metadata", {}).get("deletionTimestamp"):
-        return False
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 @dataclass
@@ -29,15 +20,15 @@ class Unit:
 
     key: str
     replica: str
-    members: dict[int, Pod] = field(default_factory=dict)
+    members: dict[int, Object] = field(default_factory=dict)
     size: int = 1
 
     @property
-    def leader(self) -> Pod | None:
+    def leader(self) -> Object | None:
         return self.members.get(0)
 
     @property
-    def pods(self) -> list[Pod]:
+    def pods(self) -> list[Object]:
         return [self.members[k] for k in sorted(self.members)]
 
     @property
@@ -69,7 +60,7 @@ class Unit:
         return str(pod["metadata"].get("creationTimestamp") or "")
 
 
-def units(pods: list[Pod], nodes: int) -> list[Unit]:
+def units(pods: list[Object], nodes: int) -> list[Unit]:
     """Groups engine pods into units, in a stable order. With ``nodes = 1`` every pod is its own
     unit; otherwise pods are grouped by their group label (a pod without one is its own, broken
     unit, so the caller can remove it)."""

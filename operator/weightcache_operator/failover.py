@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from .render.layout import READY_GATE, ROLE_LABEL, SPEC_HASH_ANNOTATION
+from .objects import NodeView, Object, PodView, parse_time, pod_ready, spec_hash
+from .render.layout import READY_GATE
 from .spec import FailoverSignal
-from .status import pod_ready
 
-Pod = dict[str, Any]
 
 Signal = FailoverSignal
 
@@ -48,7 +47,7 @@ class Failure:
     so it finishes what it serves and a wrong verdict costs a role swap, not an engine."""
 
 
-def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None],
+def failure_of(pod: Object, unready_nodes: Mapping[str, datetime | None],
                unresponsive: Mapping[str, datetime] | None = None) -> Failure | None:  # fmt: skip
     """The failure of an engine pod, or None while it is Ready or has never been Ready yet
     (starting: not a failure, so it is never deleted for it). ``unresponsive``: pod name → when
@@ -59,11 +58,11 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None],
     if meta.get("deletionTimestamp"):
         # deletionTimestamp is when the grace period *ends*; the request came that much earlier.
         grace = meta.get("deletionGracePeriodSeconds") or 0
-        since = _parse(meta["deletionTimestamp"])
+        since = parse_time(meta["deletionTimestamp"])
         return Failure("PodDeleted", since - timedelta(seconds=grace) if since else None, f"{name} is being deleted", True)
     if status.get("phase") in ("Failed", "Succeeded"):
         evicted = status.get("reason") == "Evicted"
-        finished = _latest(_parse((c.get("state", {}).get("terminated") or {}).get("finishedAt"))
+        finished = _latest(parse_time((c.get("state", {}).get("terminated") or {}).get("finishedAt"))
                            for c in status.get("containerStatuses") or [])  # fmt: skip
         return Failure("PodEvicted" if evicted else "PodFailed", finished,
                        f"{name} is {status.get('phase')}" + (f": {status['message']}" if status.get("message") else ""),
@@ -71,10 +70,10 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None],
     node = (pod.get("spec") or {}).get("nodeName")
     if node and node in unready_nodes:
         return Failure("NodeNotReady", unready_nodes[node], f"node {node} of {name} is not Ready", True)
-    gate = _condition(pod, READY_GATE)
+    gate = PodView(pod).condition(READY_GATE)
     if gate and gate.get("status") == "False":
         # Ahead of Ready: the operator sets the gate, and the kubelet drops Ready only after it.
-        return Failure("DaemonNotReady", _parse(gate.get("lastTransitionTime")),
+        return Failure("DaemonNotReady", parse_time(gate.get("lastTransitionTime")),
                        f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
     if pod_ready(pod):
         silent = (unresponsive or {}).get(name)
@@ -82,19 +81,19 @@ def failure_of(pod: Pod, unready_nodes: Mapping[str, datetime | None],
             return None
         return Failure("Unresponsive", silent, f"{name} has answered no readiness request since "
                        f"{silent.astimezone(timezone.utc).isoformat(timespec='milliseconds')}", False, retire=False)  # fmt: skip
-    ready = _condition(pod, "Ready")
-    ready_since = _parse(ready.get("lastTransitionTime")) if ready else None
+    ready = PodView(pod).condition("Ready")
+    ready_since = parse_time(ready.get("lastTransitionTime")) if ready else None
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
         if state.get("terminated") or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
-            ended = _parse((state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+            ended = parse_time((state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
             return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} exited", False)
-        ended = _parse(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+        ended = parse_time(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
         if ended and (ready_since is None or ended >= ready_since - _SAME_INCIDENT):
             return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} restarted", False)
     # Ready turned False after the container started: it had been Ready (a pod that was never
     # Ready keeps the False it got before its container started).
-    started = _latest(_parse((c.get("state", {}).get("running") or {}).get("startedAt"))
+    started = _latest(parse_time((c.get("state", {}).get("running") or {}).get("startedAt"))
                       for c in status.get("containerStatuses") or [])  # fmt: skip
     if ready_since and started and ready_since > started:
         return Failure("ReadinessFailed", ready_since, f"{name} fails its readiness probe", False)
@@ -106,8 +105,8 @@ class Promotion:
     """A standby taking over from a failed (or missing) active."""
 
     replica: int
-    promoted: Pod
-    failed: Pod | None
+    promoted: Object
+    failed: Object | None
     failure: Failure | None
 
 
@@ -116,16 +115,16 @@ class ReplicaPlan:
     """What to do for one replica, in this order: promote, demote, delete, create."""
 
     promotion: Promotion | None = None
-    demote: list[Pod] = field(default_factory=list)
+    demote: list[Object] = field(default_factory=list)
     """Relabel to standby: surplus actives, and an active that never got Ready."""
-    delete: list[tuple[Pod, str]] = field(default_factory=list)
+    delete: list[tuple[Object, str]] = field(default_factory=list)
     create_active: bool = False
     create_standbys: int = 0
     stranded: str | None = None
     """Set when the active failed and no standby could take over: why the cache is Degraded."""
 
 
-def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash: str,
+def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current_hash: str,
                  unready_nodes: Mapping[str, datetime | None],
                  unresponsive: Mapping[str, datetime] | None = None) -> ReplicaPlan:  # fmt: skip
     """The plan for one replica's engine pods (terminating ones included: a deleted active is
@@ -173,7 +172,7 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     if trouble:
         # The weights the failed active served: during a generation change the Service still
         # selects the old generation, and an old-generation standby is what can take over there.
-        weights = _generation(failed) if failed is not None and _generation(failed) else spec_hash
+        weights = spec_hash(failed) if failed is not None and spec_hash(failed) else current_hash
         candidates = [p for p in standbys if p not in plan.demote
                       and _may_take_over(p, weights, unready_nodes, unresponsive)]  # fmt: skip
         node = (failed or {}).get("spec", {}).get("nodeName")
@@ -212,26 +211,18 @@ def plan_replica(replica: int, pods: list[Pod], standbys_wanted: int, spec_hash:
     return plan
 
 
-def _may_take_over(pod: Pod, weights: str, unready_nodes: Mapping[str, datetime | None],
+def _may_take_over(pod: Object, weights: str, unready_nodes: Mapping[str, datetime | None],
                    unresponsive: Mapping[str, datetime] | None) -> bool:  # fmt: skip
     """A standby may become active only while it maps the same weights as the active it
     replaces (the same daemon spec hash: never another model behind the Service) and has not
     failed itself (answering its readiness endpoint included)."""
-    return _generation(pod) == weights and failure_of(pod, unready_nodes, unresponsive) is None
-
-
-def _generation(pod: Pod) -> str | None:
-    return (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    return spec_hash(pod) == weights and failure_of(pod, unready_nodes, unresponsive) is None
 
 
 def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:
     """Node name → when its Ready condition left True, for every node that is not Ready."""
-    found: dict[str, datetime | None] = {}
-    for node in nodes:
-        ready = next((c for c in (node.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-        if not ready or ready.get("status") != "True":
-            found[node["metadata"]["name"]] = _parse((ready or {}).get("lastTransitionTime"))
-    return found
+    views = [NodeView(n) for n in nodes]
+    return {n.name: n.ready_changed for n in views if not n.ready}
 
 
 def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime) -> dict[str, Any]:
@@ -258,22 +249,12 @@ def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime)
     return {k: v for k, v in entry.items() if v is not None}
 
 
-def _role(pod: Pod) -> str | None:
-    return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
+def _role(pod: Object) -> str | None:
+    return PodView(pod).role
 
 
-def _name(pod: Pod) -> str:
-    return str(pod["metadata"]["name"])
-
-
-def _condition(pod: Pod, kind: str) -> dict[str, Any] | None:
-    return next((c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
-
-
-def _parse(stamp: str | None) -> datetime | None:
-    if not stamp:
-        return None
-    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+def _name(pod: Object) -> str:
+    return PodView(pod).name
 
 
 def _latest(stamps: Any) -> datetime | None:

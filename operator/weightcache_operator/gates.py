@@ -24,12 +24,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
+from .objects import Object, PodView, parse_time, stamp
 from .render.dra import engine_claim_current
-from .render.layout import READY_GATE, SPEC_HASH_ANNOTATION
+from .render.layout import READY_GATE
 
-Pod = dict[str, Any]
 
 DAEMON_UID_ANNOTATION = "weightcache.io/daemon-uid"
 """On an engine pod: the UID of the daemon pod its gate was granted on (the pod whose keeper
@@ -51,72 +51,41 @@ class GateDecision:
     expires: datetime | None = None
 
 
-def gate_wanted(engine: Pod, daemons: Sequence[Pod], now: datetime, grace: timedelta,
+def gate_wanted(engine: Object, daemons: Sequence[Object], now: datetime, grace: timedelta,
                 node_ready: bool = True) -> GateDecision:  # fmt: skip
     """The gate for ``engine`` given ``daemons``, the cache's daemon pods on the engine's node
     (usually one; two while one replaces another)."""
-    node = (engine.get("spec") or {}).get("nodeName")
-    generation = _annotation(engine, SPEC_HASH_ANNOTATION)
+    pod = PodView(engine)
+    node, generation = pod.node, pod.spec_hash
     if node_ready:
-        for daemon in daemons:
-            if (_ready(daemon) and not _deleting(daemon) and _annotation(daemon, SPEC_HASH_ANNOTATION) == generation
-                    and engine_claim_current(engine, daemon)):  # fmt: skip
-                return GateDecision(True, "DaemonReady", f"daemon {_name(daemon)} on {node} is ready with the expected spec",
-                                    daemon_uid=daemon["metadata"].get("uid"))  # fmt: skip
+        for raw in daemons:
+            daemon = PodView(raw)
+            if daemon.ready and daemon.spec_hash == generation and engine_claim_current(engine, raw):
+                return GateDecision(True, "DaemonReady", f"daemon {daemon.name} on {node} is ready with the expected spec",
+                                    daemon_uid=daemon.uid)  # fmt: skip
     refused = GateDecision(False, "DaemonNotReady", f"daemon on {node} is not ready"
                            + ("" if node_ready else f" (node {node} is not Ready)"))  # fmt: skip
-    if not node_ready or grace <= timedelta(0) or not _gate_true(engine) or not _containers_ready(engine):
+    # Ready apart from the gate (ContainersReady): the engine answers its readiness probe, so it has mapped.
+    mapped = not pod.deleting and pod.condition_status("ContainersReady") == "True"
+    if not node_ready or grace <= timedelta(0) or pod.condition_status(READY_GATE) != "True" or not mapped:
         return refused
-    uid = _annotation(engine, DAEMON_UID_ANNOTATION)
-    daemon = next((d for d in daemons if uid and d["metadata"].get("uid") == uid), None)
-    if daemon is None or _deleting(daemon) or _annotation(daemon, SPEC_HASH_ANNOTATION) != generation:
+    uid = pod.annotations.get(DAEMON_UID_ANNOTATION)
+    daemon = next((PodView(d) for d in daemons if uid and PodView(d).uid == uid), None)
+    if daemon is None or daemon.deleting or daemon.spec_hash != generation:
         return refused
     since = _not_ready_since(daemon)
     if since is None or now - since >= grace:
         return refused
     return GateDecision(True, "DaemonOutage",
-                        f"daemon {_name(daemon)} on {node} is not ready since {_stamp(since)}; the engine keeps "
-                        f"serving the weights it mapped until {_stamp(since + grace)}",
+                        f"daemon {daemon.name} on {node} is not ready since {stamp(since)}; the engine keeps "
+                        f"serving the weights it mapped until {stamp(since + grace)}",
                         expires=since + grace)  # fmt: skip
 
 
-def _not_ready_since(daemon: Pod) -> datetime | None:
+def _not_ready_since(daemon: PodView) -> datetime | None:
     """When the daemon pod's Ready condition turned False (None: no such transition recorded,
     as for a pod that has not started: not one an engine mapped from)."""
-    ready = next((c for c in (daemon.get("status") or {}).get("conditions") or [] if c.get("type") == "Ready"), None)
-    if not ready or ready.get("status") == "True" or not ready.get("lastTransitionTime"):
+    ready = daemon.condition("Ready")
+    if not ready or ready.get("status") == "True":
         return None
-    return datetime.fromisoformat(str(ready["lastTransitionTime"]).replace("Z", "+00:00"))
-
-
-def _condition(pod: Pod, kind: str) -> str | None:
-    return next((c.get("status") for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == kind), None)
-
-
-def _gate_true(engine: Pod) -> bool:
-    return _condition(engine, READY_GATE) == "True"
-
-
-def _containers_ready(engine: Pod) -> bool:
-    """Ready apart from the gate: the engine answers its readiness probe, so it has mapped."""
-    return not _deleting(engine) and _condition(engine, "ContainersReady") == "True"
-
-
-def _ready(pod: Pod) -> bool:
-    return _condition(pod, "Ready") == "True"
-
-
-def _deleting(pod: Pod) -> bool:
-    return bool(pod["metadata"].get("deletionTimestamp"))
-
-
-def _annotation(pod: Pod, key: str) -> str | None:
-    return (pod["metadata"].get("annotations") or {}).get(key)
-
-
-def _name(pod: Pod) -> str:
-    return str(pod["metadata"].get("name"))
-
-
-def _stamp(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return parse_time(ready.get("lastTransitionTime"))

@@ -27,7 +27,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Union
 
-from .engine_units import Pod, Unit, units
+from .engine_units import Unit, units
+from .objects import Object, PodView, parse_time
 from .failover import Failure, Promotion, failure_of
 from .rollout import Desired, EngineView, Plan, retire_old_daemonsets, serve_generation, settle_phase
 from .render.dra import daemon_claim, engine_claim_current, uses_dra
@@ -36,8 +37,6 @@ from .render.layout import (
     ENGINE_HASH_LABEL,
     GROUP_LABEL,
     NODE_RANK_LABEL,
-    ROLE_LABEL,
-    SPEC_HASH_ANNOTATION,
     daemon_spec_hash,
 )
 from .spec import WeightCache
@@ -72,8 +71,8 @@ Action = Union[Create, Delete, SetRole, Failover]
 
 def plan_groups(
     cache: WeightCache,
-    pods: list[Pod],
-    ready: dict[int, dict[str, Pod]],
+    pods: list[Object],
+    ready: dict[int, dict[str, Object]],
     new_group: Callable[[], str],
     unready_nodes: Mapping[str, datetime | None] | None = None,
     serving: str | None = None,
@@ -126,11 +125,17 @@ def plan_groups(
         ports.add(port)
         return Member(new_group(), 0, port=port)
 
+    roles: dict[str, str] = {}
+    """Pod name → the role this plan gives it (the pods themselves are left as given)."""
+
+    def role_of(unit: Unit) -> str | None:
+        return roles.get(unit.name, unit.role)
+
     def relabel(unit: Unit, role: str) -> None:
-        for pod in unit.pods:
-            if (pod["metadata"].get("labels") or {}).get(ROLE_LABEL) != role:
-                actions.append(SetRole(pod["metadata"]["name"], role))
-            pod["metadata"].setdefault("labels", {})[ROLE_LABEL] = role
+        for pod in map(PodView, unit.pods):
+            if roles.get(pod.name, pod.role) != role:
+                actions.append(SetRole(pod.name, role))
+            roles[pod.name] = role
 
     version = engine_template_hash(cache)
 
@@ -147,7 +152,7 @@ def plan_groups(
         group = (leader["metadata"].get("labels") or {}).get(GROUP_LABEL, "")
         for rank in range(1, size):
             if rank not in unit.members and ip:
-                create(int(unit.replica), unit.role or "standby", Member(group, rank, ip, _port(leader)))
+                create(int(unit.replica), role_of(unit) or "standby", Member(group, rank, ip, _port(leader)))
 
     dead = unready_nodes or {}
 
@@ -167,9 +172,9 @@ def plan_groups(
         # Healthy first (failover), then the current version, then the oldest.
         mine = sorted(kept.get(str(replica), []), key=lambda u: (not healthy(u), not current(u), u.created, u.name))
         for unit in mine:
-            relabel(unit, unit.role or "standby")  # members follow their leader's role
-        actives = [u for u in mine if u.role == "active"]
-        standbys = [u for u in mine if u.role != "active"]
+            relabel(unit, role_of(unit) or "standby")  # members follow their leader's role
+        actives = [u for u in mine if role_of(u) == "active"]
+        standbys = [u for u in mine if role_of(u) != "active"]
         for extra in actives[1:]:
             if serves(extra) and not serves(actives[0]):
                 continue  # behind the Service until it switches to the new active's generation
@@ -232,7 +237,7 @@ def plan_groups(
     return actions
 
 
-def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
+def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
                    previous: dict[str, Any] | None = None, serving: str | None = None,
                    old_daemonsets: dict[str, str | None] | None = None) -> Plan:  # fmt: skip
     """The rollout of engine groups as a ``rollout.Plan`` whose only actions are the Service's
@@ -264,7 +269,7 @@ def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
     result.updated = sum(done(r) for r in range(want.replicas))
     outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
     if outdated:
-        generations = {(p["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) for u in outdated for p in u.pods}
+        generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
         result.mode = "Generation" if generations - {want.generation} else "Engine"
         turn = min(int(u.replica) for u in outdated)
         fresh = sorted((u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
@@ -274,7 +279,7 @@ def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
             result.step = f"replica {turn}: starting a new-version standby group"
         elif waiting and not any(u.ready for u in fresh):
             result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
-            created = datetime.fromisoformat(waiting[0].created.replace("Z", "+00:00")) if waiting[0].created else None
+            created = parse_time(waiting[0].created)
             waited = (now - created).total_seconds() if created else 0.0
             if waited > want.ready_deadline_s:
                 result.stalled = (
@@ -289,7 +294,7 @@ def group_progress(want: Desired, pods: list[Pod], size: int, now: datetime,
     return result
 
 
-def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Pod]]) -> str | None:
+def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Object]]) -> str | None:
     """Why a group must go whole, or None."""
     if unit.key.startswith("pod/"):
         return "not a member of an engine group"
@@ -307,7 +312,7 @@ def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Pod]]) -> str 
     return None
 
 
-def _group_failure(unit: Unit, pods: list[Pod], unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
+def _group_failure(unit: Unit, pods: list[Object], unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
     """The first failure among the group's pods, leader first, terminating ones included (a
     deleted member is the failure that names itself)."""
     group = (_head(unit)["metadata"].get("labels") or {}).get(GROUP_LABEL)
@@ -317,14 +322,14 @@ def _group_failure(unit: Unit, pods: list[Pod], unready_nodes: Mapping[str, date
 
 
 def _generation(unit: Unit) -> str | None:
-    return (_head(unit)["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
+    return PodView(_head(unit)).spec_hash
 
 
-def _head(unit: Unit) -> Pod:
+def _head(unit: Unit) -> Object:
     return unit.leader or unit.pods[0]
 
 
-def _port(pod: Pod) -> int:
+def _port(pod: Object) -> int:
     text = (pod["metadata"].get("annotations") or {}).get(DIST_PORT_ANNOTATION, "")
     return int(text) if text.isdigit() else DIST_PORT
 

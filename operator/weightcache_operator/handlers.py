@@ -34,6 +34,7 @@ from weightcache.errors import WeightCacheError
 from weightcache.readonly_http import ReadOnlyServer
 
 from .kubeapi import ApiError, KubeApi
+from .objects import conditions_ready
 from .metrics import metrics_server
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
@@ -136,7 +137,7 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
         _node_ready.pop(name, None)
         ready = False
     else:
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        ready = conditions_ready(status.get("conditions"))
     before = _node_ready.get(name)
     _node_ready[name] = ready
     if before == ready or (before is None and ready):

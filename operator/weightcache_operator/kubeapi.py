@@ -17,7 +17,9 @@ from typing import Any
 import kubernetes
 import urllib3
 
-Object = dict[str, Any]
+from .objects import Object
+
+__all__ = ["Object"]
 
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"

@@ -22,9 +22,8 @@ from typing import Any
 
 from weightcache.daemon_report import DaemonReport
 
-from .engine_units import pod_ready
+from .objects import Object, pod_ready
 
-Pod = dict[str, Any]
 REFUSED_EXIT = 2
 """The weightcache CLI's exit code for errors in input, configuration or environment (cli.py)."""
 MAX_REASON = 512
@@ -44,7 +43,7 @@ class Reason:
     """True when a process exited with an error; False for what a running daemon reports."""
 
 
-def exit_reason(pod: Pod) -> Reason | None:
+def exit_reason(pod: Object) -> Reason | None:
     """``<container> exited with code N: <message>`` for the pod's failed container (its current
     state, else its last one), or None when no container failed."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -79,7 +78,7 @@ def report_reason(report: DaemonReport | str | None) -> str | None:
     return f"{first} (and {more} more rank{'s' if more > 1 else ''} not ready)" if more else first
 
 
-def node_reason(daemon_pod: Pod, holder_pod: Pod | None, report: DaemonReport | str | None) -> Reason | None:
+def node_reason(daemon_pod: Object, holder_pod: Object | None, report: DaemonReport | str | None) -> Reason | None:
     """Why a node whose daemon is not ready is not (see the module's order), or None when nothing says."""
     if (failed := exit_reason(daemon_pod)) is not None:
         return failed
@@ -108,7 +107,7 @@ def common_refusal(reasons: dict[str, Reason], desired: int) -> str | None:
     return None
 
 
-def engine_reasons(engine_pods: list[Pod]) -> dict[str, Reason]:
+def engine_reasons(engine_pods: list[Object]) -> dict[str, Reason]:
     """Engine pod name → why it failed, for engines that are not Ready and had a container fail."""
     found = {}
     for pod in engine_pods:

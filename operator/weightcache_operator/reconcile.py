@@ -21,7 +21,8 @@ from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
 from .failover import Promotion, failover_status, plan_replica, unready_nodes
 from .gates import DAEMON_UID_ANNOTATION, gate_wanted
-from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi, Object
+from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi
+from .objects import NodeView, Object, condition, pod_ready, spec_hash as _generation, stamp
 from .metrics import OperatorMetrics
 from .reasons import failure_events
 from .render import (
@@ -30,7 +31,6 @@ from .render import (
     READY_GATE,
     REPLICA_LABEL,
     ROLE_LABEL,
-    SPEC_HASH_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
@@ -57,7 +57,7 @@ from .runner import PassRunner
 from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import Desired, Plan, Strategy, generation_strategy, plan, rollout_conditions, rollout_status
 from .spec import GROUP, PLURAL, VERSION, FailoverStatus, WeightCache
-from .status import Observed, aggregate, daemon_pod_current, invalid_status, pod_ready
+from .status import Observed, aggregate, daemon_pod_current, invalid_status
 from .validation import parse
 
 log = logging.getLogger("weightcache_operator.reconcile")
@@ -589,17 +589,10 @@ class Reconciler:
                     pod["metadata"]["annotations"] = {**annotations, DAEMON_UID_ANNOTATION: decision.daemon_uid}
                 if have is not None and (have.get("status"), have.get("reason")) == (want, decision.reason):
                     continue
-                same = have is not None and have.get("status") == want
-                condition = {
-                    "type": READY_GATE,
-                    "status": want,
-                    "reason": decision.reason,
-                    "message": decision.message,
-                    "lastTransitionTime": have.get("lastTransitionTime") if same and have else _stamp(now),
-                }
-                self.api.patch(f"{path}/status", {"status": {"conditions": [condition]}}, STRATEGIC_MERGE)
+                gate = condition(READY_GATE, want, decision.reason, decision.message, now, [have] if have else [])
+                self.api.patch(f"{path}/status", {"status": {"conditions": [gate]}}, STRATEGIC_MERGE)
                 others = [c for c in pod["status"].get("conditions") or [] if c["type"] != READY_GATE]
-                pod["status"]["conditions"] = [*others, condition]  # what the rest of the pass sees
+                pod["status"]["conditions"] = [*others, gate]  # what the rest of the pass sees
                 log.info("readiness gate", extra={"pod": pod["metadata"]["name"], "node": node, "status": want,
                                                   "reason": decision.reason})  # fmt: skip
             except ApiError as error:
@@ -623,12 +616,7 @@ class Reconciler:
         pod["metadata"]["labels"][ROLE_LABEL] = role
 
     def _ready_nodes(self) -> set[str]:
-        nodes = self.api.list("/api/v1/nodes")
-        return {
-            n["metadata"]["name"]
-            for n in nodes
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in (n.get("status") or {}).get("conditions", []))
-        }
+        return {n.name for n in map(NodeView, self.api.list("/api/v1/nodes")) if n.ready}
 
     def _write_status(self, body: Object, status: dict[str, Any]) -> None:
         meta = body["metadata"]
@@ -649,7 +637,7 @@ class Reconciler:
 
     def _event(self, body: Object, kind: str, reason: str, message: str) -> None:
         meta = body["metadata"]
-        now = _stamp(self.clock())
+        now = stamp(self.clock())
         event = {
             "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"], "labels": dict(MANAGED_BY)},
             "involvedObject": {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": meta["name"],
@@ -685,11 +673,6 @@ def _old_side(daemonset: Object, wanted: str, spec_hash: str) -> bool:
     return _generation(daemonset) != spec_hash and _set_name(daemonset) != wanted
 
 
-def _generation(obj: Object) -> str | None:
-    """The daemon spec hash a daemon pod or DaemonSet holds, or an engine pod maps."""
-    return (obj["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION)
-
-
 def _decision(current_sets: list[Object]) -> tuple[Strategy, str] | None:
     """How the change to the current generation was decided, as recorded on its DaemonSet."""
     for ds in current_sets:
@@ -705,6 +688,3 @@ def _phase_message(status: dict[str, Any]) -> str:
         return degraded["message"]
     return f"nodes ready {status.get('readyNodes')}, active {status.get('activeEngines')}, standby {status.get('standbyEngines')}"
 
-
-def _stamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -44,10 +44,8 @@ from typing import Any, Literal
 from weightcache.daemon_report import HOST_DEVICE, DaemonReport
 
 from .render.daemon import GPU_BACKENDS
-from .render.layout import ENGINE_HASH_LABEL, REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
-from .status import pod_ready
+from .objects import Object, PodView, condition, stamp
 
-Pod = dict[str, Any]
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
 Strategy = Literal["BlueGreen", "NodeByNode"]
 HEADROOM = 1.1
@@ -86,21 +84,11 @@ class EngineView:
     created: datetime | None
 
     @classmethod
-    def of(cls, pod: Pod) -> EngineView:
-        meta = pod["metadata"]
-        labels = meta.get("labels") or {}
-        replica = labels.get(REPLICA_LABEL, "")
-        return cls(
-            name=meta["name"],
-            replica=int(replica) if replica.isdigit() else None,
-            role=labels.get(ROLE_LABEL),
-            engine_hash=labels.get(ENGINE_HASH_LABEL),
-            generation=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
-            node=(pod.get("spec") or {}).get("nodeName"),
-            ready=pod_ready(pod),
-            deleting=bool(meta.get("deletionTimestamp")),
-            created=_parse_time(meta.get("creationTimestamp")),
-        )
+    def of(cls, raw: Object) -> EngineView:
+        pod = PodView(raw)
+        return cls(name=pod.name, replica=pod.replica, role=pod.role, engine_hash=pod.engine_hash,
+                   generation=pod.spec_hash, node=pod.node, ready=pod.ready, deleting=pod.deleting,
+                   created=pod.created)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -113,16 +101,9 @@ class DaemonView:
     """The DaemonSet the pod belongs to (its controller reference)."""
 
     @classmethod
-    def of(cls, pod: Pod) -> DaemonView:
-        meta = pod["metadata"]
-        owner = next((o["name"] for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
-        return cls(
-            name=meta["name"],
-            node=(pod.get("spec") or {}).get("nodeName"),
-            generation=(meta.get("annotations") or {}).get(SPEC_HASH_ANNOTATION),
-            ready=pod_ready(pod) and not meta.get("deletionTimestamp"),
-            owner=owner,
-        )
+    def of(cls, raw: Object) -> DaemonView:
+        pod = PodView(raw)
+        return cls(name=pod.name, node=pod.node, generation=pod.spec_hash, ready=pod.ready, owner=pod.owner)
 
 
 @dataclass
@@ -154,8 +135,8 @@ class Plan:
 
 def plan(
     want: Desired,
-    engines: list[Pod],
-    daemons: list[Pod],
+    engines: list[Object],
+    daemons: list[Object],
     serving: str | None,
     now: datetime,
     previous: dict[str, Any] | None = None,
@@ -387,12 +368,6 @@ def _preference(pod: EngineView) -> tuple[bool, str, str]:
     return (not pod.ready, pod.created.isoformat() if pod.created else "", pod.name)
 
 
-def _parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
 # --- status --------------------------------------------------------------------------------------
 
 
@@ -406,7 +381,7 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
     if result.phase == "Complete" and before.get("phase") == "Complete":
         return before if same_target else {**before, "revision": want.engine_hash, "updated": want.replicas,
                                            "total": want.replicas}  # fmt: skip
-    started = before.get("startedAt") if same_target and before.get("startedAt") else _stamp(now)
+    started = before.get("startedAt") if same_target and before.get("startedAt") else stamp(now)
     body: dict[str, Any] = {
         "phase": result.phase,
         "mode": result.mode,
@@ -420,7 +395,7 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
     if result.stalled:
         body["message"] = result.stalled
     if result.phase == "Complete":
-        body["finishedAt"] = _stamp(now)
+        body["finishedAt"] = stamp(now)
     return {k: v for k, v in body.items() if v is not None}
 
 
@@ -431,24 +406,18 @@ def rollout_conditions(
     """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
     ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
     rolling; ``GenerationChange`` saying node by node or blue/green, and why."""
-    old = {c["type"]: c for c in previous}
-
-    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        status = "True" if ok else "False"
-        before = old.get(kind)
-        since = before["lastTransitionTime"] if before and before.get("status") == status else _stamp(now)
-        return {"type": kind, "status": status, "reason": reason, "message": message[:32768],
-                "lastTransitionTime": since, "observedGeneration": generation}  # fmt: skip
+    def make(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return condition(kind, ok, reason, message[:32768], now, previous, observedGeneration=generation)
 
     out = []
     if result.stalled:
-        out.append(condition("Progressing", False, "RolloutStalled", result.stalled))
+        out.append(make("Progressing", False, "RolloutStalled", result.stalled))
     elif result.phase == "Progressing":
-        out.append(condition("Progressing", True, f"{result.mode}Rollout", result.step))
+        out.append(make("Progressing", True, f"{result.mode}Rollout", result.step))
     if result.mode == "Generation" and result.phase in ("Progressing", "Stalled") and strategy is not None:
-        out.append(condition("GenerationChange", True, strategy[0], strategy[1]))
-    elif "GenerationChange" in old:
-        out.append(condition("GenerationChange", False, "Converged", "every daemon holds the current generation"))
+        out.append(make("GenerationChange", True, strategy[0], strategy[1]))
+    elif any(c.get("type") == "GenerationChange" for c in previous):
+        out.append(make("GenerationChange", False, "Converged", "every daemon holds the current generation"))
     return out
 
 
@@ -522,7 +491,3 @@ def generation_strategy(
 
 def _gib(size: int) -> str:
     return f"{size / (1 << 30):.2f} GiB"
-
-
-def _stamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -14,22 +14,23 @@ from typing import Any
 
 from weightcache.daemon_report import DaemonReport
 
-from .engine_units import pod_ready, units
+from .engine_units import units
+from .objects import Object, PodView, condition as make_condition
 from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason
-from .render.layout import SLOT_LABEL, SPEC_HASH_ANNOTATION, daemon_spec_hash, local_ranks
+from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks
 from .spec import WeightCache
 
-__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "pod_ready"]
-
-Pod = dict[str, Any]
+__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status"]
 
 
-def daemon_pod_current(pod: Pod, spec_hash: str) -> bool:
+
+def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
     """A daemon pod an engine may rely on: Ready and running the expected daemon spec."""
-    return pod_ready(pod) and (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
+    view = PodView(pod)
+    return view.ready and view.spec_hash == spec_hash
 
 
-def crash_looping(pod: Pod) -> str | None:
+def crash_looping(pod: Object) -> str | None:
     """The name of a container in CrashLoopBackOff, if any."""
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (status.get("state") or {}).get("waiting") or {}
@@ -42,8 +43,8 @@ def crash_looping(pod: Pod) -> str | None:
 class Observed:
     """What the operator saw in one pass."""
 
-    daemon_pods: list[Pod] = field(default_factory=list)
-    engine_pods: list[Pod] = field(default_factory=list)
+    daemon_pods: list[Object] = field(default_factory=list)
+    engine_pods: list[Object] = field(default_factory=list)
     desired_nodes: int = 0
     """``DaemonSet.status.desiredNumberScheduled``: the nodes the placement selects."""
     problems: list[str] = field(default_factory=list)
@@ -52,7 +53,7 @@ class Observed:
     """Daemon pod name → its status endpoint's report, or why it could not be read."""
     stranded: list[str] = field(default_factory=list)
     """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
-    holder_pods: list[Pod] = field(default_factory=list)
+    holder_pods: list[Object] = field(default_factory=list)
     """The cache's GPU holder pods (GPU backends): a holder that exited is why its node's daemon waits."""
 
 
@@ -62,20 +63,9 @@ def aggregate(
     """The ``status`` to write (everything except what kopf keeps under its own key)."""
     generation = cache.metadata.get("generation")
     spec_hash = daemon_spec_hash(cache)
-    old = {c["type"]: c for c in previous or []}
 
     def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        status = "True" if ok else "False"
-        before = old.get(kind)
-        since = before["lastTransitionTime"] if before and before.get("status") == status else _stamp(now)
-        return {
-            "type": kind,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": since,
-            "observedGeneration": generation,
-        }
+        return make_condition(kind, ok, reason, message, now, previous, observedGeneration=generation)
 
     base = {
         "observedGeneration": generation,
@@ -90,11 +80,11 @@ def aggregate(
     # One entry per node (the list is keyed by node): while a daemon pod is being replaced its
     # terminating predecessor may still be listed next to it, and during a blue/green change the
     # old generation's daemon runs next to the new one; the live, current one speaks for the node.
-    by_node: dict[str, Pod] = {}
+    by_node: dict[str, Object] = {}
 
-    def speaks_for_node(pod: Pod) -> tuple[bool, bool]:
-        annotations = pod["metadata"].get("annotations") or {}
-        return not pod["metadata"].get("deletionTimestamp"), annotations.get(SPEC_HASH_ANNOTATION) == spec_hash
+    def speaks_for_node(pod: Object) -> tuple[bool, bool]:
+        view = PodView(pod)
+        return not view.deleting, view.spec_hash == spec_hash
 
     for pod in sorted(observed.daemon_pods, key=speaks_for_node):
         node = (pod.get("spec") or {}).get("nodeName")
@@ -111,7 +101,7 @@ def aggregate(
         report = observed.daemon_reports.get(pod["metadata"]["name"])
         nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current, report))
         # Only a pod of this generation speaks for this spec (an old one's crash is not this spec's).
-        of_spec = (pod["metadata"].get("annotations") or {}).get(SPEC_HASH_ANNOTATION) == spec_hash
+        of_spec = PodView(pod).spec_hash == spec_hash
         if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
             reasons[node] = why
 
@@ -238,21 +228,11 @@ def invalid_status(
     """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
     so it also serves objects the models cannot parse at all."""
     message = "; ".join(problems)
-    old = {c["type"]: c for c in previous or []}
-    conditions = []
-    for kind, status in (("DaemonsReady", "False"), ("EnginesReady", "False"), ("Available", "False"),
-                         ("Progressing", "False"), ("Degraded", "True")):  # fmt: skip
-        before = old.get(kind)
-        same = before is not None and before.get("status") == status
-        conditions.append({"type": kind, "status": status, "reason": "InvalidSpec", "message": message,
-                           "lastTransitionTime": before["lastTransitionTime"] if same and before else _stamp(now),
-                           "observedGeneration": generation})  # fmt: skip
+    conditions = [make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=generation)
+                  for kind, status in (("DaemonsReady", False), ("EnginesReady", False), ("Available", False),
+                                       ("Progressing", False), ("Degraded", True))]  # fmt: skip
     return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "message": message, "conditions": conditions,
             "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
-
-
-def _stamp(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _model_line(cache: WeightCache) -> str:

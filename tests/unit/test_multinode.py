@@ -415,3 +415,12 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
     # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.
     assert any(isinstance(a, Delete) for a in plan_groups(new_cache, [*old, *fresh], READY, ids()))
+
+
+def test_planning_groups_leaves_the_pods_it_is_given_as_they_were() -> None:
+    cache = make(**TWO)
+    swapped = complete_groups(cache, ready_active=False)  # the plan promotes one group, demotes the other
+    given = copy.deepcopy(swapped)
+    plan = plan_groups(cache, swapped, READY, ids())
+    assert any(isinstance(a, SetRole) for a in plan)
+    assert swapped == given
