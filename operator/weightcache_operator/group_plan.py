@@ -23,50 +23,21 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
-from typing import Any, Union
+from typing import Any
 
+from .actions import Action, Create, Delete, Failover, SetRole
 from .engine_units import Unit, units
-from .objects import Object, PodView, parse_time
 from .failover import Failure, Promotion, failure_of
-from .rollout import Desired, EngineView, Plan, retire_old_daemonsets, serve_generation, settle_phase
-from .render.dra import daemon_claim, engine_claim_current, uses_dra
-from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_pod, engine_template_hash
-from .render.layout import (
-    ENGINE_HASH_LABEL,
-    GROUP_LABEL,
-    NODE_RANK_LABEL,
-    daemon_spec_hash,
-)
+from .objects import Object, PodView
+from .placement import new_engine
+from .render.dra import engine_claim_current
+from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_template_hash
+from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, daemon_spec_hash
+from .rollout import (Desired, EngineView, Plan, check_deadline, replica_done, retire_old_daemonsets, serve_generation,
+                      settle_phase)  # fmt: skip
 from .spec import WeightCache
-
-
-@dataclass(frozen=True)
-class Create:
-    pod: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Delete:
-    name: str
-    why: str
-
-
-@dataclass(frozen=True)
-class SetRole:
-    name: str
-    role: str
-
-
-@dataclass(frozen=True)
-class Failover:
-    """A standby group took over from a failed active group (its SetRole actions come first)."""
-
-    promotion: Promotion
-
-
-Action = Union[Create, Delete, SetRole, Failover]
 
 
 def plan_groups(
@@ -99,25 +70,10 @@ def plan_groups(
         else:
             kept.setdefault(unit.replica, []).append(unit)
 
-    def place(slot: int) -> tuple[list[str], str | None] | None:
-        """Nodes a new pod of ``slot`` may run on, and (dra) the claim it must share."""
-        nodes = sorted(ready.get(slot, {}))
-        if not uses_dra(cache):
-            return (nodes, None) if nodes else None
-        with_claims = [n for n in nodes if daemon_claim(ready[slot][n])]
-        if not with_claims:
-            return None
-        node = min(with_claims, key=lambda n: (load[n], n))  # spread engines over the slot's nodes
-        load[node] += 1
-        return [node], daemon_claim(ready[slot][node])
-
-    def create(replica: int, role: str, member: Member) -> bool:
-        spot = place(member.node_rank)
-        if spot is None:
-            return False
-        nodes, claim = spot
-        actions.append(Create(engine_pod(cache, replica, _role(role), nodes, claim=claim, member=member)))
-        return True
+    def create(replica: int, role: str, member: Member) -> None:
+        pod = new_engine(cache, replica, _role(role), ready.get(member.node_rank, {}), load, member)
+        if pod is not None:
+            actions.append(Create(pod))
 
     def new_member() -> Member:
         """Leader of a new group, on the lowest rendezvous port no live group of the cache uses."""
@@ -140,7 +96,7 @@ def plan_groups(
     version = engine_template_hash(cache)
 
     def current(unit: Unit) -> bool:
-        return all((p["metadata"].get("labels") or {}).get(ENGINE_HASH_LABEL) == version for p in unit.pods)
+        return all(PodView(p).engine_hash == version for p in unit.pods)
 
     def retire(unit: Unit, why: str) -> None:
         actions.extend(Delete(p["metadata"]["name"], why) for p in unit.pods)
@@ -250,21 +206,23 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
     The Service switches as for single-node engines (``rollout.serve_generation``), over groups:
     once every replica has a Ready new-generation group already labelled active."""
     found = units(pods, size)  # terminating pods included: a draining old group is not done yet
-    views = [replace(EngineView.of(_head(u)), ready=u.ready) for u in found if u.pods]
+
+    def current(unit: Unit) -> bool:
+        return all(PodView(p).engine_hash == want.engine_hash for p in unit.pods)
+
+    def view(unit: Unit) -> EngineView:
+        """The group as one engine: its leader's facts, its readiness, outdated if any pod is."""
+        hashes = [PodView(p).engine_hash for p in unit.pods]
+        return replace(EngineView.of(_head(unit)), ready=unit.ready, deleting=unit.deleting,
+                       engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash))  # fmt: skip
+
+    views = [view(u) for u in found if u.pods]
     result = Plan(serve_generation=serve_generation(want, views, serving))
     if old_daemonsets:
         retire_old_daemonsets(want, [EngineView.of(p) for p in pods], result, old_daemonsets)
 
-    def current(unit: Unit) -> bool:
-        return all((p["metadata"].get("labels") or {}).get(ENGINE_HASH_LABEL) == want.engine_hash for p in unit.pods)
-
     def done(replica: int) -> bool:
-        mine = [u for u in found if u.replica == str(replica)]
-        if not all(current(u) for u in mine):
-            return False
-        live = [u for u in mine if not u.deleting]
-        return any(u.role == "active" and u.ready for u in live) and \
-            sum(u.role != "active" and u.ready for u in live) >= want.standbys  # fmt: skip
+        return replica_done(want, views, replica)
 
     result.updated = sum(done(r) for r in range(want.replicas))
     outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
@@ -279,15 +237,7 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
             result.step = f"replica {turn}: starting a new-version standby group"
         elif waiting and not any(u.ready for u in fresh):
             result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
-            created = parse_time(waiting[0].created)
-            waited = (now - created).total_seconds() if created else 0.0
-            if waited > want.ready_deadline_s:
-                result.stalled = (
-                    f"engine group {waiting[0].name} of the new version was not Ready {waited:.0f}s after its creation"
-                    f" (engine.rollout.readyDeadlineSeconds is {want.ready_deadline_s:g}); the old version keeps"
-                    " serving. Fix the engine template (kubectl logs the group's pods) or change it back, and the"
-                    " rollout resumes"
-                )  # fmt: skip
+            check_deadline(want, view(waiting[0]), now, result, group=True)
         else:
             result.step = f"replica {turn}: draining the old groups"
     settle_phase(result, previous, next((r for r in range(want.replicas) if not done(r)), None), "groups")

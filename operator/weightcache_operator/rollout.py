@@ -156,14 +156,14 @@ def plan(
     generation_change = bool(old_sets) or any(d.generation != want.generation for d in nodes) or any(
         p.generation != want.generation for p in pods
     )
-    result.updated = sum(_done(want, pods, r) for r in range(want.replicas))
+    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
         result.mode = "Generation"
         _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets)
     elif outdated:
         result.mode = "Engine"
         _plan_engine(want, pods, result, now)
-    settle_phase(result, previous, next((r for r in range(want.replicas) if not _done(want, pods, r)), None), "engines")
+    settle_phase(result, previous, next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None), "engines")
     return result
 
 
@@ -207,7 +207,7 @@ def serve_generation(want: Desired, pods: list[EngineView], serving: str | None)
 
 
 def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
-    turn = next((r for r in range(want.replicas) if not _done(want, pods, r)), None)
+    turn = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     if turn is None:
         # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
         result.step = "removing pods of scaled-down replicas"
@@ -235,7 +235,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         result.held.add(surge.name)
         if not surge.ready:
             result.step = f"replica {replica}: waiting for {surge.name} to turn Ready"
-            _check_deadline(want, surge, now, result)
+            check_deadline(want, surge, now, result)
             return
         result.promote.append(surge.name)
         result.held.discard(surge.name)  # active from now on: the scaler must see it
@@ -251,7 +251,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         waiting = [p for p in new if not p.ready]
         result.step = f"replica {replica}: waiting for new standbys to turn Ready"
         for pod in waiting:
-            _check_deadline(want, pod, now, result)
+            check_deadline(want, pod, now, result)
 
 
 def _plan_generation(
@@ -283,7 +283,7 @@ def _plan_generation(
             continue
         result.held.add(new[0].name)
         if not new[0].ready:
-            _check_deadline(want, new[0], now, result)
+            check_deadline(want, new[0], now, result)
             continue
         result.promote.append(new[0].name)
         if switched:  # the old generation serves nothing: no reason to wait a pass
@@ -342,7 +342,10 @@ def retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, o
         result.step = f"blue/green: deleting the old generation's DaemonSet {', '.join(result.retire_daemonsets)}"
 
 
-def _done(want: Desired, pods: list[EngineView], replica: int) -> bool:
+def replica_done(want: Desired, pods: list[EngineView], replica: int) -> bool:
+    """Whether ``replica`` is whole on the new version: nothing outdated left (terminating pods
+    included), and a Ready active and ``standbys`` Ready standbys. ``pods``: one view per engine
+    (a group's view speaks for all its pods)."""
     mine = [p for p in pods if p.replica == replica]
     if any(p.engine_hash != want.engine_hash for p in mine):
         return False
@@ -351,15 +354,18 @@ def _done(want: Desired, pods: list[EngineView], replica: int) -> bool:
     return active_ok and sum(p.role != "active" and p.ready for p in live) >= want.standbys
 
 
-def _check_deadline(want: Desired, pod: EngineView, now: datetime, result: Plan) -> None:
+def check_deadline(want: Desired, pod: EngineView, now: datetime, result: Plan, group: bool = False) -> None:
+    """Stalls ``result`` when ``pod`` (a group's view with ``group``) of the new version is not
+    Ready ``readyDeadlineSeconds`` after its creation, saying which and what to do."""
     if pod.created is None:
         return
     waited = (now - pod.created).total_seconds()
     if waited > want.ready_deadline_s:
+        what, logs = (f"engine group {pod.name}", "the group's pods") if group else (pod.name, "the pod")
         result.stalled = (
-            f"{pod.name} of the new version was not Ready {waited:.0f}s after its creation"
+            f"{what} of the new version was not Ready {waited:.0f}s after its creation"
             f" (engine.rollout.readyDeadlineSeconds is {want.ready_deadline_s:g}); the old version keeps"
-            " serving. Fix the engine template (kubectl logs the pod) or change it back, and the rollout resumes"
+            f" serving. Fix the engine template (kubectl logs {logs}) or change it back, and the rollout resumes"
         )
 
 

@@ -10,7 +10,8 @@ from typing import Any
 from test_render import NOW, container, env_of, make
 
 from weightcache_operator.engine_units import units
-from weightcache_operator.group_plan import Create, Delete, Failover, SetRole, group_progress, plan_groups
+from weightcache_operator.actions import Create, Delete, Failover, SetRole
+from weightcache_operator.group_plan import group_progress, plan_groups
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service, engine_template_hash
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
 from weightcache_operator.render.engine import Member

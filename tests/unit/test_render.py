@@ -565,7 +565,7 @@ def test_operator_priority_from_environment() -> None:
 def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> None:
     from collections import Counter
 
-    from weightcache_operator.reconcile import Reconciler
+    from weightcache_operator.placement import new_engine as choose
 
     cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra"})
 
@@ -573,7 +573,6 @@ def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> Non
         claims = [{"name": "gpus", "resourceClaimName": claim}] if claim else []
         return {"metadata": {"name": f"d-{node}"}, "spec": {"nodeName": node}, "status": {"resourceClaimStatuses": claims}}
 
-    choose = Reconciler(api=None)._new_engine  # type: ignore[arg-type]  # picks; talks to no API server
     ready = {"node-1": daemon("node-1", "c-1"), "node-2": daemon("node-2", "c-2"), "node-3": daemon("node-3", None)}
     load: Counter[str | None] = Counter({"node-1": 2})
     first = choose(cache, 0, "active", ready, load)

@@ -1,0 +1,148 @@
+"""One observation of a cache per pass: what the API server holds for it, read once at the start.
+
+Every decision of a pass reads this snapshot. What the pass itself changes (DaemonSets applied,
+gates patched, engines relabelled, created or deleted) is written back into it from the API's
+answers, so later steps of the same pass see their effect without listing again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .failover import unready_nodes
+from .kubeapi import ApiError, KubeApi
+from .objects import Object, PodView, spec_hash, stamp
+from .render.gpu_holder import HOLDER_COMPONENT
+from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
+from .spec import GROUP, PLURAL, VERSION, WeightCache
+from .validation import parse
+
+
+def cache_path(namespace: str, name: str) -> str:
+    return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+@dataclass
+class Snapshot:
+    body: Object
+    """The WeightCache as read, status included."""
+    cache: WeightCache | None
+    """The parsed spec; None (with ``problems``) when it does not validate."""
+    problems: list[str] = field(default_factory=list)
+    nodes: list[Object] = field(default_factory=list)
+    daemonsets: list[Object] = field(default_factory=list)
+    """The cache's DaemonSets: its daemons' and its GPU holder's."""
+    daemon_pods: list[Object] = field(default_factory=list)
+    engine_pods: list[Object] = field(default_factory=list)
+    holder_pods: list[Object] = field(default_factory=list)
+    service: Object | None = None
+    """The live engine Service; None while there is none."""
+
+    @property
+    def namespace(self) -> str:
+        return str(self.body["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.body["metadata"]["name"])
+
+    @property
+    def previous_conditions(self) -> list[Object]:
+        return list((self.body.get("status") or {}).get("conditions") or [])
+
+    @property
+    def previous_rollout(self) -> Object | None:
+        return (self.body.get("status") or {}).get("rollout")
+
+    @property
+    def daemon_daemonsets(self) -> list[Object]:
+        """The daemons' DaemonSets (not the GPU holder's)."""
+        return [ds for ds in self.daemonsets if (ds["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "daemon"]
+
+    @property
+    def serving(self) -> str | None:
+        """The daemon spec hash the live Service selects; None when there is no Service (yet)."""
+        if self.service is None:
+            return None
+        return ((self.service.get("spec") or {}).get("selector") or {}).get(SPEC_HASH_LABEL)
+
+    def unready_nodes(self) -> dict[str, datetime | None]:
+        return unready_nodes(self.nodes)
+
+    def ready_daemons(self, daemon_hash: str) -> dict[str, Object]:
+        """Node → its Ready daemon pod holding ``daemon_hash``."""
+        found: dict[str, Object] = {}
+        for raw in self.daemon_pods:
+            pod = PodView(raw)
+            if pod.node and pod.ready and pod.spec_hash == daemon_hash:
+                found[pod.node] = raw
+        return found
+
+    def ready_daemons_by_slot(self, daemon_hash: str) -> dict[int, dict[str, Object]]:
+        """Slot → node → its Ready daemon pod holding ``daemon_hash`` (``parallelism.nodes > 1``)."""
+        by_slot: dict[int, dict[str, Object]] = {}
+        for node, daemon in self.ready_daemons(daemon_hash).items():
+            slot = (daemon["metadata"].get("labels") or {}).get(SLOT_LABEL, "")
+            if slot.isdigit():
+                by_slot.setdefault(int(slot), {})[node] = daemon
+        return by_slot
+
+    def daemonsets_of(self, daemon_hash: str) -> list[Object]:
+        return [ds for ds in self.daemon_daemonsets if spec_hash(ds) == daemon_hash]
+
+    # --- what the pass changed, as the API answered ----------------------------------------------
+
+    def pod_changed(self, pod: Object) -> None:
+        """A pod the pass patched or created, as the API returned it."""
+        for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
+            for i, old in enumerate(pods):
+                if old["metadata"]["name"] == pod["metadata"]["name"]:
+                    pods[i] = pod
+                    return
+        self.engine_pods.append(pod)
+
+    def pod_deleted(self, name: str, now: datetime) -> None:
+        """A pod the pass deleted: terminating from now on (its grace period runs)."""
+        for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
+            for i, old in enumerate(pods):
+                if old["metadata"]["name"] == name and not old["metadata"].get("deletionTimestamp"):
+                    pods[i] = {**old, "metadata": {**old["metadata"], "deletionTimestamp": stamp(now)}}
+
+    def daemonset_applied(self, daemonset: Object) -> None:
+        self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != daemonset["metadata"]["name"]]
+        self.daemonsets.append(daemonset)
+
+    def daemonset_deleted(self, name: str) -> None:
+        self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != name]
+
+
+def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
+    """The cache and everything of it the pass decides on; None when the cache is gone."""
+    try:
+        body = api.get(cache_path(namespace, name))
+    except ApiError as error:
+        if error.status == 404:
+            return None
+        raise
+    cache, problems = parse(body)
+    snapshot = Snapshot(body, cache, problems)
+    if cache is None or problems or body["metadata"].get("deletionTimestamp"):
+        return snapshot  # nothing more is read for a spec that is not run
+    ref = CacheRef.of(cache)
+    pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
+    snapshot.nodes = api.list("/api/v1/nodes")
+    snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
+
+    def component(pod: Object) -> str | None:
+        return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
+
+    snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
+    snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
+    snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
+    try:
+        snapshot.service = api.get(f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}")
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    return snapshot

@@ -1,0 +1,84 @@
+"""engine_plan.plan_engines: one snapshot in, the pass's engine actions in their safe order and
+the rollout report out. The rollout and the scaler plan over one state: the scaler sees the
+rollout's relabels and deletions and never its surge pods."""
+
+from __future__ import annotations
+
+import copy
+from datetime import timedelta
+from typing import Any
+
+from test_render import NOW, make
+
+from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole
+from weightcache_operator.engine_plan import desired, plan_engines
+from weightcache_operator.objects import stamp
+from weightcache_operator.render import daemon_spec_hash, engine_pod, engine_service
+from weightcache_operator.snapshot import Snapshot
+
+CACHE = make(**{"engine.replicas": 1, "engine.standbysPerReplica": 1})
+WANT = desired(CACHE)
+READY = [{"type": "Ready", "status": "True"}]
+
+
+def engine(name: str, role: str, *, version: str | None = None, ready: bool = True, deleting: bool = False,
+           age_s: float = 100) -> dict[str, Any]:  # fmt: skip
+    pod = copy.deepcopy(engine_pod(CACHE, 0, "active" if role == "active" else "standby", ["node-1"]))
+    pod["metadata"].pop("generateName", None)
+    pod["metadata"].update(name=name, namespace="ns", creationTimestamp=stamp(NOW - timedelta(seconds=age_s)))
+    if version is not None:
+        pod["metadata"]["labels"]["weightcache.io/engine-hash"] = version
+    if deleting:
+        pod["metadata"]["deletionTimestamp"] = stamp(NOW)
+    pod["spec"]["nodeName"] = "node-1"
+    pod["status"] = {"phase": "Running", "conditions": READY if ready else [{"type": "Ready", "status": "False"}]}
+    return pod
+
+
+def snapshot(*engines: dict[str, Any]) -> Snapshot:
+    daemon = {"metadata": {"name": "d1", "annotations": {"weightcache.io/daemon-spec-hash": daemon_spec_hash(CACHE)}},
+              "spec": {"nodeName": "node-1"}, "status": {"conditions": READY}}  # fmt: skip
+    body = {"metadata": {"name": CACHE.metadata["name"], "namespace": "ns"}, "status": {}}
+    return Snapshot(body, CACHE, daemon_pods=[daemon], engine_pods=list(engines),
+                    service=engine_service(CACHE, daemon_spec_hash(CACHE)))  # fmt: skip
+
+
+def kinds(actions: list[Any]) -> list[tuple[str, str]]:
+    return [(type(a).__name__, getattr(a, "name", "") or getattr(a, "serve", "")) for a in actions]
+
+
+def test_a_ready_surge_is_relabelled_first_then_the_old_pods_drain_then_a_new_standby_is_created() -> None:
+    state = snapshot(engine("a0", "active", version="old"), engine("s0", "standby", version="old"),
+                     engine("n0", "standby", age_s=30))  # fmt: skip
+    plan = plan_engines(CACHE, state, WANT, NOW, apply_service=False)
+    assert kinds(plan.actions) == [("SetRole", "n0"), ("Delete", "a0"), ("Delete", "s0"), ("Create", "")]
+    assert plan.actions[0] == SetRole("n0", "active")
+    assert isinstance(plan.actions[-1], Create) and plan.actions[-1].pod["metadata"]["labels"]["weightcache.io/role"] == "standby"
+    assert plan.rollout.phase == "Progressing" and plan.rollout.mode == "Engine"
+
+
+def test_a_surge_that_is_not_ready_yet_is_neither_counted_nor_trimmed_by_the_scaler() -> None:
+    state = snapshot(engine("a0", "active", version="old"), engine("s0", "standby", version="old"),
+                     engine("n0", "standby", ready=False, age_s=5))  # fmt: skip
+    plan = plan_engines(CACHE, state, WANT, NOW, apply_service=False)
+    assert plan.actions == [], "two standbys for one wanted, yet the surge stays and nothing is created"
+    assert "waiting for n0" in plan.rollout.step
+
+
+def test_a_spec_change_applies_the_service_after_the_relabels_and_before_any_deletion() -> None:
+    state = snapshot(engine("a0", "active", deleting=True), engine("s0", "standby"))
+    plan = plan_engines(CACHE, state, WANT, NOW, apply_service=True)
+    assert [type(a) for a in plan.actions] == [SetRole, Failover, ApplyService, Create]
+    failover = plan.actions[1]
+    assert isinstance(failover, Failover) and failover.promotion.failure is not None
+    assert failover.promotion.failure.signal == "PodDeleted"
+    assert plan.actions[2] == ApplyService(daemon_spec_hash(CACHE))
+
+
+def test_a_converged_cache_plans_nothing_and_the_pods_given_stay_as_they_were() -> None:
+    state = snapshot(engine("a0", "active"), engine("s0", "standby"))
+    given = copy.deepcopy(state.engine_pods)
+    plan = plan_engines(CACHE, state, WANT, NOW, apply_service=False)
+    assert plan.actions == [] and plan.stranded == []
+    assert state.engine_pods == given
+    assert not any(isinstance(a, Delete) for a in plan.actions)
