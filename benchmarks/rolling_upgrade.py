@@ -61,7 +61,7 @@ def main() -> None:
             replica_done: list[float] = []
             while True:
                 rollout = cluster.status().get("rollout") or {}
-                while rollout.get("revision") and len(replica_done) < min(rollout.get("updated", 0), args.replicas):
+                while rollout.get("engineTemplateHash") and len(replica_done) < min(rollout.get("updated", 0), args.replicas):
                     replica_done.append(time.monotonic() - started)
                 if rollout.get("phase") == "Complete" and engines_ready_on(cluster, "2", 2 * args.replicas):
                     break

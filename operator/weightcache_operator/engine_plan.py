@@ -51,7 +51,7 @@ class EnginePlan:
 
 def desired(cache: WeightCache) -> Desired:
     engine = cache.spec.engine
-    return Desired(engine_hash=engine_template_hash(cache), generation=daemon_spec_hash(cache),
+    return Desired(engine_hash=engine_template_hash(cache), daemon_hash=daemon_spec_hash(cache),
                    replicas=engine.replicas, standbys=engine.standbys_per_replica,
                    ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
 
@@ -74,10 +74,10 @@ def plan_engines(cache: WeightCache, snapshot: Snapshot, want: Desired, now: dat
     even when its generation does not change (spec changes, resync); ``unresponsive``: engines
     the operator's own probes found silent (responsiveness.py); ``new_group``: a new engine
     group's id."""
-    current_sets = snapshot.daemonsets_of(want.generation)
+    current_sets = snapshot.daemonsets_of(want.daemon_hash)
     # A blue/green change's old side: DaemonSets of another generation next to the current one.
     old_sets = {ds["metadata"]["name"]: spec_hash(ds) for ds in snapshot.daemon_daemonsets
-                if current_sets and old_side(ds, set_name(current_sets[0]), want.generation)}  # fmt: skip
+                if current_sets and old_side(ds, set_name(current_sets[0]), want.daemon_hash)}  # fmt: skip
     desired_nodes = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0)
                         for ds in current_sets or snapshot.daemon_daemonsets)  # fmt: skip
     engines, serving = snapshot.engine_pods, snapshot.serving
@@ -89,10 +89,10 @@ def plan_engines(cache: WeightCache, snapshot: Snapshot, want: Desired, now: dat
     else:
         steps = plan(want, engines, snapshot.daemon_pods, serving, now, snapshot.previous_rollout, desired_nodes,
                      old_sets)  # fmt: skip
-    ready = snapshot.ready_daemons(want.generation)
+    ready = snapshot.ready_daemons(want.daemon_hash)
     actions: list[Action] = [SetRole(name, "active") for name in steps.promote]
-    if apply_service or serving != steps.serve_generation:
-        actions.append(ApplyService(steps.serve_generation))
+    if apply_service or serving != steps.serve_hash:
+        actions.append(ApplyService(steps.serve_hash))
     actions += [Delete(name, "rolled out") for name in steps.retire]
     load = Counter(PodView(p).node for p in engines if not PodView(p).deleting)
     for replica in steps.create:
@@ -106,8 +106,8 @@ def plan_engines(cache: WeightCache, snapshot: Snapshot, want: Desired, now: dat
     after = [p for p in _after(engines, steps, now) if PodView(p).name not in steps.held]
     stranded: list[str] = []
     if grouped:
-        actions += plan_groups(cache, after, snapshot.ready_daemons_by_slot(want.generation), new_group,
-                               snapshot.unready_nodes(), steps.serve_generation)  # fmt: skip
+        actions += plan_groups(cache, after, snapshot.ready_daemons_by_slot(want.daemon_hash), new_group,
+                               snapshot.unready_nodes(), steps.serve_hash)  # fmt: skip
     else:
         scaled, stranded = _scale(cache, after, ready, snapshot.unready_nodes(), unresponsive)
         actions += scaled
@@ -140,12 +140,12 @@ def _scale(cache: WeightCache, pods: list[Object], ready: Mapping[str, Object],
         pod = PodView(raw)
         if pod.deleting:
             continue
-        replica = pod.labels.get(REPLICA_LABEL, "")
-        if not replica.isdigit() or int(replica) >= spec.replicas:
-            why = "scaled down" if replica.isdigit() else "no replica label"
+        label = pod.labels.get(REPLICA_LABEL, "")
+        if not label.isdigit() or int(label) >= spec.replicas:
+            why = "scaled down" if label.isdigit() else "no replica label"
         elif GROUP_LABEL in pod.labels:
             why = "part of a multi-node engine; parallelism.nodes is 1 now"
-        elif pod.node in ready and not engine_claim_current(raw, ready[pod.node]):
+        elif pod.node is not None and pod.node in ready and not engine_claim_current(raw, ready[pod.node]):
             why = "its node's daemon was replaced: the engine's ResourceClaim is stale"
         else:
             continue
@@ -165,7 +165,8 @@ def _scale(cache: WeightCache, pods: list[Object], ready: Mapping[str, Object],
             stranded.append(step.stranded)
         if not ready:
             continue
-        roles: list[Role] = (["active"] if step.create_active else []) + ["standby"] * step.create_standbys
+        roles: list[Role] = ["active"] if step.create_active else []
+        roles += ["standby"] * step.create_standbys
         for role in roles:
             new = new_engine(cache, replica, role, ready, load)
             if new is not None:

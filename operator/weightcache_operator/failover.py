@@ -158,6 +158,7 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
             plan.delete.append((extra, f"failed ({failure.signal}): {failure.detail}"))
     active = actives[0] if actives else None
 
+    failed: Object | None
     if active is not None:
         failed, failure = active, failure_of(active, unready_nodes, unresponsive)
         trouble = failure is not None or not pod_ready(active)
@@ -172,7 +173,7 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
     if trouble:
         # The weights the failed active served: during a generation change the Service still
         # selects the old generation, and an old-generation standby is what can take over there.
-        weights = spec_hash(failed) if failed is not None and spec_hash(failed) else current_hash
+        weights = (spec_hash(failed) if failed is not None else None) or current_hash
         candidates = [p for p in standbys if p not in plan.demote
                       and _may_take_over(p, weights, unready_nodes, unresponsive)]  # fmt: skip
         node = (failed or {}).get("spec", {}).get("nodeName")

@@ -70,14 +70,14 @@ def gate_wanted(engine: Object, daemons: Sequence[Object], now: datetime, grace:
     if not node_ready or grace <= timedelta(0) or pod.condition_status(READY_GATE) != "True" or not mapped:
         return refused
     uid = pod.annotations.get(DAEMON_UID_ANNOTATION)
-    daemon = next((PodView(d) for d in daemons if uid and PodView(d).uid == uid), None)
-    if daemon is None or daemon.deleting or daemon.spec_hash != generation:
+    granted = next((PodView(d) for d in daemons if uid and PodView(d).uid == uid), None)
+    if granted is None or granted.deleting or granted.spec_hash != generation:
         return refused
-    since = _not_ready_since(daemon)
+    since = _not_ready_since(granted)
     if since is None or now - since >= grace:
         return refused
     return GateDecision(True, "DaemonOutage",
-                        f"daemon {daemon.name} on {node} is not ready since {stamp(since)}; the engine keeps "
+                        f"daemon {granted.name} on {node} is not ready since {stamp(since)}; the engine keeps "
                         f"serving the weights it mapped until {stamp(since + grace)}",
                         expires=since + grace)  # fmt: skip
 

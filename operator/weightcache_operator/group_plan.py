@@ -35,7 +35,7 @@ from .placement import new_engine
 from .render.dra import engine_claim_current
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_template_hash
 from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, daemon_spec_hash
-from .rollout import (Desired, EngineView, Plan, check_deadline, replica_done, retire_old_daemonsets, serve_generation,
+from .rollout import (Desired, EngineView, Plan, check_deadline, replica_done, retire_old_daemonsets, serve_hash,
                       settle_phase)  # fmt: skip
 from .spec import WeightCache
 
@@ -121,7 +121,7 @@ def plan_groups(
 
     def serves(unit: Unit) -> bool:
         """An active of the generation the Service still selects, while a switch is pending."""
-        return switch_pending and _generation(unit) == serving
+        return switch_pending and _daemon_hash(unit) == serving
 
     every_slot_ready = all(ready.get(k) for k in range(size))
     for replica in range(spec.replicas):
@@ -203,7 +203,7 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
     generation the live Service selects; ``old_daemonsets``: a blue/green change's old slot
     DaemonSets (name → generation), deleted once the Service switched and their engines are gone.
 
-    The Service switches as for single-node engines (``rollout.serve_generation``), over groups:
+    The Service switches as for single-node engines (``rollout.serve_hash``), over groups:
     once every replica has a Ready new-generation group already labelled active."""
     found = units(pods, size)  # terminating pods included: a draining old group is not done yet
 
@@ -217,7 +217,7 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
                        engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash))  # fmt: skip
 
     views = [view(u) for u in found if u.pods]
-    result = Plan(serve_generation=serve_generation(want, views, serving))
+    result = Plan(serve_hash=serve_hash(want, views, serving))
     if old_daemonsets:
         retire_old_daemonsets(want, [EngineView.of(p) for p in pods], result, old_daemonsets)
 
@@ -228,7 +228,7 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
     outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
     if outdated:
         generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
-        result.mode = "Generation" if generations - {want.generation} else "Engine"
+        result.mode = "Generation" if generations - {want.daemon_hash} else "Engine"
         turn = min(int(u.replica) for u in outdated)
         fresh = sorted((u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
                        key=lambda u: (not u.ready, u.created, u.name))  # fmt: skip
@@ -271,7 +271,7 @@ def _group_failure(unit: Unit, pods: list[Object], unready_nodes: Mapping[str, d
     return next((f for p in members if (f := failure_of(p, unready_nodes)) is not None), None)
 
 
-def _generation(unit: Unit) -> str | None:
+def _daemon_hash(unit: Unit) -> str | None:
     return PodView(_head(unit)).spec_hash
 
 

@@ -97,9 +97,16 @@ def _priority(text: str) -> int:
     return zlib.crc32(text.encode()) % 1_000_000 + 1 if text else random.randint(1, 1_000_000)
 
 
-def _run(namespace: str, name: str, apply: bool) -> None:
+def _ns(namespace: str | None) -> str:
+    """WeightCaches and pods are namespaced: kopf always names the namespace of their events."""
+    if namespace is None:
+        raise kopf.PermanentError("a namespaced object came without its namespace")
+    return namespace
+
+
+def _run(namespace: str | None, name: str, apply: bool) -> None:
     try:
-        reconciler().reconcile(namespace, name, apply=apply)
+        reconciler().reconcile(_ns(namespace), name, apply=apply)
     except ApiError as error:
         raise kopf.TemporaryError(f"API error: {error}", delay=2) from error
 
@@ -107,20 +114,20 @@ def _run(namespace: str, name: str, apply: bool) -> None:
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def on_change(namespace: str, name: str, **_: Any) -> None:
+def on_change(namespace: str | None, name: str, **_: Any) -> None:
     _run(namespace, name, apply=True)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
-def resync(namespace: str, name: str, meta: kopf.Meta, **_: Any) -> None:
+def resync(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> None:
     if not meta.get("deletionTimestamp"):
         _run(namespace, name, apply=True)
 
 
 @kopf.on.event("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
-def on_pod(namespace: str, labels: kopf.Labels, **_: Any) -> None:
+def on_pod(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
     try:
-        reconciler().reconcile(namespace, labels[CACHE_LABEL], apply=False)
+        reconciler().reconcile(_ns(namespace), labels[CACHE_LABEL], apply=False)
     except ApiError as error:
         # Event handlers are not retried by kopf; the next pod event or the resync timer will be.
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
@@ -150,21 +157,22 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)
-async def acting(namespace: str, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def acting(namespace: str | None, name: str, stopped: kopf.DaemonStopped, **_: Any) -> None:
     """Lives while this replica acts for the cache: until the cache is deleted or peering pauses
     the operator (kopf stops daemons then, and starts them again on resuming). Async, so it holds
     no thread of kopf's executor while it waits."""
-    reconciler().acting((namespace, name), True)
+    key = (_ns(namespace), name)
+    reconciler().acting(key, True)
     try:
         await stopped.wait()
     finally:
-        reconciler().acting((namespace, name), False)
+        reconciler().acting(key, False)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-def on_delete(namespace: str, name: str, **_: Any) -> None:
+def on_delete(namespace: str | None, name: str, **_: Any) -> None:
     try:
-        reconciler().finalize(namespace, name)
+        reconciler().finalize(_ns(namespace), name)
     except StillTerminating as waiting:
         raise kopf.TemporaryError(str(waiting), delay=1) from waiting
     except ApiError as error:

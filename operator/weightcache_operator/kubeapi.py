@@ -12,7 +12,7 @@ import json
 import ssl
 import urllib.parse
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import kubernetes
 import urllib3
@@ -84,13 +84,13 @@ class KubeApi:
         payload: Any = json.loads(response.data) if response.data else {}
         if response.status >= 400:
             raise ApiError(response.status, payload)
-        return payload
+        return cast(Object, payload)
 
     def get(self, path: str, **params: Any) -> Object:
         return self.request("GET", path, params=params)
 
     def list(self, path: str, label_selector: str | None = None) -> list[Object]:
-        return self.request("GET", path, params={"labelSelector": label_selector})["items"]
+        return cast(list[Object], self.request("GET", path, params={"labelSelector": label_selector})["items"])
 
     def create(self, path: str, body: Object) -> Object:
         return self.request("POST", path, body)

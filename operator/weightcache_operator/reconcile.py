@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import cast
 from datetime import UTC, datetime, timedelta
 
 from .alarms import Alarms
@@ -111,7 +112,7 @@ class Reconciler:
     def _woken(self, key: Hashable) -> None:
         """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
         would run it — only while this replica acts for the cache."""
-        namespace, name = key  # type: ignore[misc]  # keys are (namespace, name); Alarms keeps them opaque
+        namespace, name = cast(tuple[str, str], key)  # Alarms and probes keep our keys opaque
         with self._guard:
             acting = key in self._acting
         if not acting:
@@ -158,7 +159,7 @@ class Reconciler:
                             holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [])  # fmt: skip
         status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
         self.reporter.add_rollout(snapshot.body, status, plan.rollout, want,
-                                  strategy_decision(snapshot.daemonsets_of(want.generation)))  # fmt: skip
+                                  strategy_decision(snapshot.daemonsets_of(want.daemon_hash)))  # fmt: skip
         if failover is not None:
             with_failover(status, failover)
         return self._report(snapshot, status)

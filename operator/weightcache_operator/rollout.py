@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from weightcache.daemon_report import HOST_DEVICE, DaemonReport
 
-from .render.daemon import GPU_BACKENDS
+from .render.gpu_holder import GPU_BACKENDS
 from .objects import Object, PodView, condition, stamp
 
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
@@ -62,7 +62,8 @@ class Desired:
     """What the spec asks for now."""
 
     engine_hash: str
-    generation: str
+    """``engine_template_hash``: what the engines run."""
+    daemon_hash: str
     """``daemon_spec_hash``: what the daemons hold."""
     replicas: int
     standbys: int
@@ -77,7 +78,7 @@ class EngineView:
     replica: int | None
     role: str | None
     engine_hash: str | None
-    generation: str | None
+    daemon_hash: str | None
     node: str | None
     ready: bool
     deleting: bool
@@ -87,7 +88,7 @@ class EngineView:
     def of(cls, raw: Object) -> EngineView:
         pod = PodView(raw)
         return cls(name=pod.name, replica=pod.replica, role=pod.role, engine_hash=pod.engine_hash,
-                   generation=pod.spec_hash, node=pod.node, ready=pod.ready, deleting=pod.deleting,
+                   daemon_hash=pod.spec_hash, node=pod.node, ready=pod.ready, deleting=pod.deleting,
                    created=pod.created)  # fmt: skip
 
 
@@ -95,7 +96,7 @@ class EngineView:
 class DaemonView:
     name: str
     node: str | None
-    generation: str | None
+    daemon_hash: str | None
     ready: bool
     owner: str | None
     """The DaemonSet the pod belongs to (its controller reference)."""
@@ -103,15 +104,15 @@ class DaemonView:
     @classmethod
     def of(cls, raw: Object) -> DaemonView:
         pod = PodView(raw)
-        return cls(name=pod.name, node=pod.node, generation=pod.spec_hash, ready=pod.ready, owner=pod.owner)
+        return cls(name=pod.name, node=pod.node, daemon_hash=pod.spec_hash, ready=pod.ready, owner=pod.owner)
 
 
 @dataclass
 class Plan:
     """The actions of one pass, in the order the reconciler carries them out: ``promote``, then
-    point the Service at ``serve_generation``, then ``retire``, ``create``, ``replace_daemon``."""
+    point the Service at ``serve_hash``, then ``retire``, ``create``, ``replace_daemon``."""
 
-    serve_generation: str
+    serve_hash: str
     promote: list[str] = field(default_factory=list)
     """Pods to relabel active."""
     retire: list[str] = field(default_factory=list)
@@ -150,11 +151,11 @@ def plan(
     (a blue/green change's old side)."""
     pods = [EngineView.of(p) for p in engines]
     nodes = [DaemonView.of(p) for p in daemons]
-    result = Plan(serve_generation=serve_generation(want, pods, serving))
+    result = Plan(serve_hash=serve_hash(want, pods, serving))
     outdated = [p for p in pods if p.engine_hash != want.engine_hash]
     old_sets = old_daemonsets or {}
-    generation_change = bool(old_sets) or any(d.generation != want.generation for d in nodes) or any(
-        p.generation != want.generation for p in pods
+    generation_change = bool(old_sets) or any(d.daemon_hash != want.daemon_hash for d in nodes) or any(
+        p.daemon_hash != want.daemon_hash for p in pods
     )
     result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
@@ -183,7 +184,7 @@ def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | No
         result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
 
 
-def serve_generation(want: Desired, pods: list[EngineView], serving: str | None) -> str:
+def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> str:
     """The generation the Service selects: the old one until the new one has a Ready engine
     already labelled active for every replica, then the new one, in a single switch — earlier
     only if the old one has no Ready active left while the new one has a Ready engine (switching
@@ -196,14 +197,14 @@ def serve_generation(want: Desired, pods: list[EngineView], serving: str | None)
     controller watches Services and pods separately. A relabel and a selector change sent
     back to back can reach it in the other order, and it then computes the new selector against
     the old labels — no endpoint at all until the relabel arrives (seen in the blue/green e2e)."""
-    if serving is None or serving == want.generation:
-        return want.generation
-    ready_new = {p.replica for p in pods if p.generation == want.generation and p.ready and not p.deleting}
-    active_new = {p.replica for p in pods if p.generation == want.generation and p.ready and not p.deleting
+    if serving is None or serving == want.daemon_hash:
+        return want.daemon_hash
+    ready_new = {p.replica for p in pods if p.daemon_hash == want.daemon_hash and p.ready and not p.deleting}
+    active_new = {p.replica for p in pods if p.daemon_hash == want.daemon_hash and p.ready and not p.deleting
                   and p.role == "active"}  # fmt: skip
     new_everywhere = all(r in active_new for r in range(want.replicas))
-    old_serves = any(p.generation == serving and p.role == "active" and p.ready for p in pods)
-    return want.generation if new_everywhere or (not old_serves and ready_new) else serving
+    old_serves = any(p.daemon_hash == serving and p.role == "active" and p.ready for p in pods)
+    return want.daemon_hash if new_everywhere or (not old_serves and ready_new) else serving
 
 
 def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
@@ -262,19 +263,19 @@ def _plan_generation(
     every replica has a Ready new-generation engine; then the old engines drain. Node by node
     (old daemon pods of the DaemonSet updated in place): drain a node → replace its daemon.
     Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left."""
-    new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.generation == want.generation)
-    switched = result.serve_generation == want.generation
+    new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.daemon_hash == want.daemon_hash)
+    switched = result.serve_hash == want.daemon_hash
     for replica in range(want.replicas):
         live = [p for p in pods if p.replica == replica and not p.deleting]
-        new = sorted((p for p in live if p.generation == want.generation and p.engine_hash == want.engine_hash),
+        new = sorted((p for p in live if p.daemon_hash == want.daemon_hash and p.engine_hash == want.engine_hash),
                      key=_preference)  # fmt: skip
-        active = next((p for p in live if p.role == "active" and p.generation == want.generation), None)
+        active = next((p for p in live if p.role == "active" and p.daemon_hash == want.daemon_hash), None)
         if active is not None:
             if switched:
-                result.retire += [p.name for p in live if p.generation != want.generation]
+                result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
             else:
                 # Promoted ahead of the switch, next to the old active: hidden from the scaler,
-                # which would demote one of two actives (serve_generation says why this order).
+                # which would demote one of two actives (serve_hash says why this order).
                 result.held.add(active.name)
             continue
         if not new:
@@ -288,14 +289,14 @@ def _plan_generation(
         result.promote.append(new[0].name)
         if switched:  # the old generation serves nothing: no reason to wait a pass
             result.held.discard(new[0].name)
-            result.retire += [p.name for p in live if p.generation != want.generation]
+            result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
     if result.stalled:
         return
     if old_sets:
         retire_old_daemonsets(want, pods, result, old_sets)
     # What the DaemonSet updated in place still runs of an older generation (none with blue/green).
     in_place = [d for d in nodes if d.owner not in old_sets]
-    old = [d for d in in_place if d.generation != want.generation]
+    old = [d for d in in_place if d.daemon_hash != want.daemon_hash]
     settling = [d for d in in_place if not d.ready] or len(in_place) < desired_nodes
     if not old:
         if not old_sets:
@@ -305,17 +306,17 @@ def _plan_generation(
         result.step = "waiting for the replaced daemon to load"
         return
     # The node whose drain costs the least serving capacity first.
-    serving = result.serve_generation
+    serving = result.serve_hash
 
     def serving_actives(node: str | None) -> int:
-        return sum(p.node == node and p.role == "active" and p.ready and p.generation == serving for p in pods)
+        return sum(p.node == node and p.role == "active" and p.ready and p.daemon_hash == serving for p in pods)
 
     target = min(old, key=lambda d: (serving_actives(d.node), d.node or ""))
     if serving_actives(target.node) and new_nodes:
         # New-generation engines are on their way elsewhere; drain this node after the switch.
         result.step = f"waiting for new-generation engines before draining {target.node}"
         return
-    on_node = [p for p in pods if p.node == target.node and p.generation != want.generation]
+    on_node = [p for p in pods if p.node == target.node and p.daemon_hash != want.daemon_hash]
     result.retire += [p.name for p in on_node if not p.deleting and p.name not in result.retire]
     if on_node:
         result.step = f"draining engines on {target.node}"
@@ -327,13 +328,13 @@ def _plan_generation(
 def retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, old_sets: dict[str, str | None]) -> None:
     """Blue/green's last step: an old generation's DaemonSet goes once the Service has switched
     away from it and none of its engines is left (draining ones included: they still map it)."""
-    if result.serve_generation != want.generation:
-        ready = sum(any(p.replica == r and p.generation == want.generation and p.ready for p in pods)
+    if result.serve_hash != want.daemon_hash:
+        ready = sum(any(p.replica == r and p.daemon_hash == want.daemon_hash and p.ready for p in pods)
                     for r in range(want.replicas))  # fmt: skip
         result.step = f"blue/green: new-generation engines Ready for {ready}/{want.replicas} replicas; old ones serve"
         return
-    for name, generation in sorted(old_sets.items()):
-        left = [p.name for p in pods if p.generation == generation]
+    for name, old_hash in sorted(old_sets.items()):
+        left = [p.name for p in pods if p.daemon_hash == old_hash]
         if left:
             result.step = f"blue/green: draining {len(left)} engines of the old generation"
         else:
@@ -383,16 +384,16 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
     if result.phase is None:
         return None
     before = previous or {}
-    same_target = before.get("revision") == want.engine_hash
+    same_target = before.get("engineTemplateHash") == want.engine_hash
     if result.phase == "Complete" and before.get("phase") == "Complete":
-        return before if same_target else {**before, "revision": want.engine_hash, "updated": want.replicas,
+        return before if same_target else {**before, "engineTemplateHash": want.engine_hash, "updated": want.replicas,
                                            "total": want.replicas}  # fmt: skip
     started = before.get("startedAt") if same_target and before.get("startedAt") else stamp(now)
     body: dict[str, Any] = {
         "phase": result.phase,
         "mode": result.mode,
-        "revision": want.engine_hash,
-        "generation": want.generation,
+        "engineTemplateHash": want.engine_hash,
+        "daemonSpecHash": want.daemon_hash,
         "updated": result.updated,
         "total": want.replicas,
         "currentStep": result.step,
@@ -407,13 +408,13 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
 
 def rollout_conditions(
     result: Plan, strategy: tuple[Strategy, str] | None, now: datetime, previous: list[dict[str, Any]],
-    generation: int | None,
+    observed_generation: int | None,
 ) -> list[dict[str, Any]]:
     """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
     ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
     rolling; ``GenerationChange`` saying node by node or blue/green, and why."""
     def make(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return condition(kind, ok, reason, message[:32768], now, previous, observedGeneration=generation)
+        return condition(kind, ok, reason, message[:32768], now, previous, observedGeneration=observed_generation)
 
     out = []
     if result.stalled:

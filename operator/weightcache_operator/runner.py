@@ -42,6 +42,7 @@ class PassRunner:
     """Runs ``pass_(apply)`` for a key, at most one at a time per key."""
 
     def __init__(self, lock: Lock | None = None) -> None:
+        # Condition takes any object with acquire/release; typeshed names only threading's locks.
         self._changed = threading.Condition(lock or threading.Lock())  # type: ignore[arg-type]
         self._keys: dict[Hashable, _Key] = {}
 

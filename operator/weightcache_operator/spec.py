@@ -413,8 +413,8 @@ class RolloutStatus(ApiModel):
     mode: Literal["Engine", "Generation"] | None = Field(
         default=None, description="Engine: the engine template changed; Generation: what the daemons hold changed."
     )
-    revision: str | None = Field(default=None, description="The engine template hash being rolled out.")
-    generation: str | None = Field(default=None, description="The daemon spec hash being rolled out.")
+    engine_template_hash: str | None = Field(default=None, description="The engine template hash being rolled out.")
+    daemon_spec_hash: str | None = Field(default=None, description="The daemon spec hash being rolled out.")
     updated: int = Field(default=0, ge=0, description="Replicas whose engines all run the new version.")
     total: int = Field(default=0, ge=0)
     current_step: str | None = None
@@ -482,8 +482,8 @@ class WeightCache(ApiModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    api_version: Literal["weightcache.io/v1alpha1"] = API_VERSION
-    kind: Literal["WeightCache"] = KIND
+    api_version: Literal["weightcache.io/v1alpha1"] = "weightcache.io/v1alpha1"
+    kind: Literal["WeightCache"] = "WeightCache"
     metadata: FreeForm = Field(default_factory=dict)
     spec: WeightCacheSpec
     status: WeightCacheStatus | None = None

@@ -35,7 +35,7 @@ def crash_looping(pod: Object) -> str | None:
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == "CrashLoopBackOff":
-            return status.get("name")
+            return str(status.get("name"))
     return None
 
 
@@ -61,19 +61,19 @@ def aggregate(
     cache: WeightCache, observed: Observed, now: datetime, previous: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     """The ``status`` to write (everything except what kopf keeps under its own key)."""
-    generation = cache.metadata.get("generation")
+    observed_generation = cache.metadata.get("generation")
     spec_hash = daemon_spec_hash(cache)
 
     def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return make_condition(kind, ok, reason, message, now, previous, observedGeneration=generation)
+        return make_condition(kind, ok, reason, message, now, previous, observedGeneration=observed_generation)
 
     base = {
-        "observedGeneration": generation,
+        "observedGeneration": observed_generation,
         "daemonSpecHash": spec_hash,
         "model": _model_line(cache),
     }
     if observed.problems:
-        return invalid_status(generation, observed.problems, now, previous, base)
+        return invalid_status(observed_generation, observed.problems, now, previous, base)
 
     nodes = []
     ready_nodes = 0
@@ -219,7 +219,7 @@ def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: Da
 
 
 def invalid_status(
-    generation: int | None,
+    observed_generation: int | None,
     problems: list[str],
     now: datetime,
     previous: list[dict[str, Any]] | None = None,
@@ -228,16 +228,16 @@ def invalid_status(
     """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
     so it also serves objects the models cannot parse at all."""
     message = "; ".join(problems)
-    conditions = [make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=generation)
+    conditions = [make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=observed_generation)
                   for kind, status in (("DaemonsReady", False), ("EnginesReady", False), ("Available", False),
                                        ("Progressing", False), ("Degraded", True))]  # fmt: skip
-    return {**(base or {}), "observedGeneration": generation, "phase": "Failed", "message": message, "conditions": conditions,
+    return {**(base or {}), "observedGeneration": observed_generation, "phase": "Failed", "message": message, "conditions": conditions,
             "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
 
 
 def _model_line(cache: WeightCache) -> str:
     source = cache.spec.model.source
-    where = f"hostPath:{source.host_path.path}" if source.host_path else f"pvc:{source.pvc.claim_name}"  # type: ignore[union-attr]
-    if source.pvc and source.pvc.sub_path:
-        where += f"/{source.pvc.sub_path}"
+    where = f"hostPath:{source.host_path.path}" if source.host_path else ""
+    if source.pvc is not None:  # the spec allows exactly one of the two
+        where = f"pvc:{source.pvc.claim_name}" + (f"/{source.pvc.sub_path}" if source.pvc.sub_path else "")
     return f"{where}@{cache.spec.model.revision}" if cache.spec.model.revision else where

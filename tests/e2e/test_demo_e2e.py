@@ -83,7 +83,7 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
             assert env.get("DEMO_REVISION") == "2", env
             assert pod["metadata"]["labels"]["weightcache.io/engine-hash"] == report["rollout_revision"]
         assert report["rollout_revision"] != report["rollout_revision_before"]
-        assert status["rollout"]["phase"] == "Complete" and status["rollout"]["revision"] == report["rollout_revision"]
+        assert status["rollout"]["phase"] == "Complete" and status["rollout"]["engineTemplateHash"] == report["rollout_revision"]
         for daemon in pods(kube, NAMESPACE, DAEMONS):
             assert all(c["restartCount"] == 0 for c in daemon["status"]["containerStatuses"]), daemon["status"]
 

@@ -398,8 +398,8 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
     progress = group_progress(want, [*old, *fresh], 2, at, None, old_gen, old_sets)
-    assert progress.serve_generation == old_gen and progress.retire_daemonsets == []
-    plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_generation)
+    assert progress.serve_hash == old_gen and progress.retire_daemonsets == []
+    plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_hash)
     assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
     assert not [a for a in plan if isinstance(a, Delete)], "the old groups serve until the Service switches"
 
@@ -408,8 +408,8 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
     progress = group_progress(want, [*old, *promoted], 2, at, None, old_gen, old_sets)
-    assert progress.serve_generation == new_gen and progress.retire_daemonsets == [], "old engines still map it"
-    plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_generation)
+    assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
+    plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
     # The old engines are gone: their slot DaemonSets go too.
     done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)

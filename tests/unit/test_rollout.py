@@ -15,12 +15,12 @@ from weightcache_operator.rollout import (
     plan,
     rollout_conditions,
     rollout_status,
-    serve_generation,
+    serve_hash,
     EngineView,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
-WANT = Desired(engine_hash="new", generation="g1", replicas=2, standbys=1, ready_deadline_s=60)
+WANT = Desired(engine_hash="new", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
 
 
 def engine(name: str, replica: int, role: str, version: str = "new", generation: str = "g1", *, ready: bool = True,
@@ -65,7 +65,7 @@ def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
     assert (result.mode, result.phase, result.create) == ("Engine", "Progressing", [0])
     assert result.promote == [] and result.retire == [] and result.updated == 0
     status = rollout_status(result, WANT, NOW, None)
-    assert status is not None and (status["updated"], status["total"], status["revision"]) == (0, 2, "new")
+    assert status is not None and (status["updated"], status["total"], status["engineTemplateHash"]) == (0, 2, "new")
     assert "replica 0" in status["currentStep"]
 
 
@@ -109,20 +109,20 @@ def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_servin
 
 
 def test_changing_the_spec_back_retires_the_broken_pod_and_completes() -> None:
-    back = Desired(engine_hash="old", generation="g1", replicas=2, standbys=1, ready_deadline_s=60)
+    back = Desired(engine_hash="old", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
     pods = [*old_pair(0), engine("n0", 0, "standby", "new", ready=False, age_s=300), *old_pair(1)]
-    previous = {"phase": "Stalled", "revision": "new", "startedAt": "2026-05-01T11:00:00Z"}
+    previous = {"phase": "Stalled", "engineTemplateHash": "new", "startedAt": "2026-05-01T11:00:00Z"}
     result = plan(back, pods, DAEMONS, "g1", NOW, previous, 2)
     assert result.retire == ["n0"] and result.promote == [] and result.stalled is None
     after = plan(back, [*old_pair(0), *old_pair(1)], DAEMONS, "g1", NOW, rollout_status(result, back, NOW, previous), 2)
     assert after.phase == "Complete"
-    status = rollout_status(after, back, NOW, {"phase": "Progressing", "revision": "old", "startedAt": "2026-05-01T11:59:00Z"})
+    status = rollout_status(after, back, NOW, {"phase": "Progressing", "engineTemplateHash": "old", "startedAt": "2026-05-01T11:59:00Z"})
     assert status is not None and status["finishedAt"] == "2026-05-01T12:00:00Z"
     assert status["startedAt"] == "2026-05-01T11:59:00Z" and (status["updated"], status["total"]) == (2, 2)
 
 
 def test_complete_stays_complete_until_something_is_outdated() -> None:
-    done = {"phase": "Complete", "revision": "new", "finishedAt": "2026-05-01T11:00:00Z"}
+    done = {"phase": "Complete", "engineTemplateHash": "new", "finishedAt": "2026-05-01T11:00:00Z"}
     scaling = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False)]
     result = plan(WANT, scaling, DAEMONS, "g1", NOW, done, 2)
     assert result.phase == "Complete" and rollout_status(result, WANT, NOW, done) == done
@@ -132,32 +132,32 @@ def test_complete_stays_complete_until_something_is_outdated() -> None:
 
 
 def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_new_one() -> None:
-    one = Desired(engine_hash="new", generation="g2", replicas=2, standbys=0, ready_deadline_s=60)
+    one = Desired(engine_hash="new", daemon_hash="g2", replicas=2, standbys=0, ready_deadline_s=60)
     views = [EngineView.of(p) for p in (engine("a0", 0, "active", "old", "g1"), engine("a1", 1, "active", "old", "g1"),
                                         engine("n0", 0, "standby", generation="g2"))]  # fmt: skip
-    assert serve_generation(one, views, "g1") == "g1"
+    assert serve_hash(one, views, "g1") == "g1"
     views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
-    assert serve_generation(one, views, "g1") == "g1", "Ready, but not labelled active yet"
+    assert serve_hash(one, views, "g1") == "g1", "Ready, but not labelled active yet"
     promoted = [*views[:2], *(EngineView.of(engine(n, r, "active", generation="g2")) for n, r in (("n0", 0), ("n1", 1)))]
-    assert serve_generation(one, promoted, "g1") == "g2"
+    assert serve_hash(one, promoted, "g1") == "g2"
     # Nothing of the old generation serves any more and the new one serves something: switch.
     dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False)), views[2]]
-    assert serve_generation(one, dead, "g1") == "g2"
+    assert serve_hash(one, dead, "g1") == "g2"
     # Neither serves (the old one may recover): stay, rather than select nothing Ready for good.
     neither = [dead[0], EngineView.of(engine("n0", 0, "standby", generation="g2", ready=False))]
-    assert serve_generation(one, neither, "g1") == "g1"
-    assert serve_generation(one, neither, "g2") == "g2", "a switch is never taken back"
-    assert serve_generation(one, [], None) == "g2", "a new Service selects the current generation"
+    assert serve_hash(one, neither, "g1") == "g1"
+    assert serve_hash(one, neither, "g2") == "g2", "a switch is never taken back"
+    assert serve_hash(one, [], None) == "g2", "a new Service selects the current generation"
 
 
-GEN = Desired(engine_hash="new", generation="g2", replicas=1, standbys=1, ready_deadline_s=60)
+GEN = Desired(engine_hash="new", daemon_hash="g2", replicas=1, standbys=1, ready_deadline_s=60)
 
 
 def test_generation_change_drains_the_node_without_serving_engines_first() -> None:
     pods = [engine("a0", 0, "active", "old", "g1", node="node-1"), engine("s0", 0, "standby", "old", "g1", node="node-2")]
     daemons = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1")]
     result = plan(GEN, pods, daemons, "g1", NOW, None, 2)
-    assert (result.mode, result.serve_generation, result.retire) == ("Generation", "g1", ["s0"])
+    assert (result.mode, result.serve_hash, result.retire) == ("Generation", "g1", ["s0"])
     assert result.replace_daemon is None, "the daemon goes only once its engines are gone"
     drained = plan(GEN, [pods[0], {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}}],
                    daemons, "g1", NOW, None, 2)  # fmt: skip
@@ -178,11 +178,11 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     surge = engine("n0", 0, "standby", generation="g2", node="node-2")
     result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
     # Promoted first, while the Service still selects g1; the switch comes in the next pass.
-    assert result.serve_generation == "g1" and result.promote == ["n0"] and result.retire == []
+    assert result.serve_hash == "g1" and result.promote == ["n0"] and result.retire == []
     assert result.held == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
     promoted = engine("n0", 0, "active", generation="g2", node="node-2")
     result = plan(GEN, [active, promoted], loaded, "g1", NOW, None, 2)
-    assert result.serve_generation == "g2" and result.promote == [] and result.retire == ["a0"]
+    assert result.serve_hash == "g2" and result.promote == [] and result.retire == ["a0"]
     assert result.held == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
@@ -254,7 +254,7 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
         pod["metadata"]["ownerReferences"] = [{"name": "tiny-daemon", "controller": True}]
     old_sets = {"tiny-daemon": "g1"}
     loading = plan(GEN, old_engines, both, "g1", NOW, None, 2, old_sets)
-    assert (loading.mode, loading.serve_generation) == ("Generation", "g1")
+    assert (loading.mode, loading.serve_hash) == ("Generation", "g1")
     assert loading.retire == [] and loading.replace_daemon is None and loading.retire_daemonsets == []
     assert loading.create == [] and "old ones serve" in loading.step, "nothing moves before the new daemons load"
     loaded = [*both[:2], daemon("n1", "node-1", "g2"), daemon("n2", "node-2", "g2")]
@@ -263,10 +263,10 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
     assert surge.create == [0] and surge.retire == [] and surge.replace_daemon is None
     new = engine("n0", 0, "standby", generation="g2", node="node-1")
     promote = plan(GEN, [*old_engines, new], loaded, "g1", NOW, None, 2, old_sets)
-    assert promote.serve_generation == "g1" and promote.promote == ["n0"] and promote.retire == []
+    assert promote.serve_hash == "g1" and promote.promote == ["n0"] and promote.retire == []
     promoted = engine("n0", 0, "active", generation="g2", node="node-1")
     switch = plan(GEN, [*old_engines, promoted], loaded, "g1", NOW, None, 2, old_sets)
-    assert switch.serve_generation == "g2" and switch.promote == [] and sorted(switch.retire) == ["a0", "s0"]
+    assert switch.serve_hash == "g2" and switch.promote == [] and sorted(switch.retire) == ["a0", "s0"]
     assert switch.retire_daemonsets == [], "the old engines still map the old arenas"
     draining = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "x"}} for p in old_engines]
     waiting = plan(GEN, [*draining, promoted], loaded, "g2", NOW, None, 2, old_sets)

@@ -76,7 +76,8 @@ def daemon_claim(pod: dict[str, Any]) -> str | None:
     """The ResourceClaim generated for a daemon pod, once the controller has created it."""
     for entry in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
         if entry.get("name") == CLAIM_NAME:
-            return entry.get("resourceClaimName")
+            claim = entry.get("resourceClaimName")
+            return str(claim) if claim else None
     return None
 
 

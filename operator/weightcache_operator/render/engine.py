@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from ..spec import WeightCache
-from .daemon import GPU_BACKENDS
+from .gpu_holder import GPU_BACKENDS
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
     CLAIM_ANNOTATION,

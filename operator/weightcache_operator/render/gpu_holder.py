@@ -79,7 +79,10 @@ def gpu_holder_daemonset(cache: WeightCache, slots: list[list[str]]) -> dict[str
     labels = ref.labels(HOLDER_COMPONENT)
     count = gpus_per_node(cache)
     volume, mount = gpus_volume(ref, read_only=False)
-    field = lambda path: {"fieldRef": {"fieldPath": path}}  # noqa: E731
+
+    def field(path: str) -> dict[str, Any]:
+        return {"fieldRef": {"fieldPath": path}}
+
     holder = {
         "name": "gpu-holder",
         "image": cache.spec.daemon.image,

@@ -97,8 +97,8 @@ class CacheRef:
         and the GPU holder's grant."""
         return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}"
 
-    def socket_host_dir(self, generation: str) -> str:
-        return f"{self.cache_host_dir}/{generation}"
+    def socket_host_dir(self, daemon_hash: str) -> str:
+        return f"{self.cache_host_dir}/{daemon_hash}"
 
     @property
     def daemon_name(self) -> str:
@@ -178,11 +178,11 @@ def model_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
     return volume, mount
 
 
-def socket_volume(ref: CacheRef, generation: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The host directory of the cache's daemon ``generation`` (its spec hash), holding
+def socket_volume(ref: CacheRef, daemon_hash: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The host directory of the cache's daemons of spec hash ``daemon_hash``, holding
     ``<name>/rank-N.sock|.ready`` and ``keeper.sock``."""
     volume = {"name": "weightcache-sockets",
-              "hostPath": {"path": ref.socket_host_dir(generation), "type": "DirectoryOrCreate"}}  # fmt: skip
+              "hostPath": {"path": ref.socket_host_dir(daemon_hash), "type": "DirectoryOrCreate"}}  # fmt: skip
     return volume, {"name": "weightcache-sockets", "mountPath": SOCKET_MOUNT}
 
 

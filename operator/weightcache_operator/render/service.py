@@ -11,16 +11,16 @@ from ..spec import WeightCache
 from .layout import CACHE_LABEL, COMPONENT_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_LABEL, CacheRef, daemon_spec_hash
 
 
-def engine_service(cache: WeightCache, generation: str | None = None) -> dict[str, Any]:
-    """``generation``: the daemon spec hash to serve; the current one unless a generation change
-    is still moving engines over (rollout.serve_generation decides)."""
+def engine_service(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, Any]:
+    """``daemon_hash``: the daemon spec hash to serve; the current one unless a generation change
+    is still moving engines over (rollout.serve_hash decides)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
     selector = {
         CACHE_LABEL: ref.name,
         COMPONENT_LABEL: "engine",
         ROLE_LABEL: "active",
-        SPEC_HASH_LABEL: generation or daemon_spec_hash(cache),
+        SPEC_HASH_LABEL: daemon_hash or daemon_spec_hash(cache),
     }
     if spec.parallelism.nodes > 1:
         selector[NODE_RANK_LABEL] = "0"

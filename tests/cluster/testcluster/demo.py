@@ -271,7 +271,7 @@ def failover(cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenL
 
 def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport) -> None:
     before = daemon_facts(kube, NAMESPACE)
-    report.rollout_revision_before = str(((kube.get(WC).get("status") or {}).get("rollout") or {}).get("revision", ""))
+    report.rollout_revision_before = str(((kube.get(WC).get("status") or {}).get("rollout") or {}).get("engineTemplateHash", ""))
     started = time.time()
     tool(cluster, "kubectl", ["patch", "wc", NAME, "--type=json", "-p", json.dumps(UPGRADE_PATCH)], narrator)
 
@@ -279,23 +279,23 @@ def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narra
         rollout = (kube.get(WC).get("status") or {}).get("rollout") or {}
         if rollout.get("phase") == "Stalled":
             raise SystemExit(f"rollout stalled: {rollout}")
-        if rollout.get("phase") != "Complete" or rollout.get("revision") in (None, report.rollout_revision_before):
+        if rollout.get("phase") != "Complete" or rollout.get("engineTemplateHash") in (None, report.rollout_revision_before):
             return None
         engines = [p for p in pods(kube, NAMESPACE, ENGINES) if not p["metadata"].get("deletionTimestamp")]
-        upgraded = [p for p in engines if p["metadata"]["labels"].get("weightcache.io/engine-hash") == rollout["revision"]
+        upgraded = [p for p in engines if p["metadata"]["labels"].get("weightcache.io/engine-hash") == rollout["engineTemplateHash"]
                     and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]  # fmt: skip
         return rollout if len(engines) == len(upgraded) == 2 else None
 
     rollout = wait_for(complete, 300, interval=0.2, describe=lambda: kube.get(WC).get("status"))
     end = time.time()
-    report.rollout_revision, report.rollout_seconds = str(rollout["revision"]), round(end - started, 2)
+    report.rollout_revision, report.rollout_seconds = str(rollout["engineTemplateHash"]), round(end - started, 2)
     report.rollout_window = (started, end)
     settle(load, end)
     report.rollout_client = ClientCount.of(load.done(), started, end)
     after = daemon_facts(kube, NAMESPACE)
     report.disk_bytes_read = sum(after[p][2] for p in after) - sum(before[p][2] for p in before if p in after)
     report.daemons_replaced = len(set(before) - set(after)) + sum(after[p][1] - before[p][1] for p in after if p in before)
-    narrator.say(f"rollout Complete in {report.rollout_seconds:.1f}s (status.rollout, revision {report.rollout_revision}): "
+    narrator.say(f"rollout Complete in {report.rollout_seconds:.1f}s (status.rollout, engineTemplateHash {report.rollout_revision}): "
                  "a new-version standby mapped the same arena, was promoted, the old engines drained")  # fmt: skip
     narrator.say(f"client, during the rollout: {report.rollout_client}")
     narrator.say(f"requests failed: {report.rollout_client.failed}; weight bytes read from disk: {report.disk_bytes_read}; "
