@@ -1,9 +1,9 @@
 """Failover decisions for one engine replica: the pods as the API server shows them → what to do.
 
 Pure: no API calls and no clock, so every signal and every half-finished failover (an operator
-killed between two patches) is a unit test. reconcile.py carries the plan out, in the order
-that keeps the Service serving: promote the standby first, then retire the failed active, then
-create what is missing.
+killed between two patches) is a unit test. engine_plan.py turns the plan into actions, which
+executor.py carries out in the order that keeps the Service serving (actions.ORDER): promote the
+standby first, then retire the failed active, then create what is missing.
 
 A plan is computed from the current state alone. An operator that restarts mid-failover sees
 either the old roles (and decides the same promotion again) or the new ones (two actives, or an

@@ -1,6 +1,6 @@
 """One pass of engine scaling when an engine spans ``parallelism.nodes > 1`` nodes: pods in,
 actions (create, delete, relabel) out. Pure, so every rule is unit-tested without an API server;
-``Reconciler`` carries the actions out.
+executor.py carries the actions out (engine_plan.py puts them in ``actions.ORDER``).
 
 An engine group is created leader first: the other node ranks dial the leader's rendezvous at its
 pod IP, which exists only once the leader pod is running, so they are created in a later pass

@@ -109,7 +109,8 @@ class DaemonView:
 
 @dataclass
 class Plan:
-    """The actions of one pass, in the order the reconciler carries them out: ``promote``, then
+    """The rollout's decisions of one pass, which engine_plan.py turns into actions, in this
+    order (``actions.ORDER``): ``promote``, then
     point the Service at ``serve_hash``, then ``retire``, ``create``, ``replace_daemon``."""
 
     serve_hash: str
