@@ -1,0 +1,48 @@
+"""snapshot.Snapshot: what a pass decides on, and how the pass's own changes are written back
+into it from the API's answers, so no later step of the pass lists again."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from weightcache_operator.objects import PodView
+from weightcache_operator.snapshot import Snapshot
+
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+HASH = "abc"
+
+
+def pod(name: str, *, slot: str | None = None, spec_hash: str = HASH, ready: bool = True, node: str = "n1") -> dict:
+    labels = {"weightcache.io/slot": slot} if slot is not None else {}
+    return {"metadata": {"name": name, "labels": labels, "annotations": {"weightcache.io/daemon-spec-hash": spec_hash}},
+            "spec": {"nodeName": node},
+            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+
+
+def test_ready_daemons_are_the_ready_ones_of_the_wanted_spec_by_node_and_slot() -> None:
+    snap = Snapshot({}, None, daemon_pods=[pod("d1", slot="0"), pod("d2", slot="1", node="n2"),
+                                           pod("old", spec_hash="zzz", node="n3"), pod("down", ready=False, node="n4")])  # fmt: skip
+    assert sorted(snap.ready_daemons(HASH)) == ["n1", "n2"]
+    assert {k: sorted(v) for k, v in snap.ready_daemons_by_slot(HASH).items()} == {0: ["n1"], 1: ["n2"]}
+
+
+def test_the_service_selection_is_none_without_a_service() -> None:
+    assert Snapshot({}, None).serving is None
+    service = {"spec": {"selector": {"weightcache.io/daemon-spec-hash": HASH}}}
+    assert Snapshot({}, None, service=service).serving == HASH
+
+
+def test_the_passs_own_changes_replace_what_it_saw() -> None:
+    snap = Snapshot({}, None, engine_pods=[pod("e1"), pod("e2")])
+    relabelled = pod("e1")
+    relabelled["metadata"]["labels"]["weightcache.io/role"] = "active"
+    snap.pod_changed(relabelled)
+    snap.pod_changed(pod("e3"))  # created
+    snap.pod_deleted("e2", NOW)
+    views = {PodView(p).name: PodView(p) for p in snap.engine_pods}
+    assert sorted(views) == ["e1", "e2", "e3"]
+    assert views["e1"].role == "active" and views["e2"].deleting and not views["e2"].ready
+    snap.daemonset_applied({"metadata": {"name": "ds", "labels": {"weightcache.io/component": "daemon"}}})
+    assert [d["metadata"]["name"] for d in snap.daemon_daemonsets] == ["ds"]
+    snap.daemonset_deleted("ds")
+    assert snap.daemonsets == []
