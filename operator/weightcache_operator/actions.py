@@ -1,11 +1,14 @@
 """What a pass does to the cluster for its engines, as values: the planners (engine_plan.py)
 return them, the executor (executor.py) carries them out in ``ORDER``.
 
-``ORDER`` is what keeps the Service serving through every change: engines are relabelled first
-(a promoted standby joins the Service's endpoints, a demoted active leaves them), then the
-failovers are recorded, then the Service is applied (switching generation when the plan says
-so), and only then are pods deleted — each with its grace period, so in-flight requests finish —
-and new ones created; daemons and old DaemonSets, which engines map, go last.
+``ORDER`` is what keeps the Service serving through every change: endpoints are added before
+the Service changes and removed after it. Engines are relabelled active first (a promoted standby
+joins the Service's endpoints), then the failovers are recorded, then the Service is applied
+(switching daemon spec hash when the plan says so), then engines are relabelled standby (a
+demoted active leaves the endpoints only once the Service selects its successor: in a blue/green
+switch the old active is demoted in the very pass the Service moves away from it), and only then
+are pods deleted — each with its grace period, so in-flight requests finish — and new ones
+created; daemons and old DaemonSets, which engines map, go last.
 """
 
 from __future__ import annotations
@@ -70,9 +73,17 @@ class DeleteDaemonSet:
 
 Action = Union[SetRole, Failover, ApplyService, Delete, Create, ReplaceDaemon, DeleteDaemonSet]
 
-ORDER: tuple[type, ...] = (SetRole, Failover, ApplyService, Delete, Create, ReplaceDaemon, DeleteDaemonSet)
+ORDER: tuple[str, ...] = ("promote", "Failover", "ApplyService", "demote", "Delete", "Create", "ReplaceDaemon",
+                         "DeleteDaemonSet")  # fmt: skip
+"""Steps by name: a SetRole is a promotion (to active) or a demotion (to standby)."""
+
+
+def step(action: Action) -> str:
+    if isinstance(action, SetRole):
+        return "promote" if action.role == "active" else "demote"
+    return type(action).__name__
 
 
 def in_order(actions: Iterable[Action]) -> list[Action]:
-    """``actions`` in ``ORDER``; actions of one kind keep the order they were planned in."""
-    return sorted(actions, key=lambda a: ORDER.index(type(a)))
+    """``actions`` in ``ORDER``; actions of one step keep the order they were planned in."""
+    return sorted(actions, key=lambda a: ORDER.index(step(a)))

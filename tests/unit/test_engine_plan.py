@@ -10,7 +10,7 @@ from typing import Any
 
 from test_render import NOW, make
 
-from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole
+from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import desired, plan_engines
 from weightcache_operator.objects import stamp
 from weightcache_operator.render import daemon_spec_hash, engine_pod, engine_service
@@ -82,3 +82,9 @@ def test_a_converged_cache_plans_nothing_and_the_pods_given_stay_as_they_were() 
     assert plan.actions == [] and plan.stranded == []
     assert state.engine_pods == given
     assert not any(isinstance(a, Delete) for a in plan.actions)
+
+
+def test_relabels_to_active_precede_the_service_and_relabels_to_standby_follow_it() -> None:
+    planned = [Delete("old", "rolled out"), SetRole("old", "standby"), ApplyService("h"), SetRole("new", "active")]
+    assert in_order(planned) == [SetRole("new", "active"), ApplyService("h"), SetRole("old", "standby"),
+                                 Delete("old", "rolled out")]  # fmt: skip

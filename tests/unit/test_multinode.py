@@ -10,7 +10,7 @@ from typing import Any
 from test_render import NOW, container, env_of, make
 
 from weightcache_operator.engine_units import units
-from weightcache_operator.actions import Create, Delete, Failover, SetRole
+from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.group_plan import group_progress, plan_groups
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service, engine_template_hash
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
@@ -411,6 +411,10 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
+    # The old active group leaves the Service only after the Service selects the new generation.
+    steps = [type(a).__name__ + (f":{a.role}" if isinstance(a, SetRole) else "")
+             for a in in_order([ApplyService(new_gen), *plan])]  # fmt: skip
+    assert "SetRole:standby" in steps and steps.index("ApplyService") < steps.index("SetRole:standby")
     # The old engines are gone: their slot DaemonSets go too.
     done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)
     assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
