@@ -8,7 +8,7 @@ the first SSE chunk of a streaming one). ``off`` runs twice: with the checkpoint
 from the page cache first (a restart on a busy node) and warm. It is a script, not a test: it
 prints a table and asserts nothing.
 
-    PYTHONPATH=daemon_image .venv/bin/python benchmarks/engine_restart.py --size-gib 1 --tp-size 2
+    PYTHONPATH=contract:daemon_image .venv/bin/python benchmarks/engine_restart.py --size-gib 1 --tp-size 2
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ in ``--workdir`` between runs), then measures
 It prints one table at the end (progress goes to stderr) and asserts nothing. Full size: Qwen3-30B-A3B's shapes (hidden 2048, 128
 experts of width 768, top 8, 32 heads, 4 KV heads) with 28 of its 48 layers: 16.5 GiB.
 
-    PYTHONPATH=daemon_image python benchmarks/moe.py                 # one GPU, about 3-4 minutes
-    PYTHONPATH=daemon_image python benchmarks/moe.py --small         # CPU, tiny, seconds
+    PYTHONPATH=contract:daemon_image python benchmarks/moe.py                 # one GPU, about 3-4 minutes
+    PYTHONPATH=contract:daemon_image python benchmarks/moe.py --small         # CPU, tiny, seconds
 """
 
 from __future__ import annotations

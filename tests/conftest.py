@@ -82,7 +82,7 @@ def lean_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start ``weightcache keeper`` on the test's socket dir; waits until it answers."""
-    from weightcache.errors import CacheUnavailable
+    from weightcache_contract.errors import CacheUnavailable
     from weightcache.keeper import KeeperClient, keeper_socket
 
     procs: list[subprocess.Popen[str]] = []

@@ -25,7 +25,9 @@ import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from .errors import WeightCacheError
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import WeightCacheError
+
 from .protocol import CudaIpcHandle
 
 if TYPE_CHECKING:
@@ -35,8 +37,6 @@ if TYPE_CHECKING:
 F_SEAL_FUTURE_WRITE = 0x0010
 # Linux ≥ 5.14: fault in a whole range at once; several times faster than first-touch faults.
 MADV_POPULATE_WRITE = 23
-GPU_BACKENDS = ("cuda-vmm", "cuda-ipc")
-FD_BACKENDS = ("cpu-shm", "cuda-vmm")
 Access = Literal["read-only", "read-write"]
 
 

@@ -15,7 +15,8 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from .errors import BindError
+from weightcache_contract.errors import BindError
+
 from .gcpause import gc_paused
 
 

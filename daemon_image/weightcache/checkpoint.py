@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from safetensors import safe_open
 
+from weightcache_contract.errors import CheckpointError
+
 from .dtypes import SAFETENSORS_DTYPES, itemsize
-from .errors import CheckpointError
 
 if TYPE_CHECKING:  # reading headers needs no torch (see dtypes.py); reading tensors imports it
     import torch

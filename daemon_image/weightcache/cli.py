@@ -10,8 +10,11 @@ import sys
 import threading
 import time
 
-from . import logfmt, termination
-from .errors import WeightCacheError
+from weightcache_contract import termination
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import WeightCacheError
+
+from . import logfmt
 
 
 def _block(text: str) -> tuple[int, int]:
@@ -226,7 +229,7 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
                 print(json.dumps({"released": keeper.release(args.name, args.rank)}))
         return 0
     if args.command == "daemon":
-        if args.backend in ("cuda-vmm", "cuda-ipc"):
+        if args.backend in GPU_BACKENDS:
             # cuInit takes ~0.2 s on an H200; it runs while the imports below do (it drops the GIL).
             from .gpu_identity import gpu_count
 
@@ -236,7 +239,7 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
 
         if args.ranks or args.status_addr:
             # The status endpoint lives in the launcher, so asking for it launches even one rank.
-            from .readonly_http import parse_addr
+            from weightcache_contract.readonly_http import parse_addr
 
             ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
             status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None

@@ -15,9 +15,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from .arena import GPU_BACKENDS, Access, MappedArena, map_arena
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+
+from .arena import Access, MappedArena, map_arena
 from .checkpoint import Checkpoint, open_checkpoint, with_headers
-from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 from .fingerprint import Fingerprint, compute
 from .gpu_identity import gpu_count
 from .loader import load_to_memory, plan_rank, resolve_dtype

@@ -25,9 +25,10 @@ from typing import Any
 
 import torch
 
+from weightcache_contract.errors import CacheUnavailable, WeightCacheError
+
 from . import gpu_identity
 from .arena import Access, Arena, Export, MappedArena
-from .errors import CacheUnavailable, WeightCacheError
 from .protocol import CudaIpcHandle
 
 

@@ -23,10 +23,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import status_note, termination
-from .arena import FD_BACKENDS, GPU_BACKENDS, Arena, adopt_arena, create_arena
+from weightcache_contract import termination
+from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
+
+from . import status_note
+from .arena import Arena, adopt_arena, create_arena
 from .checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
-from .errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
 from .fingerprint import compute
 from .gpu_grant import wait_for_grant
 from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid

@@ -16,7 +16,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .errors import WeightCacheError
+from weightcache_contract.errors import WeightCacheError
+
 from .page_cache import drop_page_cache
 from .rankfiles import RankFiles
 from .sample_checkpoints import ModelSpec, write_checkpoint

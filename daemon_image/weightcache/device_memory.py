@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .daemon_report import HOST_DEVICE, DeviceMemory
+from weightcache_contract.daemon_report import HOST_DEVICE, DeviceMemory
 
 MEMINFO = Path("/proc/meminfo")
 NVML_LIBRARY = "libnvidia-ml.so.1"

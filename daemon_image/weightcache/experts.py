@@ -24,9 +24,10 @@ import re
 from pathlib import Path
 from typing import Any, Protocol
 
+from weightcache_contract.errors import CheckpointError, ShardingError
+
 from . import dtypes
 from .checkpoint import Checkpoint, TensorInfo
-from .errors import CheckpointError, ShardingError
 from .quantization import SCALE_SUFFIX, QuantConfig, scale_shape
 from .read_tasks import ReadTask, ShardPart, output_dtype, quantizes, shard_part, transform_of
 from .sharding import ArchitectureRules, Layout, Split

@@ -38,8 +38,9 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from weightcache_contract.errors import WeightCacheError
+
 from . import status_note
-from .errors import WeightCacheError
 
 log = logging.getLogger("weightcache.gpu_grant")
 GRANT_VERSION = 1

@@ -23,8 +23,9 @@ import threading
 import time
 from pathlib import Path
 
+from weightcache_contract.errors import WeightCacheError
+
 from .device_memory import nvml_gpu_uuids
-from .errors import WeightCacheError
 from .gpu_grant import Grant, take_lock, write_grant
 
 log = logging.getLogger("weightcache.gpu_holder")

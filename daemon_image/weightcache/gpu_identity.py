@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import WeightCacheError
+from weightcache_contract.errors import WeightCacheError
 
 
 @dataclass(frozen=True)

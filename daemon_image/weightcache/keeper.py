@@ -19,7 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CacheUnavailable, ProtocolError
+from weightcache_contract.errors import CacheUnavailable, ProtocolError
+
 from .manifest import Manifest
 from .protocol import (
     KEEPER_REQUEST,
@@ -120,7 +121,7 @@ def run(socket_dir: str, allow_uids: list[int] | None = None, allow_gids: list[i
 
 
 def _refuse_live_keeper(path: Path) -> None:
-    from .errors import DaemonAlreadyRunning
+    from weightcache_contract.errors import DaemonAlreadyRunning
 
     try:
         with KeeperClient(path, timeout_s=1.0) as client:

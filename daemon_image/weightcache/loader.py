@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from weightcache_contract.errors import CheckpointError, ShardingError
+
 from . import dtypes
 from .checkpoint import Checkpoint
-from .errors import CheckpointError, ShardingError
 from .experts import ExpertTensors
 from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from weightcache_contract.errors import ProtocolError
+
 from . import dtypes
-from .errors import ProtocolError
 from .gcpause import gc_paused
 
 if TYPE_CHECKING:

@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from weightcache_contract.errors import WeightCacheError
+
 from .checkpoint import open_checkpoint
-from .errors import WeightCacheError
 from .loader import plan_rank, resolve_dtype
 from .quantization import resolve
 from .sharding import Layout, layer_range

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from weightcache_contract.errors import WeightCacheError
+
 from .client import DaemonConnection
-from .errors import WeightCacheError
 from .gpu_grant import grant_problem
 from .protocol import StatusReply
 from .rankfiles import RankFiles

@@ -17,7 +17,8 @@ from typing import Annotated, Any, Literal, Union
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from .errors import ProtocolError
+from weightcache_contract.errors import ProtocolError
+
 from .fingerprint import Fingerprint
 from .manifest import Manifest
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .errors import UnsupportedQuantization
+from weightcache_contract.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:  # resolving the allowlist needs no torch; quantizing imports it (see dtypes.py)
     import torch

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .errors import DaemonAlreadyRunning, WeightCacheError
+from weightcache_contract.errors import DaemonAlreadyRunning, WeightCacheError
+
 from .fingerprint import Fingerprint
 
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?")

@@ -25,8 +25,9 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
+from weightcache_contract.errors import ProtocolError
+
 from . import __version__
-from .errors import ProtocolError
 from .protocol import (
     SUPPORTED_VERSIONS,
     Deadlines,

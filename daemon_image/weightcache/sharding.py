@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ShardingError, UnsupportedArchitecture
+from weightcache_contract.errors import ShardingError, UnsupportedArchitecture
 
 
 class Split(enum.Enum):

@@ -23,11 +23,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
-from .daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
+from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
+from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
+
 from .device_memory import memory_report
 from .probe import inspect_rank
 from .rankfiles import RankFiles
-from .readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
 RANK_TIMEOUT_S = 1.0
 """Per-rank socket timeout: a stopped or wedged rank costs a scrape this long, not a hang."""

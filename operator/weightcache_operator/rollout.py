@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from weightcache.daemon_report import HOST_DEVICE, DaemonReport
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.daemon_report import HOST_DEVICE, DaemonReport
 
-from .render.daemon import GPU_BACKENDS
 from .render.layout import ENGINE_HASH_LABEL, REPLICA_LABEL, ROLE_LABEL, SPEC_HASH_ANNOTATION
 from .status import pod_ready
 

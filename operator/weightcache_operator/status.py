@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from weightcache.daemon_report import DaemonReport
+from weightcache_contract.daemon_report import DaemonReport
 
 from .engine_units import pod_ready, units
 from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason

@@ -5,7 +5,7 @@ import socket
 import pytest
 
 from weightcache.client import DaemonConnection, load_weights
-from weightcache.errors import CacheUnavailable, FingerprintMismatch, UnsupportedQuantization
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, UnsupportedQuantization
 from weightcache.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, recv_frame, send_frame
 from weightcache.rankfiles import RankFiles
 from weightcache.sharding import Layout

@@ -124,7 +124,7 @@ def test_release_when_told(llama, start_keeper, start_daemon) -> None:
 
 
 def test_keeper_refuses_a_deposit_without_an_fd(llama, start_keeper, start_daemon) -> None:
-    from weightcache.errors import ProtocolError
+    from weightcache_contract.errors import ProtocolError
     from weightcache.manifest import Manifest
     from weightcache.protocol import Deposit, KeeperAck
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from weightcache.client import DaemonConnection, expect, load_from_disk, load_weights
-from weightcache.errors import FingerprintMismatch
+from weightcache_contract.errors import FingerprintMismatch
 from weightcache.keeper import KeeperClient, keeper_socket
 from weightcache.sharding import Layout
 

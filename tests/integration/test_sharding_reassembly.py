@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 from weightcache.client import expect, load_from_disk, load_weights
-from weightcache.errors import ShardingError
+from weightcache_contract.errors import ShardingError
 from weightcache.sharding import Layout, Split, rules_for
 
 

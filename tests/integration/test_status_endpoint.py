@@ -18,7 +18,7 @@ from pathlib import Path
 
 from weightcache.checkpoint import open_checkpoint
 from weightcache.client import load_weights
-from weightcache.daemon_report import DaemonReport, node_fingerprint
+from weightcache_contract.daemon_report import DaemonReport, node_fingerprint
 from weightcache.loader import plan_rank, resolve_dtype
 from weightcache.quantization import resolve
 from weightcache.sharding import Layout

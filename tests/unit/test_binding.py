@@ -3,7 +3,7 @@ import torch
 from torch import nn
 
 from weightcache.binding import bind, empty_model
-from weightcache.errors import BindError
+from weightcache_contract.errors import BindError
 
 
 class Tiny(nn.Module):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weightcache.daemon_report import DaemonReport, RankReport, report_metrics
+from weightcache_contract.daemon_report import DaemonReport, RankReport, report_metrics
 from weightcache.device_memory import gpu_memory, host_memory, memory_report
 
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from weightcache.checkpoint import Checkpoint, open_checkpoint
-from weightcache.errors import CheckpointError, ShardingError
+from weightcache_contract.errors import CheckpointError, ShardingError
 from weightcache.loader import fill, load_to_memory, plan_rank
 from weightcache.manifest import tensor_views
 from weightcache.quantization import SCALE_SUFFIX, quantize_block_fp8, resolve

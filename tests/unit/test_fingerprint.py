@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from weightcache.checkpoint import Checkpoint, open_checkpoint, with_headers
-from weightcache.errors import CheckpointError
+from weightcache_contract.errors import CheckpointError
 from weightcache.fingerprint import Fingerprint, compute
 from weightcache.quantization import resolve
 from weightcache.sharding import Layout

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.errors import WeightCacheError
+from weightcache_contract.errors import WeightCacheError
 from weightcache.gpu_grant import (
     Grant,
     current_grant,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from weightcache.errors import ProtocolError
+from weightcache_contract.errors import ProtocolError
 from weightcache.manifest import Manifest, TensorEntry, align, contiguous_stride, tensor_views
 from weightcache.protocol import REPLY, FetchReply, decode, encode
 

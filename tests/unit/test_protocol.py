@@ -4,7 +4,7 @@ import struct
 import msgpack
 import pytest
 
-from weightcache.errors import ProtocolError
+from weightcache_contract.errors import ProtocolError
 from weightcache.protocol import REPLY, REQUEST, ErrorReply, Fetch, Hello, PeerClosed, decode, encode, recv_frame
 
 

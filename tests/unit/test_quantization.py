@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from weightcache.errors import UnsupportedQuantization
+from weightcache_contract.errors import UnsupportedQuantization
 from weightcache.quantization import (
     FP8_DTYPE,
     QuantConfig,

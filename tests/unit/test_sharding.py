@@ -1,6 +1,6 @@
 import pytest
 
-from weightcache.errors import ShardingError, UnsupportedArchitecture
+from weightcache_contract.errors import ShardingError, UnsupportedArchitecture
 from weightcache.sharding import (ARCHITECTURES, Layout, Split, Stage, check_heads, kv_split, layer_range, rules_for,
                                  shard_bounds)
 

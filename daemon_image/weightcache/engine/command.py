@@ -93,7 +93,7 @@ def _rank_argv(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import WeightCacheError
+    from weightcache_contract.errors import WeightCacheError
 
     if not args.model:
         raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")

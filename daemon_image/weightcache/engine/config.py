@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
+from weightcache_contract.errors import CheckpointError, ShardingError, UnsupportedArchitecture
+
 from ..experts import num_experts
 from ..sharding import Layout, kv_split
 

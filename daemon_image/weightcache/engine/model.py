@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..errors import BindError, ShardingError
+from weightcache_contract.errors import BindError, ShardingError
+
 from ..quantization import SCALE_SUFFIX
 from ..sharding import Layout
 from .config import ModelConfig

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import WeightCacheError
+
 from ..client import Weights, expect, load_from_disk, load_weights
-from ..errors import WeightCacheError
 from ..probe import probe
 from ..rankfiles import RankFiles
 from ..sharding import Layout
@@ -32,8 +34,6 @@ log = logging.getLogger("weightcache.engine.weights")
 
 Mode = Literal["off", "client", "daemon"]
 MODES: tuple[str, ...] = ("off", "client", "daemon")
-# Arena backends whose tensors live in GPU memory: with them the engine computes on that GPU.
-GPU_BACKENDS: tuple[str, ...] = ("cuda-vmm", "cuda-ipc")
 
 
 @dataclass(frozen=True)
