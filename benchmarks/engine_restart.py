@@ -27,11 +27,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from weightcache.bench import _checkpoint, spec_for
+from weightcache.checkpoints.page_cache import drop_page_cache
 from weightcache.engine.launcher import free_port
-from weightcache.page_cache import drop_page_cache
-from weightcache.rankfiles import RankFiles
-from weightcache.sample_checkpoints import ModelSpec
+from weightcache.tools.bench import _checkpoint, spec_for
+from weightcache.tools.sample_checkpoints import ModelSpec
+from weightcache.wire.rankfiles import RankFiles
 
 PHASES = ("imports", "distributed_init", "weights_bound", "warmup", "ready")
 

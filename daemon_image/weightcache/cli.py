@@ -61,7 +61,7 @@ def _add_layout_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_cache_args(p: argparse.ArgumentParser, required: bool) -> None:
-    from .rankfiles import default_socket_dir
+    from .wire.rankfiles import default_socket_dir
 
     p.add_argument("--socket-dir", default=default_socket_dir(), help="directory holding <name>/rank-N.sock")
     p.add_argument("--name", required=required, default=None if required else "default", help="the cache's name")
@@ -167,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--max-new-tokens", type=int, default=16)
 
     b = sub.add_parser("bench", help="measure disk load, daemon load and map+bind; print a table")
-    from .bench import add_arguments
+    from .tools.bench import add_arguments
 
     add_arguments(b)
 
@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _default_backend(args: argparse.Namespace) -> None:
     if getattr(args, "backend", "unset") is None:
-        from .gpu_identity import gpu_count  # not torch: a restarting daemon must not pay for it
+        from .gpu.gpu_identity import gpu_count  # not torch: a restarting daemon must not pay for it
 
         args.backend = "cuda-vmm" if gpu_count() else "cpu-shm"
 
@@ -204,21 +204,21 @@ def _default_backend(args: argparse.Namespace) -> None:
 def _dispatch(args: argparse.Namespace, started: float) -> int:
     _default_backend(args)
     if args.command in ("keeper", "keeper-ctl") and args.socket_dir is None:
-        from .rankfiles import default_socket_dir
+        from .wire.rankfiles import default_socket_dir
 
         args.socket_dir = default_socket_dir()
     if args.command == "gpu-holder":
         from pathlib import Path
 
-        from .gpu_holder import run as run_holder
+        from .gpu.gpu_holder import run as run_holder
 
         return run_holder(Path(args.out), args.expect)
     if args.command == "keeper":
-        from .keeper import run as run_keeper
+        from .daemon.keeper import run as run_keeper
 
         return run_keeper(args.socket_dir, args.allow_uid, args.allow_gid)
     if args.command == "keeper-ctl":
-        from .keeper import KeeperClient, keeper_socket
+        from .daemon.keeper import KeeperClient, keeper_socket
 
         with KeeperClient(keeper_socket(args.socket_dir)) as keeper:
             if args.action == "list":
@@ -231,11 +231,11 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
     if args.command == "daemon":
         if args.backend in GPU_BACKENDS:
             # cuInit takes ~0.2 s on an H200; it runs while the imports below do (it drops the GIL).
-            from .gpu_identity import gpu_count
+            from .gpu.gpu_identity import gpu_count
 
             threading.Thread(target=gpu_count, name="cuinit", daemon=True).start()
-        from .daemon import DaemonConfig, launch_local_ranks, run
-        from .sharding import Layout
+        from .daemon.rank import DaemonConfig, launch_local_ranks, run
+        from .checkpoints.sharding import Layout
 
         if args.ranks or args.status_addr:
             # The status endpoint lives in the launcher, so asking for it launches even one rank.
@@ -257,28 +257,28 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
             synthetic_fill=args.synthetic_fill)
         return run(cfg)
     if args.command == "status":
-        from .client import DaemonConnection
-        from .rankfiles import RankFiles
+        from .client.weights import DaemonConnection
+        from .wire.rankfiles import RankFiles
 
         with DaemonConnection(RankFiles(args.socket_dir, args.name, args.rank).socket) as conn:
             print(conn.status().model_dump_json(indent=2))
         return 0
     if args.command == "probe":
-        from .probe import probe
+        from .daemon.probe import probe
 
         problems = probe(args.socket_dir, args.name, args.ranks, gpus_file=args.gpus_file)
         for problem in problems:
             print(problem, file=sys.stderr)
         return 1 if problems else 0
     if args.command == "plan":
-        from .planner import plan_world, render
+        from .checkpoints.planner import plan_world, render
 
         world = plan_world(args.model, args.tp_size, args.pp_size, args.ep_size, quantization=args.quantization,
                            weight_block_size=args.weight_block_size, dtype=args.dtype)
         print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
         return 0 if world.ok else 1
     if args.command == "gen-checkpoint":
-        from .sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
+        from .tools.sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
 
         spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
                          num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
@@ -288,11 +288,11 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
         return 0
     if args.command == "hf-generate":
-        from .checkpoint import open_checkpoint
-        from .client import Weights, load_weights
-        from .loader import resolve_dtype
-        from .reference_hf import dump, generate_report
-        from .sharding import Layout
+        from .checkpoints.checkpoint import open_checkpoint
+        from .client.weights import Weights, load_weights
+        from .checkpoints.loader import resolve_dtype
+        from .tools.reference_hf import dump, generate_report
+        from .checkpoints.sharding import Layout
 
         def load() -> "Weights":
             return load_weights(
@@ -305,11 +305,11 @@ def _dispatch(args: argparse.Namespace, started: float) -> int:
         print(dump(generate_report(args.model, load, dtype, args.prompt, args.max_new_tokens, started)))
         return 0
     if args.command == "demo":
-        from .demo import default_workdir, run as run_demo
+        from .tools.demo import default_workdir, run as run_demo
 
         return run_demo(args.workdir or default_workdir(), args.max_new_tokens)
     if args.command == "bench":
-        from .bench import run as run_bench
+        from .tools.bench import run as run_bench
 
         return run_bench(args)
     if args.command == "engine":

@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from weightcache.binding import bind, empty_model
+from weightcache.client.binding import bind, empty_model
 from weightcache_contract.errors import BindError
 
 

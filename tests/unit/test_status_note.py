@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from weightcache import status_note
-from weightcache.progress import Progress
+from weightcache.checkpoints.progress import Progress
 from weightcache_contract.termination import read
 
 

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace) -> Any:
-    from ..rankfiles import default_socket_dir
+    from ..wire.rankfiles import default_socket_dir
     from .weights import WeightSource
 
     return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,

@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 from weightcache_contract.errors import BindError, ShardingError
 
-from ..quantization import SCALE_SUFFIX
-from ..sharding import Layout
+from ..checkpoints.quantization import SCALE_SUFFIX
+from ..checkpoints.sharding import Layout
 from .config import ModelConfig
 from .moe import SparseMoe
 from .parallel import Group

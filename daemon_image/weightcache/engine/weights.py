@@ -25,10 +25,10 @@ from typing import Any, Literal
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import WeightCacheError
 
-from ..client import Weights, expect, load_from_disk, load_weights
-from ..probe import probe
-from ..rankfiles import RankFiles
-from ..sharding import Layout
+from ..checkpoints.sharding import Layout
+from ..client.weights import Weights, expect, load_from_disk, load_weights
+from ..daemon.probe import probe
+from ..wire.rankfiles import RankFiles
 
 log = logging.getLogger("weightcache.engine.weights")
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from weightcache_contract.errors import WeightCacheError
 
-from .page_cache import drop_page_cache
-from .rankfiles import RankFiles
+from ..checkpoints.page_cache import drop_page_cache
+from ..wire.rankfiles import RankFiles
 from .sample_checkpoints import ModelSpec, write_checkpoint
 
 DEMO_SPEC = ModelSpec(family="llama", hidden_size=1024, intermediate_size=2816, num_layers=12, num_heads=16,

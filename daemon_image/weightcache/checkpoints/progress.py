@@ -7,7 +7,7 @@ import sys
 import time
 from typing import TextIO
 
-from . import status_note
+from .. import status_note
 
 log = logging.getLogger("weightcache.load")
 

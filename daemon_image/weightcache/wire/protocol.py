@@ -19,8 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from weightcache_contract.errors import ProtocolError
 
+from ..checkpoints.manifest import Manifest
 from .fingerprint import Fingerprint
-from .manifest import Manifest
 
 SUPPORTED_VERSIONS = (1,)
 MAX_REQUEST_BYTES = 64 * 1024  # what the daemon accepts: requests are tiny

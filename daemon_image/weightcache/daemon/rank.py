@@ -27,14 +27,10 @@ from weightcache_contract import termination
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
 from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
 
-from . import status_note
-from .arena import Arena, adopt_arena, create_arena
-from .checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
-from .fingerprint import compute
-from .gpu_grant import wait_for_grant
-from .gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
-from .keeper import KeeperClient, keeper_socket
-from .loader import (
+from .. import status_note
+from ..arenas.arena import Arena, adopt_arena, create_arena
+from ..checkpoints.checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.loader import (
     SYNTHETIC_REVISION,
     LoadPlan,
     check_layout,
@@ -44,15 +40,19 @@ from .loader import (
     resolve_dtype,
     synthetic_fill,
 )
-from .manifest import Manifest
-from .page_cache import available_memory, prefetch
-from .progress import Progress
-from .protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
-from .quantization import QuantConfig, resolve
-from .rankfiles import RankFiles, ReadyInfo
+from ..checkpoints.manifest import Manifest
+from ..checkpoints.page_cache import available_memory, prefetch
+from ..checkpoints.progress import Progress
+from ..checkpoints.quantization import QuantConfig, resolve
+from ..checkpoints.sharding import Layout
+from ..gpu.gpu_grant import wait_for_grant
+from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
+from ..wire.fingerprint import compute
+from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
+from ..wire.rankfiles import RankFiles, ReadyInfo
+from .keeper import KeeperClient, keeper_socket
 from .server import FramedServer, PeerPolicy, ServerStats
 from .serving import DaemonService, Served
-from .sharding import Layout
 
 log = logging.getLogger("weightcache.daemon")
 

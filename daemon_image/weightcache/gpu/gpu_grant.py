@@ -40,7 +40,7 @@ from pathlib import Path
 
 from weightcache_contract.errors import WeightCacheError
 
-from . import status_note
+from .. import status_note
 
 log = logging.getLogger("weightcache.gpu_grant")
 GRANT_VERSION = 1

@@ -17,10 +17,10 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
-from . import dtypes
-from .binding import empty_model
-from .quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_shape
-from .sharding import ArchitectureRules, rules_for
+from ..checkpoints import dtypes
+from ..checkpoints.quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_shape
+from ..checkpoints.sharding import ArchitectureRules, rules_for
+from ..client.binding import empty_model
 
 FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
             "qwen3_moe": "Qwen3MoeForCausalLM"}

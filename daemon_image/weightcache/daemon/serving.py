@@ -10,10 +10,10 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from .arena import Arena
-from .fingerprint import Fingerprint
-from .manifest import Manifest
-from .protocol import ConfigReply, Fetch, FetchReply, Ping, Pong, QueryConfig, Status, StatusReply, encode
+from ..arenas.arena import Arena
+from ..checkpoints.manifest import Manifest
+from ..wire.fingerprint import Fingerprint
+from ..wire.protocol import ConfigReply, Fetch, FetchReply, Ping, Pong, QueryConfig, Status, StatusReply, encode
 from .server import Reject, Reply, ServerStats
 
 

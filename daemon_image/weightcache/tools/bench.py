@@ -32,8 +32,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .page_cache import drop_page_cache
-from .rankfiles import RankFiles
+from ..checkpoints.page_cache import drop_page_cache
+from ..wire.rankfiles import RankFiles
 
 if TYPE_CHECKING:
     from .sample_checkpoints import ModelSpec
@@ -158,10 +158,10 @@ def _child(argv: list[str]) -> None:
     t0 = time.perf_counter()
     import torch
 
-    from .binding import bind
-    from .client import expect, map_weights
+    from ..client.binding import bind
+    from ..client.weights import expect, map_weights
     from .reference_hf import empty_hf_model
-    from .sharding import Layout
+    from ..checkpoints.sharding import Layout
 
     if backend != "cpu-shm":
         torch.cuda.init()
@@ -277,9 +277,9 @@ def _ms(values: list[float]) -> str:
 def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
     """Every case of ``--cases`` at ``--size-gib``: daemon start, map+bind in fresh engine processes,
     then the daemon SIGKILLed and a new one re-adopting the arena from the keeper; one table."""
-    from .client import DaemonConnection
-    from .keeper import KeeperClient, keeper_socket
-    from .loader import SYNTHETIC_REVISION
+    from ..client.weights import DaemonConnection
+    from ..daemon.keeper import KeeperClient, keeper_socket
+    from ..checkpoints.loader import SYNTHETIC_REVISION
 
     backend = (args.backends or ("cuda-vmm" if gpu else "cpu-shm")).split(",")[0]
     if backend not in ("cpu-shm", "cuda-vmm"):
@@ -362,8 +362,8 @@ def _table(rows: list[tuple[str, str]]) -> None:
 
 
 def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, workers: int) -> str:
-    from .client import DaemonConnection
-    from .keeper import KeeperClient, keeper_socket
+    from ..client.weights import DaemonConnection
+    from ..daemon.keeper import KeeperClient, keeper_socket
 
     keeper = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper",
                                "--socket-dir", socket_dir])

@@ -27,8 +27,8 @@ from pydantic import BaseModel, TypeAdapter
 
 from weightcache_contract.errors import ProtocolError
 
-from . import __version__
-from .protocol import (
+from .. import __version__
+from ..wire.protocol import (
     SUPPORTED_VERSIONS,
     Deadlines,
     ErrorReply,

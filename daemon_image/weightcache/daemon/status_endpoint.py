@@ -26,9 +26,9 @@ from http import HTTPStatus
 from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
-from .device_memory import memory_report
+from ..gpu.device_memory import memory_report
+from ..wire.rankfiles import RankFiles
 from .probe import inspect_rank
-from .rankfiles import RankFiles
 
 RANK_TIMEOUT_S = 1.0
 """Per-rank socket timeout: a stopped or wedged rank costs a scrape this long, not a hang."""

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from weightcache_contract.errors import CacheUnavailable, ProtocolError
 
-from .manifest import Manifest
-from .protocol import (
+from ..checkpoints.manifest import Manifest
+from ..wire.protocol import (
     KEEPER_REQUEST,
     MAX_REPLY_BYTES,
     Deposit,
@@ -135,7 +135,7 @@ class KeeperClient:
     """One connection to the keeper (daemons and tools)."""
 
     def __init__(self, path: str | os.PathLike[str], timeout_s: float = 5.0) -> None:
-        from .client import DaemonConnection
+        from ..client.weights import DaemonConnection
 
         self._conn = DaemonConnection(path, timeout_s, client="keeper-client")
 

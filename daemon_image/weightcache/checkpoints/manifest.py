@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict
 
 from weightcache_contract.errors import ProtocolError
 
+from ..gcpause import gc_paused
 from . import dtypes
-from .gcpause import gc_paused
 
 if TYPE_CHECKING:
     # Views need torch and checks need numpy; the daemon and keeper only move manifests, and

@@ -14,10 +14,10 @@ from pathlib import Path
 
 from weightcache_contract.errors import WeightCacheError
 
-from .client import DaemonConnection
-from .gpu_grant import grant_problem
-from .protocol import StatusReply
-from .rankfiles import RankFiles
+from ..client.weights import DaemonConnection
+from ..gpu.gpu_grant import grant_problem
+from ..wire.protocol import StatusReply
+from ..wire.rankfiles import RankFiles
 
 
 def inspect_rank(socket_dir: str, name: str, rank: int, timeout_s: float = 2.0,

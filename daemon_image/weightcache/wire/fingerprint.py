@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict
 
 if TYPE_CHECKING:  # the model classes here must import without torch (the CLI, the ready file)
-    from .checkpoint import Checkpoint
-    from .quantization import QuantConfig
-    from .sharding import Layout
+    from ..checkpoints.checkpoint import Checkpoint
+    from ..checkpoints.quantization import QuantConfig
+    from ..checkpoints.sharding import Layout
 
 # Bumped whenever the meaning of the bytes on the wire changes; part of the environment stamp.
 PROTOCOL_VERSION = 1
@@ -115,7 +115,7 @@ def environment_stamp(backend: str, device: int = 0, access: str = "read-only") 
     """The software and hardware the arena's bytes are valid for; GPU fields from ``device``.
 
     Imports no torch (see gpu_identity): a re-adopting daemon computes this on its critical path."""
-    from .gpu_identity import gpu_count, gpu_facts, torch_build
+    from ..gpu.gpu_identity import gpu_count, gpu_facts, torch_build
 
     torch_version, cuda_runtime = torch_build()
     gpu: dict[str, str | None] = {"device_kind": "cpu"}
@@ -139,7 +139,7 @@ def compute(
     device: int = 0,
     access: str = "read-only",
 ) -> Fingerprint:
-    from .manifest import LAYOUT_VERSION
+    from ..checkpoints.manifest import LAYOUT_VERSION
 
     return Fingerprint(
         model_path=str(checkpoint.path),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Literal
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import WeightCacheError
 
-from .protocol import CudaIpcHandle
+from ..wire.protocol import CudaIpcHandle
 
 if TYPE_CHECKING:
     import torch

@@ -15,9 +15,9 @@ from typing import Any, Callable
 
 import torch
 
-from . import dtypes
-from .binding import bind, empty_model
-from .client import Weights
+from ..checkpoints import dtypes
+from ..client.binding import bind, empty_model
+from ..client.weights import Weights
 
 
 def empty_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
@@ -51,7 +51,7 @@ def dequantized_hf_model(model_dir: str | Path, weights: Weights, dtype: str, bl
     """transformers' model bound to block-FP8 weights dequantized in full (a copy, in ``dtype``):
     the oracle for FP8 weights, which transformers has no block-FP8 kernel of its own to run. The
     other tensors are cast to ``dtype`` too (shared, not copied, when they already are)."""
-    from .quantization import SCALE_SUFFIX, dequantize_block_fp8
+    from ..checkpoints.quantization import SCALE_SUFFIX, dequantize_block_fp8
 
     tensors = {}
     for name, tensor in weights.tensors.items():

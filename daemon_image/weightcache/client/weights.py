@@ -18,13 +18,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 
-from .arena import Access, MappedArena, map_arena
-from .checkpoint import Checkpoint, open_checkpoint, with_headers
-from .fingerprint import Fingerprint, compute
-from .gpu_identity import gpu_count
-from .loader import load_to_memory, plan_rank, resolve_dtype
-from .manifest import Manifest, tensor_views
-from .protocol import (
+from ..arenas.arena import Access, MappedArena, map_arena
+from ..checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
+from ..checkpoints.loader import load_to_memory, plan_rank, resolve_dtype
+from ..checkpoints.manifest import Manifest, tensor_views
+from ..checkpoints.quantization import QuantConfig, resolve
+from ..checkpoints.sharding import Layout
+from ..gpu.gpu_identity import gpu_count
+from ..wire.fingerprint import Fingerprint, compute
+from ..wire.protocol import (
     MAX_REPLY_BYTES,
     REPLY,
     SUPPORTED_VERSIONS,
@@ -43,9 +45,7 @@ from .protocol import (
     recv_frame,
     send_frame,
 )
-from .quantization import QuantConfig, resolve
-from .rankfiles import RankFiles
-from .sharding import Layout
+from ..wire.rankfiles import RankFiles
 
 if TYPE_CHECKING:  # the connection and protocol parts serve the torch-free daemon and keeper too
     import torch

@@ -17,7 +17,7 @@ from torch import nn
 
 from weightcache_contract.errors import BindError
 
-from .gcpause import gc_paused
+from ..gcpause import gc_paused
 
 
 @contextlib.contextmanager

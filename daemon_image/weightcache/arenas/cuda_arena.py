@@ -27,9 +27,9 @@ import torch
 
 from weightcache_contract.errors import CacheUnavailable, WeightCacheError
 
-from . import gpu_identity
+from ..gpu import gpu_identity
+from ..wire.protocol import CudaIpcHandle
 from .arena import Access, Arena, Export, MappedArena
-from .protocol import CudaIpcHandle
 
 
 def _cu() -> Any:
