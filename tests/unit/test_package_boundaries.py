@@ -2,7 +2,8 @@
 plane), so the operator must never import the data plane (``weightcache``) or torch, and the
 contract, which both sides import, must import neither side. Checked in fresh interpreters that
 could import everything (the whole checkout on the path), so a stray import shows up as a loaded
-module, not as an ImportError that some other path might hide."""
+module, not as an ImportError that some other path might hide. Inside the data plane, a package
+imports only packages below it."""
 
 import json
 import os
@@ -62,3 +63,47 @@ def test_the_check_sees_a_forbidden_import() -> None:
     """The check itself: importing the data plane's CLI is seen as loading ``weightcache``."""
     found = forbidden_imports(["weightcache.cli"], ["weightcache"])
     assert "weightcache.cli" in found.get("weightcache.cli", []), found
+
+
+# The data plane's packages, lowest first; a package may import only those before it (and the
+# top-level helpers). ``checkpoints`` and ``gpu`` are both at the bottom and import neither other.
+DATA_PLANE_ORDER = [{"checkpoints", "gpu"}, {"wire"}, {"arenas"}, {"client"}, {"daemon"}, {"engine"}, {"tools"}]
+HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "__version__"}
+
+
+def data_plane_imports() -> dict[str, set[str]]:
+    """Each data-plane subpackage → the other top-level parts of ``weightcache`` it imports (relative
+    imports, including the ones inside functions)."""
+    import ast
+
+    found: dict[str, set[str]] = {}
+    root = ROOT / "daemon_image"
+    for source in (root / "weightcache").rglob("*.py"):
+        parts = source.relative_to(root).with_suffix("").parts
+        if len(parts) < 3:
+            continue
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = list(parts[:-1])[: len(parts) - node.level]
+                targets = [base + node.module.split(".")] if node.module else [base + [a.name] for a in node.names]
+                for target in targets:
+                    if target[1] != parts[1]:
+                        found.setdefault(parts[1], set()).add(target[1])
+    return found
+
+
+def test_data_plane_packages_import_only_lower_ones() -> None:
+    allowed: set[str] = set()
+    wrong = {}
+    for level in DATA_PLANE_ORDER:
+        for package in level:
+            above = data_plane_imports().get(package, set()) - allowed - HELPERS
+            if above:
+                wrong[package] = sorted(above)
+        allowed |= level
+    assert not wrong, f"packages importing their own level or above (move the shared piece down): {wrong}"
+
+
+def test_the_layer_check_sees_every_package() -> None:
+    packages = {p.name for p in (ROOT / "daemon_image" / "weightcache").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set().union(*DATA_PLANE_ORDER)
