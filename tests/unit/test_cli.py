@@ -49,3 +49,19 @@ def test_rank_flags_leave_out_what_is_unset() -> None:
     for absent in ("--weight-block-size", "--socket-group", "--allow-uid", "--gpus-file", "--synthetic-fill", "--ranks"):
         assert absent not in argv, argv
     assert argv[argv.index("--revision") + 1] == ""
+
+
+def test_every_module_the_code_runs_with_python_m_exists() -> None:
+    """Processes are started as ``python -m weightcache...``: a moved module must take its callers along."""
+    import importlib.util
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    named: set[str] = set()
+    for folder in ("daemon_image", "benchmarks", "tests"):
+        for source in (root / folder).rglob("*.py"):
+            named.update(re.findall(r"""["']-m["'],\s*["'](weightcache[\w.]*)["']""", source.read_text()))
+    assert "weightcache.tools.bench" in named, named
+    missing = sorted(name for name in named if importlib.util.find_spec(name) is None)
+    assert not missing, f"python -m targets that do not exist: {missing}"

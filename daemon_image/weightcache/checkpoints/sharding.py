@@ -127,7 +127,7 @@ def rules_for(architecture: str) -> ArchitectureRules:
     except KeyError:
         raise UnsupportedArchitecture(
             f"architecture {architecture!r} is not supported; supported: {', '.join(sorted(ARCHITECTURES))}. "
-            "Adding one means adding its sharding table to weightcache.sharding"
+            "Adding one means adding its sharding table to weightcache.checkpoints.sharding"
         ) from None
 
 

@@ -263,7 +263,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _engine_run(path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "weightcache.bench", str(path), socket_dir, name, backend, quantization,
+    out = subprocess.run([sys.executable, "-m", "weightcache.tools.bench", str(path), socket_dir, name, backend, quantization,
                           revision], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"engine process failed ({out.returncode}):\n{out.stderr[-4000:]}")
