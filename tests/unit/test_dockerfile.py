@@ -105,3 +105,10 @@ def test_operator_image_installs_what_its_packages_import() -> None:
     distribution = {"yaml": "pyyaml", "urllib3": "kubernetes"}
     missing = {name for name in third_party if f'"{distribution.get(name, name)}>=' not in installs}
     assert not missing, f"the operator stage does not install {sorted(missing)}"
+
+
+def test_daemon_image_copies_every_package_root_it_installs() -> None:
+    """The daemon stage installs this project: every root pyproject.toml finds packages in must be copied."""
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["where"]
+    copied = {line.split()[1].rstrip("/") for line in stage_lines("daemon") if line.startswith("COPY")}
+    assert set(roots) <= copied, f"the daemon stage does not copy {sorted(set(roots) - copied)}"
