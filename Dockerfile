@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # Two images from one file:
-#   operator: the kopf control plane, small and without torch.
+#   operator: the kopf control plane, small: weightcache_operator and weightcache_contract only, no torch
+#             and no data plane (weightcache) package.
 #   daemon:   torch + CUDA runtime, the weightcache package; runs daemons, the keeper and the reference engine.
 # Base images are pinned by tag; pin by digest in your registry mirror for reproducible builds.
 
@@ -9,12 +10,13 @@ LABEL org.opencontainers.image.title="weightcache-operator" \
       org.opencontainers.image.description="Kubernetes operator for weightcache" \
       org.opencontainers.image.licenses="Apache-2.0"
 WORKDIR /app
-COPY pyproject.toml README.md ./
-COPY daemon_image/ daemon_image/
-COPY operator/ operator/
-RUN pip install --no-cache-dir --no-deps . \
-    && pip install --no-cache-dir "kopf>=1.37" "kubernetes>=29.0" "pydantic>=2.6" "pyyaml>=6.0" \
+# The two packages are copied, not installed from pyproject.toml: that project is the whole of
+# weightcache, torch included, and would bring the data plane's console script along.
+RUN pip install --no-cache-dir "kopf>=1.37" "kubernetes>=29.0" "pydantic>=2.6" "pyyaml>=6.0" \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+COPY contract/weightcache_contract/ weightcache_contract/
+COPY operator/weightcache_operator/ weightcache_operator/
+ENV PYTHONPATH=/app
 USER 10001
 ENTRYPOINT ["python", "-m", "weightcache_operator"]
 
@@ -33,6 +35,7 @@ ENV VIRTUAL_ENV=/opt/weightcache PATH=/opt/weightcache/bin:$PATH
 WORKDIR /app
 COPY requirements.lock pyproject.toml README.md ./
 RUN pip install --no-cache-dir -r requirements.lock
+COPY contract/ contract/
 COPY daemon_image/ daemon_image/
 COPY operator/ operator/
 RUN pip install --no-cache-dir --no-deps . \

@@ -8,7 +8,7 @@ the first SSE chunk of a streaming one). ``off`` runs twice: with the checkpoint
 from the page cache first (a restart on a busy node) and warm. It is a script, not a test: it
 prints a table and asserts nothing.
 
-    PYTHONPATH=daemon_image .venv/bin/python benchmarks/engine_restart.py --size-gib 1 --tp-size 2
+    PYTHONPATH=contract:daemon_image .venv/bin/python benchmarks/engine_restart.py --size-gib 1 --tp-size 2
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from weightcache.bench import _checkpoint, spec_for
+from weightcache.checkpoints.page_cache import drop_page_cache
 from weightcache.engine.launcher import free_port
-from weightcache.page_cache import drop_page_cache
-from weightcache.rankfiles import RankFiles
-from weightcache.sample_checkpoints import ModelSpec
+from weightcache.tools.bench import _checkpoint, spec_for
+from weightcache.tools.sample_checkpoints import ModelSpec
+from weightcache.wire.rankfiles import RankFiles
 
 PHASES = ("imports", "distributed_init", "weights_bound", "warmup", "ready")
 

@@ -31,7 +31,7 @@ end against the kills show whether a healthy active was ever judged silent.
 It is a script, not a test: it prints a table and asserts nothing. Needs the e2e cluster build
 (tests/cluster/build.sh, cached) and runs as root like the e2e tests.
 
-    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 9
+    PYTHONPATH=contract:daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 9
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ reason, failed requests, the time the Service had no Ready endpoint, the most da
 node ran at once, checkpoint bytes the new daemons read, and the total time. A script, not a
 test: it prints a table and asserts nothing.
 
-    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/generation_change.py
+    PYTHONPATH=contract:daemon_image:operator:tests/cluster .venv/bin/python benchmarks/generation_change.py
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ in ``--workdir`` between runs), then measures
 It prints one table at the end (progress goes to stderr) and asserts nothing. Full size: Qwen3-30B-A3B's shapes (hidden 2048, 128
 experts of width 768, top 8, 32 heads, 4 KV heads) with 28 of its 48 layers: 16.5 GiB.
 
-    PYTHONPATH=daemon_image python benchmarks/moe.py                 # one GPU, about 3-4 minutes
-    PYTHONPATH=daemon_image python benchmarks/moe.py --small         # CPU, tiny, seconds
+    PYTHONPATH=contract:daemon_image python benchmarks/moe.py                 # one GPU, about 3-4 minutes
+    PYTHONPATH=contract:daemon_image python benchmarks/moe.py --small         # CPU, tiny, seconds
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from weightcache.bench import _checkpoint, _Daemon, _safetensors_load, _table
-from weightcache.page_cache import drop_page_cache
-from weightcache.sample_checkpoints import ModelSpec
+from weightcache.checkpoints.page_cache import drop_page_cache
+from weightcache.tools.bench import _checkpoint, _Daemon, _safetensors_load, _table
+from weightcache.tools.sample_checkpoints import ModelSpec
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12, 5, 77, 1000, 64, 8, 31, 600]
 BLOCK = (128, 128)
@@ -58,11 +58,11 @@ def child(model_dir: str, socket_dir: str, name: str, backend: str) -> None:
     t0 = time.perf_counter()
     import torch
 
-    from weightcache.client import expect, map_weights
+    from weightcache.checkpoints.sharding import Layout
+    from weightcache.client.weights import expect, map_weights
     from weightcache.engine.config import ModelConfig
     from weightcache.engine.model import Model
     from weightcache.engine.parallel import Group
-    from weightcache.sharding import Layout
 
     if backend != "cpu-shm":
         torch.empty(1, device="cuda")
@@ -85,12 +85,12 @@ def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: 
     as the yardstick of what bf16 itself costs, in float32."""
     import torch
 
-    from weightcache.client import expect, map_weights
+    from weightcache.checkpoints.sharding import Layout
+    from weightcache.client.weights import expect, map_weights
     from weightcache.engine.config import ModelConfig
     from weightcache.engine.model import Model
     from weightcache.engine.parallel import Group
-    from weightcache.reference_hf import dequantized_hf_model
-    from weightcache.sharding import Layout
+    from weightcache.tools.reference_hf import dequantized_hf_model
 
     weights = map_weights(expect(str(model_dir), Layout(), dtype="bfloat16", quantization="fp8", backend=backend),
                           socket_dir, name)

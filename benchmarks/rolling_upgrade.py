@@ -9,7 +9,7 @@ complete. It prints failed requests, the checkpoint bytes the daemons read durin
 (their own disk_bytes_read counters), daemon restarts, total time and the time per replica
 (from status.rollout.updated). A script, not a test: it prints a table and asserts nothing.
 
-    PYTHONPATH=daemon_image:operator:tests/cluster .venv/bin/python benchmarks/rolling_upgrade.py
+    PYTHONPATH=contract:daemon_image:operator:tests/cluster .venv/bin/python benchmarks/rolling_upgrade.py
 """
 
 from __future__ import annotations

@@ -83,7 +83,7 @@ def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None, node
     specs = [NodeSpec(name, labels=node_labels()) for name in names]
     kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
         root=work / "kubelet", nodes=specs, serving_cert=plane.kubelet_serving_cert,
-        environment={MARKER: session, "PYTHONPATH": str(REPO / "daemon_image")}))  # fmt: skip
+        environment={MARKER: session, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image"))}))  # fmt: skip
     operator: subprocess.Popen[bytes] | None = None
     try:
         kubelet.start()

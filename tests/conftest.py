@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.rankfiles import RankFiles
-from weightcache.sample_checkpoints import ModelSpec, write_checkpoint
+from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
+from weightcache.wire.rankfiles import RankFiles
 
 
 @pytest.fixture(scope="session")
@@ -82,8 +82,8 @@ def lean_env(tmp_path: Path) -> dict[str, str]:
 @pytest.fixture
 def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Start ``weightcache keeper`` on the test's socket dir; waits until it answers."""
-    from weightcache.errors import CacheUnavailable
-    from weightcache.keeper import KeeperClient, keeper_socket
+    from weightcache.daemon.keeper import KeeperClient, keeper_socket
+    from weightcache_contract.errors import CacheUnavailable
 
     procs: list[subprocess.Popen[str]] = []
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .termination import clip
+from weightcache_contract.termination import clip
 
 ENV = "WEIGHTCACHE_STATUS_NOTE"
 

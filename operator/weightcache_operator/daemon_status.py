@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pydantic import ValidationError
-from weightcache.daemon_report import DaemonReport
+from weightcache_contract.daemon_report import DaemonReport
 
 from .render.layout import STATUS_PORT, STATUS_PORT_NAME
 

@@ -30,8 +30,8 @@ import zlib
 from typing import Any
 
 import kopf
-from weightcache.errors import WeightCacheError
-from weightcache.readonly_http import ReadOnlyServer
+from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.readonly_http import ReadOnlyServer
 
 from .kubeapi import ApiError, KubeApi
 from .objects import conditions_ready

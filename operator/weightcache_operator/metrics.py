@@ -13,7 +13,7 @@
 - ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the failure's API
   timestamp (one-second resolution) → the operator noticing it (histogram).
 
-The writer is ``weightcache.prometheus`` (standard library only), so no new dependency.
+The writer is ``weightcache_contract.prometheus`` (standard library only), so no new dependency.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ import os
 import threading
 from typing import Any, get_args
 
-from weightcache.prometheus import Metrics
-from weightcache.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
+from weightcache_contract.prometheus import Metrics
+from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
 
 from .spec import Phase
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from weightcache.daemon_report import DaemonReport
+from weightcache_contract.daemon_report import DaemonReport
 
 from .objects import Object, pod_ready
 

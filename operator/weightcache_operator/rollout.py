@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from weightcache.daemon_report import HOST_DEVICE, DaemonReport
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.daemon_report import HOST_DEVICE, DaemonReport
 
-from .render.gpu_holder import GPU_BACKENDS
 from .objects import Object, PodView, condition, stamp
 
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]

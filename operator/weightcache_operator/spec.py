@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from weightcache_contract.backends import Backend
 
 GROUP = "weightcache.io"
 VERSION = "v1alpha1"
@@ -30,7 +31,6 @@ SHORT_NAMES = ("wc",)
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 QuantizationMethod = Literal["none", "fp8"]
-Backend = Literal["cuda-vmm", "cuda-ipc", "cpu-shm"]
 GpuAccess = Literal["visibleDevices", "dra"]
 WeightFallback = Literal["disk", "error"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]

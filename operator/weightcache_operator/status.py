@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from weightcache.daemon_report import DaemonReport
+from weightcache_contract.daemon_report import DaemonReport
 
 from .engine_units import units
 from .objects import Object, PodView, condition as make_condition

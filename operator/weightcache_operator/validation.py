@@ -8,12 +8,11 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import ValidationError
+from weightcache_contract.backends import BACKENDS, GPU_BACKENDS
 
 from .spec import WeightCache
 
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc"})
-KNOWN_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc", "cpu-shm"})
 VERIFIED_FP8_BLOCK = [128, 128]
 
 
@@ -31,8 +30,8 @@ def problems(cache: WeightCache) -> list[str]:
     """Every cross-field mistake in ``cache.spec``; empty when the operator can run it."""
     spec = cache.spec
     found: list[str] = []
-    if spec.daemon.backend not in KNOWN_BACKENDS:
-        found.append(f"spec.daemon.backend {spec.daemon.backend!r} is unknown; use one of {sorted(KNOWN_BACKENDS)}")
+    if spec.daemon.backend not in BACKENDS:
+        found.append(f"spec.daemon.backend {spec.daemon.backend!r} is unknown; use one of {sorted(BACKENDS)}")
     per_node = spec.parallelism.ranks_per_node
     if spec.engine.gpu_access == "dra":
         if any(GPU_RESOURCE in ((spec.daemon.resources or {}).get(k) or {}) for k in ("limits", "requests")):

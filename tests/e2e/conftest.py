@@ -99,7 +99,7 @@ def kubelet(
         # Pods run our code from this checkout (`python -m weightcache`, `python -m weightcache_operator`),
         # as the images have both packages installed.
         environment={MARKER: test_session_id, "PYTHONPATH": os.pathsep.join(
-            str(Path(__file__).resolve().parents[2] / part) for part in ("daemon_image", "operator"))},  # fmt: skip
+            str(Path(__file__).resolve().parents[2] / part) for part in ("contract", "daemon_image", "operator"))},  # fmt: skip
         serving_cert=cluster.kubelet_serving_cert,
     )
     agent = ProcessKubelet(kube, cluster.port, config)

@@ -77,7 +77,7 @@ def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
         [sys.executable, "-m", "weightcache", "engine", "--model", str(checkpoint), "--tp-size",
          str(sample["parallelism"]["tensor"]), "--dtype", sample["model"]["dtype"], "--weight-cache-mode", "off",
          "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
-        env={**os.environ, "PYTHONPATH": str(REPO / "daemon_image")},
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image"))},
         stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
     )  # fmt: skip
     try:
@@ -123,7 +123,7 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
-            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("daemon_image", "operator")),
+            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image", "operator")),
             "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
             "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
             "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{metrics_port}",

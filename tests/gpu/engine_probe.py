@@ -10,9 +10,9 @@ import sys
 
 import torch
 
-from weightcache.client import load_weights
-from weightcache.reference_hf import bound_hf_model
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import load_weights
+from weightcache.tools.reference_hf import bound_hf_model
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9]
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from weightcache.client import DaemonConnection, expect, load_from_disk
-from weightcache.reference_hf import bound_hf_model, oracle_hf_model
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, expect, load_from_disk
+from weightcache.tools.reference_hf import bound_hf_model, oracle_hf_model
 
 pytestmark = pytest.mark.gpu
 PROBE = str(Path(__file__).with_name("engine_probe.py"))
@@ -140,7 +140,7 @@ def test_two_engines_map_one_arena_without_copies(checkpoint_factory, start_daem
 def test_gpu_identity_without_torch_agrees_with_torch() -> None:
     """The driver-API facts (daemon side, torch-free) and torch's view (engine side) must format
     identically, or fingerprints and UUID lookups would disagree between the two."""
-    from weightcache.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid, torch_build
+    from weightcache.gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid, torch_build
 
     assert gpu_count() == torch.cuda.device_count()
     for ordinal in range(gpu_count()):
@@ -166,8 +166,8 @@ def test_free_memory_report_agrees_with_cuda_and_sees_a_daemons_arena(gpu_ckpt, 
     """NVML (read by the status endpoint without a CUDA context) and the CUDA runtime count the
     same device memory; a daemon's load shows up in it, which is what the blue/green decision
     weighs a second copy against."""
-    from weightcache.device_memory import gpu_memory
-    from weightcache.status_endpoint import collect
+    from weightcache.daemon.status_endpoint import collect
+    from weightcache.gpu.device_memory import gpu_memory
 
     uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
     torch.cuda.synchronize()

@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from weightcache.client import DaemonConnection
-from weightcache.device_memory import gpu_memory, nvml_gpu_uuids
-from weightcache.gpu_grant import Grant, current_grant, take_lock, write_grant
-from weightcache.probe import probe
+from weightcache.client.weights import DaemonConnection
+from weightcache.daemon.probe import probe
+from weightcache.gpu.device_memory import gpu_memory, nvml_gpu_uuids
+from weightcache.gpu.gpu_grant import Grant, current_grant, take_lock, write_grant
 
 pytestmark = pytest.mark.gpu
 PROBE = str(Path(__file__).with_name("engine_probe.py"))
@@ -45,7 +45,7 @@ def engine(ckpt: Path, socket_dir: str, backend: str, dtype: str) -> dict:
 
 
 def status(socket_dir: str):
-    from weightcache.rankfiles import RankFiles
+    from weightcache.wire.rankfiles import RankFiles
 
     with DaemonConnection(RankFiles(socket_dir, "tiny", 0).socket) as conn:
         return conn.status()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from weightcache.demo import run_engine
-from weightcache.reference_hf import greedy, oracle_hf_model, tokenizer_for
+from weightcache.tools.demo import run_engine
+from weightcache.tools.reference_hf import greedy, oracle_hf_model, tokenizer_for
 
 pytestmark = pytest.mark.gpu
 PROMPT = "The weight cache"

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from weightcache.client import load_weights
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import load_weights
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import Group
-from weightcache.reference_hf import dequantized_hf_model
-from weightcache.sharding import Layout
+from weightcache.tools.reference_hf import dequantized_hf_model
 
 pytestmark = pytest.mark.gpu
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]

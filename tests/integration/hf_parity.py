@@ -15,12 +15,12 @@ from pathlib import Path
 
 import torch
 
-from weightcache.client import expect, load_from_disk
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import expect, load_from_disk
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import Group
-from weightcache.reference_hf import greedy, oracle_hf_model
-from weightcache.sharding import Layout
+from weightcache.tools.reference_hf import greedy, oracle_hf_model
 
 # Qwen3 with head_dim 128 and two query heads per KV head, like the model the issue measured on the
 # H200 (hidden 2048, 16 heads, 8 KV heads), at half the width and a quarter of the layers so that

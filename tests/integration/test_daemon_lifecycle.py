@@ -9,13 +9,13 @@ import sys
 import time
 
 
-from weightcache.probe import probe
+from weightcache.daemon.probe import probe
 
 ENGINE = r"""
 import json, sys
-from weightcache.client import load_weights
-from weightcache.reference_hf import bound_hf_model, greedy
-from weightcache.sharding import Layout
+from weightcache.client.weights import load_weights
+from weightcache.tools.reference_hf import bound_hf_model, greedy
+from weightcache.checkpoints.sharding import Layout
 
 model_dir, socket_dir, name = sys.argv[1:]
 w = load_weights(model_dir, Layout(), socket_dir=socket_dir, name=name, fallback="error", dtype="bfloat16")

@@ -16,7 +16,7 @@ import pytest
 from engine_process import EngineFactory, engines
 
 from weightcache.engine.launcher import free_port, local_ranks
-from weightcache.errors import WeightCacheError
+from weightcache_contract.errors import WeightCacheError
 
 PROMPTS = ["The weight cache", "def add(a, b):"]
 

@@ -19,13 +19,13 @@ import numpy as np
 import pytest
 import torch
 
-from weightcache.client import expect, load_from_disk
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import expect, load_from_disk
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.launcher import free_port
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import Group
-from weightcache.reference_hf import greedy, oracle_hf_model
-from weightcache.sharding import Layout
+from weightcache.tools.reference_hf import greedy, oracle_hf_model
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
 ATOL, RTOL = 2e-4, 1e-5
@@ -39,7 +39,7 @@ from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import init_group
 from weightcache.engine.weights import WeightSource, load_rank
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
 
 model_dir, rank, size, addr, out, mode, socket_dir, name, dtype, quant, ep = sys.argv[1:]
 rank, size, ep = int(rank), int(size), int(ep)

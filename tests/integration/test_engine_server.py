@@ -346,7 +346,7 @@ def test_daemon_mode_spawns_daemons_once_and_later_starts_map_them(llama, socket
 
 def stop_spawned_daemons(socket_dir: str, name: str) -> None:
     """Daemons spawned by daemon mode outlive engines by design: stop them at the end of a test."""
-    from weightcache.rankfiles import RankFiles
+    from weightcache.wire.rankfiles import RankFiles
 
     info = RankFiles(socket_dir, name, 0).read_ready()
     if info is not None:

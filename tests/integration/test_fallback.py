@@ -4,11 +4,11 @@ import socket
 
 import pytest
 
-from weightcache.client import DaemonConnection, load_weights
-from weightcache.errors import CacheUnavailable, FingerprintMismatch, UnsupportedQuantization
-from weightcache.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, recv_frame, send_frame
-from weightcache.rankfiles import RankFiles
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, load_weights
+from weightcache.wire.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, recv_frame, send_frame
+from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, UnsupportedQuantization
 
 
 def test_missing_daemon_falls_back_to_disk_and_says_why(llama, socket_dir) -> None:

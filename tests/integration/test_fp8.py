@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from weightcache.client import expect, load_from_disk, load_weights
-from weightcache.quantization import FP8_DTYPE, dequantize_block_fp8, quantize_block_fp8
-from weightcache.sharding import Layout, rules_for
+from weightcache.checkpoints.quantization import FP8_DTYPE, dequantize_block_fp8, quantize_block_fp8
+from weightcache.checkpoints.sharding import Layout, rules_for
+from weightcache.client.weights import expect, load_from_disk, load_weights
 
 SPEC = dict(family="llama", hidden_size=256, intermediate_size=384, num_heads=4, num_kv_heads=2, num_layers=2)
 # Every TP=2 shard of this one covers whole 128×128 blocks.

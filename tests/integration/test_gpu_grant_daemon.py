@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.gpu_grant import Grant, take_lock, write_grant
+from weightcache.gpu.gpu_grant import Grant, take_lock, write_grant
 
 FAKE = "GPU-00000000-1111-2222-3333-444444444444"
 

@@ -5,9 +5,9 @@ import time
 
 import torch
 
-from weightcache.client import DaemonConnection, expect, load_from_disk, load_weights
-from weightcache.keeper import KeeperClient, keeper_socket
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
+from weightcache.daemon.keeper import KeeperClient, keeper_socket
 
 
 def wait_for(condition, timeout: float = 30, what: str = "condition"):
@@ -124,9 +124,9 @@ def test_release_when_told(llama, start_keeper, start_daemon) -> None:
 
 
 def test_keeper_refuses_a_deposit_without_an_fd(llama, start_keeper, start_daemon) -> None:
-    from weightcache.errors import ProtocolError
-    from weightcache.manifest import Manifest
-    from weightcache.protocol import Deposit, KeeperAck
+    from weightcache.checkpoints.manifest import Manifest
+    from weightcache.wire.protocol import Deposit, KeeperAck
+    from weightcache_contract.errors import ProtocolError
 
     start_keeper()
     daemon = start_daemon(llama, "--dtype", "bfloat16", "--keeper", "off")

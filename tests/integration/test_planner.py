@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.client import expect, load_from_disk
-from weightcache.planner import plan_world
-from weightcache.sample_checkpoints import ModelSpec, write_sparse_checkpoint
-from weightcache.sharding import Layout
+from weightcache.checkpoints.planner import plan_world
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import expect, load_from_disk
+from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 
 LLAMA_70B = ModelSpec(family="llama", hidden_size=8192, intermediate_size=28672, num_layers=80, num_heads=64,
                       num_kv_heads=8, vocab_size=128256, tokenizer=False)
@@ -22,7 +22,8 @@ LLAMA_70B = ModelSpec(family="llama", hidden_size=8192, intermediate_size=28672,
 # (rchar: every read/pread, page cache or not) covers the planning and nothing else.
 MEASURED = r"""
 import json, sys
-from weightcache import cli, planner  # noqa: F401
+from weightcache import cli
+from weightcache.checkpoints import planner  # noqa: F401
 def rchar():
     return int(dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())["rchar"])
 before = rchar()

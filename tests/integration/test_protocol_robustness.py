@@ -10,10 +10,10 @@ import msgpack
 import pytest
 import torch
 
-from weightcache.client import DaemonConnection, expect, load_from_disk, map_weights
-from weightcache.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, encode, recv_frame, send_frame
-from weightcache.rankfiles import RankFiles
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, expect, load_from_disk, map_weights
+from weightcache.wire.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, encode, recv_frame, send_frame
+from weightcache.wire.rankfiles import RankFiles
 
 
 @pytest.fixture

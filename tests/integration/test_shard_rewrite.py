@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from weightcache.client import DaemonConnection, expect, load_from_disk, load_weights
-from weightcache.errors import FingerprintMismatch
-from weightcache.keeper import KeeperClient, keeper_socket
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
+from weightcache.daemon.keeper import KeeperClient, keeper_socket
+from weightcache_contract.errors import FingerprintMismatch
 
 
 def rewrite_keeping_size_and_mtime(shard: Path) -> None:

@@ -6,9 +6,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from weightcache.client import expect, load_from_disk, load_weights
-from weightcache.errors import ShardingError
-from weightcache.sharding import Layout, Split, rules_for
+from weightcache.checkpoints.sharding import Layout, Split, rules_for
+from weightcache.client.weights import expect, load_from_disk, load_weights
+from weightcache_contract.errors import ShardingError
 
 
 def full_tensors(ckpt: Path) -> dict[str, torch.Tensor]:

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from weightcache.client import DaemonConnection
-from weightcache.protocol import (
+from weightcache.client.weights import DaemonConnection
+from weightcache.daemon.server import FramedServer, PeerPolicy, Reply
+from weightcache.wire.protocol import (
     MAX_REPLY_BYTES, REPLY, REQUEST, ErrorReply, Hello, Ping, Pong, decode, encode, recv_frame,
 )
-from weightcache.server import FramedServer, PeerPolicy, Reply
 
 NOBODY = 65534
 

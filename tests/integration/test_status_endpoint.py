@@ -16,12 +16,12 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from weightcache.checkpoint import open_checkpoint
-from weightcache.client import load_weights
-from weightcache.daemon_report import DaemonReport, node_fingerprint
-from weightcache.loader import plan_rank, resolve_dtype
-from weightcache.quantization import resolve
-from weightcache.sharding import Layout
+from weightcache.checkpoints.checkpoint import open_checkpoint
+from weightcache.checkpoints.loader import plan_rank, resolve_dtype
+from weightcache.checkpoints.quantization import resolve
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import load_weights
+from weightcache_contract.daemon_report import DaemonReport, node_fingerprint
 
 
 def free_port() -> int:

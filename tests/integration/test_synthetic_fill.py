@@ -7,9 +7,9 @@ from pathlib import Path
 
 import torch
 
-from weightcache.client import DaemonConnection, load_weights
-from weightcache.loader import SYNTHETIC_REVISION
-from weightcache.sharding import Layout
+from weightcache.checkpoints.loader import SYNTHETIC_REVISION
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import DaemonConnection, load_weights
 
 
 def test_an_engine_expecting_real_weights_never_maps_a_synthetic_arena(llama: Path, start_daemon) -> None:

@@ -12,7 +12,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from weightcache.termination import ENV
+from weightcache_contract.termination import ENV
 
 
 def free_port() -> int:

@@ -5,18 +5,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from weightcache.client import load_weights
-from weightcache.reference_hf import bound_hf_model
-from weightcache.sharding import Layout
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import load_weights
+from weightcache.tools.reference_hf import bound_hf_model
 
 SPEC = dict(family="llama", hidden_size=512, intermediate_size=1408, num_layers=8, vocab_size=4096, tokenizer=False)
 
 ENGINE = r"""
 import json, sys, torch
-from weightcache.binding import bind
-from weightcache.client import load_weights
-from weightcache.reference_hf import empty_hf_model
-from weightcache.sharding import Layout
+from weightcache.client.binding import bind
+from weightcache.client.weights import load_weights
+from weightcache.tools.reference_hf import empty_hf_model
+from weightcache.checkpoints.sharding import Layout
 
 def anon_kib():
     for line in open("/proc/self/status"):

@@ -2,8 +2,8 @@ import pytest
 import torch
 from torch import nn
 
-from weightcache.binding import bind, empty_model
-from weightcache.errors import BindError
+from weightcache.client.binding import bind, empty_model
+from weightcache_contract.errors import BindError
 
 
 class Tiny(nn.Module):

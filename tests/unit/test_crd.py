@@ -23,7 +23,7 @@ def test_checked_in_crd_is_the_generated_one() -> None:
     checked_in = (ROOT / "crds" / "weightcache.yaml").read_text()
     assert checked_in == crd.render(), (
         "crds/weightcache.yaml differs from the models in operator/weightcache_operator/spec.py; "
-        f"regenerate it with `PYTHONPATH=operator {crd.COMMAND}` and commit the result"
+        f"regenerate it with `PYTHONPATH=contract:operator {crd.COMMAND}` and commit the result"
     )
 
 
@@ -37,7 +37,7 @@ def test_command_prints_and_writes_the_same_text(tmp_path: Path, capsys: pytest.
 
 def test_module_command_runs() -> None:
     """The command the Makefile runs, as a real process (catches import-order mistakes)."""
-    environment = {**os.environ, "PYTHONPATH": str(ROOT / "operator")}
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(str(ROOT / p) for p in ("contract", "operator"))}
     result = subprocess.run(
         [sys.executable, "-m", "weightcache_operator.crd"], capture_output=True, text=True, env=environment, check=True
     )

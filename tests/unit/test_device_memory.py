@@ -1,4 +1,4 @@
-"""Free-memory reports (daemon_image/weightcache/device_memory.py) from the real /proc/meminfo
+"""Free-memory reports (daemon_image/weightcache/gpu/device_memory.py) from the real /proc/meminfo
 and, on this GPU-less machine, from an NVML that is not there; tests/gpu checks NVML's numbers
 against the CUDA runtime's."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weightcache.daemon_report import DaemonReport, RankReport, report_metrics
-from weightcache.device_memory import gpu_memory, host_memory, memory_report
+from weightcache.gpu.device_memory import gpu_memory, host_memory, memory_report
+from weightcache_contract.daemon_report import DaemonReport, RankReport, report_metrics
 
 
 def test_host_memory_is_what_the_kernel_says_is_available() -> None:

@@ -18,14 +18,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from weightcache.client import Weights, expect, load_from_disk
+from weightcache.checkpoints.quantization import dequantize_block_fp8, quantize_block_fp8
+from weightcache.checkpoints.sharding import Layout
+from weightcache.client.weights import Weights, expect, load_from_disk
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Linear, Model
 from weightcache.engine.parallel import Group
-from weightcache.errors import BindError, UnsupportedArchitecture
-from weightcache.quantization import dequantize_block_fp8, quantize_block_fp8
-from weightcache.reference_hf import bound_hf_model, dequantized_hf_model, greedy, oracle_hf_model
-from weightcache.sharding import Layout
+from weightcache.tools.reference_hf import bound_hf_model, dequantized_hf_model, greedy, oracle_hf_model
+from weightcache_contract.errors import BindError, UnsupportedArchitecture
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from hf_parity import engine_greedy  # noqa: E402
@@ -236,7 +236,7 @@ def test_attention_is_transformers_sdpa_bit_for_bit_in_bf16(n: int, past: int) -
 def test_moe_configs_are_read_and_their_parallel_layouts_checked(checkpoint_factory) -> None:
     import json
 
-    from weightcache.errors import ShardingError
+    from weightcache_contract.errors import ShardingError
 
     config = json.loads((checkpoint_factory(**MOE_SPEC) / "config.json").read_text())
     cfg = ModelConfig.from_dict(config)

@@ -73,7 +73,7 @@ def test_each_gpu_rank_gets_its_own_device_from_the_visible_list() -> None:
     import pytest
 
     from weightcache.engine.launcher import rank_gpus
-    from weightcache.errors import WeightCacheError
+    from weightcache_contract.errors import WeightCacheError
 
     assert rank_gpus(2, None) == ["0", "1"]
     assert rank_gpus(2, "GPU-aaa, GPU-bbb,GPU-ccc") == ["GPU-aaa", "GPU-bbb"]

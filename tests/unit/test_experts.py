@@ -12,12 +12,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from weightcache.checkpoint import Checkpoint, open_checkpoint
-from weightcache.errors import CheckpointError, ShardingError
-from weightcache.loader import fill, load_to_memory, plan_rank
-from weightcache.manifest import tensor_views
-from weightcache.quantization import SCALE_SUFFIX, quantize_block_fp8, resolve
-from weightcache.sharding import Layout
+from weightcache.checkpoints.checkpoint import Checkpoint, open_checkpoint
+from weightcache.checkpoints.loader import fill, load_to_memory, plan_rank
+from weightcache.checkpoints.manifest import tensor_views
+from weightcache.checkpoints.quantization import SCALE_SUFFIX, quantize_block_fp8, resolve
+from weightcache.checkpoints.sharding import Layout
+from weightcache_contract.errors import CheckpointError, ShardingError
 
 MOE = dict(family="qwen3_moe", num_layers=2)  # hidden 128, 8 experts of width 128, 8 heads, 4 kv heads
 FP8_MOE = dict(family="qwen3_moe", num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=4, num_experts=4,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.checkpoint import Checkpoint, open_checkpoint, with_headers
-from weightcache.errors import CheckpointError
-from weightcache.fingerprint import Fingerprint, compute
-from weightcache.quantization import resolve
-from weightcache.sharding import Layout
+from weightcache.checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
+from weightcache.checkpoints.quantization import resolve
+from weightcache.checkpoints.sharding import Layout
+from weightcache.wire.fingerprint import Fingerprint, compute
+from weightcache_contract.errors import CheckpointError
 
 
 def fingerprint(path: Path, layout: Layout = Layout(), quantization: str = "none", dtype: str = "bfloat16",

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from weightcache.errors import WeightCacheError
-from weightcache.gpu_grant import (
+from weightcache.gpu.gpu_grant import (
     Grant,
     current_grant,
     grant_problem,
@@ -21,7 +20,8 @@ from weightcache.gpu_grant import (
     wait_for_grant,
     write_grant,
 )
-from weightcache.gpu_holder import granted_gpus
+from weightcache.gpu.gpu_holder import granted_gpus
+from weightcache_contract.errors import WeightCacheError
 
 A, B, C = "GPU-aaaaaaaa-0000-0000-0000-000000000000", "GPU-bbbbbbbb-0000-0000-0000-000000000000", "GPU-cc"
 

@@ -1,6 +1,6 @@
 """``coalesce``: which direct reads share one pread and one host-to-device synchronisation."""
 
-from weightcache.loader import FileSpan, ReadTask, coalesce
+from weightcache.checkpoints.loader import FileSpan, ReadTask, coalesce
 
 
 def task(name: str, nbytes: int) -> ReadTask:

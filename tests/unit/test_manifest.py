@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from weightcache.errors import ProtocolError
-from weightcache.manifest import Manifest, TensorEntry, align, contiguous_stride, tensor_views
-from weightcache.protocol import REPLY, FetchReply, decode, encode
+from weightcache.checkpoints.manifest import Manifest, TensorEntry, align, contiguous_stride, tensor_views
+from weightcache.wire.protocol import REPLY, FetchReply, decode, encode
+from weightcache_contract.errors import ProtocolError
 
 
 def entry(name: str, offset: int, shape=(4, 4), dtype="float32", nbytes=None) -> TensorEntry:

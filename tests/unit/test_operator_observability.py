@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from weightcache.daemon_report import DaemonReport, RankReport, node_fingerprint
-from weightcache.errors import WeightCacheError
-from weightcache.prometheus import Metrics
-from weightcache.readonly_http import ReadOnlyServer
+from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint
+from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.prometheus import Metrics
+from weightcache_contract.readonly_http import ReadOnlyServer
 from weightcache_operator.daemon_status import RETRY_FAILED_S, DaemonStatusReader
 from weightcache_operator.metrics import OperatorMetrics, metrics_server
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash

@@ -34,7 +34,7 @@ def test_operator_exits_with_the_message_before_connecting() -> None:
     reported (exit 1) before kopf starts, not as a login error."""
     result = subprocess.run(
         [sys.executable, "-m", "weightcache_operator"],
-        env={"PYTHONPATH": f"{ROOT / 'operator'}:{ROOT / 'daemon_image'}", VARIABLE: "Team-A", "KUBECONFIG": "/nonexistent"},
+        env={"PYTHONPATH": f"{ROOT / 'contract'}:{ROOT / 'operator'}", VARIABLE: "Team-A", "KUBECONFIG": "/nonexistent"},
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert result.returncode == 1

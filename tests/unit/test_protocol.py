@@ -4,8 +4,8 @@ import struct
 import msgpack
 import pytest
 
-from weightcache.errors import ProtocolError
-from weightcache.protocol import REPLY, REQUEST, ErrorReply, Fetch, Hello, PeerClosed, decode, encode, recv_frame
+from weightcache.wire.protocol import REPLY, REQUEST, ErrorReply, Fetch, Hello, PeerClosed, decode, encode, recv_frame
+from weightcache_contract.errors import ProtocolError
 
 
 def test_requests_round_trip() -> None:

@@ -1,8 +1,7 @@
 import pytest
 import torch
 
-from weightcache.errors import UnsupportedQuantization
-from weightcache.quantization import (
+from weightcache.checkpoints.quantization import (
     FP8_DTYPE,
     QuantConfig,
     dequantize_block_fp8,
@@ -10,6 +9,7 @@ from weightcache.quantization import (
     resolve,
     scale_shape,
 )
+from weightcache_contract.errors import UnsupportedQuantization
 
 
 @pytest.mark.parametrize("method", ["awq", "gptq", "marlin", "bitsandbytes", "fp8-per-tensor", "int4"])

@@ -2,11 +2,11 @@
 
 from pathlib import Path
 
-from weightcache.checkpoint import open_checkpoint
-from weightcache.loader import plan_rank, read_ranges
-from weightcache.page_cache import available_memory, prefetch
-from weightcache.quantization import resolve
-from weightcache.sharding import Layout
+from weightcache.checkpoints.checkpoint import open_checkpoint
+from weightcache.checkpoints.loader import plan_rank, read_ranges
+from weightcache.checkpoints.page_cache import available_memory, prefetch
+from weightcache.checkpoints.quantization import resolve
+from weightcache.checkpoints.sharding import Layout
 
 
 def test_read_ranges_cover_every_byte_the_plan_reads_and_nothing_of_the_headers(llama: Path) -> None:

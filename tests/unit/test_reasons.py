@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from weightcache.daemon_report import DaemonReport, RankReport
+from weightcache_contract.daemon_report import DaemonReport, RankReport
 from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus

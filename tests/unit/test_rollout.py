@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from weightcache.daemon_report import DaemonReport, DeviceMemory, RankReport
+from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.rollout import (
     Desired,
     generation_strategy,

@@ -1,8 +1,8 @@
 import pytest
 
-from weightcache.errors import ShardingError, UnsupportedArchitecture
-from weightcache.sharding import (ARCHITECTURES, Layout, Split, Stage, check_heads, kv_split, layer_range, rules_for,
+from weightcache.checkpoints.sharding import (ARCHITECTURES, Layout, Split, Stage, check_heads, kv_split, layer_range, rules_for,
                                  shard_bounds)
+from weightcache_contract.errors import ShardingError, UnsupportedArchitecture
 
 
 @pytest.mark.parametrize(

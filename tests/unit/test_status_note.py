@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from weightcache import status_note
-from weightcache.progress import Progress
-from weightcache.termination import read
+from weightcache.checkpoints.progress import Progress
+from weightcache_contract.termination import read
 
 
 def test_a_loading_rank_notes_how_far_it_got(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

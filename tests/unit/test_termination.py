@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from weightcache import termination
+from weightcache_contract import termination
 
 
 def test_a_message_goes_only_where_the_environment_says(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

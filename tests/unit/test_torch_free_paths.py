@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-TORCH_FREE = ["weightcache.probe", "weightcache.keeper", "weightcache.status_endpoint", "weightcache.daemon",
-              "weightcache.client", "weightcache.cli", "weightcache.planner"]
+TORCH_FREE = ["weightcache.daemon.probe", "weightcache.daemon.keeper", "weightcache.daemon.status_endpoint",
+              "weightcache.daemon.rank", "weightcache.client.weights", "weightcache.cli", "weightcache.checkpoints.planner"]
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)

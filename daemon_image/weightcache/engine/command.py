@@ -15,6 +15,8 @@ import os
 import sys
 from typing import Any
 
+from ..arguments import block
+
 log = logging.getLogger("weightcache.engine")
 
 ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
@@ -25,13 +27,6 @@ def _env(flag: str, default: Any = None, *also: str) -> Any:
         if key in os.environ:
             return os.environ[key]
     return default
-
-
-def _block(text: str) -> tuple[int, int]:
-    parts = [int(p) for p in text.replace("x", ",").split(",")]
-    if len(parts) != 2:
-        raise argparse.ArgumentTypeError("weight block size is two integers, e.g. 128,128")
-    return parts[0], parts[1]
 
 
 # (flag, type, default, help, extra env names); the table is also what the launcher passes on.
@@ -55,7 +50,7 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("name", str, None, "the cache's name", ("WEIGHTCACHE_NAME",)),
     ("dtype", str, "auto", "auto (from config.json), bfloat16, float16 or float32", ()),
     ("quantization", str, "none", "none or fp8 (block-wise)", ()),
-    ("weight-block-size", _block, None, "fp8 block, default 128,128", ()),
+    ("weight-block-size", block, None, "fp8 block, default 128,128", ()),
     ("revision", str, "", "model revision recorded in the fingerprint", ()),
     ("backend", str, "cpu-shm", "arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU "
                                 "that holds the weights, one GPU per rank, and all-reduces with nccl", ()),
@@ -93,7 +88,7 @@ def _rank_argv(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..errors import WeightCacheError
+    from weightcache_contract.errors import WeightCacheError
 
     if not args.model:
         raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")
@@ -143,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _source(args: argparse.Namespace) -> Any:
-    from ..rankfiles import default_socket_dir
+    from ..wire.rankfiles import default_socket_dir
     from .weights import WeightSource
 
     return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError, ShardingError, UnsupportedArchitecture
-from ..experts import num_experts
-from ..sharding import Layout, kv_split
+from weightcache_contract.errors import CheckpointError, ShardingError, UnsupportedArchitecture
+
+from ..checkpoints.experts import num_experts
+from ..checkpoints.sharding import Layout, kv_split
 
 SUPPORTED_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
 QK_NORM_ARCHITECTURES = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")

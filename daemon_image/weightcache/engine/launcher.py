@@ -24,7 +24,7 @@ import subprocess
 import sys
 import time
 
-from ..errors import WeightCacheError
+from weightcache_contract.errors import WeightCacheError
 
 log = logging.getLogger("weightcache.engine.launcher")
 

@@ -1,8 +1,8 @@
-"""The engine's Prometheus metrics: names, kinds and help texts (the writer is ``weightcache.prometheus``)."""
+"""The engine's Prometheus metrics: names, kinds and help texts (the writer is ``weightcache_contract.prometheus``)."""
 
 from __future__ import annotations
 
-from ..prometheus import Metrics
+from weightcache_contract.prometheus import Metrics
 
 __all__ = ["Metrics", "engine_metrics"]
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..errors import BindError, ShardingError
-from ..quantization import SCALE_SUFFIX
-from ..sharding import Layout
+from weightcache_contract.errors import BindError, ShardingError
+
+from ..checkpoints.quantization import SCALE_SUFFIX
+from ..checkpoints.sharding import Layout
 from .config import ModelConfig
 from .moe import SparseMoe
 from .parallel import Group

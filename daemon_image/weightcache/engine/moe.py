@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from ..quantization import SCALE_SUFFIX, dequantize_block_fp8
-from ..sharding import Layout
+from ..checkpoints.quantization import SCALE_SUFFIX, dequantize_block_fp8
+from ..checkpoints.sharding import Layout
 from .config import ModelConfig
 
 if TYPE_CHECKING:  # model.py imports this module

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from ..sharding import Layout
+from ..checkpoints.sharding import Layout
 from .config import ModelConfig
 from .metrics import Metrics, engine_metrics
 from .model import Model
@@ -97,8 +97,8 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
 
 
 def _block_of(source: WeightSource) -> tuple[int, int] | None:
-    from ..checkpoint import open_checkpoint
-    from ..quantization import resolve
+    from ..checkpoints.checkpoint import open_checkpoint
+    from ..checkpoints.quantization import resolve
 
     if source.quantization == "none":
         return None

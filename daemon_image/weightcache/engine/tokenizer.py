@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import CheckpointError
+from weightcache_contract.errors import CheckpointError
 
 FALLBACK_TEMPLATE_DOC = "'<role>: <content>\\n' per message, then 'assistant:'"
 

@@ -22,18 +22,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from ..client import Weights, expect, load_from_disk, load_weights
-from ..errors import WeightCacheError
-from ..probe import probe
-from ..rankfiles import RankFiles
-from ..sharding import Layout
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import WeightCacheError
+
+from ..checkpoints.sharding import Layout
+from ..client.weights import Weights, expect, load_from_disk, load_weights
+from ..daemon.probe import probe
+from ..wire.rankfiles import RankFiles
 
 log = logging.getLogger("weightcache.engine.weights")
 
 Mode = Literal["off", "client", "daemon"]
 MODES: tuple[str, ...] = ("off", "client", "daemon")
-# Arena backends whose tensors live in GPU memory: with them the engine computes on that GPU.
-GPU_BACKENDS: tuple[str, ...] = ("cuda-vmm", "cuda-ipc")
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
+
 from ..spec import WeightCache
 from .dra import container_claims, daemon_claim_fields, uses_dra
-from .gpu_holder import GPU_BACKENDS, GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
+from .gpu_holder import GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
 from .layout import (
     CLI,
     SLOT_LABEL,
@@ -36,9 +38,6 @@ from .layout import (
     rank_range,
     socket_volume,
 )
-
-KEEPER_BACKENDS = frozenset({"cpu-shm", "cuda-vmm"})
-"""The keeper holds arena fds; a legacy CUDA IPC handle (cuda-ipc) cannot be held by it."""
 
 
 def daemon_daemonsets(cache: WeightCache, slots: list[list[str]], name: str | None = None,
@@ -95,7 +94,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         "--ranks", rank_range(ranks),
         "--socket-dir", SOCKET_MOUNT,
         "--name", ref.name,
-        "--keeper", "auto" if spec.daemon.backend in KEEPER_BACKENDS else "off",
+        "--keeper", "auto" if spec.daemon.backend in FD_BACKENDS else "off",
         # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
         # other network namespaces (hostNetwork pods) to find on every interface.
         "--status-addr", f"$(POD_IP):{STATUS_PORT}",
@@ -133,7 +132,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         volumes.append(gpus_vol)
 
     containers = [explain_exits(daemon)]
-    if spec.daemon.backend in KEEPER_BACKENDS:
+    if spec.daemon.backend in FD_BACKENDS:
         # A sidecar, so the arena outlives a crashed daemon container in the same pod.
         containers.insert(
             0,

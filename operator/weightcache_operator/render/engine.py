@@ -12,8 +12,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from weightcache_contract.backends import GPU_BACKENDS
+
 from ..spec import WeightCache
-from .gpu_holder import GPU_BACKENDS
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
     CLAIM_ANNOTATION,

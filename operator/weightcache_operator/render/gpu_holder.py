@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from weightcache_contract.backends import GPU_BACKENDS
+
 from ..spec import WeightCache
 from .dra import uses_dra
 from .layout import CLI, CacheRef, explain_exits, pin_to_nodes, placement_fields
 
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_BACKENDS = frozenset({"cuda-vmm", "cuda-ipc"})
 HOLDER_COMPONENT = "gpu-holder"
 GPUS_ANNOTATION = "weightcache.io/gpus-per-node"
 """On holder pods: how many GPUs the pod requested, so a stale one can be told apart."""

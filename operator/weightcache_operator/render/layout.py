@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from weightcache.termination import ENV as TERMINATION_ENV
+from weightcache_contract.termination import ENV as TERMINATION_ENV
 
 from ..spec import API_VERSION, KIND, WeightCache
 

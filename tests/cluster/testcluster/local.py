@@ -162,7 +162,7 @@ def serve(directory: Path, nodes: int, node_grace: float) -> None:
         # Pods run this checkout's code (`python -m weightcache`, `python -m weightcache_operator`),
         # as the images have both packages installed.
         environment={MARKER: session, "PYTHONPATH": os.pathsep.join(
-            str(REPO / part) for part in ("daemon_image", "operator"))}))  # fmt: skip
+            str(REPO / part) for part in ("contract", "daemon_image", "operator"))}))  # fmt: skip
     try:
         kubelet.start()
         wait_for(lambda: all(_node_ready(kube, name) for name in names), 60, describe="nodes never turned Ready")

@@ -49,7 +49,7 @@ def checkpoint_path() -> str:
 def generate_checkpoint(target: Path) -> Path:
     """The sample's checkpoint (seeded random weights, so the same every time) written to ``target``."""
     environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+        [str(REPO / "contract"), str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
     subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(target)], check=True,
                    capture_output=True, env=environment)  # fmt: skip
     return target

@@ -1,0 +1,127 @@
+"""What a daemon pod says about its local ranks: the JSON of ``GET /status`` and its metrics.
+
+This is a wire contract between the daemon pod and the operator, so it is one set of pydantic
+models that both sides import. It must stay importable without torch: the operator image has
+none (tests/unit/test_package_boundaries.py checks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .prometheus import Metrics
+
+REPORT_VERSION = 1
+
+
+class _Report(BaseModel):
+    # Unknown fields are ignored, not refused: a newer daemon may add some, and an older
+    # operator must still read the rest during a rolling upgrade.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RankReport(_Report):
+    """One local rank. Everything but ``rank``, ``ready`` and ``problem`` is known only once the
+    rank answers on its socket (after its load); until then those fields are null."""
+
+    rank: int = Field(ge=0)
+    ready: bool
+    problem: str | None = None
+    """Why the rank is not ready (still loading, exited, socket not answering); null when ready."""
+    pid: int | None = None
+    backend: str | None = None
+    bytes: int | None = Field(default=None, ge=0)
+    """Bytes of the arena the rank holds (the allocation's size: what it costs in memory)."""
+    tensor_count: int | None = Field(default=None, ge=0)
+    gpu_uuid: str | None = None
+    """The GPU holding the arena; null on cpu-shm."""
+    load_seconds: float | None = Field(default=None, ge=0)
+    source: Literal["disk", "keeper"] | None = None
+    """disk: loaded from the checkpoint this life; keeper: re-adopted, no weight byte read."""
+    fingerprint: str | None = None
+    disk_bytes_read: int | None = Field(default=None, ge=0)
+    """Checkpoint bytes the rank's loader actually read (0 after a keeper re-adoption)."""
+    maps_served: int | None = Field(default=None, ge=0)
+    """Fetches answered: each is an engine rank mapping the arena."""
+    connections_total: int | None = Field(default=None, ge=0)
+    deposited: bool | None = None
+    """Whether the node's keeper holds the arena now (it survives a daemon crash)."""
+    uptime_seconds: float | None = Field(default=None, ge=0)
+
+
+HOST_DEVICE = "host"
+"""``DeviceMemory.device`` of the host's RAM (where cpu-shm arenas live); GPUs go by UUID."""
+
+
+class DeviceMemory(_Report):
+    """Memory of one device the node's arenas can live on, when the report was taken
+    (device_memory.py says where the numbers come from)."""
+
+    device: str
+    """``host`` or a GPU UUID (``GPU-…``)."""
+    total_bytes: int | None = Field(default=None, ge=0)
+    free_bytes: int | None = Field(default=None, ge=0)
+    """What a second generation's arena could still get; null when ``error`` says why not."""
+    error: str | None = None
+
+
+class DaemonReport(_Report):
+    """A daemon pod's ranks. ``fingerprint`` identifies what the whole node holds (see
+    ``node_fingerprint``); null until every rank answers. ``memory``: the host's and each GPU's
+    free memory, for deciding whether a second daemon generation fits next to this one."""
+
+    version: int = REPORT_VERSION
+    cache: str
+    ready: bool
+    fingerprint: str | None = None
+    ranks: list[RankReport]
+    memory: list[DeviceMemory] = []
+
+
+def node_fingerprint(ranks: list[RankReport]) -> str | None:
+    """One digest over the ranks' weight digests (``Fingerprint.weights_digest``; each differs: it
+    includes the rank). Nodes that hold the same weights for the same ranks, each from its own copy
+    of the checkpoint, get the same value, so mixed generations behind one Service show up as
+    differing node fingerprints."""
+    if not ranks or any(r.fingerprint is None for r in ranks):
+        return None
+    text = "".join(f"{r.rank}:{r.fingerprint}\n" for r in sorted(ranks, key=lambda r: r.rank))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def report_metrics(report: DaemonReport) -> Metrics:
+    """The report as Prometheus series, labelled by cache, rank and gpu (empty on cpu-shm)."""
+    m = Metrics()
+    m.describe("weightcache_daemon_rank_ready", "gauge", "1 while the rank holds its weights and answers on its socket")
+    m.describe("weightcache_daemon_bytes_held", "gauge", "bytes of the rank's arena")
+    m.describe("weightcache_daemon_load_seconds", "gauge", "seconds the rank took to load (or re-adopt) its weights")
+    m.describe("weightcache_daemon_adopted", "gauge", "1 if the rank re-adopted its arena from the keeper (no disk read)")
+    m.describe("weightcache_daemon_disk_read_bytes_total", "counter", "checkpoint bytes the rank's loader read")
+    m.describe("weightcache_daemon_maps_served_total", "counter", "arena fetches answered (engine ranks mapping it)")
+    m.describe("weightcache_daemon_connections_total", "counter", "socket connections accepted by the rank")
+    m.describe("weightcache_daemon_device_free_bytes", "gauge", "free memory of a device arenas live on (host RAM or GPU)")
+    m.describe("weightcache_daemon_device_total_bytes", "gauge", "total memory of a device arenas live on")
+    for memory in report.memory:
+        if memory.free_bytes is not None:
+            m.set("weightcache_daemon_device_free_bytes", memory.free_bytes, cache=report.cache, device=memory.device)
+        if memory.total_bytes is not None:
+            m.set("weightcache_daemon_device_total_bytes", memory.total_bytes, cache=report.cache, device=memory.device)
+    for rank in report.ranks:
+        labels = {"cache": report.cache, "rank": rank.rank, "gpu": rank.gpu_uuid or ""}
+        m.set("weightcache_daemon_rank_ready", 1.0 if rank.ready else 0.0, **labels)
+        if rank.bytes is not None:
+            m.set("weightcache_daemon_bytes_held", rank.bytes, **labels)
+        if rank.load_seconds is not None:
+            m.set("weightcache_daemon_load_seconds", rank.load_seconds, **labels)
+        if rank.source is not None:
+            m.set("weightcache_daemon_adopted", 1.0 if rank.source == "keeper" else 0.0, **labels)
+        if rank.disk_bytes_read is not None:
+            m.set("weightcache_daemon_disk_read_bytes_total", rank.disk_bytes_read, **labels)
+        if rank.maps_served is not None:
+            m.set("weightcache_daemon_maps_served_total", rank.maps_served, **labels)
+        if rank.connections_total is not None:
+            m.set("weightcache_daemon_connections_total", rank.connections_total, **labels)
+    return m

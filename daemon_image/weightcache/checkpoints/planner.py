@@ -1,0 +1,109 @@
+"""Dry-run planning: what every rank of a layout would hold, from config.json and safetensors headers.
+
+This is the daemon's own planning — the same quantization allowlist, dtype resolution and
+``loader.plan_rank`` — run for each rank of the world without reading a tensor byte, allocating
+an arena or importing torch. It answers "will this fit on my GPUs" before anything is loaded: per
+rank, the arena's bytes, its tensor count (FP8 ones among them), what a load would read from disk,
+and, for a layout the tables refuse, the refusal and its fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from weightcache_contract.errors import WeightCacheError
+
+from .checkpoint import open_checkpoint
+from .loader import plan_rank, resolve_dtype
+from .quantization import resolve
+from .sharding import Layout, layer_range
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    rank: int
+    tp_rank: int
+    pp_rank: int
+    layers: tuple[int, int] | None = None  # [start, stop) of the decoder layers this rank's stage owns
+    tensors: int = 0
+    fp8_tensors: int = 0
+    arena_bytes: int = 0
+    read_bytes: int = 0
+    refused: str | None = None  # why the daemon would refuse this rank, with the fix
+
+
+@dataclass(frozen=True)
+class WorldPlan:
+    model: str
+    architecture: str
+    tp_size: int
+    pp_size: int
+    ep_size: int
+    quantization: str
+    dtype: str
+    checkpoint_bytes: int
+    ranks: list[RankPlan] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.refused is None for r in self.ranks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def plan_world(model: str, tp_size: int = 1, pp_size: int = 1, ep_size: int = 1, *, quantization: str = "none",
+               weight_block_size: tuple[int, int] | None = None, dtype: str = "auto") -> WorldPlan:
+    """Plan every rank of a tp × pp world (experts split over ``ep_size`` runs of each TP group); a rank the daemon would refuse carries the reason.
+
+    Raises (instead of returning refused ranks) only for what no layout could fix: an unreadable
+    checkpoint, an unsupported quantization or dtype, an impossible layout size.
+    """
+    Layout(tp_size, 0, pp_size, 0, ep_size)  # sizes < 1, and an ep that does not divide tp, are refused here, by name
+    resolve(quantization, None, weight_block_size)  # the allowlist first, as the daemon does
+    checkpoint = open_checkpoint(model)
+    quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
+    resolved = resolve_dtype(dtype, checkpoint)
+    num_layers = int(checkpoint.config.get("num_hidden_layers") or 0)
+    ranks = []
+    for rank in range(tp_size * pp_size):
+        layout = Layout.from_rank(rank, tp_size, pp_size, ep_size)
+        where = dict(rank=rank, tp_rank=layout.tp_rank, pp_rank=layout.pp_rank)
+        try:
+            plan = plan_rank(checkpoint, layout, quant, resolved)
+        except WeightCacheError as exc:
+            ranks.append(RankPlan(**where, refused=str(exc)))
+            continue
+        layers = layer_range(num_layers, pp_size, layout.pp_rank)
+        ranks.append(RankPlan(**where, layers=(layers.start, layers.stop), tensors=len(plan.entries),
+                              fp8_tensors=sum(e.dtype == "float8_e4m3fn" for e in plan.entries),
+                              arena_bytes=plan.arena_bytes, read_bytes=plan.read_bytes))
+    return WorldPlan(model=str(checkpoint.path), architecture=checkpoint.architecture, tp_size=tp_size,
+                     pp_size=pp_size, ep_size=ep_size, quantization=quant.method, dtype=resolved,
+                     checkpoint_bytes=sum(t.nbytes for t in checkpoint.tensors.values()), ranks=ranks)
+
+
+def render(world: WorldPlan) -> str:
+    """A table: one row per rank, refusals in place of numbers."""
+    gib = 2**30
+    lines = [f"{world.model}: {world.architecture}, {world.checkpoint_bytes / gib:.2f} GiB of tensors; "
+             f"tp={world.tp_size} pp={world.pp_size} ep={world.ep_size} dtype={world.dtype} "
+             f"quantization={world.quantization}",
+             f"{'rank':>4} {'tp':>3} {'pp':>3} {'layers':>9} {'tensors':>8} {'fp8':>6} {'arena GiB':>10} "
+             f"{'reads GiB':>10}  refused"]
+    for r in world.ranks:
+        if r.refused is not None:
+            lines.append(f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {'-':>9} {'-':>8} {'-':>6} {'-':>10} {'-':>10}  "
+                         f"{r.refused}")
+            continue
+        layers = f"{r.layers[0]}-{r.layers[1] - 1}" if r.layers and r.layers[1] > r.layers[0] else "-"
+        lines.append(f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {layers:>9} {r.tensors:>8} {r.fp8_tensors:>6} "
+                     f"{r.arena_bytes / gib:>10.3f} {r.read_bytes / gib:>10.3f}  no")
+    planned = [r for r in world.ranks if r.refused is None]
+    if planned:
+        lines.append(f"largest rank: {max(r.arena_bytes for r in planned) / gib:.3f} GiB; all ranks: "
+                     f"{sum(r.arena_bytes for r in planned) / gib:.3f} GiB")
+    refused = len(world.ranks) - len(planned)
+    lines.append(f"{refused} of {len(world.ranks)} ranks refused" if refused else "every rank can be planned")
+    return "\n".join(lines)

@@ -1,0 +1,233 @@
+"""The engine side: connect to a rank's daemon, check the fingerprint, map the arena read-only.
+
+``load_weights`` is what an engine calls. It computes the fingerprint it expects from its own
+arguments, asks the daemon what it holds, and maps the arena only if the two agree. Otherwise
+(or with no daemon at all) the policy decides: ``fallback="disk"`` loads the same tensors from
+disk with the daemon's own loader and says why; ``fallback="error"`` raises. The mapping stays
+valid if the daemon dies: the engine holds its own reference to the memory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+
+from ..arenas.arena import Access, MappedArena, map_arena
+from ..checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
+from ..checkpoints.loader import load_to_memory, plan_rank, resolve_dtype
+from ..checkpoints.manifest import Manifest, tensor_views
+from ..checkpoints.quantization import QuantConfig, resolve
+from ..checkpoints.sharding import Layout
+from ..gpu.gpu_identity import gpu_count
+from ..wire.fingerprint import Fingerprint, compute
+from ..wire.protocol import (
+    MAX_REPLY_BYTES,
+    REPLY,
+    SUPPORTED_VERSIONS,
+    ConfigReply,
+    ErrorReply,
+    Fetch,
+    FetchReply,
+    Hello,
+    HelloReply,
+    Ping,
+    Pong,
+    QueryConfig,
+    Status,
+    StatusReply,
+    decode,
+    recv_frame,
+    send_frame,
+)
+from ..wire.rankfiles import RankFiles
+
+if TYPE_CHECKING:  # the connection and protocol parts serve the torch-free daemon and keeper too
+    import torch
+
+Fallback = Literal["disk", "error"]
+
+
+class DaemonConnection:
+    """One connection to one rank's daemon. Use as a context manager."""
+
+    def __init__(self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client") -> None:
+        self.path = str(path)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.connect(self.path)
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            self._sock.close()
+            raise CacheUnavailable(f"no daemon listens on {self.path} ({exc.strerror})") from None
+        except OSError as exc:
+            self._sock.close()
+            raise CacheUnavailable(f"cannot connect to {self.path}: {exc}") from None
+        self.hello_reply: HelloReply = self.request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
+
+    def __enter__(self) -> "DaemonConnection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def query_config(self) -> ConfigReply:
+        return self.request(QueryConfig(), ConfigReply)
+
+    def status(self) -> StatusReply:
+        return self.request(Status(), StatusReply)
+
+    def ping(self) -> Pong:
+        return self.request(Ping(), Pong)
+
+    def fetch(self, digest: str) -> tuple[FetchReply, int | None]:
+        """The manifest and, for fd backends, the arena fd (the caller closes it)."""
+        fds: list[int] = []
+        reply = self.request(Fetch(fingerprint_digest=digest), FetchReply, fds)
+        expected = 0 if reply.ipc is not None else 1
+        if len(fds) != expected:
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolError(f"fetch reply carried {len(fds)} file descriptors, expected {expected}")
+        return reply, (fds[0] if fds else None)
+
+    def request(self, message: Any, expect: type, fds: list[int] | None = None,
+                send_fds: list[int] | None = None) -> Any:
+        """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
+        try:
+            send_frame(self._sock, message, send_fds)
+            reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
+        except (OSError, socket.timeout) as exc:
+            raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
+        if isinstance(reply, ErrorReply):
+            if reply.code == "fingerprint_mismatch":
+                raise FingerprintMismatch(reply.message, reply.fields)
+            raise ProtocolError(f"daemon refused {message.type}: [{reply.code}] {reply.message}")
+        if not isinstance(reply, expect):
+            raise ProtocolError(f"daemon answered {message.type} with {reply.type}")
+        return reply
+
+
+@dataclass
+class Expected:
+    """What an engine expects a rank's cache to hold, derived from its own arguments."""
+
+    checkpoint: Checkpoint
+    layout: Layout
+    quant: QuantConfig
+    dtype: str
+    fingerprint: Fingerprint
+    backend: str = "cpu-shm"
+    device: int = 0
+    access: Access = "read-only"
+
+
+def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str = "none",
+           weight_block_size: tuple[int, int] | None = None, revision: str = "", backend: str = "cpu-shm",
+           device: int = 0, access: Access = "read-only") -> Expected:
+    """What this engine expects to map; ``device`` is the engine's own GPU ordinal (GPU backends)."""
+    resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
+    if backend in GPU_BACKENDS and not gpu_count():
+        raise CacheUnavailable(f"backend {backend} needs a GPU but this process sees no CUDA device "
+                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+    # Stamps only: the fingerprint needs no tensor headers, and parsing 100,000 of them would cost an
+    # engine seconds on every start; the disk fallback opens them (load_from_disk).
+    checkpoint = open_checkpoint(model, stamps_only=True)
+    quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
+    resolved = resolve_dtype(dtype, checkpoint)
+    fp = compute(checkpoint, layout, quant, resolved, revision=revision, backend=backend, device=device, access=access)
+    return Expected(checkpoint, layout, quant, resolved, fp, backend, device, access)
+
+
+@dataclass
+class Weights:
+    """Name → tensor for one rank, and how they were obtained."""
+
+    tensors: dict[str, torch.Tensor]
+    aliases: dict[str, str]
+    mode: Literal["cache", "disk"]
+    fingerprint: Fingerprint
+    seconds: float
+    bytes_mapped: int = 0
+    bytes_loaded: int = 0
+    fallback_reason: str | None = None
+    device_uuid: str | None = None  # the GPU the mapped bytes live on (GPU backends)
+    arena: MappedArena | None = field(default=None, repr=False)  # keeps the mapping alive
+
+    def report(self) -> dict[str, Any]:
+        """Per-rank weight report; ``bytes_mapped`` is memory the engine must not count as its own free memory."""
+        return {"mode": self.mode, "fallback_reason": self.fallback_reason, "bytes_mapped": self.bytes_mapped,
+                "bytes_loaded": self.bytes_loaded, "seconds": round(self.seconds, 6), "tensors": len(self.tensors),
+                "device_uuid": self.device_uuid}
+
+
+def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float = 10.0) -> Weights:
+    """Map a rank's arena from its daemon; raises CacheUnavailable or FingerprintMismatch."""
+    started = time.perf_counter()
+    files = RankFiles(socket_dir, name, expected.layout.rank)
+    want = expected.fingerprint
+    with DaemonConnection(files.socket, timeout_s) as conn:
+        held = conn.query_config()
+        if held.fingerprint.digest != want.digest or held.fingerprint_digest != want.digest:
+            fields = want.differences(held.fingerprint) or ["digest"]
+            raise FingerprintMismatch(
+                f"daemon for cache {name!r} rank {expected.layout.rank} holds different weights "
+                f"(differs in: {', '.join(fields)})", fields)
+        reply, fd = conn.fetch(want.digest)
+    try:
+        manifest: Manifest = reply.manifest
+        if manifest.fingerprint_digest != want.digest or reply.backend != expected.backend:
+            raise FingerprintMismatch("the fetched manifest belongs to another fingerprint", ["digest"])
+        manifest.validate_bounds()
+        if reply.mapping_bytes < manifest.arena_bytes:
+            raise ProtocolError(f"mapping of {reply.mapping_bytes} bytes cannot hold a {manifest.arena_bytes}-byte arena")
+        arena = map_arena(reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid,
+                          expected.access)
+    finally:
+        if fd is not None:
+            os.close(fd)  # the mapping holds its own reference to the memory
+    tensors = manifest.views(arena.buffer)
+    return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
+                   seconds=time.perf_counter() - started, bytes_mapped=reply.mapping_bytes,
+                   device_uuid=reply.device_uuid, arena=arena)
+
+
+def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
+    """The same tensors, read and post-processed by this process, onto the engine's own device."""
+    started = time.perf_counter()
+    checkpoint = with_headers(expected.checkpoint)
+    plan = plan_rank(checkpoint, expected.layout, expected.quant, expected.dtype)
+    device = f"cuda:{expected.device}" if expected.backend in GPU_BACKENDS else "cpu"
+    buffer, entries = load_to_memory(checkpoint, plan, expected.quant.weight_block_size, device=device)
+    checkpoint.close()
+    return Weights(tensors=tensor_views(buffer, entries), aliases=dict(plan.aliases), mode="disk",
+                   fingerprint=expected.fingerprint, seconds=time.perf_counter() - started,
+                   bytes_loaded=plan.read_bytes, fallback_reason=reason)
+
+
+def load_weights(model: str, layout: Layout, *, socket_dir: str | None, name: str | None, fallback: Fallback = "disk",
+                 dtype: str = "auto", quantization: str = "none", weight_block_size: tuple[int, int] | None = None,
+                 revision: str = "", backend: str = "cpu-shm", device: int = 0, access: Access = "read-only",
+                 timeout_s: float = 10.0) -> Weights:
+    """Weights for one rank: mapped from the cache when it holds exactly these, else per ``fallback``."""
+    if fallback not in ("disk", "error"):
+        raise WeightCacheError(f"fallback must be 'disk' or 'error', got {fallback!r}")
+    expected = expect(model, layout, dtype=dtype, quantization=quantization,
+                      weight_block_size=weight_block_size, revision=revision, backend=backend, device=device,
+                      access=access)
+    if socket_dir is None or name is None:
+        return load_from_disk(expected, "no cache configured")
+    try:
+        return map_weights(expected, socket_dir, name, timeout_s)
+    except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
+        if fallback == "error":
+            raise
+        return load_from_disk(expected, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,184 @@
+"""The small ``weightcache`` commands: each one's flags and its handler.
+
+``daemon``, ``engine`` and ``bench`` have modules of their own (``daemon.command``,
+``engine.command``, ``tools.bench``). A handler imports what it runs when it is called, never at
+the top: this module is imported whenever the parser is built, and the probe, the keeper and a
+re-adopting daemon must start without torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from weightcache_contract.errors import WeightCacheError
+
+from .arguments import add_cache_args, add_checkpoint_args, add_model_args, add_peer_args, ranks
+
+
+def gpu_holder_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="the grant file to write (gpus.json; gpus.lock goes beside it)")
+    p.add_argument("--expect", type=int, default=None,
+                   help="GPUs the pod requested; refuse to start when the container sees another number")
+
+
+def gpu_holder(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from .gpu.gpu_holder import run
+
+    return run(Path(args.out), args.expect)
+
+
+def keeper_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--socket-dir", default=None)
+    add_peer_args(p)
+
+
+def keeper(args: argparse.Namespace) -> int:
+    from .daemon.keeper import run
+    from .wire.rankfiles import default_socket_dir
+
+    return run(args.socket_dir or default_socket_dir(), args.allow_uid, args.allow_gid)
+
+
+def keeper_ctl_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("action", choices=["list", "release"])
+    p.add_argument("--socket-dir", default=None)
+    p.add_argument("--name", default=None)
+    p.add_argument("--rank", type=int, default=None)
+
+
+def keeper_ctl(args: argparse.Namespace) -> int:
+    from .daemon.keeper import KeeperClient, keeper_socket
+    from .wire.rankfiles import default_socket_dir
+
+    with KeeperClient(keeper_socket(args.socket_dir or default_socket_dir())) as held:
+        if args.action == "list":
+            print(json.dumps([h.model_dump() for h in held.holdings()], indent=2))
+        else:
+            if not args.name:
+                raise WeightCacheError("keeper-ctl release needs --name")
+            print(json.dumps({"released": held.release(args.name, args.rank)}))
+    return 0
+
+
+def status_arguments(p: argparse.ArgumentParser) -> None:
+    add_cache_args(p, required=True)
+    p.add_argument("--rank", type=int, default=0)
+
+
+def status(args: argparse.Namespace) -> int:
+    from .client.weights import DaemonConnection
+    from .wire.rankfiles import RankFiles
+
+    with DaemonConnection(RankFiles(args.socket_dir, args.name, args.rank).socket) as conn:
+        print(conn.status().model_dump_json(indent=2))
+    return 0
+
+
+def probe_arguments(p: argparse.ArgumentParser) -> None:
+    add_cache_args(p, required=True)
+    p.add_argument("--ranks", type=ranks, default=[0])
+    p.add_argument("--gpus-file", default=None, metavar="FILE",
+                   help="also require each rank's GPU to be booked by the running GPU holder (its grant file)")
+
+
+def probe(args: argparse.Namespace) -> int:
+    from .daemon.probe import probe as check
+
+    problems = check(args.socket_dir, args.name, args.ranks, gpus_file=args.gpus_file)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    return 1 if problems else 0
+
+
+def plan_arguments(p: argparse.ArgumentParser) -> None:
+    add_checkpoint_args(p)
+    p.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1, help="tensor-parallel size")
+    p.add_argument("--pp", "--pp-size", dest="pp_size", type=int, default=1, help="pipeline-parallel size")
+    p.add_argument("--ep", "--ep-size", dest="ep_size", type=int, default=1, help="expert-parallel size (MoE; divides --tp)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+
+
+def plan(args: argparse.Namespace) -> int:
+    from .checkpoints.planner import plan_world, render
+
+    world = plan_world(args.model, args.tp_size, args.pp_size, args.ep_size, quantization=args.quantization,
+                       weight_block_size=args.weight_block_size, dtype=args.dtype)
+    print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
+    return 0 if world.ok else 1
+
+
+def gen_checkpoint_arguments(g: argparse.ArgumentParser) -> None:
+    g.add_argument("out")
+    g.add_argument("--family", default="llama", choices=["llama", "qwen2", "qwen3", "qwen3_moe"])
+    g.add_argument("--hidden-size", type=int, default=128)
+    g.add_argument("--intermediate-size", type=int, default=352)
+    g.add_argument("--layers", type=int, default=4)
+    g.add_argument("--heads", type=int, default=8)
+    g.add_argument("--kv-heads", type=int, default=4)
+    g.add_argument("--vocab-size", type=int, default=1024)
+    g.add_argument("--dtype", default="bfloat16")
+    g.add_argument("--shards", type=int, default=3)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--tie-embeddings", action="store_true")
+    g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
+    g.add_argument("--sparse", action="store_true",
+                   help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading")
+    g.add_argument("--experts", type=int, default=8, help="qwen3_moe: experts per layer")
+    g.add_argument("--experts-per-token", type=int, default=2, help="qwen3_moe: experts routed per token (top-k)")
+    g.add_argument("--moe-intermediate-size", type=int, default=128, help="qwen3_moe: each expert's MLP width")
+
+
+def gen_checkpoint(args: argparse.Namespace) -> int:
+    from .tools.sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
+
+    spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
+                     num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
+                     vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
+                     tie_word_embeddings=args.tie_embeddings, fp8=args.fp8, num_experts=args.experts,
+                     num_experts_per_tok=args.experts_per_token, moe_intermediate_size=args.moe_intermediate_size)
+    print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
+    return 0
+
+
+def hf_generate_arguments(h: argparse.ArgumentParser) -> None:
+    add_model_args(h)
+    add_cache_args(h, required=False)
+    h.add_argument("--weights", choices=["off", "client"], default="client")
+    h.add_argument("--access", choices=["read-only", "read-write"], default="read-only")
+    h.add_argument("--fallback", choices=["disk", "error"], default="disk")
+    h.add_argument("--prompt", default="Hello")
+    h.add_argument("--max-new-tokens", type=int, default=16)
+
+
+def hf_generate(args: argparse.Namespace) -> int:
+    from .checkpoints.checkpoint import open_checkpoint
+    from .checkpoints.loader import resolve_dtype
+    from .checkpoints.sharding import Layout
+    from .client.weights import Weights, load_weights
+    from .tools.reference_hf import dump, generate_report
+
+    def load() -> Weights:
+        return load_weights(
+            args.model, Layout(), socket_dir=args.socket_dir if args.weights == "client" else None,
+            name=args.name if args.weights == "client" else None, fallback=args.fallback, dtype=args.dtype,
+            quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
+            backend=args.backend, device=args.device, access=args.access)
+
+    dtype = resolve_dtype(args.dtype, open_checkpoint(args.model))
+    print(dump(generate_report(args.model, load, dtype, args.prompt, args.max_new_tokens, args.started)))
+    return 0
+
+
+def demo_arguments(m: argparse.ArgumentParser) -> None:
+    m.add_argument("--workdir", default=None)
+    m.add_argument("--max-new-tokens", type=int, default=16)
+
+
+def demo(args: argparse.Namespace) -> int:
+    from .tools.demo import default_workdir, run
+
+    return run(args.workdir or default_workdir(), args.max_new_tokens)

@@ -1,0 +1,460 @@
+"""One daemon process per rank: validate, fingerprint, load once, serve until told to stop.
+
+The order matters. Everything that can be wrong with the input (quantization method,
+checkpoint files, parallel layout) is checked before the rank's lock is taken, so a bad
+checkpoint never leaves files behind. The ready file appears only after the socket listens,
+and disappears first on shutdown, so a reader of the ready file can always connect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import grp
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from weightcache_contract import termination
+from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
+
+from .. import status_note
+from ..arenas.arena import Arena, adopt_arena, create_arena
+from ..checkpoints.checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.loader import (
+    SYNTHETIC_REVISION,
+    LoadPlan,
+    check_layout,
+    fill,
+    plan_rank,
+    read_ranges,
+    resolve_dtype,
+    synthetic_fill,
+)
+from ..checkpoints.manifest import Manifest
+from ..checkpoints.page_cache import available_memory, prefetch
+from ..checkpoints.progress import Progress
+from ..checkpoints.quantization import QuantConfig, resolve
+from ..checkpoints.sharding import Layout
+from ..gpu.gpu_grant import wait_for_grant
+from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
+from ..wire.fingerprint import compute
+from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
+from ..wire.rankfiles import RankFiles, ReadyInfo
+from .keeper import KeeperClient, keeper_socket
+from .server import FramedServer, PeerPolicy, ServerStats
+from .serving import DaemonService, Served
+
+log = logging.getLogger("weightcache.daemon")
+
+
+@dataclass
+class DaemonConfig:
+    model: str
+    layout: Layout
+    socket_dir: str
+    name: str
+    dtype: str = "auto"
+    quantization: str = "none"
+    weight_block_size: tuple[int, int] | None = None
+    backend: str = "cpu-shm"
+    device: int = 0
+    engine_access: str = "read-only"
+    keeper: str = "auto"  # auto: use <socket-dir>/keeper.sock when a keeper listens there; off: never
+    revision: str = ""
+    socket_group: str | None = None
+    allow_uids: list[int] = field(default_factory=list)
+    allow_gids: list[int] = field(default_factory=list)
+    load_workers: int = 4
+    gpus_file: str | None = None
+    """The GPU holder's grant (gpu_grant.py): when set, ``device`` is the ordinal of its
+    ``local_index``-th GPU, found by UUID, and the daemon waits for the grant before anything else."""
+    local_index: int = 0
+    synthetic_fill: bool = False
+    """Benchmarks only: a byte pattern instead of the checkpoint's bytes (loader.synthetic_fill),
+    under a revision no real engine expects."""
+
+
+def run(cfg: DaemonConfig) -> int:
+    """Load (or re-adopt) and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
+    if cfg.synthetic_fill:
+        cfg = dataclasses.replace(cfg, revision=SYNTHETIC_REVISION + cfg.revision)
+        log.warning("SYNTHETIC FILL: this arena will hold a byte pattern, not the checkpoint's weights",
+                    extra={"fields": {"cache": cfg.name, "revision": cfg.revision}})
+    quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
+    if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
+        raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
+    if cfg.gpus_file:
+        device = _granted_device(cfg)
+        if device is None:
+            return 0  # stopped while waiting
+        cfg = dataclasses.replace(cfg, device=device)
+    if cfg.backend in GPU_BACKENDS and cfg.device >= gpu_count():
+        # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
+        raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
+                               "are visible; use --backend cpu-shm or give the pod a GPU")
+    # Stamps first: enough to fingerprint, and all a re-adoption needs (see open_checkpoint).
+    checkpoint = open_checkpoint(cfg.model, stamps_only=True)
+    quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
+    dtype = resolve_dtype(cfg.dtype, checkpoint)
+    fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend,
+                          device=cfg.device, access=cfg.engine_access)
+    check_layout(checkpoint, cfg.layout)
+    rank = cfg.layout.rank
+    files = RankFiles(cfg.socket_dir, cfg.name, rank)
+    gid = grp.getgrnam(cfg.socket_group).gr_gid if cfg.socket_group else None
+    fields = {"cache": cfg.name, "rank": rank, "fingerprint": fingerprint.digest[:16], "backend": cfg.backend}
+    keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
+    plan = None
+    overlap = None
+    if keeper_path is None or not _keeper_holds(keeper_path, cfg, fingerprint.digest):
+        # Loading: torch's import and the CUDA context (seconds) start now, beside planning, and the
+        # disk starts reading the plan's first bytes as soon as it exists (_Overlap).
+        overlap = _Overlap(cfg)
+        # Everything that can refuse this checkpoint runs before the claim, so a refused one leaves
+        # no file behind. Skipped only when the keeper holds this fingerprint: the plan of an
+        # adopted arena is its manifest, and planning 20,000 tensors would cost most of its second.
+        checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
+        if not cfg.synthetic_fill:
+            overlap.prefetch(read_ranges(checkpoint, plan))
+
+    files.claim(dir_mode=0o750 if gid is not None else 0o700)
+    if gid is not None:
+        os.chown(files.dir, -1, gid)
+    stop_requested = False
+
+    def on_signal(signum: int, _frame: object) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+        raise KeyboardInterrupt  # interrupts loading; serving installs its own handler below
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    arena = None
+    link: KeeperLink | None = None
+    try:
+        adopted = _adopt(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
+        if adopted is not None:
+            arena, manifest, load_seconds = adopted
+            disk_bytes = 0
+        else:
+            if plan is None:  # the keeper let go of the arena between the look and the claim
+                checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
+            if overlap is not None:
+                overlap.wait_for_torch()
+            log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
+                                                   "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
+            arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
+            progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
+            if cfg.synthetic_fill:
+                entries = synthetic_fill(plan, arena.buffer())
+            else:
+                entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress,
+                               workers=cfg.load_workers)
+            load_seconds = progress.finish()
+            if current_stamps(checkpoint) != checkpoint.shards:
+                # The bytes may mix the old and the new files; the fingerprint names neither.
+                raise WeightCacheError(f"{cfg.model} changed while the daemon read it; the arena is discarded. "
+                                       "Start the daemon again once the checkpoint is complete")
+            arena.seal()
+            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
+            disk_bytes = checkpoint.bytes_read
+        checkpoint.close()
+        served = Served(name=cfg.name, rank=rank, arena=arena, manifest=manifest, fingerprint=fingerprint,
+                        load_seconds=load_seconds, disk_bytes_read=disk_bytes, adopted=adopted is not None)
+        if keeper_path is not None:
+            link = KeeperLink(keeper_path, served)
+            link.start()
+        policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *cfg.allow_uids}),
+                            gids=frozenset({*cfg.allow_gids, *([gid] if gid is not None else [])}))
+        stats = ServerStats()
+        server = FramedServer(str(files.socket), policy, REQUEST, DaemonService(served, stats), stats=stats,
+                              identity=(cfg.name, rank), max_request_bytes=MAX_REQUEST_BYTES,
+                              socket_mode=0o660 if gid is not None else 0o600, socket_gid=gid)
+        signal.signal(signal.SIGTERM, lambda *_: server.stop())
+        signal.signal(signal.SIGINT, lambda *_: server.stop())
+        files.write_ready(ReadyInfo(
+            pid=os.getpid(), name=cfg.name, rank=rank, backend=cfg.backend, socket=str(files.socket),
+            fingerprint_digest=fingerprint.digest, fingerprint=fingerprint, arena_bytes=arena.mapping_bytes,
+            tensor_count=len(manifest), load_seconds=load_seconds, started_at=time.time(),
+            device_uuid=arena.device_uuid, adopted=adopted is not None))
+        log.info("ready", extra={"fields": {**fields, "socket": str(files.socket), "load_seconds": f"{load_seconds:.3f}",
+                                            "adopted": adopted is not None}})
+        server.serve_forever()
+        log.info("stopped", extra={"fields": fields})
+        return 0
+    except KeyboardInterrupt:
+        if stop_requested:
+            log.info("stopped during load", extra={"fields": fields})
+            return 0
+        raise
+    finally:
+        if link is not None:
+            link.stop()
+        files.release()
+        if arena is not None:
+            arena.close()
+
+
+def _granted_device(cfg: DaemonConfig) -> int | None:
+    """This rank's CUDA ordinal for the GPU the holder's grant gives it (waiting for the grant);
+    None when SIGTERM/SIGINT came first."""
+    if cfg.backend not in GPU_BACKENDS:
+        raise WeightCacheError(f"--gpus-file names GPUs, but backend {cfg.backend} uses none; drop it or use a GPU backend")
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt, like SIGINT
+    try:
+        uuid = wait_for_grant(Path(cfg.gpus_file or ""), cfg.local_index)
+    except KeyboardInterrupt:
+        log.info("stopped while waiting for the GPU holder", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank}})
+        return None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    ordinal = ordinal_for_uuid(uuid)
+    if ordinal is None:
+        raise WeightCacheError(f"{uuid}, granted to local rank {cfg.local_index} by {cfg.gpus_file}, is not visible to "
+                               f"this daemon ({gpu_count()} GPUs visible): run it with NVIDIA_VISIBLE_DEVICES=all, no "
+                               "nvidia.com/gpu request of its own and no CUDA_VISIBLE_DEVICES")  # fmt: skip
+    log.info("using the GPU the holder booked", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank,
+                                                                  "gpu": uuid, "ordinal": ordinal}})  # fmt: skip
+    return ordinal
+
+
+class _Overlap:
+    """What a loading daemon waits for besides the disk, started early so it runs beside it.
+
+    ``import torch`` and a CUDA context take seconds (~3.5 s on an H200 host) and would otherwise
+    come between planning and the first read. A thread imports torch (and, for GPU backends,
+    creates the device's context) while the main thread stamps, plans and claims, and a second
+    thread asks the kernel to read ahead the plan's first bytes (up to ``PREFETCH_MAX_BYTES`` or
+    half the available memory) so the disk is busy meanwhile. Neither thread raises: a failure
+    shows up again, with its own message, where the main thread needs the result."""
+
+    PREFETCH_MAX_BYTES = 8 * 2**30
+
+    def __init__(self, cfg: DaemonConfig) -> None:
+        self._cfg = cfg
+        self._warm_thread = threading.Thread(target=self._warm, name="warm-torch", daemon=True)
+        self._warm_thread.start()
+
+    def _warm(self) -> None:
+        try:
+            import torch
+
+            if self._cfg.backend in GPU_BACKENDS and torch.cuda.is_available():
+                torch.empty(1, device=f"cuda:{self._cfg.device}")
+        except Exception:  # noqa: BLE001 - create_arena reports it with its own message
+            pass
+
+    def prefetch(self, ranges: list[tuple[str, int, int]]) -> None:
+        budget = min(self.PREFETCH_MAX_BYTES, available_memory() // 2)
+        # Not joined: loading reads the same bytes in the same order and meets the read-ahead.
+        threading.Thread(target=prefetch, args=(ranges, budget), name="prefetch", daemon=True).start()
+
+    def wait_for_torch(self) -> None:
+        self._warm_thread.join()
+
+
+def _plan(cfg: DaemonConfig, stamped: Checkpoint, quant: QuantConfig, dtype: str) -> tuple[Checkpoint, LoadPlan]:
+    """Open every header and plan the rank; refuses a checkpoint that changed since it was fingerprinted."""
+    checkpoint = with_headers(stamped)
+    return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
+
+
+def _keeper_holds(keeper_path: Path, cfg: DaemonConfig, digest: str) -> bool:
+    """Whether the keeper holds this rank's arena under this fingerprint (a look; nothing changes)."""
+    try:
+        with KeeperClient(keeper_path) as keeper:
+            return any((h.name, h.rank, h.fingerprint_digest) == (cfg.name, cfg.layout.rank, digest)
+                       for h in keeper.holdings())
+    except (CacheUnavailable, ProtocolError):
+        return False
+
+
+def arena_fd_backend(backend: str) -> bool:
+    return backend in FD_BACKENDS
+
+
+def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> tuple[Arena, Manifest, float] | None:
+    """Take the arena back from the keeper if it holds this fingerprint; release a stale one."""
+    started = time.perf_counter()
+    try:
+        with KeeperClient(keeper_path) as keeper:
+            try:
+                got = keeper.withdraw(cfg.name, cfg.layout.rank, digest)
+            except FingerprintMismatch as exc:
+                log.info("keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}})
+                keeper.release(cfg.name, cfg.layout.rank)
+                return None
+    except CacheUnavailable:
+        return None  # no keeper: load from disk
+    if got is None:
+        return None
+    withdrawn, fd = got
+    holding = withdrawn.holding
+    own_gpu = gpu_facts(cfg.device).uuid if cfg.backend in GPU_BACKENDS else None
+    if holding.device_uuid != own_gpu:
+        # Same fingerprint, another GPU (the pod got a different device): this daemon's GPU is the
+        # one the scheduler gave it, so the old arena goes and the weights load again.
+        os.close(fd)
+        log.info("keeper's arena is on another GPU; releasing it",
+                 extra={"fields": {**fields, "held_on": holding.device_uuid, "own": own_gpu}})
+        with KeeperClient(keeper_path) as keeper:
+            keeper.release(cfg.name, cfg.layout.rank)
+        return None
+    try:
+        # No validate_bounds here: the daemon never reads through the manifest, and every engine
+        # checks it before making a view (client.py); the check would cost this path numpy's import.
+        manifest = withdrawn.manifest
+        arena = adopt_arena(holding.backend, fd, manifest.arena_bytes, holding.mapping_bytes, holding.device_uuid)
+    except BaseException:
+        os.close(fd)
+        raise
+    seconds = time.perf_counter() - started
+    log.info("re-adopted from the keeper", extra={"fields": {**fields, "seconds": f"{seconds:.3f}"}})
+    return arena, manifest, seconds
+
+
+class KeeperLink:
+    """Keeps this daemon's arena deposited with the keeper, re-depositing whenever the keeper restarts.
+
+    A thread holds one connection open and blocks on it; the keeper never speaks first, so the
+    read returns only when the keeper goes away — then it reconnects and deposits again.
+    """
+
+    RETRY_S = 0.5
+
+    def __init__(self, path: Path, served: Served) -> None:
+        self.path = path
+        self.served = served
+        self._stop = threading.Event()
+        self._client: KeeperClient | None = None
+        self._thread = threading.Thread(target=self._run, name="keeper-link", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._client is not None:
+            try:
+                self._client.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        s = self.served
+        while not self._stop.is_set():
+            try:
+                with KeeperClient(self.path) as client:
+                    self._client = client
+                    export = s.arena.export()
+                    try:
+                        client.deposit(Deposit(name=s.name, rank=s.rank, fingerprint_digest=s.fingerprint.digest,
+                                               backend=s.arena.backend, mapping_bytes=s.arena.mapping_bytes,
+                                               device_uuid=s.arena.device_uuid, manifest=s.manifest), export.fd)
+                    finally:
+                        if export.fd is not None:
+                            os.close(export.fd)
+                    s.deposited = True
+                    log.info("deposited with the keeper", extra={"fields": {"cache": s.name, "rank": s.rank}})
+                    client.sock.settimeout(None)
+                    while client.sock.recv(1):  # returns b"" when the keeper goes away
+                        pass
+            except (CacheUnavailable, ProtocolError, OSError):
+                pass
+            s.deposited = False
+            self._stop.wait(self.RETRY_S)
+
+
+def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str],
+                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "",
+                       gpus_file: str | None = None) -> int:  # fmt: skip
+    """Start one daemon process per local rank and supervise them as a unit.
+
+    Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
+    launcher exits with the first failure's code and message (``RankExited``: the CLI makes it
+    the container's termination message); SIGTERM is forwarded to every child. With
+    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py),
+    which reports what each rank noted it is doing (status_note.py) and why an exited one ended.
+    ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
+    holder no longer books as not ready, as the readiness probe does.
+    """
+    # Each rank's termination message and status note, in a directory only this launcher uses.
+    rank_dir = Path(tempfile.mkdtemp(prefix="weightcache-ranks-"))
+    ended_file = lambda rank: rank_dir / f"rank-{rank}.exit"  # noqa: E731
+    note_file = lambda rank: rank_dir / f"rank-{rank}.note"  # noqa: E731
+    # Exit codes as the wait loop below records them: polling the children from the HTTP
+    # thread could reap one before os.wait() sees it and hang the loop.
+    exited: dict[int, int] = {}
+
+    def ended(rank: int) -> str | None:
+        """Why the rank's process ended (its exit code and message); None while it runs."""
+        if rank not in exited:
+            return None
+        message = termination.read(ended_file(rank))
+        return f"process exited with code {exited[rank]}" + (f": {message}" if message else "")
+
+    endpoint = None
+    if status_addr is not None:
+        from .status_endpoint import collect, status_endpoint
+
+        endpoint = status_endpoint(status_addr, lambda memory=True: collect(
+            socket_dir, name, ranks, ended, gpus_file=gpus_file, memory=memory,
+            note=lambda rank: termination.read(note_file(rank))))  # fmt: skip
+    children: dict[int, subprocess.Popen[bytes]] = {}
+    for local_index, rank in enumerate(ranks):
+        layout = Layout.from_rank(rank, tp_size, pp_size)
+        # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm), or with
+        # --gpus-file the i-th GPU of the holder's grant.
+        argv = [sys.executable, "-m", "weightcache", "daemon", *child_args, "--device", str(local_index),
+                "--local-index", str(local_index),
+                "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
+                "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
+        note_file(rank).write_text("starting")  # until the rank says more (status_note.py)
+        env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
+        children[rank] = subprocess.Popen(argv, env=env)
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    if endpoint is not None:
+        endpoint.start()
+    exit_code = 0
+    failure = ""
+    try:
+        while children:
+            pid, status = os.wait()
+            rank = next((r for r, c in children.items() if c.pid == pid), None)
+            if rank is None:
+                continue
+            child = children.pop(rank)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            exited[rank] = child.returncode
+            if child.returncode != 0 and exit_code == 0:
+                exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
+                failure = termination.read(ended_file(rank)) or f"rank {rank} exited with code {child.returncode}; see the container's log"
+                log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
+                forward(signal.SIGTERM, None)
+    finally:
+        if endpoint is not None:
+            endpoint.stop()
+        shutil.rmtree(rank_dir, ignore_errors=True)
+    if exit_code:
+        # The rank's own words, not prefixed by its number: every node refusing a spec for one
+        # reason then says the same thing, whichever ranks it holds (the log names the rank).
+        raise RankExited(failure, exit_code)
+    return 0

@@ -1,0 +1,261 @@
+"""A framed request/reply server on a Unix socket, shared by the daemon and the keeper.
+
+One thread per connection, strict protocol, bounded everything. Peers are checked with
+SO_PEERCRED before a byte is read. Each connection must start with ``hello``; anything
+malformed, oversized, unknown or out of order gets an error reply and the connection is closed,
+while every other connection carries on. Time is bounded per frame, not per ``recv``: a hello
+must be complete within ``hello_timeout_s`` of connecting, every frame within ``frame_timeout_s``
+of its first byte, and a connection idle for ``idle_timeout_s`` between frames is closed — so a
+peer trickling bytes cannot pin a thread. Connections are capped in total and per peer uid
+(``max_connections_per_uid``, below the total), so one local user cannot take every slot.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from weightcache_contract.errors import ProtocolError
+
+from .. import __version__
+from ..wire.protocol import (
+    SUPPORTED_VERSIONS,
+    Deadlines,
+    ErrorReply,
+    Hello,
+    HelloReply,
+    PeerClosed,
+    PeerTimeout,
+    decode,
+    recv_frame,
+    send_frame,
+)
+
+log = logging.getLogger("weightcache.server")
+_UCRED = struct.Struct("3i")  # pid, uid, gid
+
+
+@dataclass(frozen=True)
+class PeerPolicy:
+    """Who may connect: the server's own uid and root, plus configured uids and gids."""
+
+    uids: frozenset[int]
+    gids: frozenset[int] = frozenset()
+
+    def allows(self, uid: int, gid: int) -> bool:
+        return uid in self.uids or gid in self.gids
+
+
+class Reject(Exception):
+    """Raised by a handler: send this error and close the connection."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class Reply:
+    """A handler's answer: a message (or pre-encoded frame) and fds to attach, closed after sending."""
+
+    message: BaseModel | bytes
+    fds: list[int] = field(default_factory=list)
+
+
+Handler = Callable[[Any, list[int]], Reply]
+
+
+@dataclass
+class ServerStats:
+    connections_total: int = 0
+    connections_active: int = 0
+    errors_total: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self, **deltas: int) -> None:
+        with self.lock:
+            for key, delta in deltas.items():
+                setattr(self, key, getattr(self, key) + delta)
+
+
+class FramedServer:
+    def __init__(self, path: str, policy: PeerPolicy, requests: TypeAdapter[Any], handler: Handler, *,
+                 identity: tuple[str, int], max_request_bytes: int, accept_fds: bool = False,
+                 socket_mode: int = 0o600, socket_gid: int | None = None, max_connections: int = 256,
+                 max_connections_per_uid: int | None = None, idle_timeout_s: float = 30.0,
+                 frame_timeout_s: float = 5.0, hello_timeout_s: float = 5.0,
+                 stats: ServerStats | None = None) -> None:
+        self.path = path
+        self.policy = policy
+        self.requests = requests
+        self.handler = handler
+        self.identity = identity
+        self.max_request_bytes = max_request_bytes
+        self.accept_fds = accept_fds
+        self.max_connections = max_connections
+        # A quarter of the slots per uid by default: one peer's leak or attack leaves the rest usable.
+        self.max_connections_per_uid = max_connections_per_uid or max(1, max_connections // 4)
+        if self.max_connections_per_uid > max_connections:
+            raise ValueError(f"max_connections_per_uid {self.max_connections_per_uid} exceeds max_connections {max_connections}")
+        self.idle_timeout_s = idle_timeout_s
+        self.frame_timeout_s = frame_timeout_s
+        self.hello_timeout_s = hello_timeout_s
+        self._per_uid: dict[int, int] = {}
+        self.stats = stats or ServerStats()
+        self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o177)
+        try:
+            self._listener.bind(path)
+        finally:
+            os.umask(old_umask)
+        if socket_gid is not None:
+            os.chown(path, -1, socket_gid)
+        os.chmod(path, socket_mode)
+        self._listener.listen(128)
+
+    def stop(self) -> None:
+        """Safe from a signal handler: wakes the accept loop."""
+        try:
+            os.write(self._stop_w, b"x")
+        except BlockingIOError:
+            pass
+
+    def serve_forever(self) -> None:
+        with selectors.DefaultSelector() as sel:
+            sel.register(self._listener, selectors.EVENT_READ)
+            sel.register(self._stop_r, selectors.EVENT_READ)
+            while True:
+                events = sel.select()
+                if any(key.fileobj == self._stop_r for key, _ in events):
+                    break
+                try:
+                    conn, _ = self._listener.accept()
+                except OSError:
+                    continue
+                self._admit(conn)
+        self._listener.close()
+
+    def _admit(self, conn: socket.socket) -> None:
+        pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+        if not self.policy.allows(uid, gid):
+            log.warning("peer refused", extra={"fields": {"pid": pid, "uid": uid, "gid": gid}})
+            self._reply_and_close(conn, ErrorReply(code="forbidden", message=f"uid {uid}/gid {gid} may not use this socket"))
+            return
+        busy = None
+        with self.stats.lock:
+            held = self._per_uid.get(uid, 0)
+            if self.stats.connections_active >= self.max_connections:
+                busy = f"all {self.max_connections} connections are in use; retry shortly"
+            elif held >= self.max_connections_per_uid:
+                busy = (f"uid {uid} already holds {held} connections, the most one uid may hold; "
+                        "close idle ones or retry shortly")
+            else:
+                self.stats.connections_active += 1
+                self.stats.connections_total += 1
+                self._per_uid[uid] = held + 1
+        if busy is not None:
+            log.warning("connection refused", extra={"fields": {"pid": pid, "uid": uid, "reason": busy}})
+            self._reply_and_close(conn, ErrorReply(code="busy", message=busy))
+            return
+        threading.Thread(target=self._serve_connection, args=(conn, pid, uid), daemon=True).start()
+
+    def _reply_and_close(self, conn: socket.socket, reply: ErrorReply) -> None:
+        self.stats.count(errors_total=1)
+        try:
+            conn.settimeout(1.0)
+            send_frame(conn, reply)
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _reject(self, conn: socket.socket, pid: int, code: str, message: str) -> None:
+        log.info("request rejected", extra={"fields": {"peer_pid": pid, "code": code, "error": message}})
+        self._reply_and_close(conn, ErrorReply(code=code, message=message))  # type: ignore[arg-type]
+
+    def _serve_connection(self, conn: socket.socket, pid: int, uid: int) -> None:
+        try:
+            greeted = False
+            unauthenticated = Deadlines(self.idle_timeout_s, self.frame_timeout_s,
+                                        hello_by=time.monotonic() + self.hello_timeout_s, hello_s=self.hello_timeout_s)
+            greeted_deadlines = Deadlines(self.idle_timeout_s, self.frame_timeout_s)
+            while True:
+                fds: list[int] = []
+                try:
+                    body = recv_frame(conn, self.max_request_bytes, fds if self.accept_fds else None,
+                                      greeted_deadlines if greeted else unauthenticated)
+                except PeerClosed:
+                    return
+                except PeerTimeout as exc:
+                    _close_all(fds)
+                    self._reject(conn, pid, "timeout", str(exc))
+                    return
+                except ProtocolError as exc:
+                    _close_all(fds)
+                    self._reject(conn, pid, "bad_frame", str(exc))
+                    return
+                conn.settimeout(self.idle_timeout_s)  # for the reply: a peer must read it as it would a frame
+                try:
+                    request = decode(self.requests, body)
+                except ProtocolError as exc:
+                    _close_all(fds)
+                    self._reject(conn, pid, "bad_message", str(exc))
+                    return
+                if isinstance(request, Hello):
+                    _close_all(fds)
+                    if greeted:
+                        self._reject(conn, pid, "out_of_order", "hello sent twice")
+                        return
+                    common = set(request.versions) & set(SUPPORTED_VERSIONS)
+                    if not common:
+                        self._reject(conn, pid, "version_mismatch",
+                                     f"server speaks protocol {list(SUPPORTED_VERSIONS)}, client offered {request.versions}")
+                        return
+                    greeted = True
+                    send_frame(conn, HelloReply(version=max(common), daemon_version=__version__,
+                                                name=self.identity[0], rank=self.identity[1]))
+                    continue
+                if not greeted:
+                    _close_all(fds)
+                    self._reject(conn, pid, "out_of_order", f"{request.type} before hello")
+                    return
+                try:
+                    reply = self.handler(request, fds)  # takes ownership of the fds it keeps (pops them)
+                except Reject as exc:
+                    self._reject(conn, pid, exc.code, str(exc))
+                    return
+                finally:
+                    _close_all(fds)
+                try:
+                    send_frame(conn, reply.message, reply.fds)
+                finally:
+                    _close_all(reply.fds)
+        except (OSError, socket.timeout):
+            return  # peer vanished or idled out; nothing to clean but the socket
+        finally:
+            with self.stats.lock:
+                self.stats.connections_active -= 1
+                self._per_uid[uid] -= 1
+                if not self._per_uid[uid]:
+                    del self._per_uid[uid]
+            conn.close()
+
+
+def _close_all(fds: list[int]) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    fds.clear()

@@ -1,0 +1,159 @@
+"""The fingerprint: everything that decides which bytes a cache holds, computed before loading.
+
+Two parties compute it independently — the daemon from its arguments, the engine from its own —
+and weights are mapped only when the two agree. Shard files are identified by name, size,
+mtime, inode, ctime and the SHA-256 of their safetensors header (names, dtypes, shapes, offsets)
+rather than by a hash of their content: an engine would have to read every byte of its shards
+on each start, which is what the cache exists to avoid. Inode and ctime are what a rewrite
+cannot restore — a write in place sets the ctime even when ``os.utime`` puts the mtime back, and
+a replaced file has a new inode — so no edit goes unnoticed short of resetting the system clock
+(docs/architecture.md lists what is left). Copying a checkpoint, or a ``chmod``/``touch`` of a
+shard, therefore means a new fingerprint, which errs on the safe side.
+
+Inode and ctime say which file on this node holds the shard, not what the weights are: two nodes
+with copies of one checkpoint differ in them. ``digest`` (every field) is what a daemon, its
+keeper and its engines compare on one node; ``weights_digest`` leaves those two fields out and is
+what nodes compare with each other (the daemon's status report, the operator's status.nodes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict
+
+if TYPE_CHECKING:  # the model classes here must import without torch (the CLI, the ready file)
+    from ..checkpoints.checkpoint import Checkpoint
+    from ..checkpoints.quantization import QuantConfig
+    from ..checkpoints.sharding import Layout
+
+# Bumped whenever the meaning of the bytes on the wire changes; part of the environment stamp.
+PROTOCOL_VERSION = 1
+
+
+# Fields of a shard stamp that name this node's file rather than the checkpoint's content.
+NODE_LOCAL_SHARD_FIELDS = frozenset({"inode", "ctime_ns"})
+
+
+class ShardStamp(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    size: int
+    mtime_ns: int
+    header_sha256: str
+    inode: int
+    ctime_ns: int
+
+
+class EnvironmentStamp(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    torch_version: str
+    device_kind: str  # "cpu" or the GPU's name
+    compute_capability: str | None = None
+    driver_version: str | None = None
+    cuda_runtime: str | None = None
+    backend: str
+    access: str = "read-only"  # how engines map the arena; read-write is an explicit opt-in
+    protocol_version: int = PROTOCOL_VERSION
+
+
+class Fingerprint(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    model_path: str
+    revision: str
+    config_sha256: str
+    shards: tuple[ShardStamp, ...]
+    tp_size: int
+    tp_rank: int
+    pp_size: int
+    pp_rank: int
+    ep_size: int = 1  # MoE: whole experts per rank (ep = tp) or a slice of every expert (1); see Layout
+    quantization: str
+    quantization_sha256: str
+    dtype: str
+    layout_version: int
+    environment: EnvironmentStamp
+
+    @property
+    def digest(self) -> str:
+        """Every field: equal only for the same files on the same node (what mapping requires)."""
+        return _sha256(self.model_dump(mode="json"))
+
+    @property
+    def weights_digest(self) -> str:
+        """Every field but the shards' node-local ones: equal on every node that holds the same
+        weights from copies of the same checkpoint."""
+        fields = self.model_dump(mode="json")
+        fields["shards"] = [{k: v for k, v in shard.items() if k not in NODE_LOCAL_SHARD_FIELDS}
+                            for shard in fields["shards"]]
+        return _sha256(fields)
+
+    def differences(self, other: "Fingerprint") -> list[str]:
+        """Names of the fields that differ, environment fields as ``environment.<field>``."""
+        ours, theirs = self.model_dump(mode="json"), other.model_dump(mode="json")
+        fields = []
+        for key in ours:
+            if key == "environment":
+                fields += [f"environment.{k}" for k in ours[key] if ours[key][k] != theirs[key].get(k)]
+            elif ours[key] != theirs[key]:
+                fields.append(key)
+        return fields
+
+
+def _sha256(fields: dict) -> str:
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def environment_stamp(backend: str, device: int = 0, access: str = "read-only") -> EnvironmentStamp:
+    """The software and hardware the arena's bytes are valid for; GPU fields from ``device``.
+
+    Imports no torch (see gpu_identity): a re-adopting daemon computes this on its critical path."""
+    from ..gpu.gpu_identity import gpu_count, gpu_facts, torch_build
+
+    torch_version, cuda_runtime = torch_build()
+    gpu: dict[str, str | None] = {"device_kind": "cpu"}
+    if backend != "cpu-shm":
+        gpu = {"device_kind": "no-gpu"}
+        if device < gpu_count():
+            facts = gpu_facts(device)
+            gpu = {"device_kind": facts.name, "compute_capability": facts.compute_capability,
+                   "driver_version": facts.driver_version, "cuda_runtime": cuda_runtime}
+    return EnvironmentStamp(torch_version=torch_version, backend=backend, access=access, **gpu)
+
+
+def compute(
+    checkpoint: "Checkpoint",
+    layout: "Layout",
+    quant: "QuantConfig",
+    dtype: str,
+    *,
+    revision: str,
+    backend: str,
+    device: int = 0,
+    access: str = "read-only",
+) -> Fingerprint:
+    from ..checkpoints.manifest import LAYOUT_VERSION
+
+    return Fingerprint(
+        model_path=str(checkpoint.path),
+        revision=revision,
+        config_sha256=checkpoint.config_sha256,
+        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
+        tp_size=layout.tp_size,
+        tp_rank=layout.tp_rank,
+        pp_size=layout.pp_size,
+        pp_rank=layout.pp_rank,
+        ep_size=layout.ep_size,
+        quantization=quant.method,
+        quantization_sha256=quant.sha256(),
+        dtype=dtype,
+        layout_version=LAYOUT_VERSION,
+        environment=environment_stamp(backend, device, access),
+    )

@@ -1,0 +1,109 @@
+"""The operator image carries weightcache_contract and weightcache_operator only (no torch, no data
+plane), so the operator must never import the data plane (``weightcache``) or torch, and the
+contract, which both sides import, must import neither side. Checked in fresh interpreters that
+could import everything (the whole checkout on the path), so a stray import shows up as a loaded
+module, not as an ImportError that some other path might hide. Inside the data plane, a package
+imports only packages below it."""
+
+import json
+import os
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PATH = [str(ROOT / part) for part in ("contract", "daemon_image", "operator")]
+
+# Prints, for each module imported in turn, the forbidden top-level packages it brought in.
+PROBE = """
+import importlib, json, sys
+forbidden = set(sys.argv[2].split(","))
+found = {}
+for name in sys.argv[1].split(","):
+    importlib.import_module(name)
+    found[name] = sorted(m for m in sys.modules if m.split(".")[0] in forbidden)
+print(json.dumps(found))
+"""
+
+
+def modules(package_dir: Path, package: str) -> list[str]:
+    names = [package]
+    for info in pkgutil.walk_packages([str(package_dir)], prefix=f"{package}."):
+        names.append(info.name)
+    return names
+
+
+def forbidden_imports(names: list[str], forbidden: list[str]) -> dict[str, list[str]]:
+    result = subprocess.run([sys.executable, "-c", PROBE, ",".join(names), ",".join(forbidden)],
+                            capture_output=True, text=True, timeout=120, check=True,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join([*PATH, *sys.path])})
+    return {name: loaded for name, loaded in json.loads(result.stdout).items() if loaded}
+
+
+OPERATOR_MODULES = modules(ROOT / "operator" / "weightcache_operator", "weightcache_operator")
+CONTRACT_MODULES = modules(ROOT / "contract" / "weightcache_contract", "weightcache_contract")
+
+
+def test_every_operator_module_is_found() -> None:
+    assert {"weightcache_operator.handlers", "weightcache_operator.render.daemon"} <= set(OPERATOR_MODULES)
+
+
+def test_operator_modules_import_neither_the_data_plane_nor_torch() -> None:
+    found = forbidden_imports(OPERATOR_MODULES, ["weightcache", "torch", "numpy"])
+    assert not found, f"operator modules reach past the contract (import from weightcache_contract instead): {found}"
+
+
+def test_contract_modules_import_neither_side_nor_torch() -> None:
+    found = forbidden_imports(CONTRACT_MODULES, ["weightcache", "weightcache_operator", "torch", "numpy"])
+    assert not found, f"the contract must stand alone (standard library and pydantic): {found}"
+
+
+def test_the_check_sees_a_forbidden_import() -> None:
+    """The check itself: importing the data plane's CLI is seen as loading ``weightcache``."""
+    found = forbidden_imports(["weightcache.cli"], ["weightcache"])
+    assert "weightcache.cli" in found.get("weightcache.cli", []), found
+
+
+# The data plane's packages, lowest first; a package may import only those before it (and the
+# top-level helpers). ``checkpoints`` and ``gpu`` are both at the bottom and import neither other.
+DATA_PLANE_ORDER = [{"checkpoints", "gpu"}, {"wire"}, {"arenas"}, {"client"}, {"daemon"}, {"engine"}, {"tools"}]
+HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "__version__"}
+
+
+def data_plane_imports() -> dict[str, set[str]]:
+    """Each data-plane subpackage → the other top-level parts of ``weightcache`` it imports (relative
+    imports, including the ones inside functions)."""
+    import ast
+
+    found: dict[str, set[str]] = {}
+    root = ROOT / "daemon_image"
+    for source in (root / "weightcache").rglob("*.py"):
+        parts = source.relative_to(root).with_suffix("").parts
+        if len(parts) < 3:
+            continue
+        for node in ast.walk(ast.parse(source.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = list(parts[:-1])[: len(parts) - node.level]
+                targets = [base + node.module.split(".")] if node.module else [base + [a.name] for a in node.names]
+                for target in targets:
+                    if target[1] != parts[1]:
+                        found.setdefault(parts[1], set()).add(target[1])
+    return found
+
+
+def test_data_plane_packages_import_only_lower_ones() -> None:
+    allowed: set[str] = set()
+    wrong = {}
+    for level in DATA_PLANE_ORDER:
+        for package in level:
+            above = data_plane_imports().get(package, set()) - allowed - HELPERS
+            if above:
+                wrong[package] = sorted(above)
+        allowed |= level
+    assert not wrong, f"packages importing their own level or above (move the shared piece down): {wrong}"
+
+
+def test_the_layer_check_sees_every_package() -> None:
+    packages = {p.name for p in (ROOT / "daemon_image" / "weightcache").iterdir() if (p / "__init__.py").exists()}
+    assert packages == set().union(*DATA_PLANE_ORDER)
