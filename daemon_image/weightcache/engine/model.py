@@ -20,8 +20,11 @@ the same all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -148,31 +151,78 @@ class KVCache:
         return self.keys.shape[2]
 
 
+_MATERIALISING = threading.Lock()
+
+
 class DecoderLayer:
+    """One decoder layer, bound lazily: made, it has checked every weight it will take (names,
+    shapes, dtypes, from the index: no tensor is created); its views and modules are made on
+    first use — the first forward through it, or the first read of a weight attribute — so an
+    engine's bind costs no torch object per tensor and each layer pays for its own on first use."""
+
+    input_norm: RMSNorm
+    post_norm: RMSNorm
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    q_norm: RMSNorm | None
+    k_norm: RMSNorm | None
+    moe: SparseMoe | None
+    mlp: list[Linear]
+
     def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter", ep_size: int = 1) -> None:
-        p = f"model.layers.{index}."
         self.index = index
         self.group = group
         self.heads = cfg.num_heads // group.size
         self.kv_heads = cfg.local_kv_heads(group.size)
         self.head_dim = cfg.head_dim
-        self.input_norm = RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps)
-        self.post_norm = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps)
-        self.q = get.linear(p + "self_attn.q_proj", (self.heads * cfg.head_dim, cfg.hidden_size))
-        self.k = get.linear(p + "self_attn.k_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
-        self.v = get.linear(p + "self_attn.v_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
-        self.o = get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim))
-        self.q_norm = RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.moe: SparseMoe | None = None
-        self.mlp: list[Linear] = []
+        self.materialise_seconds = 0.0
+        self._cfg, self._ep_size = cfg, ep_size
+        self._weights(get.specs())  # every check the bound layer makes, on specs: fails here, not mid-forward
+        self._get: _Getter | None = get
+
+    def _weights(self, get: "_Getter") -> dict[str, object]:
+        """The layer's weight attributes, built from whatever ``get`` hands out (tensors or specs)."""
+        cfg, p = self._cfg, f"model.layers.{self.index}."
+        w: dict[str, object] = {
+            "input_norm": RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps),
+            "post_norm": RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps),
+            "q": get.linear(p + "self_attn.q_proj", (self.heads * cfg.head_dim, cfg.hidden_size)),
+            "k": get.linear(p + "self_attn.k_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size)),
+            "v": get.linear(p + "self_attn.v_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size)),
+            "o": get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim)),
+            "q_norm": RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
+            "k_norm": RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
+            "moe": None, "mlp": [],
+        }
         if cfg.num_experts:
-            self.moe = SparseMoe(p + "mlp.", cfg, Layout(group.size, group.rank, ep_size=ep_size), get, get.block)
+            w["moe"] = SparseMoe(p + "mlp.", cfg, Layout(self.group.size, self.group.rank, ep_size=self._ep_size),
+                                 get, get.block)
         else:
-            inter = cfg.intermediate_size // group.size
-            self.mlp = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
+            inter = cfg.intermediate_size // self.group.size
+            w["mlp"] = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
                         get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size)),
                         get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))]
+        return w
+
+    def materialise(self) -> None:
+        """Make this layer's views and modules now (once; later calls do nothing)."""
+        with _MATERIALISING:  # a second thread reading a weight meanwhile waits here, then finds it
+            get = self.__dict__.pop("_get", None)
+            if get is None:
+                return
+            started = time.perf_counter()
+            self.__dict__.update(self._weights(get))
+            self.materialise_seconds = time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> object:
+        # Reached only for attributes not set yet: the weights of a layer not yet materialised.
+        if not name.startswith("__"):
+            self.materialise()
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def linears(self) -> list[Linear]:
         return [self.q, self.k, self.v, self.o, *self.mlp]
@@ -204,20 +254,31 @@ class DecoderLayer:
 
 
 class _Getter:
-    """Looks tensors up by checkpoint name, following aliases, and checks shapes as it goes."""
+    """Looks tensors up by checkpoint name, following aliases, and checks shapes as it goes.
+
+    ``specs()`` gives a getter that checks the same way but hands out ``TensorSpec``s (shape and
+    dtype from a ``TensorIndex``, no view made) where the tensors allow it; both record what
+    they were asked for in one ``used`` set.
+    """
 
     def __init__(self, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
-                 block: tuple[int, int] | None) -> None:
+                 block: tuple[int, int] | None, used: set[str] | None = None,
+                 look: Callable[[str], Any] | None = None) -> None:
         self.tensors = tensors
         self.aliases = aliases
         self.block = block
-        self.used: set[str] = set()
+        self.used: set[str] = set() if used is None else used
+        self._look = look or tensors.__getitem__
+
+    def specs(self) -> "_Getter":
+        # A plain dict (the disk path) holds real tensors already: they serve as their own specs.
+        return _Getter(self.tensors, self.aliases, self.block, self.used, getattr(self.tensors, "spec", None))
 
     def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         key = self.aliases.get(name, name)
         if key not in self.tensors:
             raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
-        tensor = self.tensors[key]
+        tensor = self._look(key)
         if shape is not None and tuple(tensor.shape) != shape:
             raise BindError(f"{name!r} has shape {tuple(tensor.shape)}, the model needs {shape}")
         self.used.add(key)
@@ -259,8 +320,20 @@ class Model:
         if unused:
             raise BindError(f"{len(unused)} weight(s) have no place in the model, e.g. {unused[0]!r}")
 
+    def materialise(self) -> float:
+        """Make every layer's views now (what the first forward would do); the seconds all layers
+        have spent on it so far, now included."""
+        for layer in self.layers:
+            layer.materialise()
+        return self.materialise_seconds
+
+    @property
+    def materialise_seconds(self) -> float:
+        """Seconds spent making layers' views and modules, summed over the layers made so far."""
+        return sum(layer.materialise_seconds for layer in self.layers)
+
     def weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every tensor the forward pass reads, by name (for zero-copy checks)."""
+        """Every tensor the forward pass reads, by name (for zero-copy checks); materialises every layer."""
         yield "model.embed_tokens.weight", self.embed
         for layer in self.layers:
             p = f"model.layers.{layer.index}."

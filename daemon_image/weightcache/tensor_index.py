@@ -1,0 +1,71 @@
+"""Name → zero-copy view of one arena, each view made the first time it is looked up.
+
+An engine that binds a rank of 20,000 tensors would otherwise create 20,000 ``as_strided``
+views (~2 µs each) before its first forward, most of them for layers that run much later. The
+index holds the manifest's columns as plain lists and one typed view of the arena per dtype;
+``index[name]`` makes that tensor's view (one ``as_strided`` over its dtype's base, the same
+call the eager path makes) and keeps it, so later lookups return the same object. Names,
+shapes and dtypes are answered from the columns without creating any tensor (``spec``), which
+is what lets a model check every name and shape at bind time and defer the views to first use.
+
+Views are read-only exactly when the arena's memory is: they share its mapping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TensorSpec(NamedTuple):
+    """What a tensor will be, without the tensor: enough for a model to check its place."""
+
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class TensorIndex(Mapping[str, "torch.Tensor"]):
+    """A read-only mapping name → view; see the module docstring. Build with ``Manifest.index``."""
+
+    def __init__(self, bases: list[tuple[torch.Tensor, int]], names: list[str], codes: list[int],
+                 ndims: list[int], starts: list[int], dims: list[int], strides: list[int], offsets: list[int]) -> None:
+        self._bases = bases  # per dtype code: (typed view of the whole arena, element size)
+        self._names = names
+        self._pos = dict(zip(names, range(len(names))))
+        self._codes, self._ndims, self._starts = codes, ndims, starts
+        self._dims, self._strides, self._offsets = dims, strides, offsets
+        self._views: dict[str, torch.Tensor] = {}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        view = self._views.get(name)
+        if view is None:
+            i = self._pos[name]
+            base, size = self._bases[self._codes[i]]
+            start, stop = self._starts[i], self._starts[i] + self._ndims[i]
+            view = base.as_strided(self._dims[start:stop], self._strides[start:stop], self._offsets[i] // size)
+            self._views[name] = view
+        return view
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._pos
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def spec(self, name: str) -> TensorSpec:
+        """Shape and dtype of ``name`` from the manifest; creates no tensor (KeyError if absent)."""
+        i = self._pos[name]
+        start = self._starts[i]
+        return TensorSpec(tuple(self._dims[start:start + self._ndims[i]]), self._bases[self._codes[i]][0].dtype)
+
+    @property
+    def materialised(self) -> int:
+        """How many views exist so far."""
+        return len(self._views)
+
