@@ -164,10 +164,9 @@ class Manifest(BaseModel):
         from .tensor_index import TensorIndex
 
         cols = self._columns()
-        starts = (np.cumsum(cols["ndims"], dtype=np.int64) - cols["ndims"]).tolist()
-        return TensorIndex(_typed_bases(arena, self.dtype_names), self.names, cols["codes"].tolist(),
-                           cols["ndims"].tolist(), starts, cols["dims"].tolist(), cols["strides"].tolist(),
-                           cols["offsets"].tolist())
+        starts = np.cumsum(cols["ndims"], dtype=np.int64) - cols["ndims"]
+        return TensorIndex(_typed_bases(arena, self.dtype_names), self.names, cols["codes"], cols["ndims"], starts,
+                           cols["dims"], cols["strides"], cols["offsets"])
 
     def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every view at once (eager): what ``index`` makes one by one."""

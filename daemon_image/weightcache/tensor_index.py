@@ -17,6 +17,7 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 
@@ -30,13 +31,16 @@ class TensorSpec(NamedTuple):
 class TensorIndex(Mapping[str, "torch.Tensor"]):
     """A read-only mapping name → view; see the module docstring. Build with ``Manifest.index``."""
 
-    def __init__(self, bases: list[tuple[torch.Tensor, int]], names: list[str], codes: list[int],
-                 ndims: list[int], starts: list[int], dims: list[int], strides: list[int], offsets: list[int]) -> None:
+    def __init__(self, bases: list[tuple[torch.Tensor, int]], names: list[str], codes: np.ndarray,
+                 ndims: np.ndarray, starts: np.ndarray, dims: np.ndarray, strides: np.ndarray,
+                 offsets: np.ndarray) -> None:
         self._bases = bases  # per dtype code: (typed view of the whole arena, element size)
         self._names = names
         self._pos = dict(zip(names, range(len(names))))
-        self._codes, self._ndims, self._starts = codes, ndims, starts
-        self._dims, self._strides, self._offsets = dims, strides, offsets
+        self._columns = (codes, ndims, starts, dims)  # numpy, for checks over many tensors at once
+        # Python lists for the per-view path: indexing them costs less than numpy scalars.
+        self._codes, self._ndims, self._starts = codes.tolist(), ndims.tolist(), starts.tolist()
+        self._dims, self._strides, self._offsets = dims.tolist(), strides.tolist(), offsets.tolist()
         self._views: dict[str, torch.Tensor] = {}
 
     def __getitem__(self, name: str) -> torch.Tensor:
@@ -63,6 +67,23 @@ class TensorIndex(Mapping[str, "torch.Tensor"]):
         i = self._pos[name]
         start = self._starts[i]
         return TensorSpec(tuple(self._dims[start:start + self._ndims[i]]), self._bases[self._codes[i]][0].dtype)
+
+    def first_unlike(self, names: list[str], like: str) -> str | None:
+        """The first of ``names`` that is absent or differs from ``like`` in shape or dtype, if any;
+        creates no tensor (one dict lookup per name, the comparisons column-wise)."""
+        import numpy as np
+
+        found = list(map(self._pos.get, names))
+        if None in found:
+            return names[found.index(None)]
+        codes, ndims, starts, dims = self._columns
+        i = self._pos[like]
+        at = np.asarray(found, dtype=np.int64)
+        bad = (codes[at] != codes[i]) | (ndims[at] != ndims[i])
+        if not bad.any():  # same rank everywhere: compare each dimension
+            for d in range(int(ndims[i])):
+                bad |= dims[starts[at] + d] != dims[starts[i] + d]
+        return names[int(np.argmax(bad))] if bad.any() else None
 
     @property
     def materialised(self) -> int:

@@ -87,7 +87,10 @@ def test_reading_a_weight_of_an_unused_layer_materialises_that_layer_only(checkp
      "the weights lack 'model.layers.1.mlp.up_proj.weight'"),
     (lambda e: [x.model_copy(update={"shape": x.shape[::-1], "stride": (1, x.shape[1])})
                 if x.name == "model.layers.1.mlp.down_proj.weight" else x for x in e],
-     r"'model.layers.1.mlp.down_proj.weight' has shape"),
+     r"'model.layers.1.mlp.down_proj.weight' has torch.float32 \(352, 128\), the model needs torch.float32 "
+     r"\(128, 352\)"),
+    (lambda e: [*e, e[0].model_copy(update={"name": "model.layers.1.self_attn.q_proj.bias"})],
+     "have no place in the model, e.g. 'model.layers.1.self_attn.q_proj.bias'"),  # layer 0 has no bias
     (lambda e: [*e, e[0].model_copy(update={"name": "model.layers.9.stray.weight"})],
      "have no place in the model, e.g. 'model.layers.9.stray.weight'"),
 ])

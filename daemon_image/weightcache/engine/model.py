@@ -155,10 +155,11 @@ _MATERIALISING = threading.Lock()
 
 
 class DecoderLayer:
-    """One decoder layer, bound lazily: made, it has checked every weight it will take (names,
-    shapes, dtypes, from the index: no tensor is created); its views and modules are made on
-    first use — the first forward through it, or the first read of a weight attribute — so an
-    engine's bind costs no torch object per tensor and each layer pays for its own on first use."""
+    """One decoder layer, bound lazily: its views and modules are made on first use — the first
+    forward through it, or the first read of a weight attribute — so an engine's bind costs no
+    torch object per tensor and each layer pays for its own on first use. ``Model`` checks every
+    layer's weights when it is made (``_check_layers``), so a wrong weight fails the bind, not a
+    forward."""
 
     input_norm: RMSNorm
     post_norm: RMSNorm
@@ -179,8 +180,7 @@ class DecoderLayer:
         self.head_dim = cfg.head_dim
         self.materialise_seconds = 0.0
         self._cfg, self._ep_size = cfg, ep_size
-        self._weights(get.specs())  # every check the bound layer makes, on specs: fails here, not mid-forward
-        self._get: _Getter | None = get
+        self._get: _Getter | None = get  # the model checks every layer's weights before any is used
 
     def _weights(self, get: "_Getter") -> dict[str, object]:
         """The layer's weight attributes, built from whatever ``get`` hands out (tensors or specs)."""
@@ -271,11 +271,18 @@ class _Getter:
         self._look = look or tensors.__getitem__
 
     def specs(self) -> "_Getter":
+        """A getter that checks as this one does but hands out specs and records what it is asked."""
         # A plain dict (the disk path) holds real tensors already: they serve as their own specs.
-        return _Getter(self.tensors, self.aliases, self.block, self.used, getattr(self.tensors, "spec", None))
+        getter = _Getter(self.tensors, self.aliases, self.block, self.used, getattr(self.tensors, "spec", None))
+        getter.asked = []
+        return getter
+
+    asked: list[str] | None = None  # names asked for, present or not (a ``specs`` getter only)
 
     def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         key = self.aliases.get(name, name)
+        if self.asked is not None:
+            self.asked.append(name)
         if key not in self.tensors:
             raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
         tensor = self._look(key)
@@ -285,13 +292,71 @@ class _Getter:
         return tensor
 
     def optional(self, name: str) -> torch.Tensor | None:
-        return self(name) if self.aliases.get(name, name) in self.tensors else None
+        if self.aliases.get(name, name) in self.tensors:
+            return self(name)
+        if self.asked is not None:
+            self.asked.append(name)
+        return None
 
     def linear(self, prefix: str, shape: tuple[int, int]) -> Linear:
         weight = self(prefix + ".weight", shape)
         scale = self.optional(prefix + ".weight" + SCALE_SUFFIX)
         return Linear(prefix, weight, self.optional(prefix + ".bias"), scale,
                       self.block if scale is not None else None)
+
+
+def _check_layers(layers: list[DecoderLayer], get: _Getter) -> None:
+    """Every check the layers' first forwards would make, made now without a view.
+
+    Layer 0 runs its constructor on specs (names, shapes, FP8 scales: the checks the bound layer
+    makes), recording every name it asks for. Every other layer must then hold the same tensors,
+    with layer 0's shapes and dtypes, and no optional one (bias, scale) that layer 0 lacks — which
+    is all its constructor could check. Per tensor that is a lookup and a comparison, not a
+    constructor call: at 20,000 tensors the difference is most of the bind.
+    """
+    if not layers:
+        return
+    specs = get.specs()
+    layers[0]._weights(specs)
+    assert specs.asked is not None
+    first = "model.layers.0."
+    suffixes = [name[len(first):] for name in specs.asked]
+    if any(not name.startswith(first) for name in specs.asked):
+        raise BindError(f"layer 0 asked for weights outside {first!r}: the layer check cannot generalise")
+    resolve, tensors, aliases = get.aliases.get, get.tensors, bool(get.aliases)
+    held = [s for s in suffixes if resolve(first + s, first + s) in tensors]
+    prefixes = [f"model.layers.{layer.index}." for layer in layers[1:]]
+    for suffix in held:
+        like = resolve(first + suffix, first + suffix)
+        names = [prefix + suffix for prefix in prefixes]
+        keys = [resolve(n, n) for n in names] if aliases else names
+        bad = _first_unlike(tensors, keys, like)
+        if bad is not None:
+            name = names[keys.index(bad)]
+            if bad not in tensors:
+                raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
+            raise BindError(f"{name!r} has {_describe(tensors, bad)}, the model needs {_describe(tensors, like)} "
+                            f"(as checked for {first + suffix!r}): every layer holds the same tensors")
+        get.used.update(keys)
+
+
+def _first_unlike(tensors: Mapping[str, torch.Tensor], keys: list[str], like: str) -> str | None:
+    """The first of ``keys`` missing or of another shape or dtype than ``like``, if any."""
+    unlike = getattr(tensors, "first_unlike", None)
+    if unlike is not None:  # a TensorIndex answers from its columns, without a view
+        return unlike(keys, like)
+    want = tensors[like]
+    for key in keys:
+        tensor = tensors.get(key)
+        if tensor is None or tensor.shape != want.shape or tensor.dtype != want.dtype:
+            return key
+    return None
+
+
+def _describe(tensors: Mapping[str, torch.Tensor], key: str) -> str:
+    spec = getattr(tensors, "spec", None)
+    shape, dtype = spec(key) if spec is not None else (tuple(tensors[key].shape), tensors[key].dtype)
+    return f"{dtype} {tuple(shape)}"
 
 
 class Model:
@@ -312,11 +377,13 @@ class Model:
         self.dtype = self.embed.dtype
         self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
         self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
+        _check_layers(self.layers, get)
         self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
         self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
         self.keep_alive: object = None  # whatever owns the memory the weight views point into
-        unused = sorted(set(tensors) - get.used)
+        # ``used`` holds only names found in ``tensors``: equal counts mean none is left over.
+        unused = sorted(set(tensors) - get.used) if len(get.used) != len(tensors) else []
         if unused:
             raise BindError(f"{len(unused)} weight(s) have no place in the model, e.g. {unused[0]!r}")
 
