@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import BindError, ShardingError
+from ..gcpause import gc_paused
 from ..quantization import SCALE_SUFFIX
 from ..sharding import Layout
 from .config import ModelConfig
@@ -208,12 +209,14 @@ class DecoderLayer:
 
     def materialise(self) -> None:
         """Make this layer's views and modules now (once; later calls do nothing)."""
-        with _MATERIALISING:  # a second thread reading a weight meanwhile waits here, then finds it
+        # A second thread reading a weight meanwhile waits on the lock, then finds it; the collector
+        # is paused as for eager views (see gcpause): nothing made here is garbage.
+        with _MATERIALISING, gc_paused():
             get = self.__dict__.pop("_get", None)
             if get is None:
                 return
             started = time.perf_counter()
-            self.__dict__.update(self._weights(get))
+            self.__dict__.update(self._weights(get.checked()))
             self.materialise_seconds = time.perf_counter() - started
 
     def __getattr__(self, name: str) -> object:
@@ -298,6 +301,10 @@ class _Getter:
             self.asked.append(name)
         return None
 
+    def checked(self) -> "_Getter":
+        """A getter for weights the model has checked already: lookups only (a layer's first use)."""
+        return _CheckedGetter(self.tensors, self.aliases, self.block, self.used)
+
     def linear(self, prefix: str, shape: tuple[int, int]) -> Linear:
         weight = self(prefix + ".weight", shape)
         scale = self.optional(prefix + ".weight" + SCALE_SUFFIX)
@@ -359,6 +366,16 @@ def _describe(tensors: Mapping[str, torch.Tensor], key: str) -> str:
     return f"{dtype} {tuple(shape)}"
 
 
+class _CheckedGetter(_Getter):
+    # Per tensor, the checks cost more than the view itself; ``_check_layers`` made them at bind.
+    def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        return self.tensors[self.aliases.get(name, name)]
+
+    def optional(self, name: str) -> torch.Tensor | None:
+        key = self.aliases.get(name, name)
+        return self.tensors[key] if key in self.tensors else None
+
+
 class Model:
     """One rank's share of the decoder; ``forward`` appends to a request's KV cache."""
 
@@ -376,8 +393,9 @@ class Model:
         self.embed = get("model.embed_tokens.weight", (vocab_part, cfg.hidden_size))
         self.dtype = self.embed.dtype
         self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
-        self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
-        _check_layers(self.layers, get)
+        with gc_paused():
+            self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
+            _check_layers(self.layers, get)
         self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
         self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
@@ -390,8 +408,9 @@ class Model:
     def materialise(self) -> float:
         """Make every layer's views now (what the first forward would do); the seconds all layers
         have spent on it so far, now included."""
-        for layer in self.layers:
-            layer.materialise()
+        with gc_paused():
+            for layer in self.layers:
+                layer.materialise()
         return self.materialise_seconds
 
     @property
