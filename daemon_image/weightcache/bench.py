@@ -252,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = torch.cuda.is_available()
     if args.synthetic:
         return _run_synthetic(args, gpu)
+    engines = _engines(args)
     backends = (args.backends or ("cuda-vmm,cuda-ipc" if gpu else "cpu-shm")).split(",")
     device = "cuda:0" if backends[0] != "cpu-shm" else "cpu"
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench"))
@@ -279,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
             ready = daemon.files.read_ready()
             assert ready is not None
             runs = {engine: [_engine_run(path, socket_dir, "bench", backend, quantization, "", engine)
-                             for _ in range(args.runs)] for engine in _engines(args)}
+                             for _ in range(args.runs)] for engine in engines}
         finally:
             daemon.stop()
         _table(rows)  # partial results survive a run cut short

@@ -53,6 +53,10 @@ class TensorIndex(Mapping[str, "torch.Tensor"]):
             self._views[name] = view
         return view
 
+    def get(self, name: str, default: torch.Tensor | None = None) -> torch.Tensor | None:  # type: ignore[override]
+        # Mapping's own ``get`` catches a KeyError per miss; eager binding calls this per tensor.
+        return self[name] if name in self._pos else default
+
     def __contains__(self, name: object) -> bool:
         return name in self._pos
 

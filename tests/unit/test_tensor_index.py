@@ -42,6 +42,7 @@ def test_names_shapes_and_dtypes_are_known_before_any_view_is_made() -> None:
     assert index.spec("t") == ((3, 2), torch.float32) and index.spec("s").shape == ()
     assert index.spec("q").dtype == torch.float8_e4m3fn
     assert index.materialised == 0
+    assert index.get("z") is None and index.materialised == 0
     first = index["e"]
     assert index["e"] is first and index.materialised == 1  # made once, then kept
 
