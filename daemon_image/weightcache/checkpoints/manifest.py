@@ -27,6 +27,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from .tensor_index import TensorIndex
+
 LAYOUT_VERSION = 1
 # 256 bytes covers every dtype's alignment and the GPU backends' preferred access granule.
 ALIGNMENT = 256
@@ -155,23 +157,23 @@ class Manifest(BaseModel):
             pos += nd
         return out
 
-    def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Zero-copy views of every tensor into a flat uint8 arena (call ``validate_bounds`` first)."""
-        import torch
+    def index(self, arena: torch.Tensor) -> TensorIndex:
+        """Name → zero-copy view into a flat uint8 arena, each view made on first lookup (call
+        ``validate_bounds`` first). Costs a few list conversions, not a torch object per tensor."""
+        import numpy as np
+
+        from .tensor_index import TensorIndex
 
         cols = self._columns()
-        typed = _typed_bases(arena, self.dtype_names)
-        dims, strides = cols["dims"].tolist(), cols["strides"].tolist()
-        as_strided = torch.as_strided
-        views: dict[str, torch.Tensor] = {}
-        pos = 0
+        starts = np.cumsum(cols["ndims"], dtype=np.int64) - cols["ndims"]
+        return TensorIndex(_typed_bases(arena, self.dtype_names), self.names, cols["codes"], cols["ndims"], starts,
+                           cols["dims"], cols["strides"], cols["offsets"])
+
+    def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Every view at once (eager): what ``index`` makes one by one."""
+        index = self.index(arena)
         with gc_paused():
-            for name, code, nd, offset in zip(self.names, cols["codes"].tolist(), cols["ndims"].tolist(),
-                                              cols["offsets"].tolist()):
-                base, size = typed[code]
-                views[name] = as_strided(base, dims[pos:pos + nd], strides[pos:pos + nd], offset // size)
-                pos += nd
-        return views
+            return {name: index[name] for name in self.names}
 
 
 def _typed_bases(arena: torch.Tensor, dtype_names: list[str]) -> list[tuple[torch.Tensor, int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -149,9 +150,13 @@ def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str
 
 @dataclass
 class Weights:
-    """Name → tensor for one rank, and how they were obtained."""
+    """Name → tensor for one rank, and how they were obtained.
 
-    tensors: dict[str, torch.Tensor]
+    From the cache, ``tensors`` is a ``TensorIndex``: every name, shape and dtype is known at once
+    and each view is made on its first lookup; from the disk, a plain dict of views.
+    """
+
+    tensors: Mapping[str, torch.Tensor]
     aliases: dict[str, str]
     mode: Literal["cache", "disk"]
     fingerprint: Fingerprint
@@ -194,7 +199,7 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
     finally:
         if fd is not None:
             os.close(fd)  # the mapping holds its own reference to the memory
-    tensors = manifest.views(arena.buffer)
+    tensors = manifest.index(arena.buffer)  # views are made as the engine looks them up
     return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
                    seconds=time.perf_counter() - started, bytes_mapped=reply.mapping_bytes,
                    device_uuid=reply.device_uuid, arena=arena)

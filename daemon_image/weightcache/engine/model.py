@@ -20,14 +20,18 @@ the same all-reduce.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from weightcache_contract.errors import BindError, ShardingError
 
+from ..gcpause import gc_paused
 from ..checkpoints.quantization import SCALE_SUFFIX
 from ..checkpoints.sharding import Layout
 from .config import ModelConfig
@@ -149,31 +153,80 @@ class KVCache:
         return self.keys.shape[2]
 
 
+_MATERIALISING = threading.Lock()
+
+
 class DecoderLayer:
+    """One decoder layer, bound lazily: its views and modules are made on first use — the first
+    forward through it, or the first read of a weight attribute — so an engine's bind costs no
+    torch object per tensor and each layer pays for its own on first use. ``Model`` checks every
+    layer's weights when it is made (``_check_layers``), so a wrong weight fails the bind, not a
+    forward."""
+
+    input_norm: RMSNorm
+    post_norm: RMSNorm
+    q: Linear
+    k: Linear
+    v: Linear
+    o: Linear
+    q_norm: RMSNorm | None
+    k_norm: RMSNorm | None
+    moe: SparseMoe | None
+    mlp: list[Linear]
+
     def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter", ep_size: int = 1) -> None:
-        p = f"model.layers.{index}."
         self.index = index
         self.group = group
         self.heads = cfg.num_heads // group.size
         self.kv_heads = cfg.local_kv_heads(group.size)
         self.head_dim = cfg.head_dim
-        self.input_norm = RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps)
-        self.post_norm = RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps)
-        self.q = get.linear(p + "self_attn.q_proj", (self.heads * cfg.head_dim, cfg.hidden_size))
-        self.k = get.linear(p + "self_attn.k_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
-        self.v = get.linear(p + "self_attn.v_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size))
-        self.o = get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim))
-        self.q_norm = RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.k_norm = RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None
-        self.moe: SparseMoe | None = None
-        self.mlp: list[Linear] = []
+        self.materialise_seconds = 0.0
+        self._cfg, self._ep_size = cfg, ep_size
+        self._get: _Getter | None = get  # the model checks every layer's weights before any is used
+
+    def _weights(self, get: "_Getter") -> dict[str, object]:
+        """The layer's weight attributes, built from whatever ``get`` hands out (tensors or specs)."""
+        cfg, p = self._cfg, f"model.layers.{self.index}."
+        w: dict[str, object] = {
+            "input_norm": RMSNorm(get(p + "input_layernorm.weight"), cfg.rms_norm_eps),
+            "post_norm": RMSNorm(get(p + "post_attention_layernorm.weight"), cfg.rms_norm_eps),
+            "q": get.linear(p + "self_attn.q_proj", (self.heads * cfg.head_dim, cfg.hidden_size)),
+            "k": get.linear(p + "self_attn.k_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size)),
+            "v": get.linear(p + "self_attn.v_proj", (self.kv_heads * cfg.head_dim, cfg.hidden_size)),
+            "o": get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim)),
+            "q_norm": RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
+            "k_norm": RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
+            "moe": None, "mlp": [],
+        }
         if cfg.num_experts:
-            self.moe = SparseMoe(p + "mlp.", cfg, Layout(group.size, group.rank, ep_size=ep_size), get, get.block)
+            w["moe"] = SparseMoe(p + "mlp.", cfg, Layout(self.group.size, self.group.rank, ep_size=self._ep_size),
+                                 get, get.block)
         else:
-            inter = cfg.intermediate_size // group.size
-            self.mlp = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
+            inter = cfg.intermediate_size // self.group.size
+            w["mlp"] = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
                         get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size)),
                         get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))]
+        return w
+
+    def materialise(self) -> None:
+        """Make this layer's views and modules now (once; later calls do nothing)."""
+        # A second thread reading a weight meanwhile waits on the lock, then finds it; the collector
+        # is paused as for eager views (see gcpause): nothing made here is garbage.
+        with _MATERIALISING, gc_paused():
+            get = self.__dict__.pop("_get", None)
+            if get is None:
+                return
+            started = time.perf_counter()
+            self.__dict__.update(self._weights(get.checked()))
+            self.materialise_seconds = time.perf_counter() - started
+
+    def __getattr__(self, name: str) -> object:
+        # Reached only for attributes not set yet: the weights of a layer not yet materialised.
+        if not name.startswith("__"):
+            self.materialise()
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def linears(self) -> list[Linear]:
         return [self.q, self.k, self.v, self.o, *self.mlp]
@@ -205,33 +258,123 @@ class DecoderLayer:
 
 
 class _Getter:
-    """Looks tensors up by checkpoint name, following aliases, and checks shapes as it goes."""
+    """Looks tensors up by checkpoint name, following aliases, and checks shapes as it goes.
+
+    ``specs()`` gives a getter that checks the same way but hands out ``TensorSpec``s (shape and
+    dtype from a ``TensorIndex``, no view made) where the tensors allow it; both record what
+    they were asked for in one ``used`` set.
+    """
 
     def __init__(self, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
-                 block: tuple[int, int] | None) -> None:
+                 block: tuple[int, int] | None, used: set[str] | None = None,
+                 look: Callable[[str], Any] | None = None) -> None:
         self.tensors = tensors
         self.aliases = aliases
         self.block = block
-        self.used: set[str] = set()
+        self.used: set[str] = set() if used is None else used
+        self._look = look or tensors.__getitem__
+
+    def specs(self) -> "_Getter":
+        """A getter that checks as this one does but hands out specs and records what it is asked."""
+        # A plain dict (the disk path) holds real tensors already: they serve as their own specs.
+        getter = _Getter(self.tensors, self.aliases, self.block, self.used, getattr(self.tensors, "spec", None))
+        getter.asked = []
+        return getter
+
+    asked: list[str] | None = None  # names asked for, present or not (a ``specs`` getter only)
 
     def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         key = self.aliases.get(name, name)
+        if self.asked is not None:
+            self.asked.append(name)
         if key not in self.tensors:
             raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
-        tensor = self.tensors[key]
+        tensor = self._look(key)
         if shape is not None and tuple(tensor.shape) != shape:
             raise BindError(f"{name!r} has shape {tuple(tensor.shape)}, the model needs {shape}")
         self.used.add(key)
         return tensor
 
     def optional(self, name: str) -> torch.Tensor | None:
-        return self(name) if self.aliases.get(name, name) in self.tensors else None
+        if self.aliases.get(name, name) in self.tensors:
+            return self(name)
+        if self.asked is not None:
+            self.asked.append(name)
+        return None
+
+    def checked(self) -> "_Getter":
+        """A getter for weights the model has checked already: lookups only (a layer's first use)."""
+        return _CheckedGetter(self.tensors, self.aliases, self.block, self.used)
 
     def linear(self, prefix: str, shape: tuple[int, int]) -> Linear:
         weight = self(prefix + ".weight", shape)
         scale = self.optional(prefix + ".weight" + SCALE_SUFFIX)
         return Linear(prefix, weight, self.optional(prefix + ".bias"), scale,
                       self.block if scale is not None else None)
+
+
+def _check_layers(layers: list[DecoderLayer], get: _Getter) -> None:
+    """Every check the layers' first forwards would make, made now without a view.
+
+    Layer 0 runs its constructor on specs (names, shapes, FP8 scales: the checks the bound layer
+    makes), recording every name it asks for. Every other layer must then hold the same tensors,
+    with layer 0's shapes and dtypes, and no optional one (bias, scale) that layer 0 lacks — which
+    is all its constructor could check. Per tensor that is a lookup and a comparison, not a
+    constructor call: at 20,000 tensors the difference is most of the bind.
+    """
+    if not layers:
+        return
+    specs = get.specs()
+    layers[0]._weights(specs)
+    assert specs.asked is not None
+    first = "model.layers.0."
+    suffixes = [name[len(first):] for name in specs.asked]
+    if any(not name.startswith(first) for name in specs.asked):
+        raise BindError(f"layer 0 asked for weights outside {first!r}: the layer check cannot generalise")
+    resolve, tensors, aliases = get.aliases.get, get.tensors, bool(get.aliases)
+    held = [s for s in suffixes if resolve(first + s, first + s) in tensors]
+    prefixes = [f"model.layers.{layer.index}." for layer in layers[1:]]
+    for suffix in held:
+        like = resolve(first + suffix, first + suffix)
+        names = [prefix + suffix for prefix in prefixes]
+        keys = [resolve(n, n) for n in names] if aliases else names
+        bad = _first_unlike(tensors, keys, like)
+        if bad is not None:
+            name = names[keys.index(bad)]
+            if bad not in tensors:
+                raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
+            raise BindError(f"{name!r} has {_describe(tensors, bad)}, the model needs {_describe(tensors, like)} "
+                            f"(as checked for {first + suffix!r}): every layer holds the same tensors")
+        get.used.update(keys)
+
+
+def _first_unlike(tensors: Mapping[str, torch.Tensor], keys: list[str], like: str) -> str | None:
+    """The first of ``keys`` missing or of another shape or dtype than ``like``, if any."""
+    unlike = getattr(tensors, "first_unlike", None)
+    if unlike is not None:  # a TensorIndex answers from its columns, without a view
+        return unlike(keys, like)
+    want = tensors[like]
+    for key in keys:
+        tensor = tensors.get(key)
+        if tensor is None or tensor.shape != want.shape or tensor.dtype != want.dtype:
+            return key
+    return None
+
+
+def _describe(tensors: Mapping[str, torch.Tensor], key: str) -> str:
+    spec = getattr(tensors, "spec", None)
+    shape, dtype = spec(key) if spec is not None else (tuple(tensors[key].shape), tensors[key].dtype)
+    return f"{dtype} {tuple(shape)}"
+
+
+class _CheckedGetter(_Getter):
+    # Per tensor, the checks cost more than the view itself; ``_check_layers`` made them at bind.
+    def __call__(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
+        return self.tensors[self.aliases.get(name, name)]
+
+    def optional(self, name: str) -> torch.Tensor | None:
+        key = self.aliases.get(name, name)
+        return self.tensors[key] if key in self.tensors else None
 
 
 class Model:
@@ -251,17 +394,33 @@ class Model:
         self.embed = get("model.embed_tokens.weight", (vocab_part, cfg.hidden_size))
         self.dtype = self.embed.dtype
         self.device = self.embed.device  # the engine computes where the weights are: CPU or the mapped GPU
-        self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
+        with gc_paused():
+            self.layers = [DecoderLayer(i, cfg, group, get, ep_size) for i in range(cfg.num_layers)]
+            _check_layers(self.layers, get)
         self.norm = RMSNorm(get("model.norm.weight"), cfg.rms_norm_eps)
         self.lm_head = Linear("lm_head", get("lm_head.weight", (vocab_part, cfg.hidden_size)))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta)
         self.keep_alive: object = None  # whatever owns the memory the weight views point into
-        unused = sorted(set(tensors) - get.used)
+        # ``used`` holds only names found in ``tensors``: equal counts mean none is left over.
+        unused = sorted(set(tensors) - get.used) if len(get.used) != len(tensors) else []
         if unused:
             raise BindError(f"{len(unused)} weight(s) have no place in the model, e.g. {unused[0]!r}")
 
+    def materialise(self) -> float:
+        """Make every layer's views now (what the first forward would do); the seconds all layers
+        have spent on it so far, now included."""
+        with gc_paused():
+            for layer in self.layers:
+                layer.materialise()
+        return self.materialise_seconds
+
+    @property
+    def materialise_seconds(self) -> float:
+        """Seconds spent making layers' views and modules, summed over the layers made so far."""
+        return sum(layer.materialise_seconds for layer in self.layers)
+
     def weights(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every tensor the forward pass reads, by name (for zero-copy checks)."""
+        """Every tensor the forward pass reads, by name (for zero-copy checks); materialises every layer."""
         yield "model.embed_tokens.weight", self.embed
         for layer in self.layers:
             p = f"model.layers.{layer.index}."

@@ -86,10 +86,10 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
     weights, report = load_rank(opts.source, Layout(opts.tp_size, opts.tp_rank, ep_size=opts.ep_size))
     model = Model(cfg, weights.tensors, weights.aliases, group, _block_of(opts.source), opts.ep_size)
     model.keep_alive = weights  # the mapping (or the disk buffer) lives as long as the model
+    timeline.mark("weights_bound")  # every weight checked; layers make their views on first use
     if weights.arena is not None:  # zero copy, checked on the live engine: every weight is a view of the arena
-        lo, hi = weights.arena.address_range
+        lo, hi = weights.arena.address_range  # (this makes every layer's views, which the warm-up would do)
         report["weights_in_arena"] = all(lo <= t.data_ptr() < hi for _, t in model.weights())
-    timeline.mark("weights_bound")
     log.info("weights", extra={"fields": {k: v for k, v in report.items() if v is not None}})
     ranks = group.gather_json({"rank": opts.tp_rank, "pid": os.getpid(), "weights": report,
                                "startup": dict(timeline.marks)})

@@ -2,9 +2,12 @@
 
 Prints a table; it asserts nothing. Map+bind runs in fresh engine processes (the way an engine
 restart sees it): connect, hello, query the fingerprint, fetch manifest + fd (or IPC handle), map,
-create the views and bind them into a transformers model built on the meta device. The model
-skeleton is built before the clock starts; the fingerprint (which stats the shards) is timed
-separately because an engine computes it once per start, not per tensor. With a GPU backend the
+and bind — into the reference engine (names and shapes checked, each layer's views made on its
+first use, so its first forward is timed as well, with the materialisation inside it) and into a
+transformers model built on the meta device (every view and Parameter made at bind; see
+``_child``). The model skeleton and the config are read before the clock starts; the fingerprint
+(which stats the shards) is timed separately because an engine computes it once per start, not
+per tensor. With a GPU backend the
 disk baselines load onto the GPU (safetensors ``device="cuda:0"``), as an engine would.
 
 ``--synthetic`` measures ranks larger than the disk, for several cases in one run (``--cases``):
@@ -28,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,6 +61,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cases", default="dense:5000,dense:20000,moe:100000",
                    help="--synthetic only: comma list of dense:TENSORS (Llama shape) or moe:TENSORS (Qwen3-MoE, one "
                         "checkpoint tensor per expert and projection, as the Hub stores it)")
+    p.add_argument("--engines", default=",".join(ENGINES),
+                   help="what map+bind binds into, each in its own fresh processes: engine (the reference engine: "
+                        "names and shapes checked at bind, views made per layer on first use; its first forward is "
+                        "timed too) and/or transformers (every view and Parameter made at bind)")
 
 
 def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
@@ -152,33 +160,65 @@ def _safetensors_load(path: Path, cold: bool, device: str) -> float:
     return time.perf_counter() - started
 
 
+ENGINES = ("engine", "transformers")
+
+
 def _child(argv: list[str]) -> None:
-    """One fresh engine process: build the skeleton, then time map+bind."""
-    model_dir, socket_dir, name, backend, quantization, revision = argv
+    """One fresh engine process: build what exists before weights, then time map+bind.
+
+    ``engine`` is the reference engine (weightcache.engine): map+bind is everything it does before
+    its first forward — connect, fetch, map, the lazy index, the model with every name and shape
+    checked — and the first forward, timed on its own, makes the layers' views as it reaches them
+    (``materialise`` is that part of it; a second forward shows the compute alone).
+    ``transformers`` binds every tensor eagerly (one view and one Parameter each) into a model
+    built on the meta device; transformers has no block-FP8 linear, so for FP8 it is map only.
+    """
+    model_dir, socket_dir, name, backend, quantization, revision, engine = argv
     t0 = time.perf_counter()
     import torch
 
     from ..client.binding import bind
     from ..client.weights import expect, map_weights
+    from ..engine.config import ModelConfig
+    from ..engine.model import Model
+    from ..engine.parallel import Group
     from .reference_hf import empty_hf_model
     from ..checkpoints.sharding import Layout
 
-    if backend != "cpu-shm":
+    gpu = backend != "cpu-shm"
+    if gpu:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # an engine has its CUDA context before it loads weights
     imported = time.perf_counter()
     expected = expect(model_dir, Layout(), dtype="bfloat16", backend=backend, quantization=quantization,
                       revision=revision)
     fingerprinted = time.perf_counter()
-    model = None if quantization == "fp8" else empty_hf_model(model_dir, "bfloat16")
+    skeleton = empty_hf_model(model_dir, "bfloat16") if engine == "transformers" and quantization != "fp8" else None
+    cfg = ModelConfig.from_checkpoint(model_dir)
     started = time.perf_counter()
     weights = map_weights(expected, socket_dir, name)
     mapped = time.perf_counter()
-    if model is not None:  # transformers has no block-FP8 linear to bind into; map only
-        bind(model, weights.tensors, weights.aliases)
+    model = None
+    if engine == "engine":
+        model = Model(cfg, weights.tensors, weights.aliases, Group(), expected.quant.weight_block_size)
+        model.keep_alive = weights
+    elif skeleton is not None:
+        bind(skeleton, weights.tensors, weights.aliases)
     bound = time.perf_counter()
-    print(json.dumps({"imports": imported - t0, "fingerprint": fingerprinted - imported, "map": mapped - started,
-                      "bind": bound - mapped, "map_bind": bound - started, "tensors": len(weights.tensors)}))
+    result = {"engine": engine, "imports": imported - t0, "fingerprint": fingerprinted - imported,
+              "map": mapped - started, "bind": bound - mapped, "map_bind": bound - started,
+              "tensors": len(weights.tensors), "views_at_bind": getattr(weights.tensors, "materialised", None)}
+    if model is not None:
+        forwards = []
+        for _ in range(2):  # the first makes every layer's views, the second is compute alone
+            cache = model.new_cache(1)
+            begun = time.perf_counter()
+            model.forward(torch.tensor([1]), cache)
+            if gpu:
+                torch.cuda.synchronize()
+            forwards.append(time.perf_counter() - begun)
+        result.update(first_forward=forwards[0], materialise=model.materialise_seconds, second_forward=forwards[1])
+    print(json.dumps(result))
 
 
 class _Daemon:
@@ -212,6 +252,7 @@ def run(args: argparse.Namespace) -> int:
     gpu = torch.cuda.is_available()
     if args.synthetic:
         return _run_synthetic(args, gpu)
+    engines = _engines(args)
     backends = (args.backends or ("cuda-vmm,cuda-ipc" if gpu else "cpu-shm")).split(",")
     device = "cuda:0" if backends[0] != "cpu-shm" else "cpu"
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench"))
@@ -238,23 +279,28 @@ def run(args: argparse.Namespace) -> int:
             wall = daemon.wait_ready()
             ready = daemon.files.read_ready()
             assert ready is not None
-            runs = [_engine_run(path, socket_dir, "bench", backend, quantization, "") for _ in range(args.runs)]
+            runs = {engine: [_engine_run(path, socket_dir, "bench", backend, quantization, "", engine)
+                             for _ in range(args.runs)] for engine in engines}
         finally:
             daemon.stop()
         _table(rows)  # partial results survive a run cut short
-        map_bind = [r["map_bind"] for r in runs]
-        median = statistics.median(map_bind)
+        first = next(iter(runs.values()))
+        median = statistics.median(r["map_bind"] for r in first)
         rows += [
             (f"[{backend}] daemon first load, cold", f"{ready.load_seconds:.3f} s loading ({gib / ready.load_seconds:.2f} "
                                                      f"GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
                                                      f"{wall:.3f} s to ready"),
-            (f"[{backend}] engine fingerprint (median)", f"{statistics.median(r['fingerprint'] for r in runs) * 1000:.1f} ms"),
-            (f"[{backend}] map+bind, {runs[0]['tensors']} tensors (median / max of {len(runs)})",
-             f"{median * 1000:.1f} ms / {max(map_bind) * 1000:.1f} ms"
-             f"  (map {statistics.median(r['map'] for r in runs) * 1000:.1f}, "
-             f"bind {statistics.median(r['bind'] for r in runs) * 1000:.1f})"),
-            (f"[{backend}] speed-up vs safetensors cold / warm", f"{cold / median:.0f}× / {warm / median:.0f}×"),
+            (f"[{backend}] engine fingerprint (median)", f"{statistics.median(r['fingerprint'] for r in first) * 1000:.1f} ms"),
         ]
+        for engine, engine_runs in runs.items():
+            rows.append((f"[{backend}] map+bind, {engine_runs[0]['tensors']} tensors, {_LABEL[engine]} "
+                         f"(median / max of {len(engine_runs)})", f"{_ms(r['map_bind'] for r in engine_runs)}  "
+                                                                  f"{_split(engine_runs)}"))
+            if engine == "engine":
+                rows.append((f"[{backend}] first forward after map+bind, reference engine (median / max)",
+                             _forwards(engine_runs)))
+        rows.append((f"[{backend}] speed-up vs safetensors cold / warm ({_LABEL[next(iter(runs))]})",
+                     f"{cold / median:.0f}× / {warm / median:.0f}×"))
         if backend in ("cpu-shm", "cuda-vmm"):
             rows.append((f"[{backend}] keeper re-adoption after daemon SIGKILL", _readopt(path, socket_dir, backend,
                                                                                           quantization, args.load_workers)))
@@ -262,16 +308,46 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _engine_run(path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "weightcache.tools.bench", str(path), socket_dir, name, backend, quantization,
-                          revision], capture_output=True, text=True)
+def _engine_run(path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str,
+                engine: str) -> dict:
+    out = subprocess.run([sys.executable, "-m", "weightcache.tools.bench", str(path), socket_dir, name, backend,
+                          quantization, revision, engine], capture_output=True, text=True)
     if out.returncode != 0:
         raise RuntimeError(f"engine process failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _ms(values: list[float]) -> str:
+_LABEL = {"engine": "reference engine, views made per layer on first use",
+          "transformers": "transformers, every view and Parameter at bind"}
+
+
+def _engines(args: argparse.Namespace) -> list[str]:
+    engines = args.engines.split(",")
+    if not engines or any(e not in ENGINES for e in engines):
+        raise SystemExit(f"--engines: a comma list of {', '.join(ENGINES)}, got {args.engines!r}")
+    return engines
+
+
+def _ms(values: Iterable[float]) -> str:
+    values = list(values)
     return f"{statistics.median(values) * 1000:.1f} / {max(values) * 1000:.1f} ms"
+
+
+def _median_ms(runs: list[dict], key: str) -> str:
+    return f"{statistics.median(r[key] for r in runs) * 1000:.1f}"
+
+
+def _split(runs: list[dict]) -> str:
+    """(map, bind) medians; ``views`` says how many tensor views existed when bind returned."""
+    views, total = runs[0].get("views_at_bind"), runs[0]["tensors"]
+    made = "" if views is None else f"; {views} of {total} views made"
+    return f"(map {_median_ms(runs, 'map')}, bind {_median_ms(runs, 'bind')}{made})"
+
+
+def _forwards(runs: list[dict]) -> str:
+    """The first forward, the layers' materialisation inside it, and a second forward (compute alone)."""
+    return (f"{_ms(r['first_forward'] for r in runs)}, of which materialising the layers' views "
+            f"{_median_ms(runs, 'materialise')} ms; second forward {_median_ms(runs, 'second_forward')} ms")
 
 
 def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
@@ -288,8 +364,10 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
         raise SystemExit("--synthetic measures bf16 ranks; drop --fp8")
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench"))
     socket_dir = str(workdir / "sockets")
-    header = ("SYNTHETIC case", "checkpoint tensors → arena tensors", "GiB", "daemon start→ready",
-              "map+bind median / max", "(map, bind)", "re-adopt: adopting, start→ready, disk bytes")
+    engines = _engines(args)
+    header = ("SYNTHETIC case", "checkpoint tensors → arena tensors", "GiB", "daemon start→ready", "bound into",
+              "map+bind median / max", "(map, bind; views made by then)",
+              "first forward median / max (materialise, in it; 2nd forward)", "re-adopt: adopting, start→ready, disk bytes")
     rows: list[tuple[str, ...]] = []
     print(f"SYNTHETIC [{backend}]: arenas hold a byte pattern, from sparse checkpoints (real headers, no data); "
           f"{args.runs} fresh engine processes per case; disk and first-load figures are not measured", flush=True)
@@ -312,8 +390,8 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
                 start_to_ready = first.wait_ready()
                 ready = first.files.read_ready()
                 assert ready is not None
-                runs = [_engine_run(path, socket_dir, "bench", backend, "none", SYNTHETIC_REVISION)
-                        for _ in range(args.runs)]
+                runs = {engine: [_engine_run(path, socket_dir, "bench", backend, "none", SYNTHETIC_REVISION, engine)
+                                 for _ in range(args.runs)] for engine in engines}
                 while True:  # the keeper holds the arena once the daemon deposited it
                     with DaemonConnection(first.files.socket) as conn:
                         if conn.status().deposited:
@@ -333,13 +411,19 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
                 k.release("bench")  # frees the arena before the next case allocates its own
             assert info is not None
             shape = (f"{spec.num_layers}L×{spec.num_experts}E" if kind == "moe" else f"{spec.num_layers}L")
-            rows.append((f"{kind} {shape} h{spec.hidden_size}", f"{checkpoint_tensors} → {ready.tensor_count}",
-                         f"{ready.arena_bytes / 2**30:.1f}", f"{start_to_ready:.2f} s",
-                         _ms([r["map_bind"] for r in runs]),
-                         f"({statistics.median(r['map'] for r in runs) * 1000:.1f}, "
-                         f"{statistics.median(r['bind'] for r in runs) * 1000:.1f})",
-                         f"{info.load_seconds * 1000:.1f} ms, {readopt_wall:.2f} s, {disk}"
-                         f"{'' if info.adopted else ' (NOT ADOPTED)'}"))
+            case_cells = (f"{kind} {shape} h{spec.hidden_size}", f"{checkpoint_tensors} → {ready.tensor_count}",
+                          f"{ready.arena_bytes / 2**30:.1f}", f"{start_to_ready:.2f} s")
+            readopt = (f"{info.load_seconds * 1000:.1f} ms, {readopt_wall:.2f} s, {disk}"
+                       f"{'' if info.adopted else ' (NOT ADOPTED)'}")
+            for i, (engine, engine_runs) in enumerate(runs.items()):
+                forward = ""
+                if engine == "engine":
+                    forward = (f"{_ms(r['first_forward'] for r in engine_runs)} ({_median_ms(engine_runs, 'materialise')};"
+                               f" {_median_ms(engine_runs, 'second_forward')} ms)")
+                views = engine_runs[0]["views_at_bind"]
+                rows.append((*(case_cells if i == 0 else ("",) * 4), engine, _ms(r["map_bind"] for r in engine_runs),
+                             f"({_median_ms(engine_runs, 'map')}, {_median_ms(engine_runs, 'bind')}; {views})",
+                             forward or "-", readopt if i == 0 else ""))
             _grid(header, rows)  # partial results survive a run cut short
     finally:
         keeper.send_signal(signal.SIGTERM)
