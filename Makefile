@@ -9,7 +9,7 @@ VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: demo demo-data-plane test env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: demo demo-data-plane test check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on requirements.lock: its hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment.
@@ -48,7 +48,14 @@ cluster: env
 cluster-down: env
 	cd tests/cluster && $(PY) -m testcluster down
 
-test: env control-plane
+# Seconds, so it runs first and fails fast: ruff (lint and format) over the repository, mypy --strict
+# on the operator and the contract package (files and settings in pyproject.toml).
+check: env
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: check control-plane
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 e2e: env control-plane
