@@ -61,9 +61,28 @@ def post(port: int, path: str, body: dict, first_chunk: bool = False) -> float:
 
 def one_start(model: Path, tp: int, mode: str, socket_dir: str, name: str, log: Path) -> dict:
     port = free_port()
-    argv = [sys.executable, "-m", "weightcache", "engine", "--model", str(model), "--port", str(port),
-            "--tp-size", str(tp), "--weight-cache-mode", mode, "--weight-cache-fallback", "error",
-            "--socket-dir", socket_dir, "--name", name, "--dtype", "bfloat16"]
+    argv = [
+        sys.executable,
+        "-m",
+        "weightcache",
+        "engine",
+        "--model",
+        str(model),
+        "--port",
+        str(port),
+        "--tp-size",
+        str(tp),
+        "--weight-cache-mode",
+        mode,
+        "--weight-cache-fallback",
+        "error",
+        "--socket-dir",
+        socket_dir,
+        "--name",
+        name,
+        "--dtype",
+        "bfloat16",
+    ]
     started = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -85,25 +104,39 @@ def one_start(model: Path, tp: int, mode: str, socket_dir: str, name: str, log: 
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=60)
-    marks = {m.group(1): float(m.group(2)) for m in re.finditer(
-        r'weightcache_engine_startup_seconds\{phase="(\w+)",rank="0"\} (\S+)', metrics)}
+    marks = {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r'weightcache_engine_startup_seconds\{phase="(\w+)",rank="0"\} (\S+)', metrics)
+    }
     durations, previous = {}, 0.0
     for phase in PHASES:
         durations[phase] = marks[phase] - previous
         previous = marks[phase]
     weights = [r["weights"] for r in health["ranks"]]
-    return {"ready_wall": ready_wall, "launcher": ready_wall - marks["ready"], **durations,
-            "weight_seconds": max(w["seconds"] for w in weights), "modes": sorted({w["mode"] for w in weights}),
-            "bytes": sum(w["bytes_mapped"] + w["bytes_loaded"] for w in weights),
-            "first_token": first_token, "first_chunk": first_chunk}
+    return {
+        "ready_wall": ready_wall,
+        "launcher": ready_wall - marks["ready"],
+        **durations,
+        "weight_seconds": max(w["seconds"] for w in weights),
+        "modes": sorted({w["mode"] for w in weights}),
+        "bytes": sum(w["bytes_mapped"] + w["bytes_loaded"] for w in weights),
+        "first_token": first_token,
+        "first_chunk": first_chunk,
+    }
 
 
 def engine_spec(size_gib: float, tensors: int) -> ModelSpec:
     """``weightcache bench``'s Llama shape, rounded so that heads, kv heads and MLP split for tp ≤ 4."""
     base = spec_for(size_gib, tensors)
     hidden = max(512, round(base.hidden_size / 512) * 512)
-    return dataclasses.replace(base, hidden_size=hidden, intermediate_size=int(hidden * 2.75) // 512 * 512,
-                               num_heads=hidden // 64, num_kv_heads=hidden // 128, tokenizer=True)
+    return dataclasses.replace(
+        base,
+        hidden_size=hidden,
+        intermediate_size=int(hidden * 2.75) // 512 * 512,
+        num_heads=hidden // 64,
+        num_kv_heads=hidden // 128,
+        tokenizer=True,
+    )
 
 
 def main() -> int:
@@ -122,10 +155,29 @@ def main() -> int:
     socket_dir = tempfile.mkdtemp(prefix="wcb-")
     name = "bench"
     started = time.perf_counter()
-    daemon = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon",
-                               "--model", str(model), "--socket-dir", socket_dir, "--name", name, "--dtype", "bfloat16",
-                               "--tp-size", str(args.tp_size), "--ranks", f"0-{args.tp_size - 1}"],
-                              start_new_session=True)
+    daemon = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "--log-level",
+            "warning",
+            "daemon",
+            "--model",
+            str(model),
+            "--socket-dir",
+            socket_dir,
+            "--name",
+            name,
+            "--dtype",
+            "bfloat16",
+            "--tp-size",
+            str(args.tp_size),
+            "--ranks",
+            f"0-{args.tp_size - 1}",
+        ],
+        start_new_session=True,
+    )
     results: dict[str, list[dict]] = {"off (cold page cache)": [], "off (warm page cache)": [], "client": []}
     try:
         files = [RankFiles(socket_dir, name, r) for r in range(args.tp_size)]
@@ -135,26 +187,39 @@ def main() -> int:
             time.sleep(0.01)
         daemon_s = time.perf_counter() - started
         for run in range(args.runs):
-            for label, mode in (("off (cold page cache)", "off"), ("off (warm page cache)", "off"), ("client", "client")):
+            for label, mode in (
+                ("off (cold page cache)", "off"),
+                ("off (warm page cache)", "off"),
+                ("client", "client"),
+            ):
                 if label.startswith("off (cold"):
                     drop_page_cache(model)
                 log = Path(workdir) / f"engine-{mode}-{run}.log"
                 results[label].append(one_start(model, args.tp_size, mode, socket_dir, name, log))
-                print(f"run {run + 1}/{args.runs} {label}: ready in {results[label][-1]['ready_wall']:.3f} s", flush=True)
+                print(
+                    f"run {run + 1}/{args.runs} {label}: ready in {results[label][-1]['ready_wall']:.3f} s", flush=True
+                )
     finally:
         if daemon.poll() is None:
             os.killpg(daemon.pid, signal.SIGTERM)
         daemon.wait(timeout=60)
 
-    print(f"\ncheckpoint: {size / 2**30:.2f} GiB bf16, {spec.num_layers} layers, hidden {spec.hidden_size}; "
-          f"tp={args.tp_size}; daemon first load {daemon_s:.2f} s; median of {args.runs} starts per mode; "
-          f"{os.cpu_count()} CPUs, torch threads 1 per rank\n")
-    rows = [("to /ready, wall (launcher start → 200)", "ready_wall", 1), ("  launcher (parse, spawn ranks)", "launcher", 1),
-            ("  rank 0: process start → imports", "imports", 1), ("  rank 0: distributed init", "distributed_init", 1),
-            ("  rank 0: weights bound (map or load + model)", "weights_bound", 1), ("  rank 0: warm-up", "warmup", 1),
-            ("weights: slowest rank's map/load", "weight_seconds", 1),
-            ("first token, non-streaming (max_tokens=1)", "first_token", 1000),
-            ("first SSE chunk, streaming", "first_chunk", 1000)]
+    print(
+        f"\ncheckpoint: {size / 2**30:.2f} GiB bf16, {spec.num_layers} layers, hidden {spec.hidden_size}; "
+        f"tp={args.tp_size}; daemon first load {daemon_s:.2f} s; median of {args.runs} starts per mode; "
+        f"{os.cpu_count()} CPUs, torch threads 1 per rank\n"
+    )
+    rows = [
+        ("to /ready, wall (launcher start → 200)", "ready_wall", 1),
+        ("  launcher (parse, spawn ranks)", "launcher", 1),
+        ("  rank 0: process start → imports", "imports", 1),
+        ("  rank 0: distributed init", "distributed_init", 1),
+        ("  rank 0: weights bound (map or load + model)", "weights_bound", 1),
+        ("  rank 0: warm-up", "warmup", 1),
+        ("weights: slowest rank's map/load", "weight_seconds", 1),
+        ("first token, non-streaming (max_tokens=1)", "first_token", 1000),
+        ("first SSE chunk, streaming", "first_chunk", 1000),
+    ]
     labels = list(results)
     header = f"| {'phase':<46} | " + " | ".join(f"{label:>22}" for label in labels) + " |"
     print(header)
@@ -163,8 +228,9 @@ def main() -> int:
         unit = "ms" if scale == 1000 else "s"
         cells = [f"{statistics.median(r[key] for r in results[label]) * scale:.3f} {unit}" for label in labels]
         print(f"| {title:<46} | " + " | ".join(f"{c:>22}" for c in cells) + " |")
-    modes = " | ".join(f"{label}: {results[label][0]['modes']}, {results[label][0]['bytes'] / 2**30:.2f} GiB"
-                       for label in labels)
+    modes = " | ".join(
+        f"{label}: {results[label][0]['modes']}, {results[label][0]['bytes'] / 2**30:.2f} GiB" for label in labels
+    )
     print(f"\nweights used: {modes}")
     return 0
 

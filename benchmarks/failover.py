@@ -81,8 +81,11 @@ class ReadyProber:
         self._stop.set()
 
     def healthy(self) -> list[float | None]:
-        return [latency for at, latency in self.samples if any(a <= at and at + (latency or self.timeout) <= b
-                                                               for a, b in self.windows)]  # fmt: skip
+        return [
+            latency
+            for at, latency in self.samples
+            if any(a <= at and at + (latency or self.timeout) <= b for a, b in self.windows)
+        ]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -115,12 +118,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kills", type=int, default=21, help="kills of the active engine alone")
     parser.add_argument("--daemon-kills", type=int, default=9, help="kills of the active engine and its node's daemon")
-    parser.add_argument("--interval", type=float, default=0.1,
-                        help="seconds between request starts (open loop; keep it below what the engine serves, see the steady latency line)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=0.1,
+        help="seconds between request starts (open loop; keep it below what the engine serves, see the steady latency line)",
+    )
     parser.add_argument("--retry-delay", type=float, default=0.3)
     parser.add_argument("--timeout", type=float, default=5.0, help="client timeout per attempt (s)")
-    parser.add_argument("--unresponsive-ms", type=int, default=400,
-                        help="spec.engine.failover.unresponsiveAfterMilliseconds (0: the kubelet's probe alone hears a freeze)")
+    parser.add_argument(
+        "--unresponsive-ms",
+        type=int,
+        default=400,
+        help="spec.engine.failover.unresponsiveAfterMilliseconds (0: the kubelet's probe alone hears a freeze)",
+    )
     options = parser.parse_args()
 
     with sample_cluster("weightcache-failover-bench-") as cluster:
@@ -140,13 +151,18 @@ def main() -> None:
             for daemon, count in ((False, options.kills), (True, options.daemon_kills)):
                 load.phases.append(time.time())
                 for _ in range(count):
-                    kills.append(one_kill(cluster.kube, cluster.kubelet, proxy, load, prober, cluster.operator,
-                                          next(kinds), daemon))  # fmt: skip
+                    kills.append(
+                        one_kill(
+                            cluster.kube, cluster.kubelet, proxy, load, prober, cluster.operator, next(kinds), daemon
+                        )
+                    )
                     print(f"{len(kills):3d} {kills[-1]}", flush=True)
             report(kills, load, prober, options)
             recorded = failover_events(cluster.kube)
-            print(f"failovers recorded (Failover events): {recorded} for {len(kills)} kills; "
-                  f"unresponsiveAfterMilliseconds {options.unresponsive_ms}")  # fmt: skip
+            print(
+                f"failovers recorded (Failover events): {recorded} for {len(kills)} kills; "
+                f"unresponsiveAfterMilliseconds {options.unresponsive_ms}"
+            )
         finally:
             if prober:
                 prober.stop()
@@ -183,8 +199,16 @@ def container_pgid(kubelet: ProcessKubelet, pod: str, container: str | None = No
     return runner.process.pid
 
 
-def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Load, prober: ReadyProber,
-             operator: subprocess.Popen, kind: str, daemon: bool) -> Kill:  # fmt: skip
+def one_kill(
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    proxy: ServiceProxy,
+    load: Load,
+    prober: ReadyProber,
+    operator: subprocess.Popen,
+    kind: str,
+    daemon: bool,
+) -> Kill:
     status = wait_whole(kube, operator)
     wait_for(lambda: len(proxy.ready_endpoints) == 1, 30)
     time.sleep(1.0)  # steady state: the load is served by the active before the kill
@@ -194,8 +218,11 @@ def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Loa
     standby_ip = pods[standby]["status"]["podIP"]
     daemon_pgid = None
     if daemon:
-        daemon_pod = next(p for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=DAEMONS)["items"]
-                          if p["spec"]["nodeName"] == node)  # fmt: skip
+        daemon_pod = next(
+            p
+            for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=DAEMONS)["items"]
+            if p["spec"]["nodeName"] == node
+        )
         daemon_pgid = container_pgid(kubelet, daemon_pod["metadata"]["name"], "daemon")
     pgid = container_pgid(kubelet, active)
     previous = (status.get("lastFailover") or {}).get("time")
@@ -211,10 +238,17 @@ def one_kill(kube: Kube, kubelet: ProcessKubelet, proxy: ServiceProxy, load: Loa
     else:
         os.killpg(pgid, signal.SIGSTOP)
     try:
-        last = wait_for(lambda: (f := kube.get(WC).get("status", {}).get("lastFailover")) and f["time"] != previous and f, 120,
-                        interval=0.05, describe="no failover recorded")  # fmt: skip
+        last = wait_for(
+            lambda: (f := kube.get(WC).get("status", {}).get("lastFailover")) and f["time"] != previous and f,
+            120,
+            interval=0.05,
+            describe="no failover recorded",
+        )
         wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 120, interval=0.01)
-        switched = next((c.observed_at for c in proxy.changes if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:8000",)), None)
+        switched = next(
+            (c.observed_at for c in proxy.changes if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:8000",)),
+            None,
+        )
         wait_for(lambda: any(a.ok and a.started >= kill.at for a in load.done()), 120, interval=0.02)
         # From a second after the switch the new active is healthy until the next kill.
         prober.windows.append(((switched or time.time()) + 1.0, float("inf")))
@@ -244,41 +278,63 @@ def report(kills: list[Kill], load: Load, prober: ReadyProber, options: argparse
     print()
     print("| kills | metric | p50 | p95 | max |")
     print("| --- | --- | --- | --- | --- |")
-    for label, group in (("engine", [k for k in kills if not k.daemon]), ("engine + daemon", [k for k in kills if k.daemon])):
+    for label, group in (
+        ("engine", [k for k in kills if not k.daemon]),
+        ("engine + daemon", [k for k in kills if k.daemon]),
+    ):
         if not group:
             continue
         for metric in ("detection_s", "promotion_s", "endpoint_s", "first_ok_s"):
             values = [getattr(k, metric) * 1000 for k in group if getattr(k, metric) is not None]
             if values:
-                print(f"| {label} ({len(group)}) | {metric[:-2].replace('_', ' ')} ms | {statistics.median(values):.0f} | "
-                      f"{pct(values, 0.95):.0f} | {max(values):.0f} |")  # fmt: skip
-    for label, group in (("engine", [k for k in kills if not k.daemon]), ("engine + daemon", [k for k in kills if k.daemon])):
+                print(
+                    f"| {label} ({len(group)}) | {metric[:-2].replace('_', ' ')} ms | {statistics.median(values):.0f} | "
+                    f"{pct(values, 0.95):.0f} | {max(values):.0f} |"
+                )
+    for label, group in (
+        ("engine", [k for k in kills if not k.daemon]),
+        ("engine + daemon", [k for k in kills if k.daemon]),
+    ):
         for metric in ("first_ok_s", "endpoint_s"):
             by_kind: dict[str, list[float]] = {}
             for k in group:
                 if getattr(k, metric) is not None:
                     by_kind.setdefault(k.kind, []).append(getattr(k, metric) * 1000)
-            print(f"{label}: {metric[:-2].replace('_', ' ')} ms by kind: "
-                  + ", ".join(f"{kind} p50 {statistics.median(v):.0f} max {max(v):.0f} (n={len(v)})" for kind, v in by_kind.items()))  # fmt: skip
+            print(
+                f"{label}: {metric[:-2].replace('_', ' ')} ms by kind: "
+                + ", ".join(
+                    f"{kind} p50 {statistics.median(v):.0f} max {max(v):.0f} (n={len(v)})"
+                    for kind, v in by_kind.items()
+                )
+            )
         print(f"{label}: standby on the active's node in {sum(k.same_node for k in group)}/{len(group)}")
     bounds = [*load.phases, float("inf")]
     for label, start, end in zip(("engine", "engine + daemon"), bounds, bounds[1:]):
         mine = [a for a in load.done() if start <= a.started < end]
         first = [a for a in mine if not a.retry]
-        print(f"{label}: requests {len(first)}; failed without retry {sum(not a.ok for a in first)}; "
-              f"failed with one retry after {options.retry_delay} s {sum(not a.ok for a in mine if a.retry)}; "
-              f"failures by error {dict(Counter(a.error for a in mine if not a.ok))}")  # fmt: skip
-    steady = [(a.ended - a.started) * 1000 for a in load.done() if not a.retry
-              and any(w0 <= a.started and a.ended <= w1 for w0, w1 in prober.windows)]  # fmt: skip
+        print(
+            f"{label}: requests {len(first)}; failed without retry {sum(not a.ok for a in first)}; "
+            f"failed with one retry after {options.retry_delay} s {sum(not a.ok for a in mine if a.retry)}; "
+            f"failures by error {dict(Counter(a.error for a in mine if not a.ok))}"
+        )
+    steady = [
+        (a.ended - a.started) * 1000
+        for a in load.done()
+        if not a.retry and any(w0 <= a.started and a.ended <= w1 for w0, w1 in prober.windows)
+    ]
     if steady:
-        print(f"requests between kills (healthy active): {len(steady)}, latency ms p50 {statistics.median(steady):.0f} "
-              f"p99 {pct(steady, 0.99):.0f} max {max(steady):.0f}")  # fmt: skip
+        print(
+            f"requests between kills (healthy active): {len(steady)}, latency ms p50 {statistics.median(steady):.0f} "
+            f"p99 {pct(steady, 0.99):.0f} max {max(steady):.0f}"
+        )
     healthy = prober.healthy()
     answered = [x * 1000 for x in healthy if x is not None]
     if answered:
-        print(f"/ready of the healthy active, every 100 ms: {len(healthy)} samples, {len(healthy) - len(answered)} failed; "
-              f"latency ms p50 {statistics.median(answered):.0f} p99 {pct(answered, 0.99):.0f} "
-              f"p99.9 {pct(answered, 0.999):.0f} max {max(answered):.0f}")  # fmt: skip
+        print(
+            f"/ready of the healthy active, every 100 ms: {len(healthy)} samples, {len(healthy) - len(answered)} failed; "
+            f"latency ms p50 {statistics.median(answered):.0f} p99 {pct(answered, 0.99):.0f} "
+            f"p99.9 {pct(answered, 0.999):.0f} max {max(answered):.0f}"
+        )
     print("signals recorded:", {s: sum(k.signal == s for k in kills) for s in sorted({str(k.signal) for k in kills})})
 
 

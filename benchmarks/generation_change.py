@@ -34,9 +34,16 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
     body["spec"]["daemon"]["generationChange"] = requested
     body["spec"]["model"]["revision"] = "seed-0"
     cluster.apply(body)
-    wait_for(lambda: cluster.status().get("phase") == "Ready" and len(cluster.status().get("nodes", [])) == nodes
-             and all(n.get("fingerprint") for n in cluster.status()["nodes"]), timeout, interval=1,
-             describe=cluster.status)  # fmt: skip
+    wait_for(
+        lambda: (
+            cluster.status().get("phase") == "Ready"
+            and len(cluster.status().get("nodes", [])) == nodes
+            and all(n.get("fingerprint") for n in cluster.status()["nodes"])
+        ),
+        timeout,
+        interval=1,
+        describe=cluster.status,
+    )
     old_hash = cluster.status()["daemonSpecHash"]
     proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
     peak: Counter[str] = Counter()
@@ -44,7 +51,9 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
 
     def sample_daemons() -> None:
         while not stop.is_set():
-            live = Counter(p["spec"].get("nodeName") for p in cluster.pods(DAEMONS) if not p["metadata"].get("deletionTimestamp"))
+            live = Counter(
+                p["spec"].get("nodeName") for p in cluster.pods(DAEMONS) if not p["metadata"].get("deletionTimestamp")
+            )
             for node, count in live.items():
                 peak[node] = max(peak[node], count)
             stop.wait(0.2)
@@ -62,10 +71,16 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
         def finished() -> bool:
             status = cluster.status()
             daemons = cluster.pods(DAEMONS)
-            return (status.get("daemonSpecHash") != old_hash and (status.get("rollout") or {}).get("phase") == "Complete"
-                    and status.get("phase") == "Ready" and len(daemons) == nodes
-                    and all(p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] == status["daemonSpecHash"]
-                            for p in daemons))  # fmt: skip
+            return (
+                status.get("daemonSpecHash") != old_hash
+                and (status.get("rollout") or {}).get("phase") == "Complete"
+                and status.get("phase") == "Ready"
+                and len(daemons) == nodes
+                and all(
+                    p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] == status["daemonSpecHash"]
+                    for p in daemons
+                )
+            )
 
         wait_for(finished, timeout, interval=0.2, describe=cluster.status)
         total = time.monotonic() - started
@@ -81,13 +96,21 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
     decided = next((c for c in status.get("conditions", []) if c["type"] == "GenerationChange"), {})
     uid = cluster.kube.get(WC)["metadata"]["uid"]  # events of this run's WeightCache, not the previous one's
     events = cluster.kube.get(f"/api/v1/namespaces/{NS}/events")["items"]
-    progress = [e["message"] for e in events if e.get("reason") == "RolloutProgressing" and "Generation" in e["message"]
-                and e["involvedObject"].get("uid") == uid]  # fmt: skip
+    progress = [
+        e["message"]
+        for e in events
+        if e.get("reason") == "RolloutProgressing"
+        and "Generation" in e["message"]
+        and e["involvedObject"].get("uid") == uid
+    ]
     read = sum(bytes_read for _uid, _restarts, bytes_read in cluster.daemon_facts().values())
     cluster.plane.kubectl("delete", "wc", "tiny-llama", "-n", NS, "--wait=true", "--timeout=180s")
     return [
         ("spec.daemon.generationChange", requested),
-        ("decision (RolloutProgressing event)", progress[-1].split("; ")[-1] if progress else f"{decided.get('reason')}"),
+        (
+            "decision (RolloutProgressing event)",
+            progress[-1].split("; ")[-1] if progress else f"{decided.get('reason')}",
+        ),
         ("requests sent / ok", f"{result.sent} / {result.ok}"),
         ("failed requests (after one retry)", str(len(result.failed))),
         ("requests that needed their retry", str(result.retried)),

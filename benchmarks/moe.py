@@ -44,12 +44,38 @@ BLOCK = (128, 128)
 
 def spec(small: bool, layers: int | None, experts: int | None) -> ModelSpec:
     if small:
-        return ModelSpec(family="qwen3_moe", hidden_size=256, intermediate_size=512, num_layers=layers or 2,
-                         num_heads=4, num_kv_heads=2, vocab_size=1024, num_experts=experts or 8, num_experts_per_tok=2,
-                         moe_intermediate_size=128, fp8=True, shards=2, seed=7, tokenizer=False)
-    return ModelSpec(family="qwen3_moe", hidden_size=2048, intermediate_size=6144, num_layers=layers or 28,
-                     num_heads=32, num_kv_heads=4, vocab_size=32768, num_experts=experts or 128, num_experts_per_tok=8,
-                     moe_intermediate_size=768, fp8=True, shards=17, seed=7, tokenizer=False)
+        return ModelSpec(
+            family="qwen3_moe",
+            hidden_size=256,
+            intermediate_size=512,
+            num_layers=layers or 2,
+            num_heads=4,
+            num_kv_heads=2,
+            vocab_size=1024,
+            num_experts=experts or 8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            fp8=True,
+            shards=2,
+            seed=7,
+            tokenizer=False,
+        )
+    return ModelSpec(
+        family="qwen3_moe",
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_layers=layers or 28,
+        num_heads=32,
+        num_kv_heads=4,
+        vocab_size=32768,
+        num_experts=experts or 128,
+        num_experts_per_tok=8,
+        moe_intermediate_size=768,
+        fp8=True,
+        shards=17,
+        seed=7,
+        tokenizer=False,
+    )
 
 
 def child(model_dir: str, socket_dir: str, name: str, backend: str) -> None:
@@ -57,7 +83,6 @@ def child(model_dir: str, socket_dir: str, name: str, backend: str) -> None:
     fingerprint, map, and binding into the reference engine's model."""
     t0 = time.perf_counter()
     import torch
-
     from weightcache.checkpoints.sharding import Layout
     from weightcache.client.weights import expect, map_weights
     from weightcache.engine.config import ModelConfig
@@ -75,16 +100,25 @@ def child(model_dir: str, socket_dir: str, name: str, backend: str) -> None:
     model = Model(cfg, weights.tensors, weights.aliases, Group(), BLOCK)
     bound = time.perf_counter()
     lo, hi = weights.arena.address_range if weights.arena is not None else (0, 0)
-    print(json.dumps({"imports": imported - t0, "fingerprint": fingerprinted - imported, "map": mapped - fingerprinted,
-                      "bind": bound - mapped, "map_bind": bound - fingerprinted, "tensors": len(weights.tensors),
-                      "in_arena": all(lo <= t.data_ptr() < hi for _, t in model.weights())}))
+    print(
+        json.dumps(
+            {
+                "imports": imported - t0,
+                "fingerprint": fingerprinted - imported,
+                "map": mapped - fingerprinted,
+                "bind": bound - mapped,
+                "map_bind": bound - fingerprinted,
+                "tensors": len(weights.tensors),
+                "in_arena": all(lo <= t.data_ptr() < hi for _, t in model.weights()),
+            }
+        )
+    )
 
 
 def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: int) -> dict[str, object]:
     """Engine (FP8 kernels, bf16 activations) vs transformers on the dequantized weights, in bf16 and,
     as the yardstick of what bf16 itself costs, in float32."""
     import torch
-
     from weightcache.checkpoints.sharding import Layout
     from weightcache.client.weights import expect, map_weights
     from weightcache.engine.config import ModelConfig
@@ -92,8 +126,9 @@ def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: 
     from weightcache.engine.parallel import Group
     from weightcache.tools.reference_hf import dequantized_hf_model
 
-    weights = map_weights(expect(str(model_dir), Layout(), dtype="bfloat16", quantization="fp8", backend=backend),
-                          socket_dir, name)
+    weights = map_weights(
+        expect(str(model_dir), Layout(), dtype="bfloat16", quantization="fp8", backend=backend), socket_dir, name
+    )
     engine = Model(ModelConfig.from_checkpoint(model_dir), weights.tensors, weights.aliases, Group(), BLOCK)
     cache = engine.new_cache(len(PROMPT) + steps)
     started = time.perf_counter()
@@ -113,8 +148,9 @@ def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: 
             tokens = []
             for _ in range(steps):
                 tokens.append(int(out.logits[0, -1].argmax()))
-                out = model(input_ids=torch.tensor([[tokens[-1]]], device=engine.device), cache=out.cache,
-                            use_cache=True)
+                out = model(
+                    input_ids=torch.tensor([[tokens[-1]]], device=engine.device), cache=out.cache, use_cache=True
+                )
         del model, out
         if engine.device.type == "cuda":
             torch.cuda.empty_cache()  # the float32 copy comes next and is twice the size
@@ -123,11 +159,18 @@ def agreement(model_dir: Path, socket_dir: str, name: str, backend: str, steps: 
     first_bf16, bf16 = reference("bfloat16")
     first_f32, f32 = reference("float32")
     top2 = first_bf16.topk(2).values
-    return {"first": (ours[0], bf16[0], f32[0]), "steps": steps, "engine_decode_s": engine_s,
-            "greedy": (prefix(ours, bf16), prefix(bf16, f32), prefix(ours, f32)),
-            "dlogit": (float((first_engine - first_bf16).abs().max()), float((first_bf16 - first_f32).abs().max()),
-                       float((first_engine - first_f32).abs().max())),
-            "margin": float(top2[0] - top2[1])}
+    return {
+        "first": (ours[0], bf16[0], f32[0]),
+        "steps": steps,
+        "engine_decode_s": engine_s,
+        "greedy": (prefix(ours, bf16), prefix(bf16, f32), prefix(ours, f32)),
+        "dlogit": (
+            float((first_engine - first_bf16).abs().max()),
+            float((first_bf16 - first_f32).abs().max()),
+            float((first_engine - first_f32).abs().max()),
+        ),
+        "margin": float(top2[0] - top2[1]),
+    }
 
 
 def prefix(a: list[int], b: list[int]) -> int:
@@ -159,10 +202,15 @@ def main() -> int:
     shards = sorted(path.glob("*.safetensors"))
     gib = sum(s.stat().st_size for s in shards) / 2**30
     tensors = len(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"])
-    rows = [("checkpoint", f"{gib:.2f} GiB block-FP8, {tensors} tensors in {len(shards)} shards, "
-                           f"{model_spec.num_layers} layers × {model_spec.num_experts} experts "
-                           f"(top {model_spec.num_experts_per_tok}); generated or found in {made:.1f} s"),
-            ("device", torch.cuda.get_device_name(0) if device != "cpu" else "cpu")]
+    rows = [
+        (
+            "checkpoint",
+            f"{gib:.2f} GiB block-FP8, {tensors} tensors in {len(shards)} shards, "
+            f"{model_spec.num_layers} layers × {model_spec.num_experts} experts "
+            f"(top {model_spec.num_experts_per_tok}); generated or found in {made:.1f} s",
+        ),
+        ("device", torch.cuda.get_device_name(0) if device != "cpu" else "cpu"),
+    ]
     try:
         measure(rows, path, gib, device, backend, workdir, args)
     finally:
@@ -170,16 +218,25 @@ def main() -> int:
     return 0
 
 
-def measure(rows: list[tuple[str, str]], path: Path, gib: float, device: str, backend: str, workdir: Path,
-            args: argparse.Namespace) -> None:
+def measure(
+    rows: list[tuple[str, str]],
+    path: Path,
+    gib: float,
+    device: str,
+    backend: str,
+    workdir: Path,
+    args: argparse.Namespace,
+) -> None:
     import torch
 
     cold = _safetensors_load(path, cold=True, device=device)
     warm = _safetensors_load(path, cold=False, device=device)
     if device != "cpu":
         torch.cuda.empty_cache()  # what safetensors loaded is garbage now; give the daemon its memory back
-    rows += [(f"safetensors → {device}, cold page cache", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
-             (f"safetensors → {device}, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)")]
+    rows += [
+        (f"safetensors → {device}, cold page cache", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
+        (f"safetensors → {device}, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)"),
+    ]
     print("safetensors done; starting the daemon", file=sys.stderr, flush=True)
 
     socket_dir = str(workdir / "sockets")
@@ -189,25 +246,38 @@ def measure(rows: list[tuple[str, str]], path: Path, gib: float, device: str, ba
         wall = daemon.wait_ready()
         ready = daemon.files.read_ready()
         assert ready is not None
-        rows.append((f"[{backend}] daemon first load, cold", f"{ready.load_seconds:.3f} s loading "
-                     f"({gib / ready.load_seconds:.2f} GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
-                     f"{wall:.3f} s to ready"))
+        rows.append(
+            (
+                f"[{backend}] daemon first load, cold",
+                f"{ready.load_seconds:.3f} s loading "
+                f"({gib / ready.load_seconds:.2f} GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
+                f"{wall:.3f} s to ready",
+            )
+        )
         print("daemon ready; map+bind in fresh engine processes", file=sys.stderr, flush=True)
         runs = []
         for _ in range(args.runs):
-            out = subprocess.run([sys.executable, __file__, "--child", str(path), socket_dir, "moe", backend],
-                                 capture_output=True, text=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(path), socket_dir, "moe", backend],
+                capture_output=True,
+                text=True,
+            )
             if out.returncode:
                 raise RuntimeError(f"engine process failed:\n{out.stderr}")
             runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         map_bind = [r["map_bind"] for r in runs]
         rows += [
-            (f"[{backend}] engine fingerprint (median)", f"{statistics.median(r['fingerprint'] for r in runs) * 1e3:.1f} ms"),
-            (f"[{backend}] map+bind, {runs[0]['tensors']} arena tensors (median / max of {len(runs)})",
-             f"{statistics.median(map_bind) * 1e3:.1f} ms / {max(map_bind) * 1e3:.1f} ms (target ≤ 25 ms; "
-             f"map {statistics.median(r['map'] for r in runs) * 1e3:.1f}, "
-             f"bind {statistics.median(r['bind'] for r in runs) * 1e3:.1f}); "
-             f"every weight in the arena: {all(r['in_arena'] for r in runs)}"),
+            (
+                f"[{backend}] engine fingerprint (median)",
+                f"{statistics.median(r['fingerprint'] for r in runs) * 1e3:.1f} ms",
+            ),
+            (
+                f"[{backend}] map+bind, {runs[0]['tensors']} arena tensors (median / max of {len(runs)})",
+                f"{statistics.median(map_bind) * 1e3:.1f} ms / {max(map_bind) * 1e3:.1f} ms (target ≤ 25 ms; "
+                f"map {statistics.median(r['map'] for r in runs) * 1e3:.1f}, "
+                f"bind {statistics.median(r['bind'] for r in runs) * 1e3:.1f}); "
+                f"every weight in the arena: {all(r['in_arena'] for r in runs)}",
+            ),
         ]
         print("map+bind done; engine vs transformers", file=sys.stderr, flush=True)
         agree = agreement(path, socket_dir, "moe", backend, args.steps)
@@ -216,14 +286,20 @@ def measure(rows: list[tuple[str, str]], path: Path, gib: float, device: str, ba
     engine, bf16, f32 = agree["first"]
     n = agree["steps"]
     rows += [
-        ("first token: engine bf16 / transformers bf16 / transformers float32",
-         f"{engine} / {bf16} / {f32}; transformers' bf16 top-2 margin {agree['margin']:.4f}"),
-        (f"greedy tokens equal before the runs part (of {n})",
-         "engine bf16 vs transformers bf16: {}; baseline, transformers bf16 vs its float32: {}; "
-         "engine bf16 vs transformers float32: {}".format(*agree["greedy"])),
-        ("prompt's last-position max |Δlogit|",
-         "engine bf16 vs transformers bf16: {:.4f}; baseline, transformers bf16 vs its float32: {:.4f}; "
-         "engine bf16 vs transformers float32: {:.4f}".format(*agree["dlogit"])),
+        (
+            "first token: engine bf16 / transformers bf16 / transformers float32",
+            f"{engine} / {bf16} / {f32}; transformers' bf16 top-2 margin {agree['margin']:.4f}",
+        ),
+        (
+            f"greedy tokens equal before the runs part (of {n})",
+            "engine bf16 vs transformers bf16: {}; baseline, transformers bf16 vs its float32: {}; "
+            "engine bf16 vs transformers float32: {}".format(*agree["greedy"]),
+        ),
+        (
+            "prompt's last-position max |Δlogit|",
+            "engine bf16 vs transformers bf16: {:.4f}; baseline, transformers bf16 vs its float32: {:.4f}; "
+            "engine bf16 vs transformers float32: {:.4f}".format(*agree["dlogit"]),
+        ),
         ("engine decode", f"{agree['engine_decode_s']:.2f} s for the prompt and {n} tokens"),
     ]
 

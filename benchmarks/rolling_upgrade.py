@@ -30,6 +30,7 @@ def engines_ready_on(cluster: SampleCluster, version: str, count: int) -> bool:
         env = {e["name"]: e.get("value") for e in p["spec"]["containers"][0].get("env", [])}
         ready = any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         return env.get("BENCH_VERSION") == version and ready and not p["metadata"].get("deletionTimestamp")
+
     return len(pods) == count and all(map(new, pods))
 
 
@@ -45,9 +46,16 @@ def main() -> None:
         container = body["spec"]["engine"]["template"]["spec"]["containers"][0]
         container["env"].append({"name": "BENCH_VERSION", "value": "1"})
         cluster.apply(body)
-        wait_for(lambda: cluster.status().get("phase") == "Ready" and engines_ready_on(cluster, "1", 2 * args.replicas)
-                 and all(n.get("fingerprint") for n in cluster.status().get("nodes", [])), args.timeout, interval=1,
-                 describe=cluster.status)  # fmt: skip
+        wait_for(
+            lambda: (
+                cluster.status().get("phase") == "Ready"
+                and engines_ready_on(cluster, "1", 2 * args.replicas)
+                and all(n.get("fingerprint") for n in cluster.status().get("nodes", []))
+            ),
+            args.timeout,
+            interval=1,
+            describe=cluster.status,
+        )
         before = cluster.daemon_facts()
 
         proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
@@ -61,7 +69,9 @@ def main() -> None:
             replica_done: list[float] = []
             while True:
                 rollout = cluster.status().get("rollout") or {}
-                while rollout.get("engineTemplateHash") and len(replica_done) < min(rollout.get("updated", 0), args.replicas):
+                while rollout.get("engineTemplateHash") and len(replica_done) < min(
+                    rollout.get("updated", 0), args.replicas
+                ):
                     replica_done.append(time.monotonic() - started)
                 if rollout.get("phase") == "Complete" and engines_ready_on(cluster, "2", 2 * args.replicas):
                     break
@@ -78,16 +88,18 @@ def main() -> None:
     read = sum(after[p][2] for p in after) - sum(before[p][2] for p in before if p in after)
     restarts = sum(after[p][1] for p in after) - sum(before[p][1] for p in before if p in after)
     per_replica = [b - a for a, b in zip([0.0, *replica_done], replica_done)]
-    print_table([
-        ("replicas (each with 1 standby)", str(args.replicas)),
-        ("requests sent / ok", f"{result.sent} / {result.ok}"),
-        ("failed requests (after one retry)", str(len(result.failed))),
-        ("requests that needed their retry", str(result.retried)),
-        ("weight bytes read from disk during the rollout", str(read)),
-        ("daemon pods replaced / container restarts", f"{len(set(before) - set(after))} / {restarts}"),
-        ("total rollout time (s)", f"{total:.1f}"),
-        ("time per replica (s)", ", ".join(f"{s:.1f}" for s in per_replica)),
-    ])  # fmt: skip
+    print_table(
+        [
+            ("replicas (each with 1 standby)", str(args.replicas)),
+            ("requests sent / ok", f"{result.sent} / {result.ok}"),
+            ("failed requests (after one retry)", str(len(result.failed))),
+            ("requests that needed their retry", str(result.retried)),
+            ("weight bytes read from disk during the rollout", str(read)),
+            ("daemon pods replaced / container restarts", f"{len(set(before) - set(after))} / {restarts}"),
+            ("total rollout time (s)", f"{total:.1f}"),
+            ("time per replica (s)", ", ".join(f"{s:.1f}" for s in per_replica)),
+        ]
+    )
     if result.failed:
         print("failures:", *result.failed[:10], sep="\n  ")
 

@@ -26,8 +26,17 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import KubeletConfig, ProcessKubelet
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import (DAEMONS, ENGINES, REPO, daemon_facts, generate_checkpoint, node_labels, place_checkpoint,
-                                pods, sample)
+from testcluster.sample import (
+    DAEMONS,
+    ENGINES,
+    REPO,
+    daemon_facts,
+    generate_checkpoint,
+    node_labels,
+    place_checkpoint,
+    pods,
+    sample,
+)
 from testcluster.strays import MARKER, new_session_id
 from testcluster.waiting import wait_for
 
@@ -67,34 +76,59 @@ def free_port() -> int:
 
 
 @contextmanager
-def sample_cluster(prefix: str, operator_env: dict[str, str] | None = None, node_monitor_grace_period: float = 6.0,
-                   nodes: int = len(NODES)) -> Iterator[SampleCluster]:  # fmt: skip
+def sample_cluster(
+    prefix: str,
+    operator_env: dict[str, str] | None = None,
+    node_monitor_grace_period: float = 6.0,
+    nodes: int = len(NODES),
+) -> Iterator[SampleCluster]:
     """Starts everything (on the first ``nodes`` of ``NODES``), yields it, and stops it all
     (operator, kubelet with its pods, control plane) however the benchmark ends."""
     control_plane_binary()
     client_tools()
     work = Path(tempfile.mkdtemp(prefix=prefix))
     session = new_session_id()
-    plane = ControlPlane(work / "cluster", node_monitor_grace_period=node_monitor_grace_period,
-                         environment={MARKER: session})  # fmt: skip
+    plane = ControlPlane(
+        work / "cluster", node_monitor_grace_period=node_monitor_grace_period, environment={MARKER: session}
+    )
     plane.start()
     kube = Kube.from_kubeconfig(plane.kubeconfig)
     names = NODES[:nodes]
     specs = [NodeSpec(name, labels=node_labels()) for name in names]
-    kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
-        root=work / "kubelet", nodes=specs, serving_cert=plane.kubelet_serving_cert,
-        environment={MARKER: session, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image"))}))  # fmt: skip
+    kubelet = ProcessKubelet(
+        kube,
+        plane.port,
+        KubeletConfig(
+            root=work / "kubelet",
+            nodes=specs,
+            serving_cert=plane.kubelet_serving_cert,
+            environment={
+                MARKER: session,
+                "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image")),
+            },
+        ),
+    )
     operator: subprocess.Popen[bytes] | None = None
     try:
         kubelet.start()
         _install(plane, kube)
         place_checkpoint(generate_checkpoint(work / "tiny-llama"), [kubelet.node_root(node) for node in names])
-        env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig), MARKER: session,
-               "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5", "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
-               "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}", **(operator_env or {})}  # fmt: skip
-        operator = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env,
-                                    stdout=(work / "operator.log").open("w"), stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(plane.kubeconfig),
+            MARKER: session,
+            "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+            "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{free_port()}",
+            "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
+            **(operator_env or {}),
+        }
+        operator = subprocess.Popen(
+            [sys.executable, "-m", "weightcache_operator"],
+            env=env,
+            stdout=(work / "operator.log").open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         yield SampleCluster(work, plane, kube, kubelet, operator)
     finally:
         if operator is not None and operator.poll() is None:
@@ -118,8 +152,13 @@ def _install(plane: ControlPlane, kube: Kube) -> None:
     plane.kubectl("apply", "--server-side", "-f", "-", input=yaml.safe_dump(peering))
     # Right after a CRD is Established its storage may still answer 429; kopf's peering start-up
     # does not always recover from that, so wait until both kinds list.
-    wait_for(lambda: _lists(kube, "/apis/kopf.dev/v1/clusterkopfpeerings")
-             and _lists(kube, "/apis/weightcache.io/v1alpha1/weightcaches"), 60)  # fmt: skip
+    wait_for(
+        lambda: (
+            _lists(kube, "/apis/kopf.dev/v1/clusterkopfpeerings")
+            and _lists(kube, "/apis/weightcache.io/v1alpha1/weightcaches")
+        ),
+        60,
+    )
     kube.create("/api/v1/namespaces", {"metadata": {"name": NS}})
     wait_for(lambda: kube.get(f"/api/v1/namespaces/{NS}/serviceaccounts/default"), 30)
 

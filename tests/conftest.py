@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
 from weightcache.wire.rankfiles import RankFiles
 
@@ -89,9 +88,14 @@ def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subp
 
     def start(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         log = tmp_path / f"keeper-{len(procs)}.log"
-        proc = subprocess.Popen([sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
-                                stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True,
-                                env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
         procs.append(proc)
         deadline = time.monotonic() + 60
         while True:
@@ -101,7 +105,7 @@ def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subp
                 return proc
             except CacheUnavailable:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(f"keeper did not start:\n{log.read_text()}")
+                    raise AssertionError(f"keeper did not start:\n{log.read_text()}") from None
                 time.sleep(0.05)
 
     yield start
@@ -116,17 +120,36 @@ def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., Daem
     """Start ``weightcache daemon`` as a real process; waits for every rank's ready file."""
     handles: list[DaemonHandle] = []
 
-    def start(model: Path, *args: str, name: str = "test", ranks: list[int] | None = None, wait: bool = True,
-              socket_dir_override: str | None = None, timeout: float = 120,
-              env: dict[str, str] | None = None) -> DaemonHandle:
+    def start(
+        model: Path,
+        *args: str,
+        name: str = "test",
+        ranks: list[int] | None = None,
+        wait: bool = True,
+        socket_dir_override: str | None = None,
+        timeout: float = 120,
+        env: dict[str, str] | None = None,
+    ) -> DaemonHandle:
         sdir = socket_dir_override or socket_dir
         ranks = ranks or [0]
         log = tmp_path / f"daemon-{name}-{len(handles)}.log"
-        argv = [sys.executable, "-m", "weightcache", "daemon", "--model", str(model), "--socket-dir", sdir,
-                "--name", name, *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "daemon",
+            "--model",
+            str(model),
+            "--socket-dir",
+            sdir,
+            "--name",
+            name,
+            *args,
+        ]
         launched = time.time()
-        proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, env=env)
+        proc = subprocess.Popen(
+            argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+        )
         handle = DaemonHandle(proc, sdir, name, ranks, log, [RankFiles(sdir, name, r) for r in ranks])
         handles.append(handle)
         if wait:

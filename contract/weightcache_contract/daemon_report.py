@@ -98,11 +98,15 @@ def report_metrics(report: DaemonReport) -> Metrics:
     m.describe("weightcache_daemon_rank_ready", "gauge", "1 while the rank holds its weights and answers on its socket")
     m.describe("weightcache_daemon_bytes_held", "gauge", "bytes of the rank's arena")
     m.describe("weightcache_daemon_load_seconds", "gauge", "seconds the rank took to load (or re-adopt) its weights")
-    m.describe("weightcache_daemon_adopted", "gauge", "1 if the rank re-adopted its arena from the keeper (no disk read)")
+    m.describe(
+        "weightcache_daemon_adopted", "gauge", "1 if the rank re-adopted its arena from the keeper (no disk read)"
+    )
     m.describe("weightcache_daemon_disk_read_bytes_total", "counter", "checkpoint bytes the rank's loader read")
     m.describe("weightcache_daemon_maps_served_total", "counter", "arena fetches answered (engine ranks mapping it)")
     m.describe("weightcache_daemon_connections_total", "counter", "socket connections accepted by the rank")
-    m.describe("weightcache_daemon_device_free_bytes", "gauge", "free memory of a device arenas live on (host RAM or GPU)")
+    m.describe(
+        "weightcache_daemon_device_free_bytes", "gauge", "free memory of a device arenas live on (host RAM or GPU)"
+    )
     m.describe("weightcache_daemon_device_total_bytes", "gauge", "total memory of a device arenas live on")
     for memory in report.memory:
         if memory.free_bytes is not None:

@@ -87,4 +87,3 @@ class Metrics:
                     lines.append(f"{name}_sum{_labels(labels)} {counts[-2]:.17g}")
                     lines.append(f"{name}_count{_labels(labels)} {counts[-1]:.17g}")
         return "\n".join(lines) + "\n"
-

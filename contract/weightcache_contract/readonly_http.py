@@ -54,7 +54,7 @@ class ReadOnlyServer:
 
     def start(self) -> None:
         self._thread.start()
-        log.info("listening", extra={"fields": {"server": self.what, "addr": "%s:%d" % self.address}})
+        log.info("listening", extra={"fields": {"server": self.what, "addr": f"{self.address[0]}:{self.address[1]}"}})
 
     def stop(self) -> None:
         if self._thread.is_alive():
@@ -83,8 +83,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length.isdigit() and int(length) <= 65536:
             self.rfile.read(int(length))
         self.close_connection = True
-        self._error(HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not allowed: this endpoint is read-only (GET)",
-                    allow="GET")  # fmt: skip
+        self._error(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            f"{self.command} is not allowed: this endpoint is read-only (GET)",
+            allow="GET",
+        )
 
     do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _refuse  # noqa: N815
 

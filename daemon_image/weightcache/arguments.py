@@ -43,10 +43,13 @@ def add_model_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return [
         *add_checkpoint_args(p),
         p.add_argument("--revision", default="", help="model revision recorded in the fingerprint"),
-        p.add_argument("--backend", default=None,
-                       help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)"),
+        p.add_argument(
+            "--backend",
+            default=None,
+            help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)",
+        ),
         p.add_argument("--device", type=int, default=0, help="CUDA ordinal of this rank's GPU (GPU backends)"),
-    ]  # fmt: skip
+    ]
 
 
 def add_layout_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -55,10 +58,14 @@ def add_layout_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
         p.add_argument("--tp-rank", type=int, default=0),
         p.add_argument("--pp-size", type=int, default=1),
         p.add_argument("--pp-rank", type=int, default=0),
-        p.add_argument("--ep-size", type=int, default=1,
-                       help="expert-parallel size (MoE; divides --tp-size): each run of tp/ep ranks holds 1/ep of the "
-                            "experts whole instead of a slice of every expert"),
-    ]  # fmt: skip
+        p.add_argument(
+            "--ep-size",
+            type=int,
+            default=1,
+            help="expert-parallel size (MoE; divides --tp-size): each run of tp/ep ranks holds 1/ep of the "
+            "experts whole instead of a slice of every expert",
+        ),
+    ]
 
 
 def add_cache_args(p: argparse.ArgumentParser, required: bool) -> list[argparse.Action]:

@@ -31,31 +31,79 @@ class Command:
 
 
 COMMANDS: tuple[Command, ...] = (
-    Command("daemon", "load a checkpoint once and serve it to engines",
-            "weightcache.daemon.command:add_arguments", "weightcache.daemon.command:run"),
-    Command("gpu-holder", "book this pod's GPUs for a cache's daemons: write their UUIDs, then wait",
-            "weightcache.commands:gpu_holder_arguments", "weightcache.commands:gpu_holder"),
-    Command("keeper", "hold arena fds so caches outlive their daemons (no CUDA)",
-            "weightcache.commands:keeper_arguments", "weightcache.commands:keeper"),
-    Command("keeper-ctl", "ask the keeper what it holds, or release a cache's arenas",
-            "weightcache.commands:keeper_ctl_arguments", "weightcache.commands:keeper_ctl"),
-    Command("status", "ask a running daemon for its status (JSON)",
-            "weightcache.commands:status_arguments", "weightcache.commands:status"),
-    Command("probe", "exit 0 only if every listed rank is ready: file, live process, answering socket",
-            "weightcache.commands:probe_arguments", "weightcache.commands:probe"),
-    Command("plan", "dry run: what each rank would hold, from config.json and the headers alone",
-            "weightcache.commands:plan_arguments", "weightcache.commands:plan"),
-    Command("gen-checkpoint", "write a small real checkpoint with seeded random weights",
-            "weightcache.commands:gen_checkpoint_arguments", "weightcache.commands:gen_checkpoint"),
-    Command("hf-generate", "a transformers model fed by weightcache: greedy completion as JSON",
-            "weightcache.commands:hf_generate_arguments", "weightcache.commands:hf_generate"),
-    Command("demo", "the quick start: disk vs cache on a generated checkpoint",
-            "weightcache.commands:demo_arguments", "weightcache.commands:demo"),
-    Command("bench", "measure disk load, daemon load and map+bind; print a table",
-            "weightcache.tools.bench:add_arguments", "weightcache.tools.bench:run"),
-    Command("engine", "the reference engine: a tensor-parallel OpenAI-compatible server",
-            "weightcache.engine.command:add_arguments", "weightcache.engine.command:run"),
-)  # fmt: skip
+    Command(
+        "daemon",
+        "load a checkpoint once and serve it to engines",
+        "weightcache.daemon.command:add_arguments",
+        "weightcache.daemon.command:run",
+    ),
+    Command(
+        "gpu-holder",
+        "book this pod's GPUs for a cache's daemons: write their UUIDs, then wait",
+        "weightcache.commands:gpu_holder_arguments",
+        "weightcache.commands:gpu_holder",
+    ),
+    Command(
+        "keeper",
+        "hold arena fds so caches outlive their daemons (no CUDA)",
+        "weightcache.commands:keeper_arguments",
+        "weightcache.commands:keeper",
+    ),
+    Command(
+        "keeper-ctl",
+        "ask the keeper what it holds, or release a cache's arenas",
+        "weightcache.commands:keeper_ctl_arguments",
+        "weightcache.commands:keeper_ctl",
+    ),
+    Command(
+        "status",
+        "ask a running daemon for its status (JSON)",
+        "weightcache.commands:status_arguments",
+        "weightcache.commands:status",
+    ),
+    Command(
+        "probe",
+        "exit 0 only if every listed rank is ready: file, live process, answering socket",
+        "weightcache.commands:probe_arguments",
+        "weightcache.commands:probe",
+    ),
+    Command(
+        "plan",
+        "dry run: what each rank would hold, from config.json and the headers alone",
+        "weightcache.commands:plan_arguments",
+        "weightcache.commands:plan",
+    ),
+    Command(
+        "gen-checkpoint",
+        "write a small real checkpoint with seeded random weights",
+        "weightcache.commands:gen_checkpoint_arguments",
+        "weightcache.commands:gen_checkpoint",
+    ),
+    Command(
+        "hf-generate",
+        "a transformers model fed by weightcache: greedy completion as JSON",
+        "weightcache.commands:hf_generate_arguments",
+        "weightcache.commands:hf_generate",
+    ),
+    Command(
+        "demo",
+        "the quick start: disk vs cache on a generated checkpoint",
+        "weightcache.commands:demo_arguments",
+        "weightcache.commands:demo",
+    ),
+    Command(
+        "bench",
+        "measure disk load, daemon load and map+bind; print a table",
+        "weightcache.tools.bench:add_arguments",
+        "weightcache.tools.bench:run",
+    ),
+    Command(
+        "engine",
+        "the reference engine: a tensor-parallel OpenAI-compatible server",
+        "weightcache.engine.command:add_arguments",
+        "weightcache.engine.command:run",
+    ),
+)
 
 
 def resolve(target: str) -> Any:

@@ -19,8 +19,12 @@ from .arguments import add_cache_args, add_checkpoint_args, add_model_args, add_
 
 def gpu_holder_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the grant file to write (gpus.json; gpus.lock goes beside it)")
-    p.add_argument("--expect", type=int, default=None,
-                   help="GPUs the pod requested; refuse to start when the container sees another number")
+    p.add_argument(
+        "--expect",
+        type=int,
+        default=None,
+        help="GPUs the pod requested; refuse to start when the container sees another number",
+    )
 
 
 def gpu_holder(args: argparse.Namespace) -> int:
@@ -81,8 +85,12 @@ def status(args: argparse.Namespace) -> int:
 def probe_arguments(p: argparse.ArgumentParser) -> None:
     add_cache_args(p, required=True)
     p.add_argument("--ranks", type=ranks, default=[0])
-    p.add_argument("--gpus-file", default=None, metavar="FILE",
-                   help="also require each rank's GPU to be booked by the running GPU holder (its grant file)")
+    p.add_argument(
+        "--gpus-file",
+        default=None,
+        metavar="FILE",
+        help="also require each rank's GPU to be booked by the running GPU holder (its grant file)",
+    )
 
 
 def probe(args: argparse.Namespace) -> int:
@@ -98,15 +106,24 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
     add_checkpoint_args(p)
     p.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--pp", "--pp-size", dest="pp_size", type=int, default=1, help="pipeline-parallel size")
-    p.add_argument("--ep", "--ep-size", dest="ep_size", type=int, default=1, help="expert-parallel size (MoE; divides --tp)")
+    p.add_argument(
+        "--ep", "--ep-size", dest="ep_size", type=int, default=1, help="expert-parallel size (MoE; divides --tp)"
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
 
 
 def plan(args: argparse.Namespace) -> int:
     from .checkpoints.planner import plan_world, render
 
-    world = plan_world(args.model, args.tp_size, args.pp_size, args.ep_size, quantization=args.quantization,
-                       weight_block_size=args.weight_block_size, dtype=args.dtype)
+    world = plan_world(
+        args.model,
+        args.tp_size,
+        args.pp_size,
+        args.ep_size,
+        quantization=args.quantization,
+        weight_block_size=args.weight_block_size,
+        dtype=args.dtype,
+    )
     print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
     return 0 if world.ok else 1
 
@@ -125,8 +142,11 @@ def gen_checkpoint_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--tie-embeddings", action="store_true")
     g.add_argument("--fp8", action="store_true", help="store block-wise FP8 weights (a pre-quantized checkpoint)")
-    g.add_argument("--sparse", action="store_true",
-                   help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading")
+    g.add_argument(
+        "--sparse",
+        action="store_true",
+        help="headers only, tensor bytes left as holes: any size for `weightcache plan`, not for loading",
+    )
     g.add_argument("--experts", type=int, default=8, help="qwen3_moe: experts per layer")
     g.add_argument("--experts-per-token", type=int, default=2, help="qwen3_moe: experts routed per token (top-k)")
     g.add_argument("--moe-intermediate-size", type=int, default=128, help="qwen3_moe: each expert's MLP width")
@@ -135,11 +155,23 @@ def gen_checkpoint_arguments(g: argparse.ArgumentParser) -> None:
 def gen_checkpoint(args: argparse.Namespace) -> int:
     from .tools.sample_checkpoints import ModelSpec, write_checkpoint, write_sparse_checkpoint
 
-    spec = ModelSpec(family=args.family, hidden_size=args.hidden_size, intermediate_size=args.intermediate_size,
-                     num_layers=args.layers, num_heads=args.heads, num_kv_heads=args.kv_heads,
-                     vocab_size=args.vocab_size, dtype=args.dtype, shards=args.shards, seed=args.seed,
-                     tie_word_embeddings=args.tie_embeddings, fp8=args.fp8, num_experts=args.experts,
-                     num_experts_per_tok=args.experts_per_token, moe_intermediate_size=args.moe_intermediate_size)
+    spec = ModelSpec(
+        family=args.family,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        num_kv_heads=args.kv_heads,
+        vocab_size=args.vocab_size,
+        dtype=args.dtype,
+        shards=args.shards,
+        seed=args.seed,
+        tie_word_embeddings=args.tie_embeddings,
+        fp8=args.fp8,
+        num_experts=args.experts,
+        num_experts_per_tok=args.experts_per_token,
+        moe_intermediate_size=args.moe_intermediate_size,
+    )
     print(write_sparse_checkpoint(args.out, spec) if args.sparse else write_checkpoint(args.out, spec))
     return 0
 
@@ -163,10 +195,19 @@ def hf_generate(args: argparse.Namespace) -> int:
 
     def load() -> Weights:
         return load_weights(
-            args.model, Layout(), socket_dir=args.socket_dir if args.weights == "client" else None,
-            name=args.name if args.weights == "client" else None, fallback=args.fallback, dtype=args.dtype,
-            quantization=args.quantization, weight_block_size=args.weight_block_size, revision=args.revision,
-            backend=args.backend, device=args.device, access=args.access)
+            args.model,
+            Layout(),
+            socket_dir=args.socket_dir if args.weights == "client" else None,
+            name=args.name if args.weights == "client" else None,
+            fallback=args.fallback,
+            dtype=args.dtype,
+            quantization=args.quantization,
+            weight_block_size=args.weight_block_size,
+            revision=args.revision,
+            backend=args.backend,
+            device=args.device,
+            access=args.access,
+        )
 
     dtype = resolve_dtype(args.dtype, open_checkpoint(args.model))
     print(dump(generate_report(args.model, load, dtype, args.prompt, args.max_new_tokens, args.started)))

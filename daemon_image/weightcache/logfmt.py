@@ -21,7 +21,12 @@ def _quote(value: object) -> str:
 class LogfmtFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        parts = [f"ts={ts}", f"level={record.levelname.lower()}", f"logger={record.name}", f"msg={_quote(record.getMessage())}"]
+        parts = [
+            f"ts={ts}",
+            f"level={record.levelname.lower()}",
+            f"logger={record.name}",
+            f"msg={_quote(record.getMessage())}",
+        ]
         for key, value in (getattr(record, "fields", None) or {}).items():
             parts.append(f"{key}={_quote(value)}")
         if record.exc_info:

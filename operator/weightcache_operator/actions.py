@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Union
 
 from .failover import Promotion
 from .objects import Object
@@ -71,10 +70,18 @@ class DeleteDaemonSet:
     name: str
 
 
-Action = Union[SetRole, Failover, ApplyService, Delete, Create, ReplaceDaemon, DeleteDaemonSet]
+Action = SetRole | Failover | ApplyService | Delete | Create | ReplaceDaemon | DeleteDaemonSet
 
-ORDER: tuple[str, ...] = ("promote", "Failover", "ApplyService", "demote", "Delete", "Create", "ReplaceDaemon",
-                         "DeleteDaemonSet")  # fmt: skip
+ORDER: tuple[str, ...] = (
+    "promote",
+    "Failover",
+    "ApplyService",
+    "demote",
+    "Delete",
+    "Create",
+    "ReplaceDaemon",
+    "DeleteDaemonSet",
+)
 """Steps by name: a SetRole is a promotion (to active) or a demotion (to standby)."""
 
 

@@ -56,8 +56,9 @@ def http_fetch(url: str, timeout_s: float) -> DaemonReport:
 class DaemonStatusReader:
     """Remembers, per cache, the last report of each daemon pod and the pod version it was read at."""
 
-    def __init__(self, fetch: Fetch = http_fetch, timeout_s: float = FETCH_TIMEOUT_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, fetch: Fetch = http_fetch, timeout_s: float = FETCH_TIMEOUT_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._fetch = fetch
         self.timeout_s = timeout_s
         self._clock = clock

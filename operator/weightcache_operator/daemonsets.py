@@ -14,8 +14,14 @@ from .objects import Object, View, spec_hash
 from .render.daemon import blue_green_name, daemon_daemonsets
 from .render.dra import claim_template, claim_template_name, uses_dra
 from .render.gpu_holder import HOLDER_COMPONENT, blue_green_blocker, gpu_holder_daemonset, holder_name, reads_grant
-from .render.layout import (COMPONENT_LABEL, SLOT_LABEL, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION, CacheRef,
-                            daemon_spec_hash)  # fmt: skip
+from .render.layout import (
+    COMPONENT_LABEL,
+    SLOT_LABEL,
+    STRATEGY_ANNOTATION,
+    STRATEGY_REASON_ANNOTATION,
+    CacheRef,
+    daemon_spec_hash,
+)
 from .render.topology import assign_slots, selected
 from .rollout import Strategy, generation_strategy
 from .snapshot import Snapshot
@@ -69,8 +75,9 @@ def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_s
         log.info("deleted daemonset", extra={"daemonset": holder_name(ref), "reason": "no GPU holder needed"})
 
 
-def _daemonset_for_spec(cache: WeightCache, daemonsets: list[Object], snapshot: Snapshot,
-                        daemon_status: DaemonStatusReader) -> tuple[str, dict[str, str]]:  # fmt: skip
+def _daemonset_for_spec(
+    cache: WeightCache, daemonsets: list[Object], snapshot: Snapshot, daemon_status: DaemonStatusReader
+) -> tuple[str, dict[str, str]]:
     """Which DaemonSet holds the wanted daemon spec — with ``nodes > 1``, the base name of its
     set of slot DaemonSets (``<base>-<slot>``) — and how its change was decided. The decision is
     taken once, when no DaemonSet holds the wanted spec yet: blue/green starts a second
@@ -80,21 +87,25 @@ def _daemonset_for_spec(cache: WeightCache, daemonsets: list[Object], snapshot: 
     wanted_hash = daemon_spec_hash(cache)
     current = next((ds for ds in daemonsets if spec_hash(ds) == wanted_hash), None)
     if current is not None:
-        kept = {k: v for k, v in View(current).annotations.items()
-                if k in (STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION)}  # fmt: skip
+        kept = {
+            k: v for k, v in View(current).annotations.items() if k in (STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION)
+        }
         return set_name(current), kept
     if not daemonsets:
         return CacheRef.of(cache).daemon_name, {}
     strategy, why = _choose_strategy(cache, daemonsets, snapshot, daemon_status)
     newest = max(daemonsets, key=lambda ds: (View(ds).created_text, View(ds).name))
     name = blue_green_name(cache) if strategy == "BlueGreen" else set_name(newest)
-    log.info("daemon spec change", extra={"cache": CacheRef.of(cache).name, "strategy": strategy, "reason": why,
-                                           "daemonset": name})  # fmt: skip
+    log.info(
+        "daemon spec change",
+        extra={"cache": CacheRef.of(cache).name, "strategy": strategy, "reason": why, "daemonset": name},
+    )
     return name, {STRATEGY_ANNOTATION: strategy, STRATEGY_REASON_ANNOTATION: why[:1024]}
 
 
-def _choose_strategy(cache: WeightCache, daemonsets: list[Object], snapshot: Snapshot,
-                     daemon_status: DaemonStatusReader) -> tuple[Strategy, str]:  # fmt: skip
+def _choose_strategy(
+    cache: WeightCache, daemonsets: list[Object], snapshot: Snapshot, daemon_status: DaemonStatusReader
+) -> tuple[Strategy, str]:
     """``generation_strategy`` over fresh reports of the serving daemons, once the state is
     clean enough for a second daemon spec: DaemonSets of one spec whose pods all run it (a
     change still under way is finished node by node, so no node ever runs two daemons of one
@@ -105,6 +116,10 @@ def _choose_strategy(cache: WeightCache, daemonsets: list[Object], snapshot: Sna
     if len(hashes) > 1 or any(spec_hash(p) not in hashes for p in pods):
         return "NodeByNode", "a previous generation change is still under way"
     reports = daemon_status.read((ref.namespace, ref.name), pods, refresh=True)
-    return generation_strategy(cache.spec.daemon.generation_change, cache.spec.daemon.backend, reports,
-                               gpu_access=cache.spec.engine.gpu_access,
-                               gpus_shared=blue_green_blocker(cache, pods, snapshot.holder_pods))  # fmt: skip
+    return generation_strategy(
+        cache.spec.daemon.generation_change,
+        cache.spec.daemon.backend,
+        reports,
+        gpu_access=cache.spec.engine.gpu_access,
+        gpus_shared=blue_green_blocker(cache, pods, snapshot.holder_pods),
+    )

@@ -51,9 +51,13 @@ class EnginePlan:
 
 def desired(cache: WeightCache) -> Desired:
     engine = cache.spec.engine
-    return Desired(engine_hash=engine_template_hash(cache), daemon_hash=daemon_spec_hash(cache),
-                   replicas=engine.replicas, standbys=engine.standbys_per_replica,
-                   ready_deadline_s=engine.rollout.ready_deadline_seconds)  # fmt: skip
+    return Desired(
+        engine_hash=engine_template_hash(cache),
+        daemon_hash=daemon_spec_hash(cache),
+        replicas=engine.replicas,
+        standbys=engine.standbys_per_replica,
+        ready_deadline_s=engine.rollout.ready_deadline_seconds,
+    )
 
 
 def set_name(daemonset: Object) -> str:
@@ -67,28 +71,41 @@ def old_side(daemonset: Object, wanted: str, daemon_hash: str) -> bool:
     return spec_hash(daemonset) != daemon_hash and set_name(daemonset) != wanted
 
 
-def plan_engines(cache: WeightCache, snapshot: Snapshot, want: Desired, now: datetime, *, apply_service: bool,
-                 unresponsive: Mapping[str, datetime] | None = None,
-                 new_group: Callable[[], str] = lambda: secrets.token_hex(3)) -> EnginePlan:  # fmt: skip
+def plan_engines(
+    cache: WeightCache,
+    snapshot: Snapshot,
+    want: Desired,
+    now: datetime,
+    *,
+    apply_service: bool,
+    unresponsive: Mapping[str, datetime] | None = None,
+    new_group: Callable[[], str] = lambda: secrets.token_hex(3),
+) -> EnginePlan:
     """The pass's actions for the engines and the Service. ``apply_service``: apply the Service
     even when its generation does not change (spec changes, resync); ``unresponsive``: engines
     the operator's own probes found silent (responsiveness.py); ``new_group``: a new engine
     group's id."""
     current_sets = snapshot.daemonsets_of(want.daemon_hash)
     # A blue/green change's old side: DaemonSets of another generation next to the current one.
-    old_sets = {ds["metadata"]["name"]: spec_hash(ds) for ds in snapshot.daemon_daemonsets
-                if current_sets and old_side(ds, set_name(current_sets[0]), want.daemon_hash)}  # fmt: skip
-    desired_nodes = sum((ds.get("status") or {}).get("desiredNumberScheduled", 0)
-                        for ds in current_sets or snapshot.daemon_daemonsets)  # fmt: skip
+    old_sets = {
+        ds["metadata"]["name"]: spec_hash(ds)
+        for ds in snapshot.daemon_daemonsets
+        if current_sets and old_side(ds, set_name(current_sets[0]), want.daemon_hash)
+    }
+    desired_nodes = sum(
+        (ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or snapshot.daemon_daemonsets
+    )
     engines, serving = snapshot.engine_pods, snapshot.serving
     grouped = cache.spec.parallelism.nodes > 1
     if grouped:
         # Engine groups roll through plan_groups; this only reports how far that got.
-        steps = group_progress(want, engines, cache.spec.parallelism.nodes, now, snapshot.previous_rollout, serving,
-                               old_sets)  # fmt: skip
+        steps = group_progress(
+            want, engines, cache.spec.parallelism.nodes, now, snapshot.previous_rollout, serving, old_sets
+        )
     else:
-        steps = plan(want, engines, snapshot.daemon_pods, serving, now, snapshot.previous_rollout, desired_nodes,
-                     old_sets)  # fmt: skip
+        steps = plan(
+            want, engines, snapshot.daemon_pods, serving, now, snapshot.previous_rollout, desired_nodes, old_sets
+        )
     ready = snapshot.ready_daemons(want.daemon_hash)
     actions: list[Action] = [SetRole(name, "active") for name in steps.promote]
     if apply_service or serving != steps.serve_hash:
@@ -106,8 +123,14 @@ def plan_engines(cache: WeightCache, snapshot: Snapshot, want: Desired, now: dat
     after = [p for p in _after(engines, steps, now) if PodView(p).name not in steps.held]
     stranded: list[str] = []
     if grouped:
-        actions += plan_groups(cache, after, snapshot.ready_daemons_by_slot(want.daemon_hash), new_group,
-                               snapshot.unready_nodes(), steps.serve_hash)  # fmt: skip
+        actions += plan_groups(
+            cache,
+            after,
+            snapshot.ready_daemons_by_slot(want.daemon_hash),
+            new_group,
+            snapshot.unready_nodes(),
+            steps.serve_hash,
+        )
     else:
         scaled, stranded = _scale(cache, after, ready, snapshot.unready_nodes(), unresponsive)
         actions += scaled
@@ -127,9 +150,13 @@ def _after(engines: list[Object], steps: Plan, now: datetime) -> list[Object]:
     return out
 
 
-def _scale(cache: WeightCache, pods: list[Object], ready: Mapping[str, Object],
-           unready: Mapping[str, datetime | None],
-           unresponsive: Mapping[str, datetime] | None) -> tuple[list[Action], list[str]]:  # fmt: skip
+def _scale(
+    cache: WeightCache,
+    pods: list[Object],
+    ready: Mapping[str, Object],
+    unready: Mapping[str, datetime | None],
+    unresponsive: Mapping[str, datetime] | None,
+) -> tuple[list[Action], list[str]]:
     """Single-node engines: exactly ``replicas`` actives and ``standbysPerReplica`` standbys per
     replica, each replica's decisions (failover included) failover.plan_replica's. New pods go
     only to nodes whose daemon is Ready (``ready``); while there is none, nothing is created."""

@@ -13,7 +13,6 @@ from .objects import Object, pod_ready
 from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, REPLICA_LABEL, ROLE_LABEL
 
 
-
 @dataclass
 class Unit:
     """One engine: its pods by node rank (0, the leader, serves HTTP)."""
@@ -74,8 +73,9 @@ def units(pods: list[Object], nodes: int) -> list[Unit]:
         unit = found.setdefault(key, Unit(key=key, replica=replica, size=nodes))
         if not rank.isdigit() or int(rank) in unit.members or int(rank) >= unit.size:
             # A duplicate or out-of-range member: its own unit, which is then incomplete.
-            unit = found.setdefault(f"pod/{pod['metadata']['name']}", Unit(f"pod/{pod['metadata']['name']}", replica,
-                                                                             size=nodes))  # fmt: skip
+            unit = found.setdefault(
+                f"pod/{pod['metadata']['name']}", Unit(f"pod/{pod['metadata']['name']}", replica, size=nodes)
+            )
             unit.members[-1] = pod
             continue
         unit.members[int(rank)] = pod

@@ -21,8 +21,9 @@ from .spec import WeightCache
 log = logging.getLogger("weightcache_operator.executor")
 
 
-def execute(api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snapshot, actions: list[Action],
-            noticed: datetime) -> dict[str, Any] | None:  # fmt: skip
+def execute(
+    api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
+) -> dict[str, Any] | None:
     """Carries out ``actions``; returns the ``status.lastFailover`` entry of the last failover
     among them, if any. ``noticed``: when the pass started (what detection is measured to)."""
     pods = f"/api/v1/namespaces/{snapshot.namespace}/pods"
@@ -36,8 +37,9 @@ def execute(api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snap
             failover = reporter.failover(snapshot.body, action.promotion, noticed) or failover
         elif isinstance(action, ApplyService):
             service = engine_service(cache, action.serve)
-            snapshot.service = api.apply(f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
-                                         service)  # fmt: skip
+            snapshot.service = api.apply(
+                f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}", service
+            )
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")
             snapshot.pod_deleted(action.name, reporter.clock())
@@ -53,9 +55,13 @@ def execute(api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snap
             log.info("replacing daemon", extra={"pod": action.pod, "reason": "generation change"})
         elif isinstance(action, DeleteDaemonSet):
             # Background: the garbage collector deletes its pods (keepers and arenas with them).
-            api.delete(f"/apis/apps/v1/namespaces/{snapshot.namespace}/daemonsets/{action.name}", propagation="Background")
+            api.delete(
+                f"/apis/apps/v1/namespaces/{snapshot.namespace}/daemonsets/{action.name}", propagation="Background"
+            )
             snapshot.daemonset_deleted(action.name)
-            log.info("deleted daemonset", extra={"daemonset": action.name, "reason": "blue/green: old generation drained"})
+            log.info(
+                "deleted daemonset", extra={"daemonset": action.name, "reason": "blue/green: old generation drained"}
+            )
     return failover
 
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .objects import NodeView, Object, PodView, parse_time, pod_ready, spec_hash
 from .render.layout import READY_GATE
 from .spec import FailoverSignal
-
 
 Signal = FailoverSignal
 
@@ -47,8 +46,9 @@ class Failure:
     so it finishes what it serves and a wrong verdict costs a role swap, not an engine."""
 
 
-def failure_of(pod: Object, unready_nodes: Mapping[str, datetime | None],
-               unresponsive: Mapping[str, datetime] | None = None) -> Failure | None:  # fmt: skip
+def failure_of(
+    pod: Object, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None = None
+) -> Failure | None:
     """The failure of an engine pod, or None while it is Ready or has never been Ready yet
     (starting: not a failure, so it is never deleted for it). ``unresponsive``: pod name → when
     it stopped answering its readiness endpoint (responsiveness.py), for pods the kubelet still
@@ -59,42 +59,65 @@ def failure_of(pod: Object, unready_nodes: Mapping[str, datetime | None],
         # deletionTimestamp is when the grace period *ends*; the request came that much earlier.
         grace = meta.get("deletionGracePeriodSeconds") or 0
         since = parse_time(meta["deletionTimestamp"])
-        return Failure("PodDeleted", since - timedelta(seconds=grace) if since else None, f"{name} is being deleted", True)
+        return Failure(
+            "PodDeleted", since - timedelta(seconds=grace) if since else None, f"{name} is being deleted", True
+        )
     if status.get("phase") in ("Failed", "Succeeded"):
         evicted = status.get("reason") == "Evicted"
-        finished = _latest(parse_time((c.get("state", {}).get("terminated") or {}).get("finishedAt"))
-                           for c in status.get("containerStatuses") or [])  # fmt: skip
-        return Failure("PodEvicted" if evicted else "PodFailed", finished,
-                       f"{name} is {status.get('phase')}" + (f": {status['message']}" if status.get("message") else ""),
-                       True)  # fmt: skip
+        finished = _latest(
+            parse_time((c.get("state", {}).get("terminated") or {}).get("finishedAt"))
+            for c in status.get("containerStatuses") or []
+        )
+        return Failure(
+            "PodEvicted" if evicted else "PodFailed",
+            finished,
+            f"{name} is {status.get('phase')}" + (f": {status['message']}" if status.get("message") else ""),
+            True,
+        )
     node = (pod.get("spec") or {}).get("nodeName")
     if node and node in unready_nodes:
         return Failure("NodeNotReady", unready_nodes[node], f"node {node} of {name} is not Ready", True)
     gate = PodView(pod).condition(READY_GATE)
     if gate and gate.get("status") == "False":
         # Ahead of Ready: the operator sets the gate, and the kubelet drops Ready only after it.
-        return Failure("DaemonNotReady", parse_time(gate.get("lastTransitionTime")),
-                       f"the daemon on {node} of {name} is not Ready", False)  # fmt: skip
+        return Failure(
+            "DaemonNotReady",
+            parse_time(gate.get("lastTransitionTime")),
+            f"the daemon on {node} of {name} is not Ready",
+            False,
+        )
     if pod_ready(pod):
         silent = (unresponsive or {}).get(name)
         if silent is None:
             return None
-        return Failure("Unresponsive", silent, f"{name} has answered no readiness request since "
-                       f"{silent.astimezone(timezone.utc).isoformat(timespec='milliseconds')}", False, retire=False)  # fmt: skip
+        return Failure(
+            "Unresponsive",
+            silent,
+            f"{name} has answered no readiness request since "
+            f"{silent.astimezone(UTC).isoformat(timespec='milliseconds')}",
+            False,
+            retire=False,
+        )
     ready = PodView(pod).condition("Ready")
     ready_since = parse_time(ready.get("lastTransitionTime")) if ready else None
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
         if state.get("terminated") or (state.get("waiting") or {}).get("reason") == "CrashLoopBackOff":
-            ended = parse_time((state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
+            ended = parse_time(
+                (state.get("terminated") or (container.get("lastState") or {}).get("terminated") or {}).get(
+                    "finishedAt"
+                )
+            )
             return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} exited", False)
         ended = parse_time(((container.get("lastState") or {}).get("terminated") or {}).get("finishedAt"))
         if ended and (ready_since is None or ended >= ready_since - _SAME_INCIDENT):
             return Failure("ContainerRestarted", ended, f"container {container.get('name')} of {name} restarted", False)
     # Ready turned False after the container started: it had been Ready (a pod that was never
     # Ready keeps the False it got before its container started).
-    started = _latest(parse_time((c.get("state", {}).get("running") or {}).get("startedAt"))
-                      for c in status.get("containerStatuses") or [])  # fmt: skip
+    started = _latest(
+        parse_time((c.get("state", {}).get("running") or {}).get("startedAt"))
+        for c in status.get("containerStatuses") or []
+    )
     if ready_since and started and ready_since > started:
         return Failure("ReadinessFailed", ready_since, f"{name} fails its readiness probe", False)
     return None
@@ -124,9 +147,14 @@ class ReplicaPlan:
     """Set when the active failed and no standby could take over: why the cache is Degraded."""
 
 
-def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current_hash: str,
-                 unready_nodes: Mapping[str, datetime | None],
-                 unresponsive: Mapping[str, datetime] | None = None) -> ReplicaPlan:  # fmt: skip
+def plan_replica(
+    replica: int,
+    pods: list[Object],
+    standbys_wanted: int,
+    current_hash: str,
+    unready_nodes: Mapping[str, datetime | None],
+    unresponsive: Mapping[str, datetime] | None = None,
+) -> ReplicaPlan:
     """The plan for one replica's engine pods (terminating ones included: a deleted active is
     the failure that names itself). ``unresponsive``: see ``failure_of``; a standby that does not
     answer never takes over, and an active that does not answer is demoted, not deleted.
@@ -164,8 +192,10 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
         trouble = failure is not None or not pod_ready(active)
     else:
         # No live active: the failure is the most recent active that is gone or terminal.
-        gone = sorted((p for p in pods if _role(p) == "active" and p not in serving),
-                      key=lambda p: p["metadata"]["creationTimestamp"])  # fmt: skip
+        gone = sorted(
+            (p for p in pods if _role(p) == "active" and p not in serving),
+            key=lambda p: p["metadata"]["creationTimestamp"],
+        )
         failed = gone[-1] if gone else None
         failure = failure_of(failed, unready_nodes, unresponsive) if failed else None
         trouble = True
@@ -174,11 +204,18 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
         # The weights the failed active served: during a generation change the Service still
         # selects the old generation, and an old-generation standby is what can take over there.
         weights = (spec_hash(failed) if failed is not None else None) or current_hash
-        candidates = [p for p in standbys if p not in plan.demote
-                      and _may_take_over(p, weights, unready_nodes, unresponsive)]  # fmt: skip
+        candidates = [
+            p for p in standbys if p not in plan.demote and _may_take_over(p, weights, unready_nodes, unresponsive)
+        ]
         node = (failed or {}).get("spec", {}).get("nodeName")
-        candidates.sort(key=lambda p: (not pod_ready(p), p["spec"].get("nodeName") != node,
-                                       p["metadata"]["creationTimestamp"], p["metadata"]["name"]))  # fmt: skip
+        candidates.sort(
+            key=lambda p: (
+                not pod_ready(p),
+                p["spec"].get("nodeName") != node,
+                p["metadata"]["creationTimestamp"],
+                p["metadata"]["name"],
+            )
+        )
         best = candidates[0] if candidates else None
         take_over = best is not None and (pod_ready(best) or active is None or (failure is not None and failure.final))
         if take_over:
@@ -202,8 +239,10 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
             if failure is not None:
                 plan.stranded = f"replica {replica}: active engine failed ({failure.detail}) and no standby exists"
         elif failure is not None:
-            plan.stranded = (f"replica {replica}: active engine failed ({failure.detail}) and no Ready standby can "
-                             "take over; keeping it")  # fmt: skip
+            plan.stranded = (
+                f"replica {replica}: active engine failed ({failure.detail}) and no Ready standby can "
+                "take over; keeping it"
+            )
 
     standbys.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
     for extra in standbys[standbys_wanted:][::-1]:
@@ -212,8 +251,9 @@ def plan_replica(replica: int, pods: list[Object], standbys_wanted: int, current
     return plan
 
 
-def _may_take_over(pod: Object, weights: str, unready_nodes: Mapping[str, datetime | None],
-                   unresponsive: Mapping[str, datetime] | None) -> bool:  # fmt: skip
+def _may_take_over(
+    pod: Object, weights: str, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None
+) -> bool:
     """A standby may become active only while it maps the same weights as the active it
     replaces (the same daemon spec hash: never another model behind the Service) and has not
     failed itself (answering its readiness endpoint included)."""
@@ -233,7 +273,7 @@ def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime)
     understate by more than the clock skew between the operator and the API server."""
     failure = promotion.failure
     entry: dict[str, Any] = {
-        "time": noticed.astimezone(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "time": noticed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
         "replica": promotion.replica,
         "to": _name(promotion.promoted),
         "toNode": promotion.promoted.get("spec", {}).get("nodeName"),

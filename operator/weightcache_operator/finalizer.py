@@ -19,7 +19,9 @@ def finalize(api: KubeApi, namespace: str, name: str) -> None:
     ref_sel = f"{CACHE_LABEL}={name}"
     ns = f"/api/v1/namespaces/{namespace}"
     for ds in api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", ref_sel):
-        api.delete(f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds['metadata']['name']}", propagation="Background")
+        api.delete(
+            f"/apis/apps/v1/namespaces/{namespace}/daemonsets/{ds['metadata']['name']}", propagation="Background"
+        )
     # gpuAccess dra only (a 404, ignored, otherwise); the claims made from it go with their pods.
     api.delete(f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates/{name}-gpus")
     for svc in api.list(f"{ns}/services", ref_sel):

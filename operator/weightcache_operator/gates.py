@@ -30,7 +30,6 @@ from .objects import Object, PodView, parse_time, stamp
 from .render.dra import engine_claim_current
 from .render.layout import READY_GATE
 
-
 DAEMON_UID_ANNOTATION = "weightcache.io/daemon-uid"
 """On an engine pod: the UID of the daemon pod its gate was granted on (the pod whose keeper
 holds the arena the engine mapped)."""
@@ -51,8 +50,9 @@ class GateDecision:
     expires: datetime | None = None
 
 
-def gate_wanted(engine: Object, daemons: Sequence[Object], now: datetime, grace: timedelta,
-                node_ready: bool = True) -> GateDecision:  # fmt: skip
+def gate_wanted(
+    engine: Object, daemons: Sequence[Object], now: datetime, grace: timedelta, node_ready: bool = True
+) -> GateDecision:
     """The gate for ``engine`` given ``daemons``, the cache's daemon pods on the engine's node
     (usually one; two while one replaces another)."""
     pod = PodView(engine)
@@ -61,10 +61,17 @@ def gate_wanted(engine: Object, daemons: Sequence[Object], now: datetime, grace:
         for raw in daemons:
             daemon = PodView(raw)
             if daemon.ready and daemon.spec_hash == generation and engine_claim_current(engine, raw):
-                return GateDecision(True, "DaemonReady", f"daemon {daemon.name} on {node} is ready with the expected spec",
-                                    daemon_uid=daemon.uid)  # fmt: skip
-    refused = GateDecision(False, "DaemonNotReady", f"daemon on {node} is not ready"
-                           + ("" if node_ready else f" (node {node} is not Ready)"))  # fmt: skip
+                return GateDecision(
+                    True,
+                    "DaemonReady",
+                    f"daemon {daemon.name} on {node} is ready with the expected spec",
+                    daemon_uid=daemon.uid,
+                )
+    refused = GateDecision(
+        False,
+        "DaemonNotReady",
+        f"daemon on {node} is not ready" + ("" if node_ready else f" (node {node} is not Ready)"),
+    )
     # Ready apart from the gate (ContainersReady): the engine answers its readiness probe, so it has mapped.
     mapped = not pod.deleting and pod.condition_status("ContainersReady") == "True"
     if not node_ready or grace <= timedelta(0) or pod.condition_status(READY_GATE) != "True" or not mapped:
@@ -76,10 +83,13 @@ def gate_wanted(engine: Object, daemons: Sequence[Object], now: datetime, grace:
     since = _not_ready_since(granted)
     if since is None or now - since >= grace:
         return refused
-    return GateDecision(True, "DaemonOutage",
-                        f"daemon {granted.name} on {node} is not ready since {stamp(since)}; the engine keeps "
-                        f"serving the weights it mapped until {stamp(since + grace)}",
-                        expires=since + grace)  # fmt: skip
+    return GateDecision(
+        True,
+        "DaemonOutage",
+        f"daemon {granted.name} on {node} is not ready since {stamp(since)}; the engine keeps "
+        f"serving the weights it mapped until {stamp(since + grace)}",
+        expires=since + grace,
+    )
 
 
 def _not_ready_since(daemon: PodView) -> datetime | None:

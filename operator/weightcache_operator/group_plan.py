@@ -35,8 +35,16 @@ from .placement import new_engine
 from .render.dra import engine_claim_current
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_template_hash
 from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, daemon_spec_hash
-from .rollout import (Desired, EngineView, Plan, check_deadline, replica_done, retire_old_daemonsets, serve_hash,
-                      settle_phase)  # fmt: skip
+from .rollout import (
+    Desired,
+    EngineView,
+    Plan,
+    check_deadline,
+    replica_done,
+    retire_old_daemonsets,
+    serve_hash,
+    settle_phase,
+)
 from .spec import WeightCache
 
 
@@ -143,8 +151,16 @@ def plan_groups(
             actives = [promoted]
             failed, why = broken_actives.get(str(replica), (None, f"replica {replica} has no active engine group"))
             failure = _group_failure(failed, pods, dead) if failed else None
-            actions.append(Failover(Promotion(replica, _head(promoted), _head(failed) if failed else None,
-                                              failure or Failure("PodGone", None, why, True))))  # fmt: skip
+            actions.append(
+                Failover(
+                    Promotion(
+                        replica,
+                        _head(promoted),
+                        _head(failed) if failed else None,
+                        failure or Failure("PodGone", None, why, True),
+                    )
+                )
+            )
         elif actives and not healthy(actives[0]) and standbys and healthy(standbys[0]):
             promoted, demoted = standbys.pop(0), actives[0]
             relabel(promoted, "active")
@@ -193,9 +209,15 @@ def plan_groups(
     return actions
 
 
-def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
-                   previous: dict[str, Any] | None = None, serving: str | None = None,
-                   old_daemonsets: dict[str, str | None] | None = None) -> Plan:  # fmt: skip
+def group_progress(
+    want: Desired,
+    pods: list[Object],
+    size: int,
+    now: datetime,
+    previous: dict[str, Any] | None = None,
+    serving: str | None = None,
+    old_daemonsets: dict[str, str | None] | None = None,
+) -> Plan:
     """The rollout of engine groups as a ``rollout.Plan`` whose only actions are the Service's
     generation and the old DaemonSets to delete (``plan_groups`` does the rest): mode, phase,
     current step, replicas updated and why it stalled, for ``rollout_status`` and
@@ -213,8 +235,12 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
     def view(unit: Unit) -> EngineView:
         """The group as one engine: its leader's facts, its readiness, outdated if any pod is."""
         hashes = [PodView(p).engine_hash for p in unit.pods]
-        return replace(EngineView.of(_head(unit)), ready=unit.ready, deleting=unit.deleting,
-                       engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash))  # fmt: skip
+        return replace(
+            EngineView.of(_head(unit)),
+            ready=unit.ready,
+            deleting=unit.deleting,
+            engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash),
+        )
 
     views = [view(u) for u in found if u.pods]
     result = Plan(serve_hash=serve_hash(want, views, serving))
@@ -230,8 +256,10 @@ def group_progress(want: Desired, pods: list[Object], size: int, now: datetime,
         generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
         result.mode = "Generation" if generations - {want.daemon_hash} else "Engine"
         turn = min(int(u.replica) for u in outdated)
-        fresh = sorted((u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
-                       key=lambda u: (not u.ready, u.created, u.name))  # fmt: skip
+        fresh = sorted(
+            (u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
+            key=lambda u: (not u.ready, u.created, u.name),
+        )
         waiting = [u for u in fresh if not u.ready]
         if not fresh:
             result.step = f"replica {turn}: starting a new-version standby group"

@@ -34,8 +34,8 @@ from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.readonly_http import ReadOnlyServer
 
 from .kubeapi import ApiError, KubeApi
-from .objects import conditions_ready
 from .metrics import metrics_server
+from .objects import conditions_ready
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
 from .scope import watched_namespaces
@@ -153,7 +153,9 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
         try:
             reconciler().reconcile(namespace, cache, apply=False)
         except ApiError as error:
-            logging.getLogger(__name__).warning("pass after node event failed", extra={"node": name, "error": str(error)})
+            logging.getLogger(__name__).warning(
+                "pass after node event failed", extra={"node": name, "error": str(error)}
+            )
 
 
 @kopf.daemon(GROUP, VERSION, PLURAL, cancellation_timeout=5.0)

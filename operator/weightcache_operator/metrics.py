@@ -40,30 +40,49 @@ class OperatorMetrics:
         self.registry = Metrics()
         m = self.registry
         m.describe("weightcache_operator_reconcile_total", "counter", "reconciliation passes by cache and outcome")
-        m.describe("weightcache_operator_reconcile_seconds", "histogram", "reconciliation pass latency by cache and outcome")
+        m.describe(
+            "weightcache_operator_reconcile_seconds", "histogram", "reconciliation pass latency by cache and outcome"
+        )
         m.describe("weightcache_operator_caches", "gauge", "WeightCaches in each phase")
         m.describe("weightcache_operator_engines", "gauge", "Ready engine pods by cache and role")
-        m.describe("weightcache_operator_failovers_total", "counter", "standbys promoted over a failed active, by signal")
-        m.describe("weightcache_operator_failover_promotion_seconds", "histogram",
-                   "failure noticed to the promoted standby's relabel patched")  # fmt: skip
-        m.describe("weightcache_operator_failover_detection_seconds", "histogram",
-                   "failure timestamp in the API (one-second resolution) to the operator noticing it")  # fmt: skip
+        m.describe(
+            "weightcache_operator_failovers_total", "counter", "standbys promoted over a failed active, by signal"
+        )
+        m.describe(
+            "weightcache_operator_failover_promotion_seconds",
+            "histogram",
+            "failure noticed to the promoted standby's relabel patched",
+        )
+        m.describe(
+            "weightcache_operator_failover_detection_seconds",
+            "histogram",
+            "failure timestamp in the API (one-second resolution) to the operator noticing it",
+        )
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
 
     def pass_done(self, namespace: str, cache: str, outcome: str, seconds: float) -> None:
         self.registry.inc("weightcache_operator_reconcile_total", namespace=namespace, cache=cache, outcome=outcome)
-        self.registry.observe("weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache,
-                              outcome=outcome)  # fmt: skip
+        self.registry.observe(
+            "weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache, outcome=outcome
+        )
 
-    def failover(self, namespace: str, cache: str, signal: str, detection_ms: float | None, promotion_ms: float) -> None:
+    def failover(
+        self, namespace: str, cache: str, signal: str, detection_ms: float | None, promotion_ms: float
+    ) -> None:
         self.registry.inc("weightcache_operator_failovers_total", namespace=namespace, cache=cache, signal=signal)
-        self.registry.observe("weightcache_operator_failover_promotion_seconds", promotion_ms / 1000,
-                              namespace=namespace, cache=cache)  # fmt: skip
+        self.registry.observe(
+            "weightcache_operator_failover_promotion_seconds", promotion_ms / 1000, namespace=namespace, cache=cache
+        )
         if detection_ms is not None:
-            self.registry.observe("weightcache_operator_failover_detection_seconds", detection_ms / 1000,
-                                  namespace=namespace, cache=cache, signal=signal)  # fmt: skip
+            self.registry.observe(
+                "weightcache_operator_failover_detection_seconds",
+                detection_ms / 1000,
+                namespace=namespace,
+                cache=cache,
+                signal=signal,
+            )
 
     def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
         """The status just written for a cache; None once the cache is gone."""
@@ -71,8 +90,11 @@ class OperatorMetrics:
             if status is None:
                 self._caches.pop((namespace, cache), None)
             else:
-                self._caches[(namespace, cache)] = (str(status.get("phase")), int(status.get("activeEngines") or 0),
-                                                    int(status.get("standbyEngines") or 0))  # fmt: skip
+                self._caches[(namespace, cache)] = (
+                    str(status.get("phase")),
+                    int(status.get("activeEngines") or 0),
+                    int(status.get("standbyEngines") or 0),
+                )
             self._publish()
 
     def render(self) -> str:
@@ -80,16 +102,25 @@ class OperatorMetrics:
 
     def _publish(self) -> None:
         caches = self._caches.values()
-        self.registry.replace("weightcache_operator_caches",
-                              [(sum(p == phase for p, _a, _s in caches), {"phase": phase}) for phase in PHASES])
-        self.registry.replace("weightcache_operator_engines", [
-            (count, {"namespace": namespace, "cache": cache, "role": role})
-            for (namespace, cache), (_phase, active, standby) in sorted(self._caches.items())
-            for role, count in (("active", active), ("standby", standby))
-        ])  # fmt: skip
+        self.registry.replace(
+            "weightcache_operator_caches",
+            [(sum(p == phase for p, _a, _s in caches), {"phase": phase}) for phase in PHASES],
+        )
+        self.registry.replace(
+            "weightcache_operator_engines",
+            [
+                (count, {"namespace": namespace, "cache": cache, "role": role})
+                for (namespace, cache), (_phase, active, standby) in sorted(self._caches.items())
+                for role, count in (("active", active), ("standby", standby))
+            ],
+        )
+
 
 def metrics_server(metrics: OperatorMetrics, addr: str | None = None) -> ReadOnlyServer:
     """The ``/metrics`` endpoint, bound (a taken port fails the operator's startup, loudly)."""
     text = addr or os.environ.get(METRICS_ENV) or DEFAULT_METRICS_ADDR
-    return ReadOnlyServer(parse_addr(text, f"${METRICS_ENV}"), {"/metrics": lambda: (PROMETHEUS_TEXT, metrics.render().encode())},
-                          what="operator metrics")  # fmt: skip
+    return ReadOnlyServer(
+        parse_addr(text, f"${METRICS_ENV}"),
+        {"/metrics": lambda: (PROMETHEUS_TEXT, metrics.render().encode())},
+        what="operator metrics",
+    )

@@ -31,16 +31,29 @@ def find_condition(conditions: Sequence[Mapping[str, Any]] | None, kind: str) ->
     return next((c for c in conditions or [] if c.get("type") == kind), None)
 
 
-def condition(kind: str, status: bool | str, reason: str, message: str, now: datetime,
-              previous: Sequence[Mapping[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+def condition(
+    kind: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    now: datetime,
+    previous: Sequence[Mapping[str, Any]] | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A condition in the Kubernetes convention: ``lastTransitionTime`` kept from the previous
     condition of its type unless the status changed. ``extra``: further fields
     (``observedGeneration``), written after the standard ones."""
     text = status if isinstance(status, str) else "True" if status else "False"
     before = find_condition(previous, kind)
     since = before.get("lastTransitionTime") if before is not None and before.get("status") == text else None
-    return {"type": kind, "status": text, "reason": reason, "message": message,
-            "lastTransitionTime": since or stamp(now), **extra}  # fmt: skip
+    return {
+        "type": kind,
+        "status": text,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": since or stamp(now),
+        **extra,
+    }
 
 
 class View:

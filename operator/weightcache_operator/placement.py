@@ -11,8 +11,9 @@ from .render.engine import Member, Role, engine_pod
 from .spec import WeightCache
 
 
-def pick_nodes(cache: WeightCache, ready: Mapping[str, Object],
-               load: Counter[str | None]) -> tuple[list[str], str | None] | None:  # fmt: skip
+def pick_nodes(
+    cache: WeightCache, ready: Mapping[str, Object], load: Counter[str | None]
+) -> tuple[list[str], str | None] | None:
     """The nodes a new engine pod may run on — those with a Ready daemon (``ready``: node → its
     daemon pod) — and, with ``gpuAccess: dra``, the one such node running fewest engines
     (``load``, counted up here for the next pick) and the ResourceClaim of its daemon to share.
@@ -28,8 +29,14 @@ def pick_nodes(cache: WeightCache, ready: Mapping[str, Object],
     return [node], claims[node]
 
 
-def new_engine(cache: WeightCache, replica: int, role: Role, ready: Mapping[str, Object],
-               load: Counter[str | None], member: Member | None = None) -> Object | None:  # fmt: skip
+def new_engine(
+    cache: WeightCache,
+    replica: int,
+    role: Role,
+    ready: Mapping[str, Object],
+    load: Counter[str | None],
+    member: Member | None = None,
+) -> Object | None:
     """An engine pod placed by ``pick_nodes``; None while it has nowhere to go."""
     spot = pick_nodes(cache, ready, load)
     if spot is None:

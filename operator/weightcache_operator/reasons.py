@@ -122,6 +122,10 @@ def failure_events(previous: list[dict[str, Any]], current: list[dict[str, Any]]
     """(reason, message) of an Event for each condition that now names failed processes and did not
     say exactly this before: one Event per change, not one per pass."""
     before = {c["type"]: (c.get("reason"), c.get("message")) for c in previous}
-    return [(c["reason"], c["message"]) for c in current
-            if c.get("type") in EVENT_CONDITIONS and c.get("reason") in FAILING_REASONS
-            and before.get(c["type"]) != (c["reason"], c["message"])]  # fmt: skip
+    return [
+        (c["reason"], c["message"])
+        for c in current
+        if c.get("type") in EVENT_CONDITIONS
+        and c.get("reason") in FAILING_REASONS
+        and before.get(c["type"]) != (c["reason"], c["message"])
+    ]

@@ -17,8 +17,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
-from typing import cast
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
@@ -47,8 +47,13 @@ log = logging.getLogger("weightcache_operator.reconcile")
 class Reconciler:
     """Passes over caches; one at a time per cache, bursts of triggers coalesced into one rerun."""
 
-    def __init__(self, api: KubeApi, clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 daemon_status: DaemonStatusReader | None = None, metrics: OperatorMetrics | None = None) -> None:
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        daemon_status: DaemonStatusReader | None = None,
+        metrics: OperatorMetrics | None = None,
+    ) -> None:
         self.api = api
         self.clock = clock
         self.daemon_status = daemon_status or DaemonStatusReader()
@@ -90,8 +95,10 @@ class Reconciler:
             else:
                 self._acting.discard(key)
         namespace, name = key
-        log.info("acting for the cache" if on else "no longer acting for the cache",
-                 extra={"cache": name, "namespace": namespace})  # fmt: skip
+        log.info(
+            "acting for the cache" if on else "no longer acting for the cache",
+            extra={"cache": name, "namespace": namespace},
+        )
         if not on:
             self.alarms.cancel(key)
             self.responsiveness.forget(key)
@@ -104,9 +111,13 @@ class Reconciler:
         """(namespace, name) of every cache with an engine pod bound to ``node``; only in
         ``namespaces`` when given (a namespaced install may not list pods cluster-wide)."""
         paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces or []] or ["/api/v1/pods"]
-        found = [pod for path in paths
-                 for pod in self.api.get(path, labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}",
-                                         fieldSelector=f"spec.nodeName={node}")["items"]]  # fmt: skip
+        found = [
+            pod
+            for path in paths
+            for pod in self.api.get(
+                path, labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}", fieldSelector=f"spec.nodeName={node}"
+            )["items"]
+        ]
         return sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][CACHE_LABEL]) for p in found})
 
     def _woken(self, key: Hashable) -> None:
@@ -116,7 +127,10 @@ class Reconciler:
         with self._guard:
             acting = key in self._acting
         if not acting:
-            log.info("wake-up dropped: this replica does not act for the cache", extra={"cache": name, "namespace": namespace})
+            log.info(
+                "wake-up dropped: this replica does not act for the cache",
+                extra={"cache": name, "namespace": namespace},
+            )
             return
         log.info("alarm", extra={"cache": name, "namespace": namespace})
         try:
@@ -135,8 +149,12 @@ class Reconciler:
         cache = snapshot.cache
         if cache is None or snapshot.problems:
             # Nothing is created for an invalid spec; the condition says what to fix.
-            status = invalid_status(snapshot.body["metadata"].get("generation"), snapshot.problems, self.clock(),
-                                    snapshot.previous_conditions)  # fmt: skip
+            status = invalid_status(
+                snapshot.body["metadata"].get("generation"),
+                snapshot.problems,
+                self.clock(),
+                snapshot.previous_conditions,
+            )
             return self._report(snapshot, status)
 
         if apply:
@@ -154,12 +172,18 @@ class Reconciler:
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
-        observed = Observed(snapshot.daemon_pods, snapshot.engine_pods, plan.desired_nodes, daemon_reports=reports,
-                            stranded=plan.stranded,
-                            holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [])  # fmt: skip
+        observed = Observed(
+            snapshot.daemon_pods,
+            snapshot.engine_pods,
+            plan.desired_nodes,
+            daemon_reports=reports,
+            stranded=plan.stranded,
+            holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
+        )
         status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
-        self.reporter.add_rollout(snapshot.body, status, plan.rollout, want,
-                                  strategy_decision(snapshot.daemonsets_of(want.daemon_hash)))  # fmt: skip
+        self.reporter.add_rollout(
+            snapshot.body, status, plan.rollout, want, strategy_decision(snapshot.daemonsets_of(want.daemon_hash))
+        )
         if failover is not None:
             with_failover(status, failover)
         return self._report(snapshot, status)

@@ -35,8 +35,12 @@ class Reporter:
         meta = body["metadata"]
         old = body.get("status") or {}
         if old.get("phase") != status.get("phase"):
-            self.event(body, "Warning" if status["phase"] in ("Failed", "Degraded") else "Normal",
-                       f"Phase{status['phase']}", _phase_message(status))  # fmt: skip
+            self.event(
+                body,
+                "Warning" if status["phase"] in ("Failed", "Degraded") else "Normal",
+                f"Phase{status['phase']}",
+                _phase_message(status),
+            )
             log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": status["phase"]})
         for reason, message in failure_events(old.get("conditions") or [], status.get("conditions") or []):
             self.event(body, "Warning", reason, message)
@@ -52,20 +56,34 @@ class Reporter:
         meta = body["metadata"]
         now = stamp(self.clock())
         event = {
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"], "labels": dict(MANAGED_BY)},
-            "involvedObject": {"apiVersion": body["apiVersion"], "kind": body["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"]},
-            "type": kind, "reason": reason, "message": message[:1024],
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "metadata": {
+                "generateName": f"{meta['name']}.",
+                "namespace": meta["namespace"],
+                "labels": dict(MANAGED_BY),
+            },
+            "involvedObject": {
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
             "source": {"component": "weightcache-operator"},
-        }  # fmt: skip
+        }
         try:
             self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
         except ApiError as error:  # an event is a courtesy; never fail a pass for it
             log.warning("event not posted", extra={"error": str(error)})
 
-    def add_rollout(self, body: Object, status: dict[str, Any], steps: Plan, want: Desired,
-                    decision: tuple[Strategy, str] | None) -> None:  # fmt: skip
+    def add_rollout(
+        self, body: Object, status: dict[str, Any], steps: Plan, want: Desired, decision: tuple[Strategy, str] | None
+    ) -> None:
         """Adds ``status.rollout`` and the rollout conditions; posts an Event when a rollout
         starts, stalls or completes. ``decision``: how the generation change was decided
         (``strategy_decision``)."""
@@ -94,10 +112,16 @@ class Reporter:
         log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
         if promotion.failure is None:
             return None
-        self.metrics.failover(namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"])
-        self.event(body, "Warning", "Failover",
-                   f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
-                   f"promoted {record['to']} in {record['promotionMs']} ms")  # fmt: skip
+        self.metrics.failover(
+            namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"]
+        )
+        self.event(
+            body,
+            "Warning",
+            "Failover",
+            f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
+            f"promoted {record['to']} in {record['promotionMs']} ms",
+        )
         return record
 
 

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -89,7 +89,7 @@ class _Probe(threading.Thread):
     def run(self) -> None:
         due = time.monotonic()
         while not self.stopped.wait(max(0.0, due - time.monotonic())):
-            sent, wall = time.monotonic(), datetime.now(timezone.utc)
+            sent, wall = time.monotonic(), datetime.now(UTC)
             due = sent + self.watch.interval
             answered = answers(self.url, self.timeout)
             if not self.stopped.is_set():
@@ -156,8 +156,11 @@ class ResponsivenessWatch:
             since = probe.seen.silent_since
             if since is None or now - since < probe.timeout:
                 continue
-            peer_answered = any(other.seen.answered_sent is not None and other.seen.answered_sent > since
-                                for name, other in probes.items() if name != pod)  # fmt: skip
+            peer_answered = any(
+                other.seen.answered_sent is not None and other.seen.answered_sent > since
+                for name, other in probes.items()
+                if name != pod
+            )
             if peer_answered:
                 assert probe.seen.silent_wall is not None
                 found[pod] = probe.seen.silent_wall

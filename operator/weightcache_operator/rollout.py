@@ -87,9 +87,17 @@ class EngineView:
     @classmethod
     def of(cls, raw: Object) -> EngineView:
         pod = PodView(raw)
-        return cls(name=pod.name, replica=pod.replica, role=pod.role, engine_hash=pod.engine_hash,
-                   daemon_hash=pod.spec_hash, node=pod.node, ready=pod.ready, deleting=pod.deleting,
-                   created=pod.created)  # fmt: skip
+        return cls(
+            name=pod.name,
+            replica=pod.replica,
+            role=pod.role,
+            engine_hash=pod.engine_hash,
+            daemon_hash=pod.spec_hash,
+            node=pod.node,
+            ready=pod.ready,
+            deleting=pod.deleting,
+            created=pod.created,
+        )
 
 
 @dataclass(frozen=True)
@@ -155,8 +163,10 @@ def plan(
     result = Plan(serve_hash=serve_hash(want, pods, serving))
     outdated = [p for p in pods if p.engine_hash != want.engine_hash]
     old_sets = old_daemonsets or {}
-    generation_change = bool(old_sets) or any(d.daemon_hash != want.daemon_hash for d in nodes) or any(
-        p.daemon_hash != want.daemon_hash for p in pods
+    generation_change = (
+        bool(old_sets)
+        or any(d.daemon_hash != want.daemon_hash for d in nodes)
+        or any(p.daemon_hash != want.daemon_hash for p in pods)
     )
     result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
@@ -165,7 +175,9 @@ def plan(
     elif outdated:
         result.mode = "Engine"
         _plan_engine(want, pods, result, now)
-    settle_phase(result, previous, next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None), "engines")
+    settle_phase(
+        result, previous, next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None), "engines"
+    )
     return result
 
 
@@ -201,8 +213,11 @@ def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> st
     if serving is None or serving == want.daemon_hash:
         return want.daemon_hash
     ready_new = {p.replica for p in pods if p.daemon_hash == want.daemon_hash and p.ready and not p.deleting}
-    active_new = {p.replica for p in pods if p.daemon_hash == want.daemon_hash and p.ready and not p.deleting
-                  and p.role == "active"}  # fmt: skip
+    active_new = {
+        p.replica
+        for p in pods
+        if p.daemon_hash == want.daemon_hash and p.ready and not p.deleting and p.role == "active"
+    }
     new_everywhere = all(r in active_new for r in range(want.replicas))
     old_serves = any(p.daemon_hash == serving and p.role == "active" and p.ready for p in pods)
     return want.daemon_hash if new_everywhere or (not old_serves and ready_new) else serving
@@ -257,7 +272,12 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
 
 
 def _plan_generation(
-    want: Desired, pods: list[EngineView], nodes: list[DaemonView], result: Plan, now: datetime, desired_nodes: int,
+    want: Desired,
+    pods: list[EngineView],
+    nodes: list[DaemonView],
+    result: Plan,
+    now: datetime,
+    desired_nodes: int,
     old_sets: dict[str, str | None],
 ) -> None:
     """New-generation engines next to Ready new-generation daemons; the Service switches once
@@ -268,8 +288,10 @@ def _plan_generation(
     switched = result.serve_hash == want.daemon_hash
     for replica in range(want.replicas):
         live = [p for p in pods if p.replica == replica and not p.deleting]
-        new = sorted((p for p in live if p.daemon_hash == want.daemon_hash and p.engine_hash == want.engine_hash),
-                     key=_preference)  # fmt: skip
+        new = sorted(
+            (p for p in live if p.daemon_hash == want.daemon_hash and p.engine_hash == want.engine_hash),
+            key=_preference,
+        )
         active = next((p for p in live if p.role == "active" and p.daemon_hash == want.daemon_hash), None)
         if active is not None:
             if switched:
@@ -330,8 +352,10 @@ def retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, o
     """Blue/green's last step: an old generation's DaemonSet goes once the Service has switched
     away from it and none of its engines is left (draining ones included: they still map it)."""
     if result.serve_hash != want.daemon_hash:
-        ready = sum(any(p.replica == r and p.daemon_hash == want.daemon_hash and p.ready for p in pods)
-                    for r in range(want.replicas))  # fmt: skip
+        ready = sum(
+            any(p.replica == r and p.daemon_hash == want.daemon_hash and p.ready for p in pods)
+            for r in range(want.replicas)
+        )
         result.step = f"blue/green: new-generation engines Ready for {ready}/{want.replicas} replicas; old ones serve"
         return
     for name, old_hash in sorted(old_sets.items()):
@@ -379,7 +403,9 @@ def _preference(pod: EngineView) -> tuple[bool, str, str]:
 # --- status --------------------------------------------------------------------------------------
 
 
-def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[str, Any] | None) -> dict[str, Any] | None:
+def rollout_status(
+    result: Plan, want: Desired, now: datetime, previous: dict[str, Any] | None
+) -> dict[str, Any] | None:
     """``status.rollout``, or None when no rollout has happened yet. ``startedAt`` is kept while
     the target stays the same; ``finishedAt`` is stamped once, when the rollout completes."""
     if result.phase is None:
@@ -387,8 +413,11 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
     before = previous or {}
     same_target = before.get("engineTemplateHash") == want.engine_hash
     if result.phase == "Complete" and before.get("phase") == "Complete":
-        return before if same_target else {**before, "engineTemplateHash": want.engine_hash, "updated": want.replicas,
-                                           "total": want.replicas}  # fmt: skip
+        return (
+            before
+            if same_target
+            else {**before, "engineTemplateHash": want.engine_hash, "updated": want.replicas, "total": want.replicas}
+        )
     started = before.get("startedAt") if same_target and before.get("startedAt") else stamp(now)
     body: dict[str, Any] = {
         "phase": result.phase,
@@ -408,12 +437,16 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: dict[st
 
 
 def rollout_conditions(
-    result: Plan, strategy: tuple[Strategy, str] | None, now: datetime, previous: list[dict[str, Any]],
+    result: Plan,
+    strategy: tuple[Strategy, str] | None,
+    now: datetime,
+    previous: list[dict[str, Any]],
     observed_generation: int | None,
 ) -> list[dict[str, Any]]:
     """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
     ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
     rolling; ``GenerationChange`` saying node by node or blue/green, and why."""
+
     def make(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
         return condition(kind, ok, reason, message[:32768], now, previous, observedGeneration=observed_generation)
 
@@ -465,8 +498,10 @@ def generation_strategy(
         return "NodeByNode", "spec.daemon.generationChange is NodeByNode"
     gpu = backend in GPU_BACKENDS
     if gpu and gpu_access == "dra":
-        return "NodeByNode", ("gpuAccess dra: each daemon pod's GPUs come from a ResourceClaim of its own, which a"
-                              " second generation's daemon pod cannot share")  # fmt: skip
+        return "NodeByNode", (
+            "gpuAccess dra: each daemon pod's GPUs come from a ResourceClaim of its own, which a"
+            " second generation's daemon pod cannot share"
+        )
     if gpu and gpus_shared is not None:
         return "NodeByNode", gpus_shared
     if not reports:
@@ -489,12 +524,15 @@ def generation_strategy(
                 return "NodeByNode", f"{pod} reports no free memory for {device}{why}"
             wanted = int(size * headroom) + (GPU_CONTEXT_BYTES if device != HOST_DEVICE else 0)
             if free.free_bytes < wanted:
-                return "NodeByNode", (f"{device} of {pod} has {_gib(free.free_bytes)} free; a second copy of its"
-                                      f" ranks needs {_gib(wanted)}")  # fmt: skip
+                return "NodeByNode", (
+                    f"{device} of {pod} has {_gib(free.free_bytes)} free; a second copy of its"
+                    f" ranks needs {_gib(wanted)}"
+                )
             fits.append(device)
     where = " on the GPUs the holder books" if gpu else ""
-    return "BlueGreen", (f"every daemon has room for a second copy{where} ({len(reports)} daemons,"
-                         f" {len(fits)} devices checked)")  # fmt: skip
+    return "BlueGreen", (
+        f"every daemon has room for a second copy{where} ({len(reports)} daemons, {len(fits)} devices checked)"
+    )
 
 
 def _gib(size: int) -> str:

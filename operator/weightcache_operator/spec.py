@@ -36,8 +36,17 @@ WeightFallback = Literal["disk", "error"]
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]
-FailoverSignal = Literal["PodDeleted", "PodGone", "PodEvicted", "PodFailed", "NodeNotReady", "ContainerRestarted", "DaemonNotReady",
-                         "ReadinessFailed", "Unresponsive"]  # fmt: skip
+FailoverSignal = Literal[
+    "PodDeleted",
+    "PodGone",
+    "PodEvicted",
+    "PodFailed",
+    "NodeNotReady",
+    "ContainerRestarted",
+    "DaemonNotReady",
+    "ReadinessFailed",
+    "Unresponsive",
+]
 
 FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
@@ -151,7 +160,9 @@ class Parallelism(ApiModel):
     pipeline: int = Field(default=1, ge=1, le=1024)
     nodes: int = Field(default=1, ge=1, le=1024)
     expert: int = Field(
-        default=1, ge=1, le=1024,
+        default=1,
+        ge=1,
+        le=1024,
         description="Mixture-of-experts models: expert-parallel size, dividing tensor. 1 splits every expert over "
         "the tensor-parallel ranks; tensor gives each rank whole experts (1/tensor of them). The daemon refuses a "
         "model whose expert count it does not divide, and any value but 1 for a model without experts.",
@@ -272,8 +283,10 @@ class EngineFailover(ApiModel):
     @model_validator(mode="after")
     def _unresponsive_floor(self) -> EngineFailover:
         if 0 < self.unresponsive_after_milliseconds < 100:
-            raise ValueError(f"{UNRESPONSIVE_FLOOR['message']}, not {self.unresponsive_after_milliseconds}: a"
-                             " healthy engine's answer alone can take that long")  # fmt: skip
+            raise ValueError(
+                f"{UNRESPONSIVE_FLOOR['message']}, not {self.unresponsive_after_milliseconds}: a"
+                " healthy engine's answer alone can take that long"
+            )
         return self
 
 
@@ -318,9 +331,7 @@ class Engine(ApiModel):
 class Service(ApiModel):
     """The Service that selects the active engines only."""
 
-    name: str | None = Field(
-        default=None, max_length=63, description="Defaults to the WeightCache's name."
-    )
+    name: str | None = Field(default=None, max_length=63, description="Defaults to the WeightCache's name.")
     port: int = Field(default=8000, ge=1, le=65535)
     type: ServiceType = "ClusterIP"
 
@@ -394,7 +405,8 @@ class NodeStatus(ApiModel):
         default=None, description="Digest of the ranks' weight fingerprints: equal on nodes holding the same weights."
     )
     report_error: str | None = Field(
-        default=None, description="Why the daemon pod's status endpoint could not be read (then ranks show pod readiness only)."
+        default=None,
+        description="Why the daemon pod's status endpoint could not be read (then ranks show pod readiness only).",
     )
 
 

@@ -15,13 +15,13 @@ from typing import Any
 from weightcache_contract.daemon_report import DaemonReport
 
 from .engine_units import units
-from .objects import Object, PodView, condition as make_condition
+from .objects import Object, PodView
+from .objects import condition as make_condition
 from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason
 from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks
 from .spec import WeightCache
 
 __all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status"]
-
 
 
 def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
@@ -90,8 +90,11 @@ def aggregate(
         node = (pod.get("spec") or {}).get("nodeName")
         if node:
             by_node[node] = pod
-    holders = {(p.get("spec") or {}).get("nodeName"): p for p in observed.holder_pods
-               if not p["metadata"].get("deletionTimestamp")}  # fmt: skip
+    holders = {
+        (p.get("spec") or {}).get("nodeName"): p
+        for p in observed.holder_pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
     reasons: dict[str, Reason] = {}
     for node, pod in sorted(by_node.items()):
         current = daemon_pod_current(pod, spec_hash)
@@ -122,8 +125,11 @@ def aggregate(
     daemons_ok = desired > 0 and ready_nodes >= desired
     engines_ok = active_ready == replicas and standby_ready == replicas * standbys_per
     available = replicas > 0 and active_ready == replicas
-    looping = [f"{p['metadata']['name']}/{c}" for p in [*observed.daemon_pods, *observed.engine_pods, *observed.holder_pods]
-               if (c := crash_looping(p))]  # fmt: skip
+    looping = [
+        f"{p['metadata']['name']}/{c}"
+        for p in [*observed.daemon_pods, *observed.engine_pods, *observed.holder_pods]
+        if (c := crash_looping(p))
+    ]
     # Every node refusing the spec for one reason: waiting will not help. Failed, unless engines
     # (of the previous generation) still serve: then Degraded.
     refused = None if daemons_ok else common_refusal(reasons, desired)
@@ -180,8 +186,9 @@ def aggregate(
     }
 
 
-def _degraded(looping: list[str], stranded: list[str], refused: str | None,
-              reasons: dict[str, Reason], serving: bool) -> tuple[str, str]:  # fmt: skip
+def _degraded(
+    looping: list[str], stranded: list[str], refused: str | None, reasons: dict[str, Reason], serving: bool
+) -> tuple[str, str]:
     """Reason and message of the Degraded condition: a spec every node refuses first (nothing
     will run until it changes), then a failover that found no Ready standby (what a user of the
     Service notices), then crash loops — with what the crashed processes said."""
@@ -196,7 +203,9 @@ def _degraded(looping: list[str], stranded: list[str], refused: str | None,
     return "Healthy", "no container is crash-looping and every failed active had a standby"
 
 
-def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None) -> dict[str, Any]:
+def _node_entry(
+    node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None
+) -> dict[str, Any]:
     """A node's ranks: ready only while the pod is current *and* the daemon says so; bytes, load
     time, GPU and fingerprint from the daemon's report when there is one."""
     entry: dict[str, Any] = {"node": node, "daemonPod": pod}
@@ -207,10 +216,16 @@ def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: Da
         if seen is None:
             entry["ranks"].append({"rank": rank, "ready": current})
             continue
-        facts = {"bytes": seen.bytes, "loadSeconds": seen.load_seconds, "gpuUuid": seen.gpu_uuid,
-                 "source": seen.source, "diskBytesRead": seen.disk_bytes_read}  # fmt: skip
-        entry["ranks"].append({"rank": rank, "ready": current and seen.ready,
-                               **{k: v for k, v in facts.items() if v is not None}})  # fmt: skip
+        facts = {
+            "bytes": seen.bytes,
+            "loadSeconds": seen.load_seconds,
+            "gpuUuid": seen.gpu_uuid,
+            "source": seen.source,
+            "diskBytesRead": seen.disk_bytes_read,
+        }
+        entry["ranks"].append(
+            {"rank": rank, "ready": current and seen.ready, **{k: v for k, v in facts.items() if v is not None}}
+        )
     if isinstance(report, DaemonReport) and report.fingerprint:
         entry["fingerprint"] = report.fingerprint
     elif isinstance(report, str):
@@ -228,11 +243,26 @@ def invalid_status(
     """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
     so it also serves objects the models cannot parse at all."""
     message = "; ".join(problems)
-    conditions = [make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=observed_generation)
-                  for kind, status in (("DaemonsReady", False), ("EnginesReady", False), ("Available", False),
-                                       ("Progressing", False), ("Degraded", True))]  # fmt: skip
-    return {**(base or {}), "observedGeneration": observed_generation, "phase": "Failed", "message": message, "conditions": conditions,
-            "readyNodes": "0/0", "activeEngines": 0, "standbyEngines": 0}  # fmt: skip
+    conditions = [
+        make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=observed_generation)
+        for kind, status in (
+            ("DaemonsReady", False),
+            ("EnginesReady", False),
+            ("Available", False),
+            ("Progressing", False),
+            ("Degraded", True),
+        )
+    ]
+    return {
+        **(base or {}),
+        "observedGeneration": observed_generation,
+        "phase": "Failed",
+        "message": message,
+        "conditions": conditions,
+        "readyNodes": "0/0",
+        "activeEngines": 0,
+        "standbyEngines": 0,
+    }
 
 
 def _model_line(cache: WeightCache) -> str:

@@ -48,7 +48,9 @@ def problems(cache: WeightCache) -> list[str]:
                     f"spec.daemon.resources.{kind} asks for {asked} {GPU_RESOURCE} per node but each node runs "
                     f"{per_node} ranks (tensor × pipeline / nodes); GPUs per node must be ≥ ranks per node"
                 )
-    elif spec.daemon.resources and any(GPU_RESOURCE in (spec.daemon.resources.get(k) or {}) for k in ("limits", "requests")):
+    elif spec.daemon.resources and any(
+        GPU_RESOURCE in (spec.daemon.resources.get(k) or {}) for k in ("limits", "requests")
+    ):
         found.append(f"spec.daemon.backend cpu-shm uses no GPUs; remove {GPU_RESOURCE} from spec.daemon.resources")
     quant = spec.model.quantization
     if quant.method == "fp8" and list(quant.weight_block_size) != VERIFIED_FP8_BLOCK:
@@ -60,7 +62,9 @@ def problems(cache: WeightCache) -> list[str]:
         if not container.get("name"):
             found.append(f"spec.engine.template.spec.containers[{i}] needs a name")
     if spec.engine.template.spec.model_dump().get("hostNetwork"):
-        found.append("spec.engine.template.spec.hostNetwork must not be set: active and standby engines share a node and port")
+        found.append(
+            "spec.engine.template.spec.hostNetwork must not be set: active and standby engines share a node and port"
+        )
     return found
 
 

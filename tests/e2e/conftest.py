@@ -13,8 +13,8 @@ import re
 import sys
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -98,8 +98,12 @@ def kubelet(
         nodes=nodes,
         # Pods run our code from this checkout (`python -m weightcache`, `python -m weightcache_operator`),
         # as the images have both packages installed.
-        environment={MARKER: test_session_id, "PYTHONPATH": os.pathsep.join(
-            str(Path(__file__).resolve().parents[2] / part) for part in ("contract", "daemon_image", "operator"))},  # fmt: skip
+        environment={
+            MARKER: test_session_id,
+            "PYTHONPATH": os.pathsep.join(
+                str(Path(__file__).resolve().parents[2] / part) for part in ("contract", "daemon_image", "operator")
+            ),
+        },
         serving_cert=cluster.kubelet_serving_cert,
     )
     agent = ProcessKubelet(kube, cluster.port, config)

@@ -9,7 +9,6 @@ import time
 import urllib.request
 
 import pytest
-
 from testcluster.controlplane import ControlPlane, ToolFailed
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import MERGE, ApiError, Kube
 from weightcache_operator.spec import API_VERSION, PLURAL, WeightCache
@@ -88,17 +87,36 @@ GPU_VARIANT = {
     "parallelism": {"tensor": 8, "pipeline": 2, "nodes": 2},
     "placement": {
         "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["llm"]}]}]}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["llm"]}]}]
+                }
+            }
+        },
         "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     },
-    "daemon": {"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm", "extraArgs": ["--keeper"],
-               "resources": {"requests": {"cpu": "4", "memory": "16Gi"}}},
-    "engine": {"replicas": 2, "standbysPerReplica": 1, "gpuAccess": "dra", "weightFallback": "error",
-               "template": {"metadata": {"labels": {"app": "llm"}},
-                            "spec": {"containers": [{"name": "sglang", "image": "lmsysorg/sglang:latest",
-                                                     "env": [{"name": "X", "value": "1"}]}],
-                                     "priorityClassName": "inference"}}},
+    "daemon": {
+        "image": "weightcache/daemon:0.1.0",
+        "backend": "cuda-vmm",
+        "extraArgs": ["--keeper"],
+        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
+    },
+    "engine": {
+        "replicas": 2,
+        "standbysPerReplica": 1,
+        "gpuAccess": "dra",
+        "weightFallback": "error",
+        "template": {
+            "metadata": {"labels": {"app": "llm"}},
+            "spec": {
+                "containers": [
+                    {"name": "sglang", "image": "lmsysorg/sglang:latest", "env": [{"name": "X", "value": "1"}]}
+                ],
+                "priorityClassName": "inference",
+            },
+        },
+    },
     "service": {"name": "llm", "port": 80, "type": "LoadBalancer"},
 }
 
@@ -143,41 +161,83 @@ BOTH_SOURCES = {"hostPath": {"path": "/models/a"}, "pvc": {"claimName": "models"
 
 # (id, mutation of the sample, what the API server's answer must contain)
 INVALID = [
-    ("bad-backend", _set("daemon.backend", "rocm"),
-     'spec.daemon.backend: Unsupported value: "rocm": supported values: "cuda-vmm", "cuda-ipc", "cpu-shm"'),
-    ("tensor-0", _set("parallelism.tensor", 0),
-     "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be greater than or equal to 1"),
-    ("port-70000", _set("engine.port", 70000),
-     "spec.engine.port: Invalid value: 70000: spec.engine.port in body should be less than or equal to 65535"),
-    ("both-sources", _set("model.source", BOTH_SOURCES),
-     "spec.model.source: Invalid value: exactly one of hostPath or pvc must be set"),
+    (
+        "bad-backend",
+        _set("daemon.backend", "rocm"),
+        'spec.daemon.backend: Unsupported value: "rocm": supported values: "cuda-vmm", "cuda-ipc", "cpu-shm"',
+    ),
+    (
+        "tensor-0",
+        _set("parallelism.tensor", 0),
+        "spec.parallelism.tensor: Invalid value: 0: spec.parallelism.tensor in body should be greater than or equal to 1",
+    ),
+    (
+        "port-70000",
+        _set("engine.port", 70000),
+        "spec.engine.port: Invalid value: 70000: spec.engine.port in body should be less than or equal to 65535",
+    ),
+    (
+        "both-sources",
+        _set("model.source", BOTH_SOURCES),
+        "spec.model.source: Invalid value: exactly one of hostPath or pvc must be set",
+    ),
     ("no-source", _set("model.source", {}), "exactly one of hostPath or pvc must be set"),
     ("bad-dtype", _set("model.dtype", "int8"), 'spec.model.dtype: Unsupported value: "int8"'),
-    ("negative-replicas", _set("engine.replicas", -1),
-     "spec.engine.replicas in body should be greater than or equal to 0"),
-    ("negative-standbys", _set("engine.standbysPerReplica", -2),
-     "spec.engine.standbysPerReplica in body should be greater than or equal to 0"),
-    ("unknown-quantization", _set("model.quantization", {"method": "awq"}),
-     'spec.model.quantization.method: Unsupported value: "awq": supported values: "none", "fp8"'),
-    ("zero-block", _set("model.quantization", {"method": "fp8", "weightBlockSize": [0, 128]}),
-     "spec.model.quantization.weightBlockSize[0]: Invalid value: 0:"),
-    ("one-block-dim", _set("model.quantization", {"method": "fp8", "weightBlockSize": [128]}),
-     "spec.model.quantization.weightBlockSize: Invalid value: 1: spec.model.quantization.weightBlockSize in body "
-     "should have at least 2 items"),
-    ("ranks-not-multiple-of-nodes", _set("parallelism", {"tensor": 3, "nodes": 2}),
-     "tensor * pipeline (the number of ranks) must be a multiple of nodes"),
-    ("expert-not-dividing-tensor", _set("parallelism", {"tensor": 4, "expert": 3}),
-     "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks"),
+    (
+        "negative-replicas",
+        _set("engine.replicas", -1),
+        "spec.engine.replicas in body should be greater than or equal to 0",
+    ),
+    (
+        "negative-standbys",
+        _set("engine.standbysPerReplica", -2),
+        "spec.engine.standbysPerReplica in body should be greater than or equal to 0",
+    ),
+    (
+        "unknown-quantization",
+        _set("model.quantization", {"method": "awq"}),
+        'spec.model.quantization.method: Unsupported value: "awq": supported values: "none", "fp8"',
+    ),
+    (
+        "zero-block",
+        _set("model.quantization", {"method": "fp8", "weightBlockSize": [0, 128]}),
+        "spec.model.quantization.weightBlockSize[0]: Invalid value: 0:",
+    ),
+    (
+        "one-block-dim",
+        _set("model.quantization", {"method": "fp8", "weightBlockSize": [128]}),
+        "spec.model.quantization.weightBlockSize: Invalid value: 1: spec.model.quantization.weightBlockSize in body "
+        "should have at least 2 items",
+    ),
+    (
+        "ranks-not-multiple-of-nodes",
+        _set("parallelism", {"tensor": 3, "nodes": 2}),
+        "tensor * pipeline (the number of ranks) must be a multiple of nodes",
+    ),
+    (
+        "expert-not-dividing-tensor",
+        _set("parallelism", {"tensor": 4, "expert": 3}),
+        "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks",
+    ),
     ("dra-on-cpu", _set("engine.gpuAccess", "dra"), "engine.gpuAccess dra shares a GPU ResourceClaim"),
-    ("relative-host-path", _set("model.source", {"hostPath": {"path": "models/a"}}),
-     "spec.model.source.hostPath.path in body should match '^/'"),
-    ("no-containers", _set("engine.template", {"spec": {"containers": []}}),
-     "spec.engine.template.spec.containers in body should have at least 1 items"),
+    (
+        "relative-host-path",
+        _set("model.source", {"hostPath": {"path": "models/a"}}),
+        "spec.model.source.hostPath.path in body should match '^/'",
+    ),
+    (
+        "no-containers",
+        _set("engine.template", {"spec": {"containers": []}}),
+        "spec.engine.template.spec.containers in body should have at least 1 items",
+    ),
     ("no-daemon-image", _delete("daemon.image"), "spec.daemon.image: Required value"),
-    ("bad-service-type", _set("service", {"type": "ExternalName"}), 'spec.service.type: Unsupported value'),
-    ("unresponsive-below-floor", _set("engine.failover", {"unresponsiveAfterMilliseconds": 50}),
-     "spec.engine.failover.unresponsiveAfterMilliseconds: Invalid value: 50: "
-     "unresponsiveAfterMilliseconds must be 0 (off) or at least 100"),
+    ("bad-service-type", _set("service", {"type": "ExternalName"}), "spec.service.type: Unsupported value"),
+    (
+        "unresponsive-below-floor",
+        _set("engine.failover", {"unresponsiveAfterMilliseconds": 50}),
+        "spec.engine.failover.unresponsiveAfterMilliseconds: Invalid value: 50: "
+        "unresponsiveAfterMilliseconds must be 0 (off) or at least 100",
+    ),
 ]
 
 
@@ -202,7 +262,9 @@ def test_model_source_is_immutable(kube: Kube, weightcache_crd: str, namespace: 
         assert refused.value.status == 422
         assert "spec.model.source: Invalid value: the model source is immutable" in str(refused.value)
     # Everything else in spec stays mutable: scaling must not need a new object.
-    scaled = kube.patch(path, {"spec": {"engine": {"replicas": 3}, "model": {"revision": "seed-1"}}}, content_type=MERGE)
+    scaled = kube.patch(
+        path, {"spec": {"engine": {"replicas": 3}, "model": {"revision": "seed-1"}}}, content_type=MERGE
+    )
     assert scaled["spec"]["engine"]["replicas"] == 3
     assert scaled["metadata"]["generation"] == 2
 

@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from testcluster.binaries import CLUSTER_SOURCES
 from testcluster.demo import NAMESPACE, WC, ClientCount
 from testcluster.load import Attempt
@@ -33,9 +32,23 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
     directory = Path(tempfile.mkdtemp(prefix="wc-demo-"))
     report_file = tmp_path / "report.json"
     try:
-        result = subprocess.run([sys.executable, "-m", "testcluster", "demo", "--keep", "--dir", str(directory),
-                                 "--report", str(report_file)], cwd=CLUSTER_SOURCES, capture_output=True, text=True,
-                                timeout=540)  # fmt: skip
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "testcluster",
+                "demo",
+                "--keep",
+                "--dir",
+                str(directory),
+                "--report",
+                str(report_file),
+            ],
+            cwd=CLUSTER_SOURCES,
+            capture_output=True,
+            text=True,
+            timeout=540,
+        )
         out = result.stdout
         assert result.returncode == 0, out[-8000:] + result.stderr[-4000:]
         report = json.loads(report_file.read_text())
@@ -46,7 +59,9 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
 
         # The phases as printed (rows of `kubectl get wc -w`) are the ones recorded, ending in Ready,
         # and the cache is still Ready on both nodes.
-        rows = re.findall(r"^\s+\+\s*([\d.]+)s\s+tiny-llama\s+(Pending|Loading|Ready|Degraded|Failed)\s", out, re.MULTILINE)
+        rows = re.findall(
+            r"^\s+\+\s*([\d.]+)s\s+tiny-llama\s+(Pending|Loading|Ready|Degraded|Failed)\s", out, re.MULTILINE
+        )
         printed = [phase for i, (_, phase) in enumerate(rows) if i == 0 or rows[i - 1][1] != phase]
         assert printed == [phase for _, phase in report["phases"]] and printed[-1] == "Ready", (printed, out)
         assert f"Ready {report['ready_seconds']:.1f}s after the apply" in out
@@ -58,7 +73,9 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
         assert report["killed_pod"] == report["failover_from"] == last["from"], (report["killed_pod"], last)
         assert report["failover_to"] == last["to"] != last["from"]
         assert f"{last['from']} → {last['to']} promoted" in out
-        events = [e for e in kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"] if e.get("reason") == "Failover"]
+        events = [
+            e for e in kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"] if e.get("reason") == "Failover"
+        ]
         assert sum(e.get("count", 1) for e in events) == 1, events
         assert last["to"] in events[0]["message"]
 
@@ -83,21 +100,37 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
             assert env.get("DEMO_REVISION") == "2", env
             assert pod["metadata"]["labels"]["weightcache.io/engine-hash"] == report["rollout_revision"]
         assert report["rollout_revision"] != report["rollout_revision_before"]
-        assert status["rollout"]["phase"] == "Complete" and status["rollout"]["engineTemplateHash"] == report["rollout_revision"]
+        assert (
+            status["rollout"]["phase"] == "Complete"
+            and status["rollout"]["engineTemplateHash"] == report["rollout_revision"]
+        )
         for daemon in pods(kube, NAMESPACE, DAEMONS):
             assert all(c["restartCount"] == 0 for c in daemon["status"]["containerStatuses"]), daemon["status"]
 
         # The shell lines it prints reach the cluster, and a suggested command works as written.
         assert f"export KUBECONFIG={cluster.kubeconfig}" in out and cluster.kubectl in out
-        listed = subprocess.run(["kubectl", "get", "wc,pods", "-o", "wide"], capture_output=True, text=True, check=True,
-                                env={**os.environ, "KUBECONFIG": cluster.kubeconfig,
-                                     "PATH": f"{Path(cluster.kubectl).parent}:{os.environ['PATH']}"})  # fmt: skip
+        listed = subprocess.run(
+            ["kubectl", "get", "wc,pods", "-o", "wide"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={
+                **os.environ,
+                "KUBECONFIG": cluster.kubeconfig,
+                "PATH": f"{Path(cluster.kubectl).parent}:{os.environ['PATH']}",
+            },
+        )
         assert re.search(r"tiny-llama\s+Ready\s+2/2\s+1\s+1", listed.stdout), listed.stdout
         assert re.search(r"demo done in \d+m\d\ds", out)
     finally:
         session = cluster.session if (cluster := running(directory)) else None
-        down = subprocess.run([sys.executable, "-m", "testcluster", "down", "--dir", str(directory)],
-                              cwd=CLUSTER_SOURCES, capture_output=True, text=True, timeout=120)  # fmt: skip
+        down = subprocess.run(
+            [sys.executable, "-m", "testcluster", "down", "--dir", str(directory)],
+            cwd=CLUSTER_SOURCES,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if down.returncode != 0:
             stop(directory)
     assert down.returncode == 0 and "killed leftovers" not in down.stdout, down.stdout + down.stderr

@@ -15,12 +15,11 @@ import json
 from typing import Any
 
 import pytest
-
 from testcluster.controlplane import ControlPlane
 from weightcache_operator.render.daemon import daemon_daemonsets
 from weightcache_operator.render.dra import claim_template
-from weightcache_operator.render.gpu_holder import GPUS_MOUNT, gpu_holder_daemonset
 from weightcache_operator.render.engine import Member, engine_pod
+from weightcache_operator.render.gpu_holder import GPUS_MOUNT, gpu_holder_daemonset
 from weightcache_operator.validation import parse
 
 pytestmark = pytest.mark.e2e
@@ -35,10 +34,13 @@ def cache_for(namespace: str, nodes: int = 1, gpu_access: str = "dra") -> Any:
             "model": {"source": {"hostPath": {"path": "/models/llm"}}},
             "parallelism": {"tensor": 4, "nodes": nodes},
             "daemon": {"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm"},
-            "engine": {"gpuAccess": gpu_access, "standbysPerReplica": 1,
-                       "template": {"spec": {"containers": [{"name": "engine", "image": "weightcache/daemon:0.1.0"}]}}},
+            "engine": {
+                "gpuAccess": gpu_access,
+                "standbysPerReplica": 1,
+                "template": {"spec": {"containers": [{"name": "engine", "image": "weightcache/daemon:0.1.0"}]}},
+            },
         },
-    }  # fmt: skip
+    }
     cache, problems = parse(body)
     assert cache is not None and not problems, problems
     return cache
@@ -85,7 +87,11 @@ def test_gpu_holder_books_the_gpus_and_daemons_request_none(cluster: ControlPlan
     assert holder is not None
     stored = json.loads(dry_run(cluster, holder).stdout)
     container = stored["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"]["nvidia.com/gpu"] == container["resources"]["requests"]["nvidia.com/gpu"] == "4"
+    assert (
+        container["resources"]["limits"]["nvidia.com/gpu"]
+        == container["resources"]["requests"]["nvidia.com/gpu"]
+        == "4"
+    )
     assert container["command"][-2:] == ["--expect", "4"]
 
     [daemonset] = daemon_daemonsets(cache, [])

@@ -19,12 +19,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from testcluster.controlplane import ControlPlane
-from testcluster.kubelet import ProcessKubelet
-from testcluster.rest import MERGE, Kube
-from testcluster.waiting import wait_for
-
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     DAEMONS,
     ENGINES,
@@ -40,6 +34,10 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     start_operator,
     wait_phase,
 )
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import MERGE, Kube
+from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -93,17 +91,31 @@ def alarm_passes(operator: subprocess.Popen) -> int:
 class Cache:
     """The one cache of the test and the steps every failover is checked with."""
 
-    def __init__(self, kube: Kube, kubelet: ProcessKubelet, cluster: ControlPlane, namespace: str,
-                 operator: subprocess.Popen, proxy) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    def __init__(
+        self,
+        kube: Kube,
+        kubelet: ProcessKubelet,
+        cluster: ControlPlane,
+        namespace: str,
+        operator: subprocess.Popen,
+        proxy,
+    ) -> None:  # type: ignore[no-untyped-def]
         self.kube, self.kubelet, self.cluster, self.namespace = kube, kubelet, cluster, namespace
         self.operator, self.proxy = operator, proxy
         self.promotions = 0  # by every operator of this test, as seen in status and events
 
     def roles(self, gone: str | None = None) -> tuple[str, str]:
         """The Ready active and its Ready standby (the cache is Ready), neither of them ``gone``."""
-        status = wait_phase(self.kube, self.namespace, self.operator, "Ready",
-                            also=lambda s: len(s["engines"][0]["standbys"]) == 1
-                            and gone not in (s["engines"][0]["active"], *s["engines"][0]["standbys"]))  # fmt: skip
+        status = wait_phase(
+            self.kube,
+            self.namespace,
+            self.operator,
+            "Ready",
+            also=lambda s: (
+                len(s["engines"][0]["standbys"]) == 1
+                and gone not in (s["engines"][0]["active"], *s["engines"][0]["standbys"])
+            ),
+        )
         return status["engines"][0]["active"], status["engines"][0]["standbys"][0]
 
     def node_of(self, name: str) -> str:
@@ -125,37 +137,63 @@ class Cache:
         assert self.node_of(active) != self.node_of(standby)
         return active, standby
 
-    def fails_over(self, expected: str, inject: Callable[[str, str], None],
-                   after: Callable[[], None] = lambda: None) -> dict:  # fmt: skip
+    def fails_over(
+        self, expected: str, inject: Callable[[str, str], None], after: Callable[[], None] = lambda: None
+    ) -> dict:
         """Injects a failure of the active engine and checks the failover it must cause."""
         active, standby = self.roles()
         standby_ip = pod(self.kube, self.namespace, standby)["status"]["podIP"]
         counted, events = failovers(self.operator, self.namespace), failover_events(self.kube, self.namespace)
         inject(active, standby)
-        wait_for(lambda: by_role(self.kube, self.namespace)["active"] == [standby], 60,
-                 describe=lambda: by_role(self.kube, self.namespace))  # fmt: skip
-        wait_for(lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",), 30,
-                 describe=lambda: self.proxy.ready_endpoints)  # fmt: skip
+        wait_for(
+            lambda: by_role(self.kube, self.namespace)["active"] == [standby],
+            60,
+            describe=lambda: by_role(self.kube, self.namespace),
+        )
+        wait_for(
+            lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",),
+            30,
+            describe=lambda: self.proxy.ready_endpoints,
+        )
         host, port = self.proxy.address
         assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
         after()
         # Whole again: the promoted standby active, a new standby Ready, the failed pod retired.
-        status = wait_phase(self.kube, self.namespace, self.operator, "Ready",
-                            also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
-                            and s["engines"][0]["standbys"][0] not in (active, standby))  # fmt: skip
+        status = wait_phase(
+            self.kube,
+            self.namespace,
+            self.operator,
+            "Ready",
+            also=lambda s: (
+                s["engines"][0]["active"] == standby
+                and len(s["engines"][0]["standbys"]) == 1
+                and s["engines"][0]["standbys"][0] not in (active, standby)
+            ),
+        )
         last = status["lastFailover"]
         assert (last["from"], last["to"], last["signal"], last["replica"]) == (active, standby, expected, 0), last
         assert last["promotionMs"] >= 0 and last.get("detectionMs", 0) >= 0
-        wait_for(lambda: active not in [p["metadata"]["name"] for p in pods(self.kube, self.namespace, ENGINES)
-                                        if not p["metadata"].get("deletionTimestamp")], 30,
-                 describe=f"{active} was not retired")  # fmt: skip
+        wait_for(
+            lambda: (
+                active
+                not in [
+                    p["metadata"]["name"]
+                    for p in pods(self.kube, self.namespace, ENGINES)
+                    if not p["metadata"].get("deletionTimestamp")
+                ]
+            ),
+            30,
+            describe=f"{active} was not retired",
+        )
         # Exactly one promotion: one more in the metric and one more Failover event.
         assert failovers(self.operator, self.namespace) == counted + 1
-        wait_for(lambda: failover_events(self.kube, self.namespace) == events + 1, 10,
-                 describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}")
+        wait_for(
+            lambda: failover_events(self.kube, self.namespace) == events + 1,
+            10,
+            describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}",
+        )
         self.promotions += 1
         return last
-
 
     def unresponsive_swap(self, after_ms: int) -> None:
         """Freezes the active with ``unresponsiveAfterMilliseconds`` set and checks the swap."""
@@ -170,28 +208,45 @@ class Cache:
         pgid = engine_pgid(self.kubelet, self.namespace, active)
         os.killpg(pgid, signal.SIGSTOP)
         try:
-            wait_for(lambda: by_role(self.kube, self.namespace)["active"] == [standby], 60,
-                     describe=lambda: by_role(self.kube, self.namespace))  # fmt: skip
+            wait_for(
+                lambda: by_role(self.kube, self.namespace)["active"] == [standby],
+                60,
+                describe=lambda: by_role(self.kube, self.namespace),
+            )
             # The relabel comes first; the status is written at the end of the same pass.
-            last = wait_for(lambda: (f := self.kube.get(wc)["status"].get("lastFailover") or {}).get("to") == standby
-                            and f, 30, describe=lambda: self.kube.get(wc)["status"].get("lastFailover"))  # fmt: skip
+            last = wait_for(
+                lambda: (f := self.kube.get(wc)["status"].get("lastFailover") or {}).get("to") == standby and f,
+                30,
+                describe=lambda: self.kube.get(wc)["status"].get("lastFailover"),
+            )
             assert (last["from"], last["to"], last["signal"]) == (active, standby, "Unresponsive"), last
             frozen = pod(self.kube, self.namespace, active)
             assert frozen["metadata"]["uid"] == uid and not frozen["metadata"].get("deletionTimestamp")
             assert frozen["metadata"]["labels"]["weightcache.io/role"] == "standby"
-            wait_for(lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",), 30,
-                     describe=lambda: self.proxy.ready_endpoints)  # fmt: skip
+            wait_for(
+                lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",),
+                30,
+                describe=lambda: self.proxy.ready_endpoints,
+            )
             host, port = self.proxy.address
             assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
         finally:
             os.killpg(pgid, signal.SIGCONT)
-        wait_phase(self.kube, self.namespace, self.operator, "Ready",
-                   also=lambda s: s["engines"][0]["active"] == standby and s["engines"][0]["standbys"] == [active])
+        wait_phase(
+            self.kube,
+            self.namespace,
+            self.operator,
+            "Ready",
+            also=lambda s: s["engines"][0]["active"] == standby and s["engines"][0]["standbys"] == [active],
+        )
         live = [p["metadata"]["name"] for p in pods(self.kube, self.namespace, ENGINES)]
         assert sorted(live) == sorted([active, standby]), live
         assert failovers(self.operator, self.namespace) == counted + 1
-        wait_for(lambda: failover_events(self.kube, self.namespace) == events + 1, 10,
-                 describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}")
+        wait_for(
+            lambda: failover_events(self.kube, self.namespace) == events + 1,
+            10,
+            describe=lambda: f"Failover events: {failover_events(self.kube, self.namespace)}, before {events}",
+        )
         self.promotions += 1
         off = {"spec": {"engine": {"failover": {"unresponsiveAfterMilliseconds": 0}}}}
         generation = self.kube.patch(wc, off, content_type=MERGE)["metadata"]["generation"]
@@ -203,9 +258,14 @@ class Cache:
 # than the suite's default per-test limit on a loaded 2-core machine.
 @pytest.mark.timeout(1800)
 def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover_converges(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str,
-    start_operator: Callable[..., subprocess.Popen], checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    start_operator: Callable[..., subprocess.Popen],
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     operator = start_operator()
     apply_sample(cluster, namespace)
     wait_phase(kube, namespace, operator, "Ready")
@@ -227,27 +287,45 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     endpoints, changes = proxy.ready_endpoints, len(proxy.changes)
     counted = failovers(operator, namespace)
     os.killpg(container_pgid(kubelet, namespace, daemon_name, "daemon"), signal.SIGKILL)
-    wait_for(lambda: not is_ready(pod(kube, namespace, daemon_name)), 30, interval=0.05,
-             describe=f"{daemon_name} stayed Ready")  # fmt: skip
-    wait_for(lambda: gate_condition(pod(kube, namespace, active))["reason"] == "DaemonOutage", 30, interval=0.05,
-             describe=lambda: gate_condition(pod(kube, namespace, active)))  # fmt: skip
-    wait_for(lambda: is_ready(p := pod(kube, namespace, daemon_name)) and restarts(p, "daemon") > restarts(daemon, "daemon"),
-             120, describe=lambda: pod(kube, namespace, daemon_name)["status"])  # fmt: skip
+    wait_for(
+        lambda: not is_ready(pod(kube, namespace, daemon_name)),
+        30,
+        interval=0.05,
+        describe=f"{daemon_name} stayed Ready",
+    )
+    wait_for(
+        lambda: gate_condition(pod(kube, namespace, active))["reason"] == "DaemonOutage",
+        30,
+        interval=0.05,
+        describe=lambda: gate_condition(pod(kube, namespace, active)),
+    )
+    wait_for(
+        lambda: is_ready(p := pod(kube, namespace, daemon_name)) and restarts(p, "daemon") > restarts(daemon, "daemon"),
+        120,
+        describe=lambda: pod(kube, namespace, daemon_name)["status"],
+    )
     assert pod(kube, namespace, daemon_name)["metadata"]["uid"] == daemon["metadata"]["uid"], "the same daemon pod"
-    readopted = lambda s: all(r.get("source") == "keeper" for n in s.get("nodes", []) if n["node"] == node  # noqa: E731
-                              for r in n["ranks"])  # fmt: skip
+
+    def readopted(s: dict) -> bool:
+        return all(r.get("source") == "keeper" for n in s.get("nodes", []) if n["node"] == node for r in n["ranks"])
+
     wait_phase(kube, namespace, operator, "Ready", also=readopted)
     for name, before in gates_before.items():
         after = gate_condition(pod(kube, namespace, name))
-        assert (after["status"], after["reason"], after["lastTransitionTime"]) == ("True", "DaemonReady", before["lastTransitionTime"])
+        assert (after["status"], after["reason"], after["lastTransitionTime"]) == (
+            "True",
+            "DaemonReady",
+            before["lastTransitionTime"],
+        )
     assert proxy.changes[changes:] == [] and proxy.ready_endpoints == endpoints, proxy.changes[changes:]
     assert by_role(kube, namespace)["active"] == [active] and failovers(operator, namespace) == counted
     host, port = proxy.address
     assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
 
     # 1. The engine's processes are SIGKILLed: its container restarts in place, Ready drops.
-    cache.fails_over("ContainerRestarted",
-                     lambda active, _: os.killpg(engine_pgid(kubelet, namespace, active), signal.SIGKILL))  # fmt: skip
+    cache.fails_over(
+        "ContainerRestarted", lambda active, _: os.killpg(engine_pgid(kubelet, namespace, active), signal.SIGKILL)
+    )
 
     # 2. The pod is deleted.
     cache.fails_over("PodDeleted", lambda active, _: kube.delete(f"/api/v1/namespaces/{namespace}/pods/{active}"))
@@ -286,7 +364,9 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
 
     def stop_daemon(active: str, _: str) -> None:
         node = cache.node_of(active)
-        [held] = (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama").glob("*/tiny-llama/rank-0.ready")
+        [held] = (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama").glob(
+            "*/tiny-llama/rank-0.ready"
+        )
         stopped.append(json.loads(held.read_text())["pid"])
         os.kill(stopped[0], signal.SIGSTOP)
 
@@ -298,8 +378,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     finally:
         if stopped:
             os.kill(stopped[0], signal.SIGCONT)
-    wait_for(lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)), 60,
-             describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)])  # fmt: skip
+    wait_for(
+        lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)),
+        60,
+        describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)],
+    )
 
     # 5. The active's node stops answering: NotReady (the operator watches nodes).
     cache.standby_elsewhere()
@@ -315,8 +398,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     finally:
         if failed_node:
             kubelet.recover_node(failed_node[0])
-    wait_for(lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)) and len(pods(kube, namespace, DAEMONS)) == 2,
-             120, describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)])  # fmt: skip
+    wait_for(
+        lambda: all(is_ready(p) for p in pods(kube, namespace, DAEMONS)) and len(pods(kube, namespace, DAEMONS)) == 2,
+        120,
+        describe=lambda: [(p["metadata"]["name"], is_ready(p)) for p in pods(kube, namespace, DAEMONS)],
+    )
 
     # 6. The operator is SIGKILLed together with the deletion of the active engine (a deleted pod
     # never comes back, so the failover is left for sure to the next operator).
@@ -328,9 +414,17 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     # Higher priority than the dead one, whose peering entry lingers until it expires.
     cache.operator = operator = start_operator(priority=2_000_001)
     wait_for(lambda: by_role(kube, namespace)["active"] == [standby], 60, describe=lambda: by_role(kube, namespace))
-    status = wait_phase(kube, namespace, operator, "Ready",
-                        also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
-                        and s["lastFailover"]["time"] != before["lastFailover"]["time"])  # fmt: skip
+    status = wait_phase(
+        kube,
+        namespace,
+        operator,
+        "Ready",
+        also=lambda s: (
+            s["engines"][0]["active"] == standby
+            and len(s["engines"][0]["standbys"]) == 1
+            and s["lastFailover"]["time"] != before["lastFailover"]["time"]
+        ),
+    )
     # The deleted pod may be gone before the new operator's first pass: then nothing names it.
     last = status["lastFailover"]
     assert last["to"] == standby and failovers(operator, namespace) == 1
@@ -346,19 +440,38 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     os.killpg(pgid, signal.SIGSTOP)
     try:
         wait_for(lambda: not is_ready(pod(kube, namespace, active)), 30, describe=f"{active} stayed Ready")
-        kube.patch(f"/api/v1/namespaces/{namespace}/pods/{standby}", {"metadata": {"labels": {"weightcache.io/role": "active"}}})
+        kube.patch(
+            f"/api/v1/namespaces/{namespace}/pods/{standby}",
+            {"metadata": {"labels": {"weightcache.io/role": "active"}}},
+        )
         assert sorted(by_role(kube, namespace)["active"]) == sorted([active, standby])
         operator = start_operator(priority=3_000_001)
         wait_for(lambda: by_role(kube, namespace)["active"] == [standby], 60, describe=lambda: by_role(kube, namespace))
     finally:
         os.killpg(pgid, signal.SIGCONT)
-    status = wait_phase(kube, namespace, operator, "Ready",
-                        also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1
-                        and s["engines"][0]["standbys"][0] not in (active, standby))  # fmt: skip
+    status = wait_phase(
+        kube,
+        namespace,
+        operator,
+        "Ready",
+        also=lambda s: (
+            s["engines"][0]["active"] == standby
+            and len(s["engines"][0]["standbys"]) == 1
+            and s["engines"][0]["standbys"][0] not in (active, standby)
+        ),
+    )
     assert failovers(operator, namespace) == 0, "the restarted operator promoted nobody"
-    live = lambda: [p["metadata"]["name"] for p in pods(kube, namespace, ENGINES) if not p["metadata"].get("deletionTimestamp")]  # noqa: E731
+
+    def live() -> list[str]:
+        return [
+            p["metadata"]["name"] for p in pods(kube, namespace, ENGINES) if not p["metadata"].get("deletionTimestamp")
+        ]
+
     assert sorted(live()) == sorted([standby, *status["engines"][0]["standbys"]])
     host, port = proxy.address
-    wait_for(lambda: proxy.ready_endpoints == (f"{pod(kube, namespace, standby)['status']['podIP']}:8000",), 30,
-             describe=lambda: proxy.ready_endpoints)  # fmt: skip
+    wait_for(
+        lambda: proxy.ready_endpoints == (f"{pod(kube, namespace, standby)['status']['podIP']}:8000",),
+        30,
+        describe=lambda: proxy.ready_endpoints,
+    )
     assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]

@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
+from test_operator_e2e import DAEMONS, ENGINES, SAMPLE, checkpoint, is_ready, pods  # noqa: F401  (checkpoint: fixture)
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube
 from testcluster.waiting import wait_for
-from test_operator_e2e import DAEMONS, ENGINES, SAMPLE, checkpoint, is_ready, pods  # noqa: F401  (checkpoint: fixture)
 
 pytestmark = pytest.mark.e2e
 
@@ -61,9 +60,12 @@ def phase(kube: Kube, namespace: str) -> str | None:
 def snapshot(kube: Kube, namespace: str) -> dict[str, tuple[str, int]]:
     """Every daemon and engine pod: uid and the sum of its containers' restart counts."""
     return {
-        p["metadata"]["name"]: (p["metadata"]["uid"], sum(s["restartCount"] for s in p["status"].get("containerStatuses", [])))
+        p["metadata"]["name"]: (
+            p["metadata"]["uid"],
+            sum(s["restartCount"] for s in p["status"].get("containerStatuses", [])),
+        )
         for p in pods(kube, namespace, f"{DAEMONS.split(',')[0]}")
-    }  # fmt: skip
+    }
 
 
 def fetch(url: str) -> str:
@@ -93,7 +95,9 @@ def test_rendered_chart_passes_server_side_dry_run(cluster: ControlPlane, namesp
     assert kube_names(cluster, "deployments", namespace) == []
 
 
-def test_install_without_helm_commands_of_the_readme(cluster: ControlPlane, namespace: str, weightcache_crd: str) -> None:
+def test_install_without_helm_commands_of_the_readme(
+    cluster: ControlPlane, namespace: str, weightcache_crd: str
+) -> None:
     """README's commands for clusters without Helm, as written (the Deployment only as a server
     dry run: its name and peering object belong to the default release of the whole cluster)."""
     readme = (REPO / "README.md").read_text()
@@ -110,9 +114,14 @@ def kube_names(cluster: ControlPlane, kind: str, namespace: str) -> list[str]:
 
 
 def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_resources(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, release: str, checkpoint: Path,  # noqa: F811
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    release: str,
+    checkpoint: Path,  # noqa: F811
     service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+) -> None:
     installed = cluster.helm("install", release, str(CHART), "-n", namespace, *FAST, "--wait", "--timeout=120s")
     assert "kubectl get wc -n NAMESPACE -w" in installed.stdout, installed.stdout
 
@@ -120,13 +129,20 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     first = operator_pods(kube, namespace, release)
     assert len(first) == 2 and all(map(is_ready, first)), first
     assert {p["spec"]["serviceAccountName"] for p in first} == {f"{release}-operator"}
-    wait_for(lambda: operator_logs(kubelet, namespace, release).count("Resuming operations") >= 1, 60,
-             describe=lambda: operator_logs(kubelet, namespace, release)[-3000:])  # fmt: skip
+    wait_for(
+        lambda: operator_logs(kubelet, namespace, release).count("Resuming operations") >= 1,
+        60,
+        describe=lambda: operator_logs(kubelet, namespace, release)[-3000:],
+    )
 
     # The README sample, as written, becomes Ready under the chart's operator.
     cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
-    wait_for(lambda: phase(kube, namespace) == "Ready", 300, interval=0.5,
-             describe=lambda: f"{phase(kube, namespace)}\n{operator_logs(kubelet, namespace, release)[-3000:]}")  # fmt: skip
+    wait_for(
+        lambda: phase(kube, namespace) == "Ready",
+        300,
+        interval=0.5,
+        describe=lambda: f"{phase(kube, namespace)}\n{operator_logs(kubelet, namespace, release)[-3000:]}",
+    )
     before = snapshot(kube, namespace)
     assert len(before) == 4, before  # a daemon per node, the active engine and its standby
     assert len(pods(kube, namespace, DAEMONS)) == 2 and len(pods(kube, namespace, ENGINES)) == 2
@@ -141,13 +157,28 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
     assert sorted('weightcache_operator_caches{phase="Ready"} 1' in text for text in counted) == [False, True], counted
 
     # A new chart value rolls the operator's pods and nothing else.
-    cluster.helm("upgrade", release, str(CHART), "-n", namespace, "--reuse-values", "--set", "logLevel=debug",
-                 "--wait", "--timeout=120s")  # fmt: skip
+    cluster.helm(
+        "upgrade",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--reuse-values",
+        "--set",
+        "logLevel=debug",
+        "--wait",
+        "--timeout=120s",
+    )
     old = {p["metadata"]["uid"] for p in first}
-    wait_for(lambda: len(operator_pods(kube, namespace, release)) == 2
-             and not old & {p["metadata"]["uid"] for p in operator_pods(kube, namespace, release)}
-             and all(map(is_ready, operator_pods(kube, namespace, release))), 60,
-             describe=lambda: operator_pods(kube, namespace, release))  # fmt: skip
+    wait_for(
+        lambda: (
+            len(operator_pods(kube, namespace, release)) == 2
+            and not old & {p["metadata"]["uid"] for p in operator_pods(kube, namespace, release)}
+            and all(map(is_ready, operator_pods(kube, namespace, release)))
+        ),
+        60,
+        describe=lambda: operator_pods(kube, namespace, release),
+    )
     for pod in operator_pods(kube, namespace, release):
         variables = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
         assert variables["WEIGHTCACHE_OPERATOR_VERBOSE"] == "1"
@@ -180,10 +211,15 @@ def test_install_sample_ready_upgrade_rolls_only_the_operator_uninstall_keeps_re
 
     # docs/operations.md: without an operator nothing removes the finalizer; remove it, and the
     # garbage collector deletes what the WeightCache owns.
-    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    cluster.kubectl(
+        "patch", "wc", "tiny-llama", "-n", namespace, "--type=merge", "-p", '{"metadata":{"finalizers":null}}'
+    )
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=30s")
-    wait_for(lambda: pods(kube, namespace, "weightcache.io/cache=tiny-llama") == [], 90,
-             describe=lambda: [p["metadata"]["name"] for p in pods(kube, namespace, "weightcache.io/cache=tiny-llama")])  # fmt: skip
+    wait_for(
+        lambda: pods(kube, namespace, "weightcache.io/cache=tiny-llama") == [],
+        90,
+        describe=lambda: [p["metadata"]["name"] for p in pods(kube, namespace, "weightcache.io/cache=tiny-llama")],
+    )
     assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
 
 
@@ -210,9 +246,13 @@ def rule_checks(rules: list[dict]) -> Iterator[tuple[str, str, str]]:
 
 
 def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, release: str,
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    release: str,
     weightcache_crd: str,
-) -> None:  # fmt: skip
+) -> None:
     """Namespaced install (watchNamespaces): by impersonation the ServiceAccount can do what the
     rules list, in that namespace only; then a real run with the Role's DaemonSet rule removed
     creates no DaemonSet and logs 403, and restoring the chart's Role lets the pass complete."""
@@ -220,8 +260,9 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
     objects = rendered(cluster, release, namespace, *values)
     role = next(o for o in objects if o["kind"] == "Role")
     cluster_role = next(o for o in objects if o["kind"] == "ClusterRole")
-    cluster.helm("install", release, str(CHART), "-n", namespace, *values, "--set", "replicaCount=1", "--wait",
-                 "--timeout=120s")  # fmt: skip
+    cluster.helm(
+        "install", release, str(CHART), "-n", namespace, *values, "--set", "replicaCount=1", "--wait", "--timeout=120s"
+    )
     account = f"system:serviceaccount:{namespace}:{release}-operator"
     other = "kube-system"
     checked = 0
@@ -233,21 +274,37 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
         assert can_i(cluster, account, verb, target, None, sub), (verb, target, sub)
         checked += 1
     assert checked == 37, checked  # 36 on main, plus watching nodes (failover)
-    for verb, target in [("get", "secrets"), ("list", "configmaps"), ("delete", "nodes"), ("create", "deployments.apps"),
-                         ("patch", "clusterkopfpeerings.kopf.dev/weightcache-operator"),
-                         ("update", "customresourcedefinitions.apiextensions.k8s.io")]:  # fmt: skip
+    for verb, target in [
+        ("get", "secrets"),
+        ("list", "configmaps"),
+        ("delete", "nodes"),
+        ("create", "deployments.apps"),
+        ("patch", "clusterkopfpeerings.kopf.dev/weightcache-operator"),
+        ("update", "customresourcedefinitions.apiextensions.k8s.io"),
+    ]:
         assert not can_i(cluster, account, verb, target, namespace), (verb, target)
 
     # One real run without the DaemonSet rule: the API server refuses, the operator says so.
     daemonset_rule = next(i for i, r in enumerate(role["rules"]) if r["resources"] == ["daemonsets"])
     operator = operator_pods(kube, namespace, release)
     assert len(operator) == 1
-    cluster.kubectl("patch", "role", f"{release}-operator", "-n", namespace, "--type=json",
-                    "-p", json.dumps([{"op": "remove", "path": f"/rules/{daemonset_rule}"}]))  # fmt: skip
+    cluster.kubectl(
+        "patch",
+        "role",
+        f"{release}-operator",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "remove", "path": f"/rules/{daemonset_rule}"}]),
+    )
     assert not can_i(cluster, account, "create", "daemonsets.apps", namespace)
     cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
-    wait_for(lambda: "daemonsets.apps" in (logs := operator_logs(kubelet, namespace, release)) and "forbidden" in logs,
-             60, describe=lambda: operator_logs(kubelet, namespace, release)[-3000:])  # fmt: skip
+    wait_for(
+        lambda: "daemonsets.apps" in (logs := operator_logs(kubelet, namespace, release)) and "forbidden" in logs,
+        60,
+        describe=lambda: operator_logs(kubelet, namespace, release)[-3000:],
+    )
     assert kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"] == []
     assert phase(kube, namespace) != "Ready"
     # Refused as the chart's ServiceAccount: the pod used its projected token, not an admin's.
@@ -255,10 +312,21 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
     assert refused and all(account in line for line in refused), refused[:3]
 
     # The rule back: the operator's next retry creates the DaemonSet.
-    cluster.kubectl("patch", "role", f"{release}-operator", "-n", namespace, "--type=json", "-p", json.dumps(
-        [{"op": "add", "path": f"/rules/{daemonset_rule}", "value": role["rules"][daemonset_rule]}]))  # fmt: skip
+    cluster.kubectl(
+        "patch",
+        "role",
+        f"{release}-operator",
+        "-n",
+        namespace,
+        "--type=json",
+        "-p",
+        json.dumps([{"op": "add", "path": f"/rules/{daemonset_rule}", "value": role["rules"][daemonset_rule]}]),
+    )
     assert can_i(cluster, account, "create", "daemonsets.apps", namespace)
-    wait_for(lambda: kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"], 60,
-             describe=lambda: operator_logs(kubelet, namespace, release)[-3000:])  # fmt: skip
+    wait_for(
+        lambda: kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"],
+        60,
+        describe=lambda: operator_logs(kubelet, namespace, release)[-3000:],
+    )
     # Delete while the operator runs, so its finalizer completes.
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")

@@ -13,14 +13,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import yaml
-
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.processes import CONTAINER_MARKER
@@ -74,13 +72,33 @@ def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
     log = tmp_path_factory.mktemp("off") / "engine.log"
     sample = yaml.safe_load(SAMPLE.read_text())["spec"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "engine", "--model", str(checkpoint), "--tp-size",
-         str(sample["parallelism"]["tensor"]), "--dtype", sample["model"]["dtype"], "--weight-cache-mode", "off",
-         "--host", "127.0.0.1", "--port", str(port), "--threads", "1"],
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "engine",
+            "--model",
+            str(checkpoint),
+            "--tp-size",
+            str(sample["parallelism"]["tensor"]),
+            "--dtype",
+            sample["model"]["dtype"],
+            "--weight-cache-mode",
+            "off",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+        ],
         env={**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image"))},
-        stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     try:
+
         def ready() -> bool:
             assert proc.poll() is None, log.read_text()
             try:
@@ -96,8 +114,9 @@ def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 @pytest.fixture
-def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str,
-                   tmp_path: Path, test_session_id: str) -> Iterator[Callable[..., subprocess.Popen]]:  # fmt: skip
+def start_operator(
+    cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str, tmp_path: Path, test_session_id: str
+) -> Iterator[Callable[..., subprocess.Popen]]:
     """A factory: ``start_operator(priority=None)`` runs ``python -m weightcache_operator`` as a
     ServiceAccount bound to the shipped ClusterRole; every operator is stopped afterwards."""
     # The peering object (a template in the chart) maps only once its CRD is Established.
@@ -106,14 +125,17 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
     cluster.apply(yaml.safe_dump(PEERING_OBJECT))
     role = f"weightcache-operator-{namespace}"
     kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "weightcache-operator"}})
-    kube.create("/apis/rbac.authorization.k8s.io/v1/clusterroles",
-                {"metadata": {"name": role}, "rules": CLUSTER_ROLE_RULES})  # fmt: skip
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": role}, "rules": CLUSTER_ROLE_RULES}
+    )
     kube.create(
         "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        {"metadata": {"name": role},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-         "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}]},
-    )  # fmt: skip
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}],
+        },
+    )
     kubeconfig = cluster.service_account_kubeconfig(namespace, "weightcache-operator")
     started: list[subprocess.Popen] = []
 
@@ -131,8 +153,13 @@ def start_operator(cluster: ControlPlane, kube: Kube, namespace: str, weightcach
         }
         if priority is not None:
             env["WEIGHTCACHE_OPERATOR_PRIORITY"] = str(priority)
-        proc = subprocess.Popen([sys.executable, "-m", "weightcache_operator"], env=env, stdout=log.open("w"),
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "weightcache_operator"],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         proc.log = log  # type: ignore[attr-defined]
         proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # type: ignore[attr-defined]
         started.append(proc)
@@ -176,9 +203,15 @@ def gate(pod: dict) -> str | None:
 
 
 def test_sample_becomes_ready_and_serves_the_disk_completion(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, disk_completion: dict, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    disk_completion: dict,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
 
@@ -186,8 +219,9 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
         assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
         return (kube.get(wc).get("status") or {}).get("phase")
 
-    wait_for(lambda: phase() == "Ready", 300, interval=0.5,
-             describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))  # fmt: skip
+    wait_for(
+        lambda: phase() == "Ready", 300, interval=0.5, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1)
+    )
 
     daemons = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon")
     assert sorted(p["spec"]["nodeName"] for p in daemons) == ["node-1", "node-2"] and all(map(is_ready, daemons))
@@ -200,8 +234,13 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     status = kube.get(wc)["status"]
     assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
-    assert conditions == {"DaemonsReady": "True", "EnginesReady": "True", "Available": "True",
-                          "Progressing": "False", "Degraded": "False"}  # fmt: skip
+    assert conditions == {
+        "DaemonsReady": "True",
+        "EnginesReady": "True",
+        "Available": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+    }
     table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
     print("\n".join(table))
     assert table[0].split()[:5] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE"], table
@@ -234,8 +273,14 @@ def apply_sample(cluster: ControlPlane, namespace: str, **spec_changes: object) 
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(sample(**spec_changes)))
 
 
-def wait_phase(kube: Kube, namespace: str, operator: subprocess.Popen, want: str, timeout: float = 300,
-               also: Callable[[dict], bool] = lambda status: True) -> dict:  # fmt: skip
+def wait_phase(
+    kube: Kube,
+    namespace: str,
+    operator: subprocess.Popen,
+    want: str,
+    timeout: float = 300,
+    also: Callable[[dict], bool] = lambda status: True,
+) -> dict:
     """Waits for ``status.phase == want`` (and ``also(status)``): the status written after a
     change, not a stale one from before it."""
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
@@ -257,9 +302,14 @@ def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:
 
 
 def test_failover_gate_scaling_and_deletion(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     apply_sample(cluster, namespace)
     wait_phase(kube, namespace, operator, "Ready")
     before = by_role(kube, namespace)
@@ -268,10 +318,13 @@ def test_failover_gate_scaling_and_deletion(
     # Deleting the active engine promotes the standby (its weights are mapped already) and a new
     # standby is created: the replica is whole again.
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/{before['active'][0]}")
-    wait_for(lambda: by_role(kube, namespace)["active"] == before["standby"], 30,
-             describe=lambda: by_role(kube, namespace))  # fmt: skip
+    wait_for(
+        lambda: by_role(kube, namespace)["active"] == before["standby"], 30, describe=lambda: by_role(kube, namespace)
+    )
     wait_for(lambda: len(by_role(kube, namespace)["standby"]) == 1, 30, describe=lambda: by_role(kube, namespace))
-    status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] != before["active"][0])
+    status = wait_phase(
+        kube, namespace, operator, "Ready", also=lambda s: s["engines"][0]["active"] != before["active"][0]
+    )
     assert status["engines"][0]["active"] == before["standby"][0]
     assert len(status["engines"][0]["standbys"]) == 1 and status["engines"][0]["standbys"] != before["standby"]
 
@@ -292,31 +345,50 @@ def test_failover_gate_scaling_and_deletion(
 
     # The gate follows the node's daemon: it drops while that daemon is replaced, and returns.
     # (On the standby: an active on that node may be failed over and retired, see test_failover_e2e.)
-    watched = next(p for p in pods(kube, namespace, ENGINES) if p["metadata"]["name"] == status["engines"][0]["standbys"][0])
+    watched = next(
+        p for p in pods(kube, namespace, ENGINES) if p["metadata"]["name"] == status["engines"][0]["standbys"][0]
+    )
     node = watched["spec"]["nodeName"]
     daemon = next(p for p in pods(kube, namespace, DAEMONS) if p["spec"]["nodeName"] == node)
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/{daemon['metadata']['name']}")
     get_watched = lambda: kube.get(f"/api/v1/namespaces/{namespace}/pods/{watched['metadata']['name']}")  # noqa: E731
-    wait_for(lambda: gate(get_watched()) == "False" and not is_ready(get_watched()), 20,
-             describe=lambda: get_watched()["status"]["conditions"])  # fmt: skip
-    wait_for(lambda: gate(get_watched()) == "True" and is_ready(get_watched()), 60,
-             describe=lambda: get_watched()["status"]["conditions"])  # fmt: skip
+    wait_for(
+        lambda: gate(get_watched()) == "False" and not is_ready(get_watched()),
+        20,
+        describe=lambda: get_watched()["status"]["conditions"],
+    )
+    wait_for(
+        lambda: gate(get_watched()) == "True" and is_ready(get_watched()),
+        60,
+        describe=lambda: get_watched()["status"]["conditions"],
+    )
     wait_phase(kube, namespace, operator, "Ready")
 
     # Scaling converges both ways: two replicas without standbys, then one.
-    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
-                    "-p", '{"spec": {"engine": {"replicas": 2, "standbysPerReplica": 0}}}')  # fmt: skip
+    cluster.kubectl(
+        "patch",
+        "wc",
+        "tiny-llama",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"engine": {"replicas": 2, "standbysPerReplica": 0}}}',
+    )
     status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 2)
     assert (status["activeEngines"], status["standbyEngines"]) == (2, 0)
     assert [len(by_role(kube, namespace)[r]) for r in ("active", "standby")] == [2, 0]
-    cluster.kubectl("patch", "wc", "tiny-llama", "-n", namespace, "--type=merge",
-                    "-p", '{"spec": {"engine": {"replicas": 1}}}')  # fmt: skip
+    cluster.kubectl(
+        "patch", "wc", "tiny-llama", "-n", namespace, "--type=merge", "-p", '{"spec": {"engine": {"replicas": 1}}}'
+    )
     wait_for(lambda: len(by_role(kube, namespace)["active"]) == 1, 30, describe=lambda: by_role(kube, namespace))
     status = wait_phase(kube, namespace, operator, "Ready", also=lambda s: len(s["engines"]) == 1)
     assert (status["activeEngines"], status["standbyEngines"]) == (1, 0) and by_role(kube, namespace)["standby"] == []
 
     # Deleting the WeightCache removes every object and process it created.
-    socket_dirs = [kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")]
+    socket_dirs = [
+        kubelet.node_root(n) / "run" / "weightcache" / f"{namespace}-tiny-llama" for n in ("node-1", "node-2")
+    ]
     # One directory per daemon generation under the cache's.
     assert any(list(d.glob("*/tiny-llama/*.ready")) for d in socket_dirs), "the daemons wrote ready files"
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
@@ -344,9 +416,14 @@ def metric(text: str, name: str, **labels: str) -> float:
 
 
 def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     """The operator fills status.nodes from each daemon pod's status endpoint and exports its own
     metrics; a daemon whose rank is frozen (SIGSTOP: its probe stops answering) turns NotReady,
     the engines on its node lose the daemon-ready gate and their Ready, and the Service sends
@@ -355,8 +432,17 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     apply_sample(cluster, namespace, engine__failover={"daemonOutageGraceSeconds": 1})
     reported = lambda s: all(n.get("fingerprint") for n in s.get("nodes", [])) and len(s.get("nodes", [])) == 2  # noqa: E731
     status = wait_phase(kube, namespace, operator, "Ready", also=reported)
-    socket_dir = lambda node: (kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama"  # noqa: E731
-                               / status["daemonSpecHash"] / "tiny-llama")
+
+    def socket_dir(node: str) -> Path:
+        return (
+            kubelet.node_root(node)
+            / "run"
+            / "weightcache"
+            / f"{namespace}-tiny-llama"
+            / status["daemonSpecHash"]
+            / "tiny-llama"
+        )
+
     daemons = {p["spec"]["nodeName"]: p for p in pods(kube, namespace, DAEMONS)}
     for entry in status["nodes"]:
         pod = daemons[entry["node"]]
@@ -366,12 +452,17 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
         for rank in entry["ranks"]:
             held = json.loads((socket_dir(entry["node"]) / f"rank-{rank['rank']}.ready").read_text())
             assert rank["ready"] and rank["bytes"] == held["arena_bytes"] > 0, (rank, held)
-            assert rank["loadSeconds"] == held["load_seconds"] and rank["source"] == "disk" and rank["diskBytesRead"] > 0
+            assert (
+                rank["loadSeconds"] == held["load_seconds"] and rank["source"] == "disk" and rank["diskBytesRead"] > 0
+            )
             assert "gpuUuid" not in rank, "cpu-shm holds no GPU"
 
     scraped = http_text(operator.metrics_url)  # type: ignore[attr-defined]
     assert metric(scraped, "weightcache_operator_caches", phase="Ready") >= 1
-    assert metric(scraped, "weightcache_operator_reconcile_total", namespace=namespace, cache="tiny-llama", outcome="ok") > 0
+    assert (
+        metric(scraped, "weightcache_operator_reconcile_total", namespace=namespace, cache="tiny-llama", outcome="ok")
+        > 0
+    )
     assert metric(scraped, "weightcache_operator_reconcile_seconds_count", namespace=namespace, cache="tiny-llama") > 0
     assert metric(scraped, "weightcache_operator_engines", namespace=namespace, cache="tiny-llama", role="active") == 1
 
@@ -388,12 +479,21 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     node_ips = lambda: {p["status"].get("podIP") for p in on_node()}  # noqa: E731
     os.kill(frozen, signal.SIGSTOP)
     try:
-        wait_for(lambda: not is_ready(kube.get(f"/api/v1/namespaces/{namespace}/pods/{daemons[node]['metadata']['name']}")),
-                 60, describe=f"the daemon on {node} stayed Ready")  # fmt: skip
-        wait_for(lambda: on_node() and all(gate(p) == "False" and not is_ready(p) for p in on_node()), 30,
-                 describe=lambda: [(p["metadata"]["name"], p["status"].get("conditions")) for p in on_node()])  # fmt: skip
-        wait_for(lambda: not {e.rsplit(":", 1)[0] for e in proxy.ready_endpoints} & node_ips(), 30,
-                 describe=lambda: (proxy.ready_endpoints, node_ips()))  # fmt: skip
+        wait_for(
+            lambda: not is_ready(kube.get(f"/api/v1/namespaces/{namespace}/pods/{daemons[node]['metadata']['name']}")),
+            60,
+            describe=f"the daemon on {node} stayed Ready",
+        )
+        wait_for(
+            lambda: on_node() and all(gate(p) == "False" and not is_ready(p) for p in on_node()),
+            30,
+            describe=lambda: [(p["metadata"]["name"], p["status"].get("conditions")) for p in on_node()],
+        )
+        wait_for(
+            lambda: not {e.rsplit(":", 1)[0] for e in proxy.ready_endpoints} & node_ips(),
+            30,
+            describe=lambda: (proxy.ready_endpoints, node_ips()),
+        )
         own = http_json(f"http://{daemons[node]['status']['podIP']}:9400/status", timeout=10)
         assert [r["ready"] for r in own["ranks"]] == [False, True] and not own["ready"], own
         assert "socket does not answer" in own["ranks"][0]["problem"]
@@ -404,8 +504,13 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     finally:
         os.kill(frozen, signal.SIGCONT)
     wait_phase(kube, namespace, operator, "Ready", also=reported)
-    wait_for(lambda: all(gate(p) == "True" and is_ready(p) for p in pods(kube, namespace, ENGINES)), 60,
-             describe=lambda: [(p["metadata"]["name"], p["status"].get("conditions")) for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+    wait_for(
+        lambda: all(gate(p) == "True" and is_ready(p) for p in pods(kube, namespace, ENGINES)),
+        60,
+        describe=lambda: [
+            (p["metadata"]["name"], p["status"].get("conditions")) for p in pods(kube, namespace, ENGINES)
+        ],
+    )
     proxy.wait_for_ready(1)
     host, port = proxy.address
     assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
@@ -416,10 +521,12 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     [
         ({"model__quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
         ({"daemon__resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
-        ({"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
-         "GPUs per node must be ≥ ranks per node"),
+        (
+            {"daemon__backend": "cuda-vmm", "daemon__resources": {"limits": {"nvidia.com/gpu": 1}}},
+            "GPUs per node must be ≥ ranks per node",
+        ),
     ],
-)  # fmt: skip
+)
 def test_invalid_spec_is_reported_and_nothing_is_created(
     cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, changes: dict, message: str
 ) -> None:
@@ -449,7 +556,9 @@ def test_two_replicas_do_not_fight_and_hand_over(
     # This namespace's cache only: an earlier test's cache of the same name may still be finalizing.
     acting = lambda proc, on: sum(  # noqa: E731
         f'"message": "{"acting" if on else "no longer acting"} for the cache"' in line
-        and f'"namespace": "{namespace}"' in line for line in log(proc).splitlines())  # fmt: skip
+        and f'"namespace": "{namespace}"' in line
+        for line in log(proc).splitlines()
+    )
     first = start_operator(priority=100)
     wait_for(lambda: resumed(first), 30, describe=lambda: log(first)[-3000:])
     apply_sample(cluster, namespace, model__quantization={"method": "fp8", "weightBlockSize": [64, 64]})
@@ -463,8 +572,11 @@ def test_two_replicas_do_not_fight_and_hand_over(
         return {p["priority"] for p in (peering.get("status") or {}).values()}
 
     wait_for(lambda: {100, 200} <= priorities(), 30, describe=priorities)
-    wait_for(lambda: "Pausing operations" in log(first) and acting(first, False) == 1, 60,
-             describe=lambda: log(first)[-3000:])  # fmt: skip
+    wait_for(
+        lambda: "Pausing operations" in log(first) and acting(first, False) == 1,
+        60,
+        describe=lambda: log(first)[-3000:],
+    )
     wait_for(lambda: resumed(second) and acting(second, True) == 1, 60, describe=lambda: log(second)[-3000:])
     assert acting(first, True) == 1, "the paused replica does not act again while the other runs"
 
@@ -475,31 +587,58 @@ def test_two_replicas_do_not_fight_and_hand_over(
 
 
 def test_deletion_completes_with_a_node_gone(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
     checkpoint: Path,
-) -> None:  # fmt: skip
+) -> None:
     """A node that stops answering never confirms its pods' stop: the finalizer deletes them with
     grace 0 once the node is NotReady, so deleting the WeightCache still completes."""
     apply_sample(cluster, namespace)
-    wait_for(lambda: sorted(p["spec"].get("nodeName") or "" for p in pods(kube, namespace, DAEMONS)
-                            if is_ready(p)) == ["node-1", "node-2"], 120,
-             describe=lambda: pods(kube, namespace, DAEMONS))  # fmt: skip
+    wait_for(
+        lambda: (
+            sorted(p["spec"].get("nodeName") or "" for p in pods(kube, namespace, DAEMONS) if is_ready(p))
+            == ["node-1", "node-2"]
+        ),
+        120,
+        describe=lambda: pods(kube, namespace, DAEMONS),
+    )
     kubelet.fail_node("node-2")
     try:
-        wait_for(lambda: not any(c["type"] == "Ready" and c["status"] == "True"
-                                 for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
+        wait_for(
+            lambda: (
+                not any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]
+                )
+            ),
+            30,
+        )
         cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=60s")
         assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []
     finally:
         kubelet.recover_node("node-2")
-        wait_for(lambda: any(c["type"] == "Ready" and c["status"] == "True"
-                             for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]), 30)  # fmt: skip
+        wait_for(
+            lambda: any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in kube.get("/api/v1/nodes/node-2")["status"]["conditions"]
+            ),
+            30,
+        )
 
 
 def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, disk_completion: dict, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    disk_completion: dict,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     """parallelism.nodes 2: node-1 (slot 0) holds rank 0 and node-2 (slot 1) rank 1; each engine
     is a group of two pods (one per node) and the Service reaches the active group's leader."""
     apply_sample(cluster, namespace, parallelism__nodes=2)
@@ -510,7 +649,14 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
     for node, rank in (("node-1", "0"), ("node-2", "1")):
         command = next(c for c in daemons[node]["spec"]["containers"] if c["name"] == "daemon")["command"]
         assert command[command.index("--ranks") + 1] == rank
-        held = kubelet.node_root(node) / "run" / "weightcache" / f"{namespace}-tiny-llama" / status["daemonSpecHash"] / "tiny-llama"
+        held = (
+            kubelet.node_root(node)
+            / "run"
+            / "weightcache"
+            / f"{namespace}-tiny-llama"
+            / status["daemonSpecHash"]
+            / "tiny-llama"
+        )
         assert sorted(p.name for p in held.glob("*.ready")) == [f"rank-{rank}.ready"], "each node holds only its ranks"
     assert [(n["node"], [r["rank"] for r in n["ranks"]]) for n in status["nodes"]] == [("node-1", [0]), ("node-2", [1])]
     assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)
@@ -529,11 +675,18 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
         roles.append(members[0]["metadata"]["labels"]["weightcache.io/role"])
     assert sorted(roles) == ["active", "standby"]
 
-    leader = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/role"] == "active"
-                  and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0")  # fmt: skip
+    leader = next(
+        p
+        for p in engines
+        if p["metadata"]["labels"]["weightcache.io/role"] == "active"
+        and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0"
+    )
     proxy = service_proxy(namespace, "tiny-llama", 8000)
-    wait_for(lambda: proxy.ready_endpoints == (f"{leader['status']['podIP']}:8000",), 30,
-             describe=lambda: proxy.ready_endpoints)  # fmt: skip
+    wait_for(
+        lambda: proxy.ready_endpoints == (f"{leader['status']['podIP']}:8000",),
+        30,
+        describe=lambda: proxy.ready_endpoints,
+    )
     host, port = proxy.address
     served = http_json(f"http://{host}:{port}/v1/completions", PROMPT)
     assert served["choices"][0]["text"] == disk_completion["choices"][0]["text"]
@@ -544,24 +697,44 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
     # The active group's node-rank-1 engine is SIGKILLed: the standby group takes over whole, and
     # the failover is recorded as for single-node engines (leaders as from/to, the signal, an Event).
     group = leader["metadata"]["labels"]["weightcache.io/engine-group"]
-    follower = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/engine-group"] == group
-                    and p["metadata"]["labels"]["weightcache.io/node-rank"] == "1")  # fmt: skip
-    standby = next(p for p in engines if p["metadata"]["labels"]["weightcache.io/role"] == "standby"
-                   and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0")  # fmt: skip
+    follower = next(
+        p
+        for p in engines
+        if p["metadata"]["labels"]["weightcache.io/engine-group"] == group
+        and p["metadata"]["labels"]["weightcache.io/node-rank"] == "1"
+    )
+    standby = next(
+        p
+        for p in engines
+        if p["metadata"]["labels"]["weightcache.io/role"] == "standby"
+        and p["metadata"]["labels"]["weightcache.io/node-rank"] == "0"
+    )
     worker = kubelet.pod_worker(namespace, follower["metadata"]["name"])
     assert worker is not None and worker.runners[0].process is not None
     os.killpg(worker.runners[0].process.pid, signal.SIGKILL)
-    status = wait_phase(kube, namespace, operator, "Ready", timeout=300,
-                        also=lambda s: (s.get("lastFailover") or {}).get("to") == standby["metadata"]["name"])  # fmt: skip
+    status = wait_phase(
+        kube,
+        namespace,
+        operator,
+        "Ready",
+        timeout=300,
+        also=lambda s: (s.get("lastFailover") or {}).get("to") == standby["metadata"]["name"],
+    )
     last = status["lastFailover"]
     assert (last["from"], last["replica"]) == (leader["metadata"]["name"], 0), last
     assert last["signal"] in ("ContainerRestarted", "ReadinessFailed", "PodFailed"), last
     assert last["promotionMs"] >= 0 and last["toNode"] == "node-1"
     events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
     assert sum(e.get("count", 1) for e in events if e.get("reason") == "Failover") == 1
-    wait_for(lambda: proxy.ready_endpoints == (f"{standby['status']['podIP']}:8000",), 60,
-             describe=lambda: proxy.ready_endpoints)  # fmt: skip
-    assert http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"] == disk_completion["choices"][0]["text"]
+    wait_for(
+        lambda: proxy.ready_endpoints == (f"{standby['status']['podIP']}:8000",),
+        60,
+        describe=lambda: proxy.ready_endpoints,
+    )
+    assert (
+        http_json(f"http://{host}:{port}/v1/completions", PROMPT)["choices"][0]["text"]
+        == disk_completion["choices"][0]["text"]
+    )
 
     cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=120s")
     assert pods(kube, namespace, "weightcache.io/cache=tiny-llama") == []

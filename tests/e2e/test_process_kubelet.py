@@ -9,13 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.devices import gpu_uuid
 from testcluster.kubelet.processes import CONTAINER_MARKER
-from testcluster.strays import processes_with_environment
 from testcluster.rest import Kube
+from testcluster.strays import processes_with_environment
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -369,32 +368,45 @@ def test_termination_messages_reach_the_container_status(kube: Kube, kubelet: Pr
             "restartPolicy": "Always",
             "volumes": [{"name": "work", "emptyDir": {}}],
             "containers": [
-                sh("writer", "[ -s /dev/termination-log ] && { echo stale > /dev/termination-log; exit 4; }; "
-                             "echo $$ >> /work/starts; echo \"start $(wc -l < /work/starts): no config.json\" > /dev/termination-log; "
-                             "exit 3", volumeMounts=[{"name": "work", "mountPath": "/work"}]),
+                sh(
+                    "writer",
+                    "[ -s /dev/termination-log ] && { echo stale > /dev/termination-log; exit 4; }; "
+                    'echo $$ >> /work/starts; echo "start $(wc -l < /work/starts): no config.json" > /dev/termination-log; '
+                    "exit 3",
+                    volumeMounts=[{"name": "work", "mountPath": "/work"}],
+                ),
                 sh("own-path", "printf 'told here' > /var/run/why; exit 1", terminationMessagePath="/var/run/why"),
-                sh("fallback", "for i in $(seq 1 100); do echo line $i; done; exit 1",
-                   terminationMessagePolicy="FallbackToLogsOnError"),
+                sh(
+                    "fallback",
+                    "for i in $(seq 1 100); do echo line $i; done; exit 1",
+                    terminationMessagePolicy="FallbackToLogsOnError",
+                ),
                 sh("log-only", "echo only in the log; exit 1"),
                 sh("long", "head -c 5000 /dev/zero | tr '\\0' x > /dev/termination-log; exit 1"),
             ],
         },
-    )  # fmt: skip
+    )
 
     def terminated(container: str) -> dict:
         status = container_status(kube, namespace, "explained", container)
         return status["state"].get("terminated") or status.get("lastState", {}).get("terminated") or {}
 
     writer = wait_for(
-        lambda: (s := container_status(kube, namespace, "explained", "writer"))["restartCount"] >= 1
-        and s["lastState"].get("terminated", {}).get("message", "").startswith("start") and s,
+        lambda: (
+            (s := container_status(kube, namespace, "explained", "writer"))["restartCount"] >= 1
+            and s["lastState"].get("terminated", {}).get("message", "").startswith("start")
+            and s
+        ),
         30,
         describe=lambda: get_pod(kube, namespace, "explained")["status"],
     )
     assert writer["lastState"]["terminated"]["exitCode"] == 3, "a restart starts with an empty file"
     assert writer["lastState"]["terminated"]["message"].strip().endswith(": no config.json")
-    wait_for(lambda: all(terminated(c) for c in ("own-path", "fallback", "log-only", "long")), 30,
-             describe=lambda: get_pod(kube, namespace, "explained")["status"])  # fmt: skip
+    wait_for(
+        lambda: all(terminated(c) for c in ("own-path", "fallback", "log-only", "long")),
+        30,
+        describe=lambda: get_pod(kube, namespace, "explained")["status"],
+    )
     assert terminated("own-path")["message"] == "told here"
     assert terminated("fallback")["message"].splitlines() == [f"line {i}" for i in range(21, 101)]
     assert "message" not in terminated("log-only"), "the default policy (File) never reads the log"

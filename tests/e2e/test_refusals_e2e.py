@@ -10,12 +10,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from testcluster.controlplane import ControlPlane
-from testcluster.kubelet import ProcessKubelet
-from testcluster.rest import Kube
-from testcluster.waiting import wait_for
-
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     DAEMONS,
     apply_sample,
@@ -26,6 +20,10 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     start_operator,
     wait_phase,
 )
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import Kube
+from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -64,8 +62,12 @@ def test_a_tensor_size_that_does_not_divide_the_heads(
     cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
 ) -> None:
     status = refused(cluster, kube, namespace, operator, parallelism={"tensor": 3})
-    what_a_user_reads(cluster, namespace, status,
-                      "daemon exited with code 2: num_attention_heads=8 is not divisible by tensor-parallel size 3")  # fmt: skip
+    what_a_user_reads(
+        cluster,
+        namespace,
+        status,
+        "daemon exited with code 2: num_attention_heads=8 is not divisible by tensor-parallel size 3",
+    )
     remove(cluster, namespace)
 
 
@@ -73,7 +75,9 @@ def test_a_pipeline_size_larger_than_the_layer_count(
     cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
 ) -> None:
     status = refused(cluster, kube, namespace, operator, parallelism={"tensor": 1, "pipeline": 5})
-    what_a_user_reads(cluster, namespace, status, "daemon exited with code 2: pipeline size 5 exceeds the model's 4 layers")
+    what_a_user_reads(
+        cluster, namespace, status, "daemon exited with code 2: pipeline size 5 exceeds the model's 4 layers"
+    )
     remove(cluster, namespace)
 
 
@@ -82,10 +86,20 @@ def test_a_host_path_without_a_checkpoint(
 ) -> None:
     for node in ("node-1", "node-2"):
         (kubelet.node_root(node) / "models" / "empty").mkdir(parents=True, exist_ok=True)
-    status = refused(cluster, kube, namespace, operator, model={"source": {"hostPath": {"path": "/models/empty"}},
-                                                               "dtype": "float32"})  # fmt: skip
-    what_a_user_reads(cluster, namespace, status, "daemon exited with code 2: /weightcache/model/config.json is missing: "
-                                                  "a Hugging Face checkpoint needs its config.json")  # fmt: skip
+    status = refused(
+        cluster,
+        kube,
+        namespace,
+        operator,
+        model={"source": {"hostPath": {"path": "/models/empty"}}, "dtype": "float32"},
+    )
+    what_a_user_reads(
+        cluster,
+        namespace,
+        status,
+        "daemon exited with code 2: /weightcache/model/config.json is missing: "
+        "a Hugging Face checkpoint needs its config.json",
+    )
     remove(cluster, namespace)
 
 
@@ -94,12 +108,27 @@ def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
 ) -> None:
     """The nodes advertise nvidia.com/gpu, so the GPU holder pods are placed, but nothing there can
     read a GPU: the holders exit, and the daemons, waiting for their grant, say so themselves."""
-    status = refused(cluster, kube, namespace, operator, daemon={"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm"})
-    what_a_user_reads(cluster, namespace, status,
-                      "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed")  # fmt: skip
+    status = refused(
+        cluster, kube, namespace, operator, daemon={"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm"}
+    )
+    what_a_user_reads(
+        cluster,
+        namespace,
+        status,
+        "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed",
+    )
     for pod in pods(kube, namespace, DAEMONS):
-        own = lambda: http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)  # noqa: E731
+
+        def own(pod: dict = pod) -> dict:
+            return http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)
+
         # Its ranks start (imports) before they wait: "starting" until then.
-        wait_for(lambda: all("waiting for the GPU holder's grant before touching any GPU: no GPU holder runs"
-                             in r["problem"] for r in own()["ranks"]), 30, describe=lambda: json.dumps(own(), indent=1))  # fmt: skip
+        wait_for(
+            lambda own=own: all(
+                "waiting for the GPU holder's grant before touching any GPU: no GPU holder runs" in r["problem"]
+                for r in own()["ranks"]
+            ),
+            30,
+            describe=lambda own=own: json.dumps(own(), indent=1),
+        )
     remove(cluster, namespace)

@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from test_operator_e2e import (  # noqa: F401 - fixtures
     DAEMONS,
     ENGINES,
@@ -57,7 +56,11 @@ def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, list[i
     for pod in pods(kube, namespace, DAEMONS):
         own = http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)
         restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
-        facts[pod["spec"]["nodeName"]] = (pod["metadata"]["uid"], restarts, [r["disk_bytes_read"] for r in own["ranks"]])
+        facts[pod["spec"]["nodeName"]] = (
+            pod["metadata"]["uid"],
+            restarts,
+            [r["disk_bytes_read"] for r in own["ranks"]],
+        )
     return facts
 
 
@@ -73,9 +76,12 @@ def reported(status: dict) -> bool:
 def replaced(before: dict) -> Callable[[dict], bool]:
     """A status whose generation change from ``before`` is complete: another daemon spec hash,
     the rollout Complete, and only new fingerprints on the nodes."""
-    return lambda s: (reported(s) and s["daemonSpecHash"] != before["daemonSpecHash"]
-                      and (s.get("rollout") or {}).get("phase") == "Complete"
-                      and {n["fingerprint"] for n in s["nodes"]}.isdisjoint({n["fingerprint"] for n in before["nodes"]}))
+    return lambda s: (
+        reported(s)
+        and s["daemonSpecHash"] != before["daemonSpecHash"]
+        and (s.get("rollout") or {}).get("phase") == "Complete"
+        and {n["fingerprint"] for n in s["nodes"]}.isdisjoint({n["fingerprint"] for n in before["nodes"]})
+    )
 
 
 def events(kube: Kube, namespace: str, reason: str) -> list[dict]:
@@ -88,9 +94,14 @@ def env_of(pod: dict) -> dict[str, str]:
 
 
 def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     apply(cluster, namespace, sample())
     before_status = wait_phase(kube, namespace, operator, "Ready", also=reported)
     before = daemon_facts(kube, namespace)
@@ -100,13 +111,19 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
     load = SteadyLoad(*proxy.address).start()
     try:
         apply(cluster, namespace, with_engine_env(sample(), "ENGINE_VERSION", "2"))
-        wait_for(lambda: rollout(kube, namespace).get("phase") == "Progressing", 30,
-                 describe=lambda: rollout(kube, namespace))  # fmt: skip
+        wait_for(
+            lambda: rollout(kube, namespace).get("phase") == "Progressing",
+            30,
+            describe=lambda: rollout(kube, namespace),
+        )
 
         def rolled() -> bool:
             engines = [p for p in pods(kube, namespace, ENGINES)]
-            return (rollout(kube, namespace).get("phase") == "Complete" and len(engines) == 2
-                    and all(env_of(p).get("ENGINE_VERSION") == "2" and is_ready(p) for p in engines))  # fmt: skip
+            return (
+                rollout(kube, namespace).get("phase") == "Complete"
+                and len(engines) == 2
+                and all(env_of(p).get("ENGINE_VERSION") == "2" and is_ready(p) for p in engines)
+            )
 
         wait_for(rolled, 300, interval=0.5, describe=lambda: (rollout(kube, namespace), pods(kube, namespace, ENGINES)))
     finally:
@@ -117,7 +134,9 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
     assert all(change.ready for change in proxy.changes[1:]), [c.ready for c in proxy.changes]
     status = wait_phase(kube, namespace, operator, "Ready")
     done = status["rollout"]
-    assert (done["mode"], done["updated"], done["total"]) == ("Engine", 1, 1) and done["finishedAt"] >= done["startedAt"]
+    assert (done["mode"], done["updated"], done["total"]) == ("Engine", 1, 1) and done["finishedAt"] >= done[
+        "startedAt"
+    ]
     assert not old_engines & {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}, "every old engine retired"
     # No daemon restarted or re-read the checkpoint: same pods, same restart counts, same counters.
     assert daemon_facts(kube, namespace) == before
@@ -131,9 +150,14 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
 
 
 def test_template_change_rolls_engine_groups_over_two_nodes_without_failures(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     """parallelism.nodes 2: each engine is a group of two pods; a new engine version starts as a
     whole new standby group, takes over once all of it is Ready, and the old groups drain."""
     body = sample(parallelism__nodes=2)
@@ -152,8 +176,15 @@ def test_template_change_rolls_engine_groups_over_two_nodes_without_failures(
             engines = pods(kube, namespace, ENGINES)
             return len(engines) == 4 and all(env_of(p).get("ENGINE_VERSION") == "2" and is_ready(p) for p in engines)
 
-        wait_for(rolled, 420, interval=0.5, describe=lambda: [(p["metadata"]["name"], env_of(p).get("ENGINE_VERSION"),
-                                                               is_ready(p)) for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+        wait_for(
+            rolled,
+            420,
+            interval=0.5,
+            describe=lambda: [
+                (p["metadata"]["name"], env_of(p).get("ENGINE_VERSION"), is_ready(p))
+                for p in pods(kube, namespace, ENGINES)
+            ],
+        )
     finally:
         result = load.stop()
     print(f"load during the group rollout: {result}")
@@ -169,30 +200,53 @@ def test_template_change_rolls_engine_groups_over_two_nodes_without_failures(
     health = http_json(f"http://{host}:{port}/health")
     assert [(r["rank"], r["weights"]["mode"]) for r in health["ranks"]] == [(0, "cache"), (1, "cache")], health
     # Reported as single-node rollouts are: status.rollout and the Progressing condition.
-    wait_for(lambda: rollout(kube, namespace).get("phase") == "Complete", 60, interval=0.5,
-             describe=lambda: rollout(kube, namespace))  # fmt: skip
+    wait_for(
+        lambda: rollout(kube, namespace).get("phase") == "Complete",
+        60,
+        interval=0.5,
+        describe=lambda: rollout(kube, namespace),
+    )
     done = rollout(kube, namespace)
-    assert (done["mode"], done["updated"], done["total"], done["currentStep"]) == ("Engine", 1, 1, "every replica updated")
+    assert (done["mode"], done["updated"], done["total"], done["currentStep"]) == (
+        "Engine",
+        1,
+        1,
+        "every replica updated",
+    )
     assert done["startedAt"] <= done["finishedAt"]
 
 
 def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     good = sample(engine__rollout={"readyDeadlineSeconds": 15})
     apply(cluster, namespace, good)
     wait_phase(kube, namespace, operator, "Ready")
-    serving = {p["metadata"]["name"]: p["metadata"]["labels"]["weightcache.io/role"] for p in pods(kube, namespace, ENGINES)}
+    serving = {
+        p["metadata"]["name"]: p["metadata"]["labels"]["weightcache.io/role"] for p in pods(kube, namespace, ENGINES)
+    }
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
 
     broken = copy.deepcopy(good)
     broken["spec"]["engine"]["template"]["spec"]["containers"][0]["command"] = [
-        "python", "-c", "import sys; print('this engine version is broken'); sys.exit(3)"]  # fmt: skip
+        "python",
+        "-c",
+        "import sys; print('this engine version is broken'); sys.exit(3)",
+    ]
     apply(cluster, namespace, broken)
-    wait_for(lambda: rollout(kube, namespace).get("phase") == "Stalled", 120, interval=0.5,
-             describe=lambda: rollout(kube, namespace))  # fmt: skip
+    wait_for(
+        lambda: rollout(kube, namespace).get("phase") == "Stalled",
+        120,
+        interval=0.5,
+        describe=lambda: rollout(kube, namespace),
+    )
     stalled = kube.get(WC.format(ns=namespace))["status"]
     progressing = next(c for c in stalled["conditions"] if c["type"] == "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "RolloutStalled")
@@ -207,10 +261,17 @@ def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
     assert http_json(f"http://{host}:{port}/v1/completions", {"prompt": "a", "max_tokens": 2})["choices"]
 
     apply(cluster, namespace, good)
-    wait_for(lambda: rollout(kube, namespace).get("phase") == "Complete", 60, interval=0.5,
-             describe=lambda: rollout(kube, namespace))  # fmt: skip
-    wait_for(lambda: sorted(p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)) == sorted(serving), 60,
-             describe=lambda: [p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)])  # fmt: skip
+    wait_for(
+        lambda: rollout(kube, namespace).get("phase") == "Complete",
+        60,
+        interval=0.5,
+        describe=lambda: rollout(kube, namespace),
+    )
+    wait_for(
+        lambda: sorted(p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)) == sorted(serving),
+        60,
+        describe=lambda: [p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)],
+    )
     status = wait_phase(kube, namespace, operator, "Ready")
     assert next(c for c in status["conditions"] if c["type"] == "Progressing")["status"] == "False"
     assert http_json(f"http://{host}:{port}/v1/completions", {"prompt": "a", "max_tokens": 2})["choices"]
@@ -218,9 +279,15 @@ def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
 
 @pytest.mark.parametrize("strategy", ["NodeByNode", "BlueGreen"])
 def test_generation_change_never_mixes_fingerprints_behind_the_service(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy, strategy: str,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,
+    strategy: str,  # type: ignore[no-untyped-def]
+) -> None:
     """NodeByNode (asked for in the spec): nodes are drained and their daemons replaced one at a
     time. BlueGreen (``Auto``; the daemons report the host's free memory, and a tiny model fits
     twice): the new generation's DaemonSet loads next to the old one, engines move over, and the
@@ -247,7 +314,8 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
             for pod in pods(kube, namespace, DAEMONS):
                 if is_ready(pod):
                     held.setdefault(pod["spec"]["nodeName"], set()).add(
-                        pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"])
+                        pod["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
+                    )
             resident.append(held)
             stop.wait(0.1)
 
@@ -258,8 +326,16 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
         apply(cluster, namespace, sample(model__revision="seed-1", daemon__generationChange=requested))
         after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=replaced(before))
         if strategy == "BlueGreen":  # the old DaemonSet's pods are deleted in the background
-            wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
-                              for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 60)  # fmt: skip
+            wait_for(
+                lambda: (
+                    {
+                        p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
+                        for p in pods(kube, namespace, DAEMONS)
+                    }
+                    == {after["daemonSpecHash"]}
+                ),
+                60,
+            )
     finally:
         result = load.stop()
         stop.set()
@@ -283,7 +359,9 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
         both = {node for held in resident for node, gens in held.items() if len(gens) == 2}
         assert len(both) == 2, f"each node held both generations at some point, saw only {both}"
         assert [d["metadata"]["name"] for d in daemonsets] == [f"tiny-llama-daemon-{after['daemonSpecHash'][:10]}"]
-        assert result.failed == [] and result.retried == 0, f"blue/green keeps Ready engines behind the Service: {result}"
+        assert result.failed == [] and result.retried == 0, (
+            f"blue/green keeps Ready engines behind the Service: {result}"
+        )
         assert not [c for c in proxy.changes if not c.ready], "the Service never had no Ready endpoint"
     condition = next(c for c in after["conditions"] if c["type"] == "GenerationChange")
     assert (condition["status"], condition["reason"]) == ("False", "Converged")
@@ -292,14 +370,21 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     health = http_json(f"http://{host}:{port}/health")
     assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health
     daemons = pods(kube, namespace, DAEMONS)
-    assert {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] for p in daemons} == {after["daemonSpecHash"]}
+    assert {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] for p in daemons} == {
+        after["daemonSpecHash"]
+    }
     assert json.dumps(after).count(before["daemonSpecHash"]) == 0
 
 
 def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
-    cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str, operator: subprocess.Popen,
-    checkpoint: Path, service_proxy,  # type: ignore[no-untyped-def]
-) -> None:  # fmt: skip
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    checkpoint: Path,
+    service_proxy,  # type: ignore[no-untyped-def]
+) -> None:
     """parallelism.nodes 2, new weights: a second set of slot DaemonSets loads next to the old one,
     a new engine group starts on it and is promoted next to the old active, the Service switches
     once the new group is labelled active, the old groups drain and the old slot DaemonSets go —
@@ -325,8 +410,16 @@ def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
     try:
         apply(cluster, namespace, sample(parallelism__nodes=2, model__revision="seed-1"))
         after = wait_phase(kube, namespace, operator, "Ready", timeout=480, also=replaced(before))
-        wait_for(lambda: {p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
-                          for p in pods(kube, namespace, DAEMONS)} == {after["daemonSpecHash"]}, 120)  # fmt: skip
+        wait_for(
+            lambda: (
+                {
+                    p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"]
+                    for p in pods(kube, namespace, DAEMONS)
+                }
+                == {after["daemonSpecHash"]}
+            ),
+            120,
+        )
     finally:
         result = load.stop()
         stop.set()
@@ -336,10 +429,14 @@ def test_generation_change_of_engine_groups_goes_blue_green_without_a_gap(
     assert not [c for c in proxy.changes if not c.ready], "the Service never had no Ready endpoint"
     seen = [{generation_of.get(e.rsplit(":", 1)[0], "?") for e in change.ready} for change in proxy.changes]
     assert all(len(gens) == 1 for gens in seen) and {g for gens in seen for g in gens} == {
-        before["daemonSpecHash"], after["daemonSpecHash"]}, seen  # fmt: skip
+        before["daemonSpecHash"],
+        after["daemonSpecHash"],
+    }, seen
     progress = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
     assert any("BlueGreen: every daemon has room for a second copy" in m for m in progress), progress
-    daemonsets = sorted(d["metadata"]["name"] for d in kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"])
+    daemonsets = sorted(
+        d["metadata"]["name"] for d in kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"]
+    )
     assert daemonsets == [f"tiny-llama-daemon-{after['daemonSpecHash'][:10]}-{slot}" for slot in (0, 1)]
     assert (after["rollout"]["mode"], after["rollout"]["updated"], after["rollout"]["total"]) == ("Generation", 1, 1)
     host, port = proxy.address

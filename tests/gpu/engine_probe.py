@@ -9,7 +9,6 @@ import json
 import sys
 
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights
 from weightcache.tools.reference_hf import bound_hf_model
@@ -27,14 +26,20 @@ def logits_digest(model) -> str:
 def main() -> None:
     model_dir, socket_dir, name, backend, action = sys.argv[1:6]
     dtype = sys.argv[6] if len(sys.argv) > 6 else "bfloat16"
-    weights = load_weights(model_dir, Layout(), socket_dir=socket_dir, name=name, fallback="error",
-                           dtype=dtype, backend=backend)
+    weights = load_weights(
+        model_dir, Layout(), socket_dir=socket_dir, name=name, fallback="error", dtype=dtype, backend=backend
+    )
     model = bound_hf_model(model_dir, weights)
     lo, hi = weights.arena.address_range
     inside = all(lo <= p.data_ptr() < hi for p in model.parameters())
-    report = {"mode": weights.mode, "digest": logits_digest(model), "params_inside_arena": inside,
-              "bytes_mapped": weights.bytes_mapped, "device_uuid": weights.device_uuid,
-              "allocated": torch.cuda.memory_allocated()}
+    report = {
+        "mode": weights.mode,
+        "digest": logits_digest(model),
+        "params_inside_arena": inside,
+        "bytes_mapped": weights.bytes_mapped,
+        "device_uuid": weights.device_uuid,
+        "allocated": torch.cuda.memory_allocated(),
+    }
     print(json.dumps(report), flush=True)
     if action == "write":
         next(iter(weights.tensors.values())).fill_(0)

@@ -14,12 +14,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 from hf_parity import FRACTION, SPEC, compare  # noqa: E402
-
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.gpu
-ISSUE_SHAPE = dict(family="qwen3", hidden_size=2048, intermediate_size=6144, num_layers=16, num_heads=16,
-                   num_kv_heads=8, vocab_size=32000, max_position_embeddings=2048)
+ISSUE_SHAPE = dict(
+    family="qwen3",
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_layers=16,
+    num_heads=16,
+    num_kv_heads=8,
+    vocab_size=32000,
+    max_position_embeddings=2048,
+)
 
 
 @pytest.mark.parametrize("shape", ["cpu-test", "issue"])

@@ -22,18 +22,21 @@ PROMPTS = ["The weight cache", "Once upon a time"]
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_engine_on_gpu_maps_cuda_vmm_weights_and_matches_disk(checkpoint_factory, start_daemon, tmp_path,
-                                                              tp: int) -> None:
+def test_engine_on_gpu_maps_cuda_vmm_weights_and_matches_disk(
+    checkpoint_factory, start_daemon, tmp_path, tp: int
+) -> None:
     if torch.cuda.device_count() < tp:
         pytest.skip(f"needs {tp} GPUs")
     ckpt = checkpoint_factory(family="qwen3")
-    daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}",
-                          ranks=list(range(tp)))
+    daemon = start_daemon(
+        ckpt, "--backend", "cuda-vmm", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
+    )
     factory = EngineFactory(tmp_path)
     try:
         common = ("--tp-size", str(tp), "--backend", "cuda-vmm", "--weight-cache-fallback", "error")
-        cached = factory(ckpt, *common, "--weight-cache-mode", "client", "--socket-dir", daemon.socket_dir,
-                         "--name", daemon.name)
+        cached = factory(
+            ckpt, *common, "--weight-cache-mode", "client", "--socket-dir", daemon.socket_dir, "--name", daemon.name
+        )
         disk = factory(ckpt, *common, "--weight-cache-mode", "off")
         ranks = cached.get("/health").body["ranks"]
         assert [r["weights"]["mode"] for r in ranks] == ["cache"] * tp

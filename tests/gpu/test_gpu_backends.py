@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, expect, load_from_disk
 from weightcache.tools.reference_hf import bound_hf_model, oracle_hf_model
@@ -24,8 +23,15 @@ from weightcache.tools.reference_hf import bound_hf_model, oracle_hf_model
 pytestmark = pytest.mark.gpu
 PROBE = str(Path(__file__).with_name("engine_probe.py"))
 PROMPT = [3, 17, 101, 7, 250, 42, 9]
-SPEC = dict(family="llama", hidden_size=1024, intermediate_size=2816, num_layers=6, num_heads=16, num_kv_heads=8,
-            vocab_size=8192)
+SPEC = dict(
+    family="llama",
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_layers=6,
+    num_heads=16,
+    num_kv_heads=8,
+    vocab_size=8192,
+)
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +47,13 @@ def digest_of(model) -> str:
 
 
 def probe(ckpt: Path, daemon, backend: str, action: str = "report", **popen) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, PROBE, str(ckpt), daemon.socket_dir, daemon.name, backend, action],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.Popen(
+        [sys.executable, PROBE, str(ckpt), daemon.socket_dir, daemon.name, backend, action],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
 
 
 def report_of(proc: subprocess.Popen[str]) -> dict:
@@ -92,8 +103,9 @@ def test_write_through_a_read_only_mapping_kills_only_the_writer(gpu_ckpt, start
     assert daemon.proc.poll() is None
 
 
-def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gpu_ckpt, start_keeper, start_daemon,
-                                                                            lean_env) -> None:
+def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(
+    gpu_ckpt, start_keeper, start_daemon, lean_env
+) -> None:
     start_keeper()
     daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
     deadline = time.monotonic() + 60
@@ -118,8 +130,16 @@ def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(gp
 
 
 def test_two_engines_map_one_arena_without_copies(checkpoint_factory, start_daemon) -> None:
-    ckpt = checkpoint_factory(family="llama", hidden_size=2048, intermediate_size=5632, num_layers=24, num_heads=16,
-                              num_kv_heads=8, vocab_size=8192, tokenizer=False)
+    ckpt = checkpoint_factory(
+        family="llama",
+        hidden_size=2048,
+        intermediate_size=5632,
+        num_layers=24,
+        num_heads=16,
+        num_kv_heads=8,
+        vocab_size=8192,
+        tokenizer=False,
+    )
     daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
     arena = status(daemon).arena_bytes
     assert arena > 2 * 2**30
@@ -130,8 +150,10 @@ def test_two_engines_map_one_arena_without_copies(checkpoint_factory, start_daem
     growth = free0 - free2
     for e in engines:
         e.kill()
-    print(f"arena {arena / 2**30:.2f} GiB; two engines grew device use by {growth / 2**30:.2f} GiB "
-          f"(their own allocations: {[r['allocated'] for r in reports]})")
+    print(
+        f"arena {arena / 2**30:.2f} GiB; two engines grew device use by {growth / 2**30:.2f} GiB "
+        f"(their own allocations: {[r['allocated'] for r in reports]})"
+    )
     assert all(r["params_inside_arena"] for r in reports)
     # Each engine costs its CUDA context and activations; a copy of the weights would add 2 × arena.
     assert growth < arena, (growth, arena)

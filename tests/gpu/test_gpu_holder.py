@@ -22,7 +22,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from weightcache.client.weights import DaemonConnection
 from weightcache.daemon.probe import probe
 from weightcache.gpu.device_memory import gpu_memory, nvml_gpu_uuids
@@ -31,15 +30,27 @@ from weightcache.gpu.gpu_grant import Grant, current_grant, take_lock, write_gra
 pytestmark = pytest.mark.gpu
 PROBE = str(Path(__file__).with_name("engine_probe.py"))
 # ~0.4 B parameters: a 0.77 GiB arena in 16 bits, large enough to see next to CUDA contexts.
-SPEC = dict(family="llama", hidden_size=2048, intermediate_size=5632, num_layers=8, num_heads=16, num_kv_heads=8,
-            vocab_size=8192, tokenizer=False)
+SPEC = dict(
+    family="llama",
+    hidden_size=2048,
+    intermediate_size=5632,
+    num_layers=8,
+    num_heads=16,
+    num_kv_heads=8,
+    vocab_size=8192,
+    tokenizer=False,
+)
 CONTEXT_ALLOWANCE = 2 << 30
 """What a second daemon may cost beyond its arena: its CUDA context and allocator rounding."""
 
 
 def engine(ckpt: Path, socket_dir: str, backend: str, dtype: str) -> dict:
-    proc = subprocess.run([sys.executable, PROBE, str(ckpt), socket_dir, "tiny", backend, "report", dtype],
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, PROBE, str(ckpt), socket_dir, "tiny", backend, "report", dtype],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[0])
 
@@ -66,9 +77,13 @@ def holder(socket_dir: str, tmp_path: Path):
     gpus = nvml_gpu_uuids()
     log = tmp_path / "holder.log"
     env = {**os.environ, "NVIDIA_VISIBLE_DEVICES": ",".join(gpus), "POD_NAME": "tiny-gpus-test", "NODE_NAME": "here"}
-    proc = subprocess.Popen([sys.executable, "-m", "weightcache", "gpu-holder", "--out", str(grant),
-                             "--expect", str(len(gpus))], stdout=log.open("w"), stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "gpu-holder", "--out", str(grant), "--expect", str(len(gpus))],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while current_grant(grant)[0] is None:
         assert proc.poll() is None, log.read_text()
@@ -105,8 +120,10 @@ def test_two_generations_share_the_holders_gpu_and_the_second_outlives_the_first
     assert a.device_uuid == b.device_uuid == uuid, "both generations hold their arenas on the granted GPU"
     assert a.fingerprint_digest != b.fingerprint_digest
     drop = free1 - free2
-    print(f"{backend}: arena {b.arena_bytes / 2**30:.2f} GiB; free {free0 / 2**30:.2f} → {free1 / 2**30:.2f} "
-          f"→ {free2 / 2**30:.2f} GiB (second generation took {drop / 2**30:.2f} GiB)")
+    print(
+        f"{backend}: arena {b.arena_bytes / 2**30:.2f} GiB; free {free0 / 2**30:.2f} → {free1 / 2**30:.2f} "
+        f"→ {free2 / 2**30:.2f} GiB (second generation took {drop / 2**30:.2f} GiB)"
+    )
     assert b.arena_bytes <= drop <= b.arena_bytes + CONTEXT_ALLOWANCE, (drop, b.arena_bytes)
     assert probe(blue, "tiny", [0], gpus_file=str(grant_file)) == []
     assert probe(green, "tiny", [0], gpus_file=str(grant_file)) == []

@@ -7,7 +7,6 @@ transformers' own greedy tokens for the same checkpoint on the same GPU.
 from __future__ import annotations
 
 import pytest
-
 from weightcache.tools.demo import run_engine
 from weightcache.tools.reference_hf import greedy, oracle_hf_model, tokenizer_for
 
@@ -18,8 +17,20 @@ PROMPT = "The weight cache"
 def test_hf_generate_runs_on_cuda_from_the_cache_and_from_disk(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen3")
     daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
-    common = ["--model", str(ckpt), "--backend", "cuda-vmm", "--dtype", "bfloat16", "--prompt", PROMPT,
-              "--max-new-tokens", "12", "--fallback", "error"]
+    common = [
+        "--model",
+        str(ckpt),
+        "--backend",
+        "cuda-vmm",
+        "--dtype",
+        "bfloat16",
+        "--prompt",
+        PROMPT,
+        "--max-new-tokens",
+        "12",
+        "--fallback",
+        "error",
+    ]
     cached = run_engine([*common, "--socket-dir", daemon.socket_dir, "--name", daemon.name])
     disk = run_engine([*common, "--weights", "off"])
     want = greedy(oracle_hf_model(ckpt, "bfloat16").to("cuda"), tokenizer_for(ckpt).encode(PROMPT), 12)

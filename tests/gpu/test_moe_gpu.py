@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights
 from weightcache.engine.config import ModelConfig
@@ -14,16 +13,33 @@ from weightcache.tools.reference_hf import dequantized_hf_model
 
 pytestmark = pytest.mark.gpu
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
-FP8_MOE = dict(family="qwen3_moe", hidden_size=256, num_heads=4, num_kv_heads=2, num_layers=2, num_experts=4,
-               moe_intermediate_size=128, fp8=True)
+FP8_MOE = dict(
+    family="qwen3_moe",
+    hidden_size=256,
+    num_heads=4,
+    num_kv_heads=2,
+    num_layers=2,
+    num_experts=4,
+    moe_intermediate_size=128,
+    fp8=True,
+)
 
 
-def test_fp8_moe_mapped_from_a_cuda_vmm_daemon_matches_transformers_on_the_gpu(checkpoint_factory,
-                                                                               start_daemon) -> None:
+def test_fp8_moe_mapped_from_a_cuda_vmm_daemon_matches_transformers_on_the_gpu(
+    checkpoint_factory, start_daemon
+) -> None:
     ckpt = checkpoint_factory(**FP8_MOE)
     daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--quantization", "fp8", "--dtype", "float32")
-    weights = load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                           dtype="float32", quantization="fp8", backend="cuda-vmm")
+    weights = load_weights(
+        str(ckpt),
+        Layout(),
+        socket_dir=daemon.socket_dir,
+        name=daemon.name,
+        fallback="error",
+        dtype="float32",
+        quantization="fp8",
+        backend="cuda-vmm",
+    )
     model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, Group(), (128, 128))
     assert weights.mode == "cache" and model.device.type == "cuda"
     assert weights.arena is not None

@@ -24,11 +24,13 @@ class Reply:
     body: Any
 
 
-def request(port: int, method: str, path: str, body: Any = None, raw: bytes | None = None,
-            timeout: float = 60) -> Reply:
+def request(
+    port: int, method: str, path: str, body: Any = None, raw: bytes | None = None, timeout: float = 60
+) -> Reply:
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", data=data, method=method, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=timeout) as resp:
             text = resp.read().decode()
@@ -43,14 +45,18 @@ def request(port: int, method: str, path: str, body: Any = None, raw: bytes | No
 
 def stream_events(port: int, path: str, body: dict[str, Any], timeout: float = 60) -> Iterator[Any]:
     """POST with stream: true; yields the decoded ``data:`` events as they arrive, ``"[DONE]"`` included."""
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps({**body, "stream": True}).encode(),
-                                 method="POST", headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps({**body, "stream": True}).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=timeout) as resp:
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         for line in resp:
             line = line.decode().strip()
             if line.startswith("data: "):
-                payload = line[len("data: "):]
+                payload = line[len("data: ") :]
                 yield payload if payload == "[DONE]" else json.loads(payload)
 
 
@@ -106,8 +112,14 @@ class EngineFactory:
         port = free_port()
         log = self.log_dir / f"engine-{len(self.engines)}-{port}.log"
         argv = [sys.executable, "-m", "weightcache", "engine", "--model", str(model), "--port", str(port), *args]
-        proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            argv,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
         engine = Engine(proc, port, log)
         self.engines.append(engine)
         if wait:

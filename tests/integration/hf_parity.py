@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import expect, load_from_disk
 from weightcache.engine.config import ModelConfig
@@ -25,8 +24,9 @@ from weightcache.tools.reference_hf import greedy, oracle_hf_model
 # Qwen3 with head_dim 128 and two query heads per KV head, like the model the issue measured on the
 # H200 (hidden 2048, 16 heads, 8 KV heads), at half the width and a quarter of the layers so that
 # the CPU test stays well under a minute on two cores.
-SPEC = dict(family="qwen3", hidden_size=1024, intermediate_size=2816, num_layers=4, num_heads=8, num_kv_heads=4,
-            vocab_size=8192)
+SPEC = dict(
+    family="qwen3", hidden_size=1024, intermediate_size=2816, num_layers=4, num_heads=8, num_kv_heads=4, vocab_size=8192
+)
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12, 5000, 8000, 77, 1024, 2048, 4095, 6, 60, 600]
 NEW_TOKENS = 16
 FRACTION = 0.25
@@ -43,8 +43,10 @@ class Parity:
     hf_tokens: list[int]
 
     def row(self, device: str) -> str:
-        return (f"{device:>5}  delta(hf bf16 vs f32)={self.delta:.4f}  diff(engine vs hf bf16)={self.diff:.4f}  "
-                f"ratio={self.diff / self.delta:.3f}  greedy {NEW_TOKENS} equal={self.engine_tokens == self.hf_tokens}")
+        return (
+            f"{device:>5}  delta(hf bf16 vs f32)={self.delta:.4f}  diff(engine vs hf bf16)={self.diff:.4f}  "
+            f"ratio={self.diff / self.delta:.3f}  greedy {NEW_TOKENS} equal={self.engine_tokens == self.hf_tokens}"
+        )
 
 
 def engine_greedy(model: Model, prompt: list[int], n: int) -> list[int]:
@@ -72,5 +74,9 @@ def compare(ckpt: Path, backend: str = "cpu-shm") -> Parity:
     model.keep_alive = weights
     assert model.device.type == device
     got = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
-    return Parity(delta=float((want - want32).abs().max()), diff=float((got - want).abs().max()),
-                  engine_tokens=engine_greedy(model, PROMPT, NEW_TOKENS), hf_tokens=hf_tokens)
+    return Parity(
+        delta=float((want - want32).abs().max()),
+        diff=float((got - want).abs().max()),
+        engine_tokens=engine_greedy(model, PROMPT, NEW_TOKENS),
+        hf_tokens=hf_tokens,
+    )

@@ -70,7 +70,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-def test_bad_checkpoint_fails_clearly_without_a_ready_file(case: str, llama: Path, tmp_path: Path, start_daemon) -> None:
+def test_bad_checkpoint_fails_clearly_without_a_ready_file(
+    case: str, llama: Path, tmp_path: Path, start_daemon
+) -> None:
     ckpt = tmp_path / "ckpt"
     shutil.copytree(llama, ckpt)
     corrupt(case, ckpt)
@@ -90,11 +92,14 @@ def test_unsupported_quantization_flag_fails_before_reading(method: str, tmp_pat
     assert f"quantization method '{method}' is not supported" in daemon.output()
 
 
-@pytest.mark.parametrize("args, says", [
-    (("--tp-size", "3"), "num_attention_heads=8 is not divisible by tensor-parallel size 3"),
-    (("--pp-size", "5"), "pipeline size 5 exceeds the model's 4 layers"),
-    (("--tp-size", "2", "--tp-rank", "1", "--dtype", "float64"), "dtype 'float64' cannot be served"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--tp-size", "3"), "num_attention_heads=8 is not divisible by tensor-parallel size 3"),
+        (("--pp-size", "5"), "pipeline size 5 exceeds the model's 4 layers"),
+        (("--tp-size", "2", "--tp-rank", "1", "--dtype", "float64"), "dtype 'float64' cannot be served"),
+    ],
+)
 def test_a_refused_checkpoint_leaves_no_files(args: tuple[str, ...], says: str, llama: Path, start_daemon) -> None:
     daemon = start_daemon(llama, *args, wait=False)
     assert daemon.proc.wait(timeout=60) == 2

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-
 from weightcache.daemon.probe import probe
 
 ENGINE = r"""
@@ -40,8 +39,12 @@ def test_ready_file_describes_the_daemon_and_goes_away_on_sigterm(llama, start_d
 
 def test_engine_survives_daemon_sigkill_and_a_new_daemon_starts_over_stale_files(llama, start_daemon) -> None:
     daemon = start_daemon(llama, "--dtype", "bfloat16")
-    engine = subprocess.Popen([sys.executable, "-c", ENGINE, str(llama), daemon.socket_dir, daemon.name],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    engine = subprocess.Popen(
+        [sys.executable, "-c", ENGINE, str(llama), daemon.socket_dir, daemon.name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         engine.stdin.write("go\n")
         engine.stdin.flush()
@@ -94,8 +97,16 @@ def test_socket_group_opens_the_socket_to_that_group(llama, start_daemon) -> Non
 
 
 def test_sigterm_during_load_exits_cleanly_without_a_ready_file(checkpoint_factory, start_daemon) -> None:
-    ckpt = checkpoint_factory(family="llama", hidden_size=1024, intermediate_size=2816, num_layers=8, num_heads=16,
-                              num_kv_heads=8, vocab_size=4096, tokenizer=False)
+    ckpt = checkpoint_factory(
+        family="llama",
+        hidden_size=1024,
+        intermediate_size=2816,
+        num_layers=8,
+        num_heads=16,
+        num_kv_heads=8,
+        vocab_size=4096,
+        tokenizer=False,
+    )
     daemon = start_daemon(ckpt, "--dtype", "float32", "--quantization", "fp8", wait=False)
     deadline = time.monotonic() + 60
     while "msg=loading" not in daemon.output():

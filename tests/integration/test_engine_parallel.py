@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import expect, load_from_disk
 from weightcache.engine.config import ModelConfig
@@ -29,8 +28,9 @@ from weightcache.tools.reference_hf import greedy, oracle_hf_model
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
 ATOL, RTOL = 2e-4, 1e-5
-BLOCK_ALIGNED_FP8 = dict(family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=4,
-                         num_layers=2, fp8=True)
+BLOCK_ALIGNED_FP8 = dict(
+    family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=4, num_layers=2, fp8=True
+)
 
 RANK = r"""
 import json, sys
@@ -68,12 +68,42 @@ group.close()
 """.replace("PROMPT", repr(PROMPT))
 
 
-def run_tp(ckpt: Path, tp: int, out: Path, mode: str = "off", socket_dir: str = "", name: str = "",
-           dtype: str = "float32", quant: str = "none", ep: int = 1) -> tuple[torch.Tensor, list[dict]]:
+def run_tp(
+    ckpt: Path,
+    tp: int,
+    out: Path,
+    mode: str = "off",
+    socket_dir: str = "",
+    name: str = "",
+    dtype: str = "float32",
+    quant: str = "none",
+    ep: int = 1,
+) -> tuple[torch.Tensor, list[dict]]:
     addr = f"127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(ckpt), str(r), str(tp), addr, str(out), mode,
-                               socket_dir, name, dtype, quant, str(ep)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) for r in range(tp)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                RANK,
+                str(ckpt),
+                str(r),
+                str(tp),
+                addr,
+                str(out),
+                mode,
+                socket_dir,
+                name,
+                dtype,
+                quant,
+                str(ep),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for r in range(tp)
+    ]
     for r, p in enumerate(procs):
         output, _ = p.communicate(timeout=240)
         assert p.returncode == 0, f"rank {r} failed:\n{output}"
@@ -83,8 +113,13 @@ def run_tp(ckpt: Path, tp: int, out: Path, mode: str = "off", socket_dir: str = 
 
 def tp1(ckpt: Path, dtype: str = "float32", quant: str = "none") -> tuple[torch.Tensor, list[int]]:
     weights = load_from_disk(expect(str(ckpt), Layout(), dtype=dtype, quantization=quant))
-    model = Model(ModelConfig.from_checkpoint(ckpt), weights.tensors, weights.aliases, Group(),
-                  (128, 128) if quant == "fp8" else None)
+    model = Model(
+        ModelConfig.from_checkpoint(ckpt),
+        weights.tensors,
+        weights.aliases,
+        Group(),
+        (128, 128) if quant == "fp8" else None,
+    )
     logits = model.forward(torch.tensor(PROMPT), model.new_cache(len(PROMPT)), all_logits=True)
     cache = model.new_cache(len(PROMPT) + 8)
     step, tokens = model.forward(torch.tensor(PROMPT), cache), []
@@ -98,8 +133,9 @@ def tp1(ckpt: Path, dtype: str = "float32", quant: str = "none") -> tuple[torch.
 @pytest.mark.parametrize("tp", [2, 4])
 def test_tp_logits_from_the_cache_match_tp1(checkpoint_factory, start_daemon, tmp_path, tp: int) -> None:
     ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)  # biases + tied vocab-parallel head
-    daemon = start_daemon(ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}",
-                          ranks=list(range(tp)))
+    daemon = start_daemon(
+        ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
+    )
     want, want_tokens = tp1(ckpt)
     got, facts = run_tp(ckpt, tp, tmp_path / "out", "client", daemon.socket_dir, daemon.name)
     assert [f["report"]["mode"] for f in facts] == ["cache"] * tp
@@ -123,8 +159,9 @@ def test_tp2_qwen3_from_disk_matches_tp1(checkpoint_factory, tmp_path) -> None:
 def test_tp2_fp8_matches_tp1_fp8(checkpoint_factory, start_daemon, tmp_path) -> None:
     # Shards of this checkpoint hold whole 128×128 blocks, so TP=2 dequantizes exactly TP=1's values.
     ckpt = checkpoint_factory(**BLOCK_ALIGNED_FP8)
-    daemon = start_daemon(ckpt, "--dtype", "float32", "--quantization", "fp8", "--tp-size", "2", "--ranks", "0-1",
-                          ranks=[0, 1])
+    daemon = start_daemon(
+        ckpt, "--dtype", "float32", "--quantization", "fp8", "--tp-size", "2", "--ranks", "0-1", ranks=[0, 1]
+    )
     want, want_tokens = tp1(ckpt, quant="fp8")
     got, facts = run_tp(ckpt, 2, tmp_path / "out", "client", daemon.socket_dir, daemon.name, quant="fp8")
     assert [f["report"]["mode"] for f in facts] == ["cache", "cache"] and all(f["in_arena"] for f in facts)
@@ -133,15 +170,19 @@ def test_tp2_fp8_matches_tp1_fp8(checkpoint_factory, start_daemon, tmp_path) -> 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("tp, kv, family, mode", [(4, 1, "qwen2", "client"), (4, 2, "qwen3", "off"), (2, 1, "llama", "off")])
-def test_more_ranks_than_kv_heads_replicate_them_and_match_transformers(checkpoint_factory, start_daemon, tmp_path,
-                                                                        tp: int, kv: int, family: str, mode: str) -> None:
+@pytest.mark.parametrize(
+    "tp, kv, family, mode", [(4, 1, "qwen2", "client"), (4, 2, "qwen3", "off"), (2, 1, "llama", "off")]
+)
+def test_more_ranks_than_kv_heads_replicate_them_and_match_transformers(
+    checkpoint_factory, start_daemon, tmp_path, tp: int, kv: int, family: str, mode: str
+) -> None:
     # qwen2: replicated k/v biases, from a daemon's arenas; qwen3: replicated k_norm inputs; llama: MQA at TP=2.
     ckpt = checkpoint_factory(family=family, num_kv_heads=kv)
     extra: tuple[str, str] = ("", "")
     if mode == "client":
-        daemon = start_daemon(ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}",
-                              ranks=list(range(tp)))
+        daemon = start_daemon(
+            ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
+        )
         extra = (daemon.socket_dir, daemon.name)
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
@@ -160,8 +201,9 @@ MOE = dict(family="qwen3_moe", num_layers=3, num_experts=8, num_experts_per_tok=
 @pytest.mark.parametrize("ep", [1, 2], ids=["tp2", "ep2"])
 def test_moe_tp2_and_ep2_from_the_cache_match_transformers(checkpoint_factory, start_daemon, tmp_path, ep: int) -> None:
     ckpt = checkpoint_factory(**MOE)
-    daemon = start_daemon(ckpt, "--dtype", "float32", "--tp-size", "2", "--ep-size", str(ep), "--ranks", "0-1",
-                          ranks=[0, 1])
+    daemon = start_daemon(
+        ckpt, "--dtype", "float32", "--tp-size", "2", "--ep-size", str(ep), "--ranks", "0-1", ranks=[0, 1]
+    )
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
         want = oracle(torch.tensor([PROMPT])).logits[0].float()

@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 from engine_process import Engine, EngineFactory, engines, request, stream, stream_events
-
 from weightcache.engine.launcher import free_port
 
 PROMPTS = ["The weight cache", "Once upon a time", "def add(a, b):"]
@@ -36,7 +35,9 @@ def ranks_of(engine: Engine) -> list[dict]:
 def stream_text(events: list) -> tuple[str, list[int], str]:
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
-    text = "".join(c["choices"][0].get("text", "") or c["choices"][0].get("delta", {}).get("content", "") for c in chunks)
+    text = "".join(
+        c["choices"][0].get("text", "") or c["choices"][0].get("delta", {}).get("content", "") for c in chunks
+    )
     ids = [i for c in chunks for i in c["choices"][0].get("token_ids", [])]
     return text, ids, chunks[-1]["choices"][0]["finish_reason"]
 
@@ -53,8 +54,19 @@ def kill_daemon_group(handle) -> None:
 @pytest.mark.slow
 def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, start_daemon, start_engine) -> None:
     daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", ranks=[0, 1])
-    cached = start_engine(llama, "--tp-size", "2", "--weight-cache-mode", "client", "--weight-cache-fallback", "error",
-                          "--socket-dir", daemon.socket_dir, "--name", daemon.name)
+    cached = start_engine(
+        llama,
+        "--tp-size",
+        "2",
+        "--weight-cache-mode",
+        "client",
+        "--weight-cache-fallback",
+        "error",
+        "--socket-dir",
+        daemon.socket_dir,
+        "--name",
+        daemon.name,
+    )
     disk = start_engine(llama, "--tp-size", "2", "--weight-cache-mode", "off")
 
     assert [r["weights"]["mode"] for r in ranks_of(cached)] == ["cache", "cache"]
@@ -77,10 +89,18 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
         assert got["choices"][0]["text"] == want["choices"][0]["text"]
         assert got["usage"] == want["usage"] and got["usage"]["completion_tokens"] >= 1
         expected[prompt] = want["choices"][0]
-        text, ids, finish = stream_text(stream(cached.port, "/v1/completions", {
-            "prompt": prompt, "max_tokens": 12, "temperature": 0, "return_token_ids": True}))
-        assert (text, ids, finish) == (want["choices"][0]["text"], want["choices"][0]["token_ids"],
-                                       want["choices"][0]["finish_reason"])
+        text, ids, finish = stream_text(
+            stream(
+                cached.port,
+                "/v1/completions",
+                {"prompt": prompt, "max_tokens": 12, "temperature": 0, "return_token_ids": True},
+            )
+        )
+        assert (text, ids, finish) == (
+            want["choices"][0]["text"],
+            want["choices"][0]["token_ids"],
+            want["choices"][0]["finish_reason"],
+        )
 
     chat_want = disk.post("/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "temperature": 0}).body
     chat_got = cached.post("/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "temperature": 0}).body
@@ -91,13 +111,29 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
     assert (text, finish) == (chat_want["choices"][0]["message"]["content"], chat_want["choices"][0]["finish_reason"])
 
     # A hot standby maps the same arenas while the active engine serves.
-    standby = start_engine(llama, "--tp-size", "2", "--weight-cache-mode", "client", "--weight-cache-fallback",
-                           "error", "--socket-dir", daemon.socket_dir, "--name", daemon.name)
+    standby = start_engine(
+        llama,
+        "--tp-size",
+        "2",
+        "--weight-cache-mode",
+        "client",
+        "--weight-cache-fallback",
+        "error",
+        "--socket-dir",
+        daemon.socket_dir,
+        "--name",
+        daemon.name,
+    )
     assert [r["weights"]["mode"] for r in ranks_of(standby)] == ["cache", "cache"]
 
     # Mid-serving, literally: the daemon dies while a long streaming request is generating.
-    long_body = {"prompt": PROMPTS[0], "max_tokens": 400, "temperature": 0, "ignore_eos": True,
-                 "return_token_ids": True}
+    long_body = {
+        "prompt": PROMPTS[0],
+        "max_tokens": 400,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
     long_want = disk.complete(**long_body)["choices"][0]["token_ids"]
     streamed: dict = {}
     first = threading.Event()
@@ -152,21 +188,29 @@ def test_concurrent_requests_get_what_they_would_get_alone(tp1_engine: Engine) -
         t.join(timeout=120)
     assert together == alone
     # Seeded sampling is reproducible and differs from greedy: the sampler is really used.
-    sampled = [tp1_engine.complete(PROMPTS[0], max_tokens=20, temperature=1.0, seed=7, ignore_eos=True)
-               ["choices"][0]["token_ids"] for _ in range(2)]
+    sampled = [
+        tp1_engine.complete(PROMPTS[0], max_tokens=20, temperature=1.0, seed=7, ignore_eos=True)["choices"][0][
+            "token_ids"
+        ]
+        for _ in range(2)
+    ]
     assert sampled[0] == sampled[1] != alone[PROMPTS[0] + " 0"]
 
 
-def test_stop_strings_end_the_completion_at_the_token_that_completes_them(tp1_engine: Engine,
-                                                                           checkpoint_factory) -> None:
+def test_stop_strings_end_the_completion_at_the_token_that_completes_them(
+    tp1_engine: Engine, checkpoint_factory
+) -> None:
     from weightcache.engine.tokenizer import Tokenizer
 
     tok = Tokenizer(checkpoint_factory(family="llama"))  # the engine's checkpoint (session-cached)
     full = tp1_engine.complete(PROMPTS[1], max_tokens=24, ignore_eos=True)["choices"][0]
     text = full["text"]
     # A random model emits invalid UTF-8 now and then; take an ASCII pair from the second half.
-    pairs = [text[i:i + 2] for i in range(len(text) // 2, len(text) - 1) if text[i:i + 2].isascii()
-             and text[i:i + 2].strip() == text[i:i + 2]]
+    pairs = [
+        text[i : i + 2]
+        for i in range(len(text) // 2, len(text) - 1)
+        if text[i : i + 2].isascii() and text[i : i + 2].strip() == text[i : i + 2]
+    ]
     assert pairs, full
     stop = pairs[0]
     cut = tp1_engine.complete(PROMPTS[1], max_tokens=24, ignore_eos=True, stop=[stop])["choices"][0]
@@ -174,8 +218,11 @@ def test_stop_strings_end_the_completion_at_the_token_that_completes_them(tp1_en
     assert cut["finish_reason"] == "stop" and n < 24 and full["token_ids"][:n] == cut["token_ids"]
     assert stop not in cut["text"]
     assert stop in tok.decode(cut["token_ids"]) and stop not in tok.decode(cut["token_ids"][:-1])
-    events = stream(tp1_engine.port, "/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0,
-                                                         "ignore_eos": True, "stop": stop})
+    events = stream(
+        tp1_engine.port,
+        "/v1/completions",
+        {"prompt": PROMPTS[1], "max_tokens": 24, "temperature": 0, "ignore_eos": True, "stop": stop},
+    )
     assert stream_text(events)[0::2] == (cut["text"], "stop")
 
 
@@ -184,15 +231,32 @@ BAD_REQUESTS = [
     ("/v1/completions", b'["prompt"]', 400, "invalid_json", None),
     ("/v1/completions", b'{"max_tokens": 4}', 400, "missing_field", "prompt"),
     ("/v1/chat/completions", b'{"max_tokens": 4}', 400, "missing_field", "messages"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, "invalid_value", "messages.0.role"),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "wizard", "content": "x"}]}',
+        400,
+        "invalid_value",
+        "messages.0.role",
+    ),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 0}', 400, None, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": -3}', 400, None, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 100000}', 400, None, "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": "many"}', 400, "invalid_value", "max_tokens"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 127}', 400, "context_length_exceeded", "prompt"),
-    ("/v1/completions", b'{"prompt": ' + str(list(range(1, 130))).encode() + b'}', 400, "context_length_exceeded", "prompt"),
-    ("/v1/completions", b'{"prompt": "' + b"one two three " * 60 + b'", "max_tokens": 1}', 400,
-     "context_length_exceeded", "prompt"),
+    (
+        "/v1/completions",
+        b'{"prompt": ' + str(list(range(1, 130))).encode() + b"}",
+        400,
+        "context_length_exceeded",
+        "prompt",
+    ),
+    (
+        "/v1/completions",
+        b'{"prompt": "' + b"one two three " * 60 + b'", "max_tokens": 1}',
+        400,
+        "context_length_exceeded",
+        "prompt",
+    ),
     ("/v1/completions", b'{"prompt": [1, 2, 99999]}', 400, None, "prompt"),
     ("/v1/completions", b'{"prompt": "hi", "temperature": 9}', 400, "invalid_value", "temperature"),
     ("/v1/completions", b'{"prompt": "hi", "n": 2}', 400, "invalid_value", "n"),
@@ -232,10 +296,14 @@ def ready_status(engine: Engine) -> int | None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("victim, sig", [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)],
-                         ids=["follower-killed", "leader-killed", "follower-hung"])
-def test_a_dead_or_hung_rank_fails_readiness_and_the_engine_exits_nonzero(llama, start_engine, victim: int,
-                                                                          sig: int) -> None:
+@pytest.mark.parametrize(
+    "victim, sig",
+    [(1, signal.SIGKILL), (0, signal.SIGKILL), (1, signal.SIGSTOP)],
+    ids=["follower-killed", "leader-killed", "follower-hung"],
+)
+def test_a_dead_or_hung_rank_fails_readiness_and_the_engine_exits_nonzero(
+    llama, start_engine, victim: int, sig: int
+) -> None:
     # SIGSTOP: the rank is alive but answers nothing; only the collective timeout can notice.
     engine = start_engine(llama, "--tp-size", "2", "--dist-timeout", "3")
     pids = [r["pid"] for r in ranks_of(engine)]
@@ -275,8 +343,9 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(llama, start_engine) 
         import urllib.request
 
         body = {"prompt": PROMPTS[0], "max_tokens": 150, "temperature": 0, "ignore_eos": True, "stream": True}
-        req = urllib.request.Request(f"http://127.0.0.1:{engine.port}/v1/completions", data=json.dumps(body).encode(),
-                                     method="POST")
+        req = urllib.request.Request(
+            f"http://127.0.0.1:{engine.port}/v1/completions", data=json.dumps(body).encode(), method="POST"
+        )
         chunks = []
         with urllib.request.urlopen(req, timeout=120) as resp:
             for line in resp:
@@ -312,8 +381,11 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(llama, start_engine) 
 
 
 def test_client_mode_without_a_daemon_follows_the_fallback_policy(llama, socket_dir, start_engine) -> None:
-    env = {"WEIGHTCACHE_SOCKET_DIR": socket_dir, "WEIGHTCACHE_NAME": "absent",
-           "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE": "client"}
+    env = {
+        "WEIGHTCACHE_SOCKET_DIR": socket_dir,
+        "WEIGHTCACHE_NAME": "absent",
+        "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE": "client",
+    }
     engine = start_engine(llama, env=env)
     weights = ranks_of(engine)[0]["weights"]
     assert weights["mode_requested"] == "client" and weights["mode"] == "disk"
@@ -357,19 +429,34 @@ def stop_spawned_daemons(socket_dir: str, name: str) -> None:
 
 
 @pytest.mark.slow
-def test_an_expert_parallel_moe_engine_spawns_its_daemons_and_answers_as_tp1_does(checkpoint_factory, socket_dir,
-                                                                                  start_engine) -> None:
+def test_an_expert_parallel_moe_engine_spawns_its_daemons_and_answers_as_tp1_does(
+    checkpoint_factory, socket_dir, start_engine
+) -> None:
     moe = checkpoint_factory(family="qwen3_moe", num_layers=2)
-    args = ("--tp-size", "2", "--ep-size", "2", "--dtype", "float32", "--weight-cache-mode", "daemon",
-            "--socket-dir", socket_dir, "--name", "moe")
+    args = (
+        "--tp-size",
+        "2",
+        "--ep-size",
+        "2",
+        "--dtype",
+        "float32",
+        "--weight-cache-mode",
+        "daemon",
+        "--socket-dir",
+        socket_dir,
+        "--name",
+        "moe",
+    )
     try:
         ep = start_engine(moe, *args)
         assert [r["weights"]["mode"] for r in ranks_of(ep)] == ["cache", "cache"]
         assert all(r["weights"]["weights_in_arena"] for r in ranks_of(ep))
         one = start_engine(moe, "--dtype", "float32")
         for prompt in PROMPTS:
-            assert ep.complete(prompt, max_tokens=8)["choices"][0]["token_ids"] == \
-                one.complete(prompt, max_tokens=8)["choices"][0]["token_ids"]
+            assert (
+                ep.complete(prompt, max_tokens=8)["choices"][0]["token_ids"]
+                == one.complete(prompt, max_tokens=8)["choices"][0]["token_ids"]
+            )
     finally:
         stop_spawned_daemons(socket_dir, "moe")
 
@@ -394,15 +481,21 @@ def test_ranks_started_one_by_one_are_live_but_not_ready_until_all_have_joined(l
     assert wait_exit(follower, 30) == 0  # rank 0 drained, then told rank 1 to stop
 
 
-@pytest.mark.parametrize("args, words", [
-    (("--tp-size", "3"), "not divisible by tensor-parallel size 3"),
-    (("--weight-cache-mode", "client"), "needs --socket-dir and --name"),
-    (("--weight-cache-mode", "sometimes"), "must be one of off, client, daemon"),
-    (("--tp-size", "2", "--ep-size", "2"), "--ep-size 2 needs a mixture-of-experts model"),
-    (("--tp-size", "2", "--ep-size", "4"), "--ep-size 4 must divide --tp-size 2"),
-    pytest.param(("--backend", "cuda-vmm"), "sees no CUDA device",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (("--tp-size", "3"), "not divisible by tensor-parallel size 3"),
+        (("--weight-cache-mode", "client"), "needs --socket-dir and --name"),
+        (("--weight-cache-mode", "sometimes"), "must be one of off, client, daemon"),
+        (("--tp-size", "2", "--ep-size", "2"), "--ep-size 2 needs a mixture-of-experts model"),
+        (("--tp-size", "2", "--ep-size", "4"), "--ep-size 4 must divide --tp-size 2"),
+        pytest.param(
+            ("--backend", "cuda-vmm"),
+            "sees no CUDA device",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU"),
+        ),
+    ],
+)
 def test_a_misconfigured_engine_exits_2_before_starting_anything(llama, start_engine, args, words) -> None:
     engine = start_engine(llama, *args, wait=False)
     assert wait_exit(engine, 60) == 2
@@ -415,8 +508,9 @@ def test_drain_deadline_ends_unfinished_requests_with_an_error_and_exits_zero(ll
     import urllib.request
 
     body = {"prompt": PROMPTS[0], "max_tokens": 500, "temperature": 0, "ignore_eos": True, "stream": True}
-    req = urllib.request.Request(f"http://127.0.0.1:{engine.port}/v1/completions", data=json.dumps(body).encode(),
-                                 method="POST")
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{engine.port}/v1/completions", data=json.dumps(body).encode(), method="POST"
+    )
     chunks = []
     with urllib.request.urlopen(req, timeout=60) as resp:
         for line in resp:
@@ -436,8 +530,13 @@ def test_a_client_that_goes_away_stops_its_generation(tp1_engine: Engine) -> Non
     import json
 
     conn = http.client.HTTPConnection("127.0.0.1", tp1_engine.port, timeout=30)
-    conn.request("POST", "/v1/completions", body=json.dumps({
-        "prompt": PROMPTS[2], "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True}))
+    conn.request(
+        "POST",
+        "/v1/completions",
+        body=json.dumps(
+            {"prompt": PROMPTS[2], "max_tokens": 120, "temperature": 0, "ignore_eos": True, "stream": True}
+        ),
+    )
     resp = conn.getresponse()
     assert resp.readline().startswith(b"data: ")
     conn.sock.close()  # hang up mid-stream

@@ -3,7 +3,6 @@
 import socket
 
 import pytest
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, load_weights
 from weightcache.wire.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, recv_frame, send_frame
@@ -25,17 +24,38 @@ def test_missing_daemon_with_error_policy_raises(llama, socket_dir) -> None:
 
 def test_fingerprint_mismatch_falls_back_and_names_the_field(llama, start_daemon) -> None:
     daemon = start_daemon(llama, "--dtype", "bfloat16", "--revision", "v1")
-    w = load_weights(str(llama), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="disk",
-                     dtype="float32", revision="v1")
+    w = load_weights(
+        str(llama),
+        Layout(),
+        socket_dir=daemon.socket_dir,
+        name=daemon.name,
+        fallback="disk",
+        dtype="float32",
+        revision="v1",
+    )
     assert w.mode == "disk" and w.arena is None and w.bytes_mapped == 0
     assert "differs in: dtype" in w.fallback_reason
     with pytest.raises(FingerprintMismatch) as info:
-        load_weights(str(llama), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                     dtype="bfloat16", revision="v2")
+        load_weights(
+            str(llama),
+            Layout(),
+            socket_dir=daemon.socket_dir,
+            name=daemon.name,
+            fallback="error",
+            dtype="bfloat16",
+            revision="v2",
+        )
     assert info.value.fields == ["revision"]
     # The matching expectation still maps.
-    ok = load_weights(str(llama), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                      dtype="bfloat16", revision="v1")
+    ok = load_weights(
+        str(llama),
+        Layout(),
+        socket_dir=daemon.socket_dir,
+        name=daemon.name,
+        fallback="error",
+        dtype="bfloat16",
+        revision="v1",
+    )
     assert ok.mode == "cache"
 
 
@@ -56,7 +76,8 @@ def test_unsupported_quantization_is_refused_before_any_socket_io(llama, start_d
     daemon = start_daemon(llama, "--dtype", "bfloat16")
     before = DaemonConnection(RankFiles(daemon.socket_dir, daemon.name, 0).socket).status().connections_total
     with pytest.raises(UnsupportedQuantization, match="'awq' is not supported"):
-        load_weights(str(llama), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="disk",
-                     quantization="awq")
+        load_weights(
+            str(llama), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="disk", quantization="awq"
+        )
     after = DaemonConnection(RankFiles(daemon.socket_dir, daemon.name, 0).socket).status().connections_total
     assert after == before + 1  # only the status connection itself

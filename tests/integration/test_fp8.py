@@ -5,7 +5,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from weightcache.checkpoints.quantization import FP8_DTYPE, dequantize_block_fp8, quantize_block_fp8
 from weightcache.checkpoints.sharding import Layout, rules_for
 from weightcache.client.weights import expect, load_from_disk, load_weights
@@ -25,8 +24,15 @@ def originals(ckpt: Path) -> dict[str, torch.Tensor]:
 def test_daemon_quantizes_once_and_matches_a_second_load_bit_for_bit(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(**SPEC)
     daemon = start_daemon(ckpt, "--quantization", "fp8", "--dtype", "bfloat16")
-    cached = load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                          dtype="bfloat16", quantization="fp8")
+    cached = load_weights(
+        str(ckpt),
+        Layout(),
+        socket_dir=daemon.socket_dir,
+        name=daemon.name,
+        fallback="error",
+        dtype="bfloat16",
+        quantization="fp8",
+    )
     second = load_from_disk(expect(str(ckpt), Layout(), dtype="bfloat16", quantization="fp8"))
     assert cached.mode == "cache" and set(cached.tensors) == set(second.tensors)
     for name, tensor in cached.tensors.items():
@@ -47,7 +53,9 @@ def test_daemon_quantizes_once_and_matches_a_second_load_bit_for_bit(checkpoint_
         assert got.dtype == FP8_DTYPE and scale.dtype == torch.float32
         assert tuple(scale.shape) == (-(-original.shape[0] // 128), -(-original.shape[1] // 128))
         back = dequantize_block_fp8(got, scale, (128, 128))
-        expanded = scale.repeat_interleave(128, 0)[: original.shape[0]].repeat_interleave(128, 1)[:, : original.shape[1]]
+        expanded = scale.repeat_interleave(128, 0)[: original.shape[0]].repeat_interleave(128, 1)[
+            :, : original.shape[1]
+        ]
         err = (back - original.float()).abs()
         # e4m3 rounding: ≤ 2^-4 relative, plus subnormal spacing (2^-9 of the block scale) near zero.
         assert torch.all(err <= original.float().abs() * 2**-4 + expanded * 2**-9), name
@@ -55,21 +63,47 @@ def test_daemon_quantizes_once_and_matches_a_second_load_bit_for_bit(checkpoint_
 
 
 @pytest.mark.parametrize("tp", [1, 2])
-def test_prequantized_checkpoint_is_served_as_is_and_sharded_by_whole_blocks(checkpoint_factory, start_daemon, tp) -> None:
+def test_prequantized_checkpoint_is_served_as_is_and_sharded_by_whole_blocks(
+    checkpoint_factory, start_daemon, tp
+) -> None:
     ckpt = checkpoint_factory(**BLOCK_ALIGNED, fp8=True)
     full = originals(ckpt)
-    daemon = start_daemon(ckpt, "--quantization", "fp8", "--ranks", f"0-{tp - 1}", "--tp-size", str(tp),
-                          "--dtype", "bfloat16", ranks=list(range(tp)))
-    parts = [load_weights(str(ckpt), Layout(tp_size=tp, tp_rank=r), socket_dir=daemon.socket_dir, name=daemon.name,
-                          fallback="error", dtype="bfloat16", quantization="fp8").tensors for r in range(tp)]
+    daemon = start_daemon(
+        ckpt,
+        "--quantization",
+        "fp8",
+        "--ranks",
+        f"0-{tp - 1}",
+        "--tp-size",
+        str(tp),
+        "--dtype",
+        "bfloat16",
+        ranks=list(range(tp)),
+    )
+    parts = [
+        load_weights(
+            str(ckpt),
+            Layout(tp_size=tp, tp_rank=r),
+            socket_dir=daemon.socket_dir,
+            name=daemon.name,
+            fallback="error",
+            dtype="bfloat16",
+            quantization="fp8",
+        ).tensors
+        for r in range(tp)
+    ]
     rules = rules_for("LlamaForCausalLM")
     for name, original in full.items():
         rule, _ = rules.rule_for(name)
         pieces = [p[name] for p in parts]
         if rule.split.dim is None or tp == 1:
-            assert all(torch.equal(p.view(torch.uint8) if p.dtype == FP8_DTYPE else p,
-                                   original.view(torch.uint8) if original.dtype == FP8_DTYPE else original)
-                       for p in pieces), name
+            assert all(
+                torch.equal(
+                    p.view(torch.uint8) if p.dtype == FP8_DTYPE else p,
+                    original.view(torch.uint8) if original.dtype == FP8_DTYPE else original,
+                )
+                for p in pieces
+            ), name
         else:
             dim = min(rule.split.dim, original.dim() - 1)
             joined = torch.cat([p.view(torch.uint8) if p.dtype == FP8_DTYPE else p for p in pieces], dim)

@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from weightcache.gpu.gpu_grant import Grant, take_lock, write_grant
 
 FAKE = "GPU-00000000-1111-2222-3333-444444444444"
@@ -68,7 +67,11 @@ def _nvml_loads() -> bool:
 
 @pytest.mark.skipif(_nvml_loads(), reason="NVML is here: tests/gpu/test_gpu_holder.py runs the holder for real")
 def test_holder_without_nvml_says_what_the_container_lacks(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "weightcache", "gpu-holder", "--out", str(tmp_path / "gpus.json")],
-                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "weightcache", "gpu-holder", "--out", str(tmp_path / "gpus.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and "reads its GPUs through NVML" in out.stderr and "utility" in out.stderr, out
     assert not (tmp_path / "gpus.json").exists()

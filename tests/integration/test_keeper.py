@@ -4,7 +4,6 @@ import signal
 import time
 
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
 from weightcache.daemon.keeper import KeeperClient, keeper_socket
@@ -39,18 +38,24 @@ def test_restarted_daemon_readopts_from_the_keeper_without_reading_disk(llama, s
     wait_for(lambda: status(first).deposited, what="deposit")
     assert status(first).disk_bytes_read > 0 and not status(first).adopted
     [held] = holdings(first.socket_dir)
-    assert (held.name, held.rank, held.fingerprint_digest) == (first.name, 0, first.files[0].read_ready().fingerprint_digest)
+    assert (held.name, held.rank, held.fingerprint_digest) == (
+        first.name,
+        0,
+        first.files[0].read_ready().fingerprint_digest,
+    )
 
-    engine = load_weights(str(ckpt), Layout(), socket_dir=first.socket_dir, name=first.name, fallback="error",
-                          dtype="bfloat16")
+    engine = load_weights(
+        str(ckpt), Layout(), socket_dir=first.socket_dir, name=first.name, fallback="error", dtype="bfloat16"
+    )
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
 
     second = start_daemon(ckpt, "--dtype", "bfloat16")
     st = status(second)
     assert st.adopted and st.disk_bytes_read == 0
     assert second.files[0].read_ready().adopted
-    fresh = load_weights(str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error",
-                         dtype="bfloat16")
+    fresh = load_weights(
+        str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error", dtype="bfloat16"
+    )
     for name, tensor in original.items():
         assert torch.equal(fresh.tensors[name], tensor), name
         assert torch.equal(engine.tensors[name], tensor), name  # the old engine never noticed
@@ -63,16 +68,18 @@ def test_readoption_never_imports_torch_or_numpy(llama, start_keeper, start_daem
     start_keeper(env=lean_env)
     first = start_daemon(llama, "--dtype", "bfloat16")
     wait_for(lambda: status(first).deposited, what="deposit")
-    reference = load_weights(str(llama), Layout(), socket_dir=first.socket_dir, name=first.name, fallback="error",
-                             dtype="bfloat16").tensors
+    reference = load_weights(
+        str(llama), Layout(), socket_dir=first.socket_dir, name=first.name, fallback="error", dtype="bfloat16"
+    ).tensors
     first.stop(signal.SIGKILL)
 
     env = lean_env
     second = start_daemon(llama, "--dtype", "bfloat16", env=env)
     st = status(second)
     assert st.adopted and st.disk_bytes_read == 0, second.output()
-    fresh = load_weights(str(llama), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error",
-                         dtype="bfloat16").tensors
+    fresh = load_weights(
+        str(llama), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error", dtype="bfloat16"
+    ).tensors
     assert fresh.keys() == reference.keys()
     assert all(torch.equal(fresh[n], reference[n]) for n in reference)
 
@@ -132,8 +139,17 @@ def test_keeper_refuses_a_deposit_without_an_fd(llama, start_keeper, start_daemo
     daemon = start_daemon(llama, "--dtype", "bfloat16", "--keeper", "off")
     with DaemonConnection(keeper_socket(daemon.socket_dir)) as conn:
         try:
-            conn.request(Deposit(name="x", rank=0, fingerprint_digest="0", backend="cpu-shm", mapping_bytes=256,
-                                 manifest=Manifest.build("0", 256, [])), KeeperAck)
+            conn.request(
+                Deposit(
+                    name="x",
+                    rank=0,
+                    fingerprint_digest="0",
+                    backend="cpu-shm",
+                    mapping_bytes=256,
+                    manifest=Manifest.build("0", 256, []),
+                ),
+                KeeperAck,
+            )
         except ProtocolError as exc:
             assert "exactly one fd" in str(exc)
         else:

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights
 from weightcache.tools.reference_hf import bound_hf_model, greedy, oracle_hf_model
@@ -13,11 +12,14 @@ PROMPT = [3, 17, 101, 7, 250, 42, 9]
 
 
 @pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False)])
-def test_cache_bound_model_matches_transformers_bit_for_bit(checkpoint_factory, start_daemon, family: str, tied: bool) -> None:
+def test_cache_bound_model_matches_transformers_bit_for_bit(
+    checkpoint_factory, start_daemon, family: str, tied: bool
+) -> None:
     ckpt: Path = checkpoint_factory(family=family, tie_word_embeddings=tied)
     daemon = start_daemon(ckpt, "--dtype", "bfloat16")
-    cached = load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                          dtype="bfloat16")
+    cached = load_weights(
+        str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error", dtype="bfloat16"
+    )
     disk = load_weights(str(ckpt), Layout(), socket_dir=None, name=None, dtype="bfloat16")
     assert (cached.mode, disk.mode) == ("cache", "disk")
     assert bool(cached.aliases) == tied

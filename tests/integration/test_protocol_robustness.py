@@ -9,10 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 import msgpack
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, expect, load_from_disk, map_weights
-from weightcache.wire.protocol import MAX_REPLY_BYTES, REPLY, ErrorReply, Fetch, Hello, decode, encode, recv_frame, send_frame
+from weightcache.wire.protocol import (
+    MAX_REPLY_BYTES,
+    REPLY,
+    ErrorReply,
+    Fetch,
+    Hello,
+    decode,
+    encode,
+    recv_frame,
+    send_frame,
+)
 from weightcache.wire.rankfiles import RankFiles
 
 

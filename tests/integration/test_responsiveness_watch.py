@@ -12,10 +12,9 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from weightcache_operator.responsiveness import ResponsivenessWatch, answers
 
 KEY = ("ns", "tiny-llama")
@@ -33,8 +32,12 @@ class Server:
 
     def __init__(self, tmp: str) -> None:
         port = free_port()
-        self.process = subprocess.Popen([sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
-                                        cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port)],
+            cwd=tmp,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         self.url = f"http://127.0.0.1:{port}/ready"
         deadline = time.monotonic() + 30
         while not answers(self.url, 1.0):
@@ -93,14 +96,14 @@ def test_a_frozen_engine_is_judged_while_its_peer_answers_and_cleared_when_it_an
     time.sleep(5 * TIMEOUT)
     assert found.unresponsive(KEY) == {} and woken == [], "healthy engines were judged"
 
-    frozen_at = datetime.now(timezone.utc)
+    frozen_at = datetime.now(UTC)
     a.freeze()
     wait_until(lambda: "a" in found.unresponsive(KEY), 10, "the frozen engine was never judged")
     silent = found.unresponsive(KEY)
     assert set(silent) == {"a"}
     # The silence began with the first probe left unanswered: sent at most one interval before
     # the freeze (it may have been accepted just before), never after the verdict.
-    assert frozen_at - timedelta(seconds=found.interval + 0.05) <= silent["a"] <= datetime.now(timezone.utc)
+    assert frozen_at - timedelta(seconds=found.interval + 0.05) <= silent["a"] <= datetime.now(UTC)
     wait_until(lambda: woken == [KEY], 5, f"wake was not called once: {woken}")
     time.sleep(3 * TIMEOUT)
     assert woken == [KEY], "one wake per verdict, not one per probe"

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
 from weightcache.daemon.keeper import KeeperClient, keeper_socket
@@ -49,26 +48,30 @@ def tensors_from_disk(ckpt: Path) -> dict[str, torch.Tensor]:
 
 
 def test_an_engine_does_not_map_a_daemon_whose_shard_was_rewritten_with_size_and_mtime_restored(
-        ckpt: Path, start_daemon) -> None:
+    ckpt: Path, start_daemon
+) -> None:
     daemon = start_daemon(ckpt, "--dtype", "bfloat16")
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     rewrite_keeping_size_and_mtime(shard)
     new = tensors_from_disk(ckpt)
 
-    w = load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="disk",
-                     dtype="bfloat16")
+    w = load_weights(
+        str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="disk", dtype="bfloat16"
+    )
     assert w.mode == "disk" and w.bytes_mapped == 0
     assert "differs in: shards" in w.fallback_reason
     assert all(same_bytes(w.tensors[n], t) for n, t in new.items())  # the rewritten bytes, not the daemon's
 
     with pytest.raises(FingerprintMismatch) as info:
-        load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                     dtype="bfloat16")
+        load_weights(
+            str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error", dtype="bfloat16"
+        )
     assert info.value.fields == ["shards"]
 
 
 def test_a_restarted_daemon_does_not_readopt_an_arena_whose_shard_was_rewritten(
-        ckpt: Path, start_keeper, start_daemon) -> None:
+    ckpt: Path, start_keeper, start_daemon
+) -> None:
     start_keeper()
     first = start_daemon(ckpt, "--dtype", "bfloat16")
     old_digest = first.files[0].read_ready().fingerprint_digest
@@ -88,7 +91,8 @@ def test_a_restarted_daemon_does_not_readopt_an_arena_whose_shard_was_rewritten(
     assert st.fingerprint_digest != old_digest
     with KeeperClient(keeper_socket(second.socket_dir)) as keeper:
         assert old_digest not in {h.fingerprint_digest for h in keeper.holdings()}  # the stale arena was released
-    engine = load_weights(str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error",
-                          dtype="bfloat16")
+    engine = load_weights(
+        str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error", dtype="bfloat16"
+    )
     assert engine.mode == "cache"
     assert all(same_bytes(engine.tensors[n], t) for n, t in new.items())

@@ -19,11 +19,19 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from weightcache.client.weights import DaemonConnection
 from weightcache.daemon.server import FramedServer, PeerPolicy, Reply
 from weightcache.wire.protocol import (
-    MAX_REPLY_BYTES, REPLY, REQUEST, ErrorReply, Hello, Ping, Pong, decode, encode, recv_frame,
+    MAX_REPLY_BYTES,
+    REPLY,
+    REQUEST,
+    ErrorReply,
+    Hello,
+    Ping,
+    Pong,
+    decode,
+    encode,
+    recv_frame,
 )
 
 NOBODY = 65534
@@ -42,8 +50,15 @@ def serve() -> Iterator:
 
         def start(**kwargs: object) -> str:
             path = os.path.join(d, f"s{len(servers)}.sock")
-            server = FramedServer(path, PeerPolicy(uids=frozenset({os.getuid(), 0, NOBODY})), REQUEST, pong,
-                                  identity=("slow", 0), max_request_bytes=64 * 1024, **kwargs)  # type: ignore[arg-type]
+            server = FramedServer(
+                path,
+                PeerPolicy(uids=frozenset({os.getuid(), 0, NOBODY})),
+                REQUEST,
+                pong,
+                identity=("slow", 0),
+                max_request_bytes=64 * 1024,
+                **kwargs,
+            )  # type: ignore[arg-type]
             thread = threading.Thread(target=server.serve_forever, daemon=True)
             thread.start()
             servers.append((server, thread))
@@ -174,8 +189,12 @@ def test_one_uid_holding_its_share_of_connections_leaves_slots_for_other_uids(se
     if os.getuid() != 0:
         pytest.fail("this test drops to another uid and must run as root")
     path = serve(max_connections=6, max_connections_per_uid=3, socket_mode=0o660, socket_gid=NOBODY)
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, path, encode(Hello(versions=[1])).hex(), "3"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path, encode(Hello(versions=[1])).hex(), "3"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = holder.stdout.readline()  # type: ignore[union-attr]
         assert line, f"the holder exited with {holder.wait()}"

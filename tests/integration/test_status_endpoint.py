@@ -80,8 +80,9 @@ def planned_read_bytes(model: Path, rank: int, tp: int) -> int:
 def test_status_and_metrics_report_what_each_rank_loaded(llama: Path, start_daemon) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off",
-                          "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1])  # fmt: skip
+    daemon = start_daemon(
+        llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off", "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1]
+    )
     found = wait_for_report(base, daemon.proc, ready=True)
     assert found.cache == "test" and [r.rank for r in found.ranks] == [0, 1]
     for rank, files in zip(found.ranks, daemon.files):
@@ -168,17 +169,36 @@ def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout:
 def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: Path, start_daemon) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off",
-                          "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1], wait=False)  # fmt: skip
+    daemon = start_daemon(
+        llama,
+        "--tp-size",
+        "2",
+        "--ranks",
+        "0-1",
+        "--keeper",
+        "off",
+        "--status-addr",
+        f"127.0.0.1:{port}",
+        ranks=[0, 1],
+        wait=False,
+    )
     children = stop_children_as_they_start(daemon.proc, 2)
     try:
         loading = wait_for_report(base, daemon.proc, ready=False)
-        assert [(r.rank, r.ready, r.bytes, r.fingerprint) for r in loading.ranks] == [(0, False, None, None),
-                                                                                       (1, False, None, None)]
+        assert [(r.rank, r.ready, r.bytes, r.fingerprint) for r in loading.ranks] == [
+            (0, False, None, None),
+            (1, False, None, None),
+        ]
         # What the launcher notes for a rank that has not said anything yet (status_note.py).
-        assert [r.problem for r in loading.ranks] == ["rank 0: starting", "rank 1: starting"] and loading.fingerprint is None
+        assert [r.problem for r in loading.ranks] == [
+            "rank 0: starting",
+            "rank 1: starting",
+        ] and loading.fingerprint is None
         metrics = samples(base)
-        assert metrics[("weightcache_daemon_rank_ready", "0")] == 0 and ("weightcache_daemon_bytes_held", "0") not in metrics
+        assert (
+            metrics[("weightcache_daemon_rank_ready", "0")] == 0
+            and ("weightcache_daemon_bytes_held", "0") not in metrics
+        )
         # The pod's readiness probe: 503 naming each rank's problem while they load.
         code, kind, body = get(base + "/ready")
         verdict = json.loads(body)
@@ -206,7 +226,23 @@ def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: 
 
 
 def test_a_bad_status_addr_is_refused_with_the_fix(llama: Path, socket_dir: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "weightcache", "daemon", "--model", str(llama), "--socket-dir",
-                             socket_dir, "--name", "test", "--status-addr", "9400"],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "daemon",
+            "--model",
+            str(llama),
+            "--socket-dir",
+            socket_dir,
+            "--name",
+            "test",
+            "--status-addr",
+            "9400",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2 and "--status-addr '9400' is not HOST:PORT (e.g. 0.0.0.0:9400" in result.stderr

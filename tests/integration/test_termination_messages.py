@@ -21,7 +21,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_a_refused_daemon_leaves_its_error_as_the_termination_message(llama: Path, start_daemon, tmp_path: Path) -> None:
+def test_a_refused_daemon_leaves_its_error_as_the_termination_message(
+    llama: Path, start_daemon, tmp_path: Path
+) -> None:
     told = tmp_path / "termination-log"
     daemon = start_daemon(llama, "--pp-size", "8", "--pp-rank", "0", wait=False, env={**os.environ, ENV: str(told)})
     assert daemon.proc.wait(timeout=120) == 2, daemon.output()
@@ -30,8 +32,9 @@ def test_a_refused_daemon_leaves_its_error_as_the_termination_message(llama: Pat
 
 def test_the_launcher_relays_the_failed_ranks_error_as_its_own(llama: Path, start_daemon, tmp_path: Path) -> None:
     told = tmp_path / "termination-log"
-    daemon = start_daemon(llama, "--ranks", "0-2", "--tp-size", "3", ranks=[0, 1, 2], wait=False,
-                          env={**os.environ, ENV: str(told)})  # fmt: skip
+    daemon = start_daemon(
+        llama, "--ranks", "0-2", "--tp-size", "3", ranks=[0, 1, 2], wait=False, env={**os.environ, ENV: str(told)}
+    )
     assert daemon.proc.wait(timeout=120) == 2, daemon.output()
     # The rank's own words, not "rank N …": every node refusing the spec then says the same.
     message = told.read_text()
@@ -39,12 +42,24 @@ def test_the_launcher_relays_the_failed_ranks_error_as_its_own(llama: Path, star
     assert "\n" not in message
 
 
-def test_a_rank_waiting_for_its_gpu_grant_says_why_in_the_status_report(llama: Path, start_daemon, tmp_path: Path) -> None:
+def test_a_rank_waiting_for_its_gpu_grant_says_why_in_the_status_report(
+    llama: Path, start_daemon, tmp_path: Path
+) -> None:
     grant = tmp_path / "gpus" / "gpus.json"
     grant.parent.mkdir()
     port = free_port()
-    daemon = start_daemon(llama, "--backend", "cuda-vmm", "--ranks", "0", "--gpus-file", str(grant),
-                          "--status-addr", f"127.0.0.1:{port}", wait=False)  # fmt: skip
+    daemon = start_daemon(
+        llama,
+        "--backend",
+        "cuda-vmm",
+        "--ranks",
+        "0",
+        "--gpus-file",
+        str(grant),
+        "--status-addr",
+        f"127.0.0.1:{port}",
+        wait=False,
+    )
     deadline = time.monotonic() + 60
     problem = ""
     while "waiting" not in problem:
@@ -54,6 +69,8 @@ def test_a_rank_waiting_for_its_gpu_grant_says_why_in_the_status_report(llama: P
                 problem = json.loads(response.read())["ranks"][0]["problem"]
         except OSError:
             time.sleep(0.1)  # not listening yet
-    assert problem == (f"rank 0: waiting for the GPU holder's grant before touching any GPU: no GPU holder runs "
-                       f"(nobody holds {grant.with_suffix('.lock')})")  # fmt: skip
+    assert problem == (
+        f"rank 0: waiting for the GPU holder's grant before touching any GPU: no GPU holder runs "
+        f"(nobody holds {grant.with_suffix('.lock')})"
+    )
     assert daemon.stop(signal.SIGTERM) == 0, daemon.output()

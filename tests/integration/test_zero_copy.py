@@ -38,8 +38,9 @@ print(json.dumps({"anon_growth": (anon_kib() - weights_before) * 1024, "mode": w
 def test_bound_parameters_point_inside_the_mapped_arena(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)
     daemon = start_daemon(ckpt, "--dtype", "bfloat16")
-    weights = load_weights(str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error",
-                           dtype="bfloat16")
+    weights = load_weights(
+        str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error", dtype="bfloat16"
+    )
     model = bound_hf_model(ckpt, weights)
     lo, hi = weights.arena.address_range
     params = list(model.named_parameters(remove_duplicate=False))
@@ -48,8 +49,9 @@ def test_bound_parameters_point_inside_the_mapped_arena(checkpoint_factory, star
 
 
 def run_engine(ckpt: Path, socket_dir: str, name: str, mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", ENGINE, str(ckpt), socket_dir, name, mode],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", ENGINE, str(ckpt), socket_dir, name, mode], capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -1,7 +1,6 @@
 import pytest
 import torch
 from torch import nn
-
 from weightcache.client.binding import bind, empty_model
 from weightcache_contract.errors import BindError
 
@@ -42,14 +41,20 @@ def test_bind_uses_the_given_tensors_without_copying_and_keeps_ties() -> None:
     assert torch.allclose(out, (w["embed.weight"][[1, 2]] @ w["proj.weight"].T) @ w["embed.weight"].T)
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda w, a: w.pop("proj.weight"), "model tensor 'proj.weight' is not in the cache"),
-    (lambda w, a: w.update({"stray.weight": torch.zeros(1)}), "have no place in the model, e.g. 'stray.weight'"),
-    (lambda w, a: w.update({"proj.weight": torch.zeros(4, 5)}), r"'proj.weight': cache has torch.float32 \(4, 5\), model wants torch.float32 \(4, 4\)"),
-    (lambda w, a: w.update({"scale": torch.ones(4, dtype=torch.bfloat16)}), "'scale': cache has torch.bfloat16"),
-    (lambda w, a: a.pop("head.weight"), "model tensor 'head.weight' is not in the cache"),
-    (lambda w, a: a.update({"nowhere": "embed.weight"}), "e.g. 'nowhere'"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda w, a: w.pop("proj.weight"), "model tensor 'proj.weight' is not in the cache"),
+        (lambda w, a: w.update({"stray.weight": torch.zeros(1)}), "have no place in the model, e.g. 'stray.weight'"),
+        (
+            lambda w, a: w.update({"proj.weight": torch.zeros(4, 5)}),
+            r"'proj.weight': cache has torch.float32 \(4, 5\), model wants torch.float32 \(4, 4\)",
+        ),
+        (lambda w, a: w.update({"scale": torch.ones(4, dtype=torch.bfloat16)}), "'scale': cache has torch.bfloat16"),
+        (lambda w, a: a.pop("head.weight"), "model tensor 'head.weight' is not in the cache"),
+        (lambda w, a: a.update({"nowhere": "embed.weight"}), "e.g. 'nowhere'"),
+    ],
+)
 def test_bind_refuses_missing_extra_and_mismatched_tensors_by_name(mutate, message) -> None:
     model, w, aliases = make(), weights(), {"head.weight": "embed.weight"}
     mutate(w, aliases)

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 import yaml
-
 from weightcache_operator.scope import watched_namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +30,11 @@ NAMESPACED_RULES = [
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaimtemplates"], "verbs": ["get", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["resource.k8s.io"],
+        "resources": ["resourceclaimtemplates"],
+        "verbs": ["get", "create", "patch", "delete"],
+    },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
@@ -43,10 +46,14 @@ def cluster_rules(release: str) -> list[Object]:
     return [
         {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["kopf.dev"], "resources": ["clusterkopfpeerings"], "resourceNames": [f"{release}-operator"],
-         "verbs": ["get", "patch"]},
+        {
+            "apiGroups": ["kopf.dev"],
+            "resources": ["clusterkopfpeerings"],
+            "resourceNames": [f"{release}-operator"],
+            "verbs": ["get", "patch"],
+        },
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["list", "watch"]},
-    ]  # fmt: skip
+    ]
 
 
 NAMESPACE_WATCH = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
@@ -69,7 +76,9 @@ def render(helm: str, *args: str, release: str = "weightcache", namespace: str =
 
 
 def only(objects: list[Object], kind: str, namespace: str | None = None) -> Object:
-    found = [o for o in objects if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)]
+    found = [
+        o for o in objects if o["kind"] == kind and (namespace is None or o["metadata"].get("namespace") == namespace)
+    ]
     assert len(found) == 1, (kind, namespace, [o["metadata"] for o in found])
     return found[0]
 
@@ -95,18 +104,31 @@ def test_lint_passes_with_default_and_namespaced_values(helm: str) -> None:
 
 def test_defaults_render_a_cluster_wide_operator_with_two_locked_down_replicas(helm: str) -> None:
     objects = render(helm)
-    assert kinds(objects) == ["ClusterKopfPeering", "ClusterRole", "ClusterRoleBinding", "Deployment", "Service",
-                              "ServiceAccount"]  # fmt: skip
+    assert kinds(objects) == [
+        "ClusterKopfPeering",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "Service",
+        "ServiceAccount",
+    ]
     deployment = only(objects, "Deployment")
     assert deployment["metadata"]["namespace"] == "weightcache-system"
     assert deployment["spec"]["replicas"] == 2
     pod = deployment["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == only(objects, "ServiceAccount")["metadata"]["name"] == "weightcache-operator"
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                      "seccompProfile": {"type": "RuntimeDefault"}}  # fmt: skip
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     main = container(objects)
-    assert main["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                       "capabilities": {"drop": ["ALL"]}}  # fmt: skip
+    assert main["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
     assert main["image"] == "weightcache/operator:0.1.0"
     assert main["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
     assert {p["name"]: p["containerPort"] for p in main["ports"]} == {"health": 8080, "metrics": 9090}
@@ -140,8 +162,9 @@ def test_cluster_wide_rbac_is_exactly_the_enumerated_rules(helm: str) -> None:
     assert only(objects, "ClusterRole")["rules"] == NAMESPACED_RULES + cluster_rules("weightcache")
     binding = only(objects, "ClusterRoleBinding")
     assert binding["roleRef"]["name"] == only(objects, "ClusterRole")["metadata"]["name"]
-    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "weightcache-operator",
-                                    "namespace": "weightcache-system"}]  # fmt: skip
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": "weightcache-system"}
+    ]
     for rule in only(objects, "ClusterRole")["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
     assert not any("secrets" in r["resources"] or "configmaps" in r["resources"] for r in NAMESPACED_RULES)
@@ -153,8 +176,11 @@ def test_watched_namespaces_get_roles_and_privileged_namespaces(helm: str) -> No
     for name in ("team-a", "team-b"):
         assert only(objects, "Role", name)["rules"] == NAMESPACED_RULES
         binding = only(objects, "RoleBinding", name)
-        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                      "name": "weightcache-operator"}  # fmt: skip
+        assert binding["roleRef"] == {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "weightcache-operator",
+        }
         assert binding["subjects"][0]["namespace"] == "weightcache-system"
         namespace = next(o for o in objects if o["kind"] == "Namespace" and o["metadata"]["name"] == name)
         assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
@@ -175,18 +201,36 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
         "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
         "priorityClassName": "system-cluster-critical",
         "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
         "serviceAccount": {"create": False, "name": "platform-operator"},
         "metrics": {"service": {"port": 9191}, "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
-    }  # fmt: skip
+    }
     result = subprocess.run(
-        [helm, "template", "wc", str(CHART), "--namespace", "platform", "-f", "-",
-         "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"],
-        input=yaml.safe_dump(values), capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        [
+            helm,
+            "template",
+            "wc",
+            str(CHART),
+            "--namespace",
+            "platform",
+            "-f",
+            "-",
+            "--api-versions",
+            "monitoring.coreos.com/v1/ServiceMonitor",
+        ],
+        input=yaml.safe_dump(values),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
     assert "ServiceAccount" not in kinds(objects)
@@ -194,8 +238,11 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
     pod = deployment["spec"]["template"]["spec"]
     assert deployment["metadata"]["name"] == "wc-operator" and deployment["spec"]["replicas"] == 3
     assert pod["serviceAccountName"] == "platform-operator"
-    assert only(objects, "ClusterRoleBinding")["subjects"][0] == {"kind": "ServiceAccount", "name": "platform-operator",
-                                                                  "namespace": "platform"}  # fmt: skip
+    assert only(objects, "ClusterRoleBinding")["subjects"][0] == {
+        "kind": "ServiceAccount",
+        "name": "platform-operator",
+        "namespace": "platform",
+    }
     main = container(objects)
     assert (main["image"], main["imagePullPolicy"]) == ("registry.example/wc/operator:0.2.0", "Always")
     assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["priorityClassName"] == "system-cluster-critical"
@@ -205,12 +252,18 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
     variables = env(objects)
     assert variables["WEIGHTCACHE_OPERATOR_VERBOSE"] == "1" and variables["WEIGHTCACHE_OPERATOR_RESYNC_SECONDS"] == "10"
     assert variables["HTTPS_PROXY"] == "http://proxy:3128"
-    assert variables["WEIGHTCACHE_OPERATOR_PEERING"] == only(objects, "ClusterKopfPeering")["metadata"]["name"] == "wc-operator"
+    assert (
+        variables["WEIGHTCACHE_OPERATOR_PEERING"]
+        == only(objects, "ClusterKopfPeering")["metadata"]["name"]
+        == "wc-operator"
+    )
     assert only(objects, "ClusterRole")["rules"] == NAMESPACED_RULES + cluster_rules("wc")
     assert only(objects, "Service")["spec"]["ports"][0]["port"] == 9191
     monitor = only(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    assert monitor["spec"]["endpoints"][0]["port"] == "metrics" and monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert (
+        monitor["spec"]["endpoints"][0]["port"] == "metrics" and monitor["spec"]["endpoints"][0]["path"] == "/metrics"
+    )
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
 
 
@@ -222,13 +275,24 @@ def test_metrics_service_can_be_turned_off(helm: str) -> None:
     ("args", "message"),
     [
         (["--set", "metrics.serviceMonitor.enabled=true"], "install the Prometheus Operator first"),
-        (["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false",
-          "--api-versions", "monitoring.coreos.com/v1/ServiceMonitor"], "needs metrics.service.enabled"),
-        (["--set", "watchNamespaces={weightcache-system}", "--set", "createNamespaces=true"],
-         '"weightcache-system" is the release namespace'),
+        (
+            [
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+                "--set",
+                "metrics.service.enabled=false",
+                "--api-versions",
+                "monitoring.coreos.com/v1/ServiceMonitor",
+            ],
+            "needs metrics.service.enabled",
+        ),
+        (
+            ["--set", "watchNamespaces={weightcache-system}", "--set", "createNamespaces=true"],
+            '"weightcache-system" is the release namespace',
+        ),
         (["--set", "serviceAccount.create=false"], "serviceAccount.name: set the name of an existing ServiceAccount"),
     ],
-)  # fmt: skip
+)
 def test_inconsistent_values_fail_with_a_fix(helm: str, args: list[str], message: str) -> None:
     result = run_helm(helm, "template", "weightcache", str(CHART), "--namespace", "weightcache-system", *args)
     assert result.returncode != 0 and message in result.stderr, result.stderr
@@ -261,8 +325,19 @@ def test_schema_rejects_bad_values_naming_the_field(helm: str, setting: str, fie
 
 
 def test_notes_say_what_to_do_next(helm: str) -> None:
-    result = run_helm(helm, "install", "weightcache", str(CHART), "--dry-run=client", "--namespace", "weightcache-system",
-                      "--set", "daemon.backend=cpu-shm", "--set", "daemon.image.tag=0.1.1")  # fmt: skip
+    result = run_helm(
+        helm,
+        "install",
+        "weightcache",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        "weightcache-system",
+        "--set",
+        "daemon.backend=cpu-shm",
+        "--set",
+        "daemon.image.tag=0.1.1",
+    )
     assert result.returncode == 0, result.stderr
     notes = result.stdout[result.stdout.index("NOTES:") :]
     assert "kubectl apply -n NAMESPACE -f examples/weightcache-cpu.yaml" in notes
@@ -281,7 +356,9 @@ def test_chart_crds_are_the_generated_ones() -> None:
         )
     # Helm installs crds/ verbatim and first; objects of those kinds must be templates.
     for name in shipped:
-        assert {d["kind"] for d in yaml.safe_load_all((ROOT / "crds" / name).read_text())} == {"CustomResourceDefinition"}
+        assert {d["kind"] for d in yaml.safe_load_all((ROOT / "crds" / name).read_text())} == {
+            "CustomResourceDefinition"
+        }
 
 
 def test_deploy_manifest_is_the_rendered_chart(helm: str) -> None:
@@ -296,9 +373,20 @@ def test_deploy_manifest_is_the_rendered_chart(helm: str) -> None:
 
 def test_makefile_finds_the_same_helm(helm: str) -> None:
     """`make manifests` locates helm with `python -m testcluster which helm`, starting nothing."""
-    result = subprocess.run([sys.executable, "-m", "testcluster", "which", "helm"], cwd=ROOT / "tests" / "cluster",
-                            capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "testcluster", "which", "helm"],
+        cwd=ROOT / "tests" / "cluster",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert result.stdout.strip() == helm
-    refused = subprocess.run([sys.executable, "-m", "testcluster", "which"], cwd=ROOT / "tests" / "cluster",
-                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    refused = subprocess.run(
+        [sys.executable, "-m", "testcluster", "which"],
+        cwd=ROOT / "tests" / "cluster",
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert refused.returncode == 2 and "name the tool, helm or kubectl" in refused.stderr

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from weightcache.cli import COMMANDS, build_parser, resolve
 from weightcache.daemon.command import LAUNCHER_FLAGS, rank_argv
 
@@ -21,23 +20,85 @@ def test_every_command_has_a_callable_handler() -> None:
 @pytest.mark.parametrize("command", [[], *([c.name] for c in COMMANDS)], ids=lambda c: " ".join(c) or "weightcache")
 def test_help_runs_without_torch_or_numpy(lean_env: dict[str, str], command: list[str]) -> None:
     """Building the parser imports every command's flags: none of them may pull in torch or numpy."""
-    out = subprocess.run([sys.executable, "-m", "weightcache", *command, "--help"], capture_output=True, text=True,
-                         timeout=120, env=lean_env)
+    out = subprocess.run(
+        [sys.executable, "-m", "weightcache", *command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=lean_env,
+    )
     assert out.returncode == 0 and "usage: weightcache" in out.stdout, out.stdout + out.stderr
 
 
 def test_a_launched_rank_gets_every_daemon_flag_but_the_launchers_own() -> None:
     parser = build_parser()
-    launcher = parser.parse_args([
-        "daemon", "--model", "/m", "--name", "qwen", "--socket-dir", "/run/wc", "--ranks", "0-1", "--tp-size", "2",
-        "--ep-size", "2", "--dtype", "bfloat16", "--quantization", "fp8", "--weight-block-size", "128x64",
-        "--revision", "abc", "--backend", "cuda-vmm", "--socket-group", "wc", "--allow-uid", "5", "--allow-uid", "6",
-        "--allow-gid", "7", "--engine-access", "read-write", "--keeper", "off", "--load-workers", "2",
-        "--status-addr", "0.0.0.0:9400", "--gpus-file", "/g/gpus.json", "--synthetic-fill", "--device", "3",
-    ])  # fmt: skip
+    launcher = parser.parse_args(
+        [
+            "daemon",
+            "--model",
+            "/m",
+            "--name",
+            "qwen",
+            "--socket-dir",
+            "/run/wc",
+            "--ranks",
+            "0-1",
+            "--tp-size",
+            "2",
+            "--ep-size",
+            "2",
+            "--dtype",
+            "bfloat16",
+            "--quantization",
+            "fp8",
+            "--weight-block-size",
+            "128x64",
+            "--revision",
+            "abc",
+            "--backend",
+            "cuda-vmm",
+            "--socket-group",
+            "wc",
+            "--allow-uid",
+            "5",
+            "--allow-uid",
+            "6",
+            "--allow-gid",
+            "7",
+            "--engine-access",
+            "read-write",
+            "--keeper",
+            "off",
+            "--load-workers",
+            "2",
+            "--status-addr",
+            "0.0.0.0:9400",
+            "--gpus-file",
+            "/g/gpus.json",
+            "--synthetic-fill",
+            "--device",
+            "3",
+        ]
+    )
     # What daemon.rank.launch_local_ranks adds for the second local rank.
-    rank = parser.parse_args(["daemon", *rank_argv(launcher), "--device", "1", "--local-index", "1",
-                              "--tp-size", "2", "--tp-rank", "1", "--pp-size", "1", "--pp-rank", "0"])
+    rank = parser.parse_args(
+        [
+            "daemon",
+            *rank_argv(launcher),
+            "--device",
+            "1",
+            "--local-index",
+            "1",
+            "--tp-size",
+            "2",
+            "--tp-rank",
+            "1",
+            "--pp-size",
+            "1",
+            "--pp-rank",
+            "0",
+        ]
+    )
     passed = {k: v for k, v in vars(launcher).items() if k not in LAUNCHER_FLAGS}
     assert {k: v for k, v in vars(rank).items() if k not in LAUNCHER_FLAGS} == passed
     assert (rank.ranks, rank.status_addr, rank.device, rank.local_index, rank.tp_rank) == (None, None, 1, 1, 1)
@@ -46,7 +107,14 @@ def test_a_launched_rank_gets_every_daemon_flag_but_the_launchers_own() -> None:
 def test_rank_flags_leave_out_what_is_unset() -> None:
     args = build_parser().parse_args(["daemon", "--model", "/m", "--name", "x", "--backend", "cpu-shm", "--ranks", "0"])
     argv = rank_argv(args)
-    for absent in ("--weight-block-size", "--socket-group", "--allow-uid", "--gpus-file", "--synthetic-fill", "--ranks"):
+    for absent in (
+        "--weight-block-size",
+        "--socket-group",
+        "--allow-uid",
+        "--gpus-file",
+        "--synthetic-fill",
+        "--ranks",
+    ):
         assert absent not in argv, argv
     assert argv[argv.index("--revision") + 1] == ""
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
-
 from weightcache_operator import crd, spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,7 +144,9 @@ def test_enums_and_bounds() -> None:
     assert nodes[".status.phase"]["enum"] == ["Pending", "Loading", "Ready", "Degraded", "Failed"]
     assert nodes[".status.conditions[]"]["properties"]["status"]["enum"] == ["True", "False", "Unknown"]
     assert nodes[".spec.model.quantization.weightBlockSize[]"] == {
-        "type": "integer", "exclusiveMinimum": True, "minimum": 0
+        "type": "integer",
+        "exclusiveMinimum": True,
+        "minimum": 0,
     }
     assert (nodes[".spec.engine.port"]["minimum"], nodes[".spec.engine.port"]["maximum"]) == (1, 65535)
     for field in ("tensor", "pipeline", "nodes", "expert"):
@@ -159,13 +160,20 @@ def test_enums_and_bounds() -> None:
 def test_cel_rules_are_the_models_rules() -> None:
     nodes = dict(schema_nodes(openapi()))
     assert nodes[".spec.model.source"]["x-kubernetes-validations"] == [spec.SOURCE_EXACTLY_ONE, spec.SOURCE_IMMUTABLE]
-    assert nodes[".spec.parallelism"]["x-kubernetes-validations"] == [spec.RANKS_DIVIDE_NODES, spec.EXPERT_DIVIDES_TENSOR]
+    assert nodes[".spec.parallelism"]["x-kubernetes-validations"] == [
+        spec.RANKS_DIVIDE_NODES,
+        spec.EXPERT_DIVIDES_TENSOR,
+    ]
     assert nodes[".spec"]["x-kubernetes-validations"] == [spec.DRA_NEEDS_GPU]
     unresponsive = nodes[".spec.engine.failover.unresponsiveAfterMilliseconds"]
     assert unresponsive["x-kubernetes-validations"] == [spec.UNRESPONSIVE_FLOOR]
     rules = [where for where, node in nodes.items() if "x-kubernetes-validations" in node]
-    assert sorted(rules) == [".spec", ".spec.engine.failover.unresponsiveAfterMilliseconds", ".spec.model.source",
-                             ".spec.parallelism"]  # fmt: skip
+    assert sorted(rules) == [
+        ".spec",
+        ".spec.engine.failover.unresponsiveAfterMilliseconds",
+        ".spec.model.source",
+        ".spec.parallelism",
+    ]
 
 
 def test_resource_names_columns_and_subresources() -> None:

@@ -12,8 +12,11 @@ from weightcache_contract.daemon_report import DaemonReport, RankReport, report_
 
 def test_host_memory_is_what_the_kernel_says_is_available() -> None:
     report = host_memory()
-    fields = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-              if line.startswith(("MemTotal:", "MemAvailable:"))}  # fmt: skip
+    fields = {
+        line.split(":")[0]: int(line.split()[1]) * 1024
+        for line in Path("/proc/meminfo").read_text().splitlines()
+        if line.startswith(("MemTotal:", "MemAvailable:"))
+    }
     assert report.device == "host" and report.error is None
     assert report.total_bytes == fields["MemTotal"]
     assert report.free_bytes is not None and 0 < report.free_bytes <= report.total_bytes

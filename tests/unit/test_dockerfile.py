@@ -100,7 +100,10 @@ def test_operator_image_installs_what_its_packages_import() -> None:
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                     imported.add(node.module.split(".")[0])
     third_party = {name for name in imported if name not in sys.stdlib_module_names} - {
-        "weightcache_contract", "weightcache_operator", "__future__"}
+        "weightcache_contract",
+        "weightcache_operator",
+        "__future__",
+    }
     # Import name → the distribution that provides it (urllib3 comes with the kubernetes client).
     distribution = {"yaml": "pyyaml", "urllib3": "kubernetes"}
     missing = {name for name in third_party if f'"{distribution.get(name, name)}>=' not in installs}

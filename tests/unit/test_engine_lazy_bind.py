@@ -6,24 +6,33 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from weightcache.checkpoints.checkpoint import with_headers
+from weightcache.checkpoints.loader import load_to_memory, plan_rank
+from weightcache.checkpoints.manifest import Manifest, TensorEntry, tensor_views
+from weightcache.checkpoints.sharding import Layout
+from weightcache.checkpoints.tensor_index import TensorIndex
 from weightcache.client.weights import expect
 from weightcache.engine.config import ModelConfig
 from weightcache.engine.model import Model
 from weightcache.engine.parallel import Group
 from weightcache_contract.errors import BindError
-from weightcache.checkpoints.loader import load_to_memory, plan_rank
-from weightcache.checkpoints.manifest import Manifest, TensorEntry, tensor_views
-from weightcache.checkpoints.sharding import Layout
-from weightcache.checkpoints.tensor_index import TensorIndex
 
 PROMPT = [3, 17, 101, 7, 250]
 CASES = {
     "llama": (dict(family="llama"), "none"),
     "qwen2-tied": (dict(family="qwen2", tie_word_embeddings=True), "none"),
-    "qwen3-moe-fp8": (dict(family="qwen3_moe", hidden_size=256, num_heads=4, num_kv_heads=2, num_layers=2,
-                           num_experts=4, moe_intermediate_size=128), "fp8"),
+    "qwen3-moe-fp8": (
+        dict(
+            family="qwen3_moe",
+            hidden_size=256,
+            num_heads=4,
+            num_kv_heads=2,
+            num_layers=2,
+            num_experts=4,
+            moe_intermediate_size=128,
+        ),
+        "fp8",
+    ),
 }
 
 
@@ -44,8 +53,13 @@ def index_of(buffer: torch.Tensor, entries: list[TensorEntry], aliases: dict[str
 
 
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -82,20 +96,36 @@ def test_reading_a_weight_of_an_unused_layer_materialises_that_layer_only(checkp
     assert model.layers[0].materialise_seconds == 0.0 and model.layers[1].materialise_seconds > 0.0
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda e: [x for x in e if x.name != "model.layers.1.mlp.up_proj.weight"],
-     "the weights lack 'model.layers.1.mlp.up_proj.weight'"),
-    (lambda e: [x.model_copy(update={"shape": x.shape[::-1], "stride": (1, x.shape[1])})
-                if x.name == "model.layers.1.mlp.down_proj.weight" else x for x in e],
-     r"'model.layers.1.mlp.down_proj.weight' has torch.float32 \(352, 128\), the model needs torch.float32 "
-     r"\(128, 352\)"),
-    (lambda e: [*e, e[0].model_copy(update={"name": "model.layers.1.self_attn.q_proj.bias"})],
-     "have no place in the model, e.g. 'model.layers.1.self_attn.q_proj.bias'"),  # layer 0 has no bias
-    (lambda e: [*e, e[0].model_copy(update={"name": "model.layers.9.stray.weight"})],
-     "have no place in the model, e.g. 'model.layers.9.stray.weight'"),
-])
-def test_a_wrong_layer_weight_is_refused_at_bind_before_any_layer_view_is_made(checkpoint_factory, change,
-                                                                                message: str) -> None:
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (
+            lambda e: [x for x in e if x.name != "model.layers.1.mlp.up_proj.weight"],
+            "the weights lack 'model.layers.1.mlp.up_proj.weight'",
+        ),
+        (
+            lambda e: [
+                x.model_copy(update={"shape": x.shape[::-1], "stride": (1, x.shape[1])})
+                if x.name == "model.layers.1.mlp.down_proj.weight"
+                else x
+                for x in e
+            ],
+            r"'model.layers.1.mlp.down_proj.weight' has torch.float32 \(352, 128\), the model needs torch.float32 "
+            r"\(128, 352\)",
+        ),
+        (
+            lambda e: [*e, e[0].model_copy(update={"name": "model.layers.1.self_attn.q_proj.bias"})],
+            "have no place in the model, e.g. 'model.layers.1.self_attn.q_proj.bias'",
+        ),  # layer 0 has no bias
+        (
+            lambda e: [*e, e[0].model_copy(update={"name": "model.layers.9.stray.weight"})],
+            "have no place in the model, e.g. 'model.layers.9.stray.weight'",
+        ),
+    ],
+)
+def test_a_wrong_layer_weight_is_refused_at_bind_before_any_layer_view_is_made(
+    checkpoint_factory, change, message: str
+) -> None:
     spec, quantization = CASES["llama"]
     ckpt = checkpoint_factory(**spec)
     buffer, entries, aliases, block = arena_of(ckpt, quantization)

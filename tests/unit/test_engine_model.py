@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-
 from weightcache.checkpoints.quantization import dequantize_block_fp8, quantize_block_fp8
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import Weights, expect, load_from_disk
@@ -34,11 +33,20 @@ PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]
 ATOL, RTOL = 2e-4, 1e-5
 FP8_SPEC = dict(family="llama", hidden_size=256, intermediate_size=512, num_heads=4, num_kv_heads=2, num_layers=2)
 MOE_SPEC = dict(family="qwen3_moe", num_layers=3, num_experts=8, num_experts_per_tok=2)
-FP8_MOE_SPEC = dict(family="qwen3_moe", hidden_size=256, num_heads=4, num_kv_heads=2, num_layers=2, num_experts=4,
-                    moe_intermediate_size=128)
+FP8_MOE_SPEC = dict(
+    family="qwen3_moe",
+    hidden_size=256,
+    num_heads=4,
+    num_kv_heads=2,
+    num_layers=2,
+    num_experts=4,
+    moe_intermediate_size=128,
+)
 
 
-def engine_model(ckpt: Path, dtype: str, quantization: str = "none", layout: Layout = Layout()) -> tuple[Model, Weights]:
+def engine_model(
+    ckpt: Path, dtype: str, quantization: str = "none", layout: Layout = Layout()
+) -> tuple[Model, Weights]:
     weights = load_from_disk(expect(str(ckpt), layout, dtype=dtype, quantization=quantization))
     block = (128, 128) if quantization == "fp8" else None
     group = Group(layout.tp_rank, layout.tp_size)  # sizes the shards; only a forward would communicate
@@ -49,8 +57,9 @@ def engine_model(ckpt: Path, dtype: str, quantization: str = "none", layout: Lay
 
 @pytest.mark.parametrize("family, tied", [("llama", False), ("qwen2", True), ("qwen3", False), ("qwen3_moe", False)])
 def test_float32_logits_match_transformers(checkpoint_factory, family: str, tied: bool) -> None:
-    ckpt = checkpoint_factory(**{**(MOE_SPEC if family == "qwen3_moe" else {}), "family": family},
-                              tie_word_embeddings=tied)
+    ckpt = checkpoint_factory(
+        **{**(MOE_SPEC if family == "qwen3_moe" else {}), "family": family}, tie_word_embeddings=tied
+    )
     model, _ = engine_model(ckpt, "float32")
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
@@ -105,8 +114,9 @@ def test_fp8_logits_match_a_dequantized_reference(checkpoint_factory, prequantiz
     fp8 = [lin for layer in model.layers for lin in layer.linears()]
     assert fp8 and all(lin.weight.dtype == torch.float8_e4m3fn and lin.scale_inv is not None for lin in fp8)
     experts = [layer.moe for layer in model.layers if layer.moe is not None]
-    assert all(moe.gate_up.dtype == moe.down.dtype == torch.float8_e4m3fn and moe.down_scale is not None
-               for moe in experts) and len(experts) == (2 if spec is FP8_MOE_SPEC else 0)
+    assert all(
+        moe.gate_up.dtype == moe.down.dtype == torch.float8_e4m3fn and moe.down_scale is not None for moe in experts
+    ) and len(experts) == (2 if spec is FP8_MOE_SPEC else 0)
     reference = dequantized_hf_model(ckpt, weights, "float32", (128, 128))
     with torch.inference_mode():
         want = reference(torch.tensor([PROMPT])).logits[0]
@@ -167,13 +177,17 @@ def test_the_moe_block_in_bfloat16_is_transformers_bit_for_bit(checkpoint_factor
     for layer in (0, 1):
         with torch.inference_mode():
             ours, theirs = model.layers[layer].moe(h), reference.model.layers[layer].mlp(h[None])[0]
-            (weights_ours, ids_ours), (_, weights_theirs, ids_theirs) = (model.layers[layer].moe.route(h),
-                                                                        reference.model.layers[layer].mlp.gate(h))
+            (weights_ours, ids_ours), (_, weights_theirs, ids_theirs) = (
+                model.layers[layer].moe.route(h),
+                reference.model.layers[layer].mlp.gate(h),
+            )
         assert torch.equal(ids_ours, ids_theirs) and torch.equal(weights_ours, weights_theirs)
         assert torch.equal(ours, theirs) and theirs.abs().max() > 0.1
 
 
-@pytest.mark.parametrize("layout", [Layout(2, 0), Layout(2, 1), Layout(2, 1, ep_size=2)], ids=["tp-rank0", "tp-rank1", "ep-rank1"])
+@pytest.mark.parametrize(
+    "layout", [Layout(2, 0), Layout(2, 1), Layout(2, 1, ep_size=2)], ids=["tp-rank0", "tp-rank1", "ep-rank1"]
+)
 def test_one_ranks_moe_output_is_its_share_of_the_whole(checkpoint_factory, layout: Layout) -> None:
     # The ranks' partial MoE outputs add up to TP=1's (what the all-reduce relies on); checked here
     # layer by layer on one process, the full TP/EP forward against transformers runs in integration.
@@ -205,8 +219,11 @@ def test_unimplemented_model_features_are_refused(checkpoint_factory) -> None:
 
     base = json.loads((checkpoint_factory(family="llama") / "config.json").read_text())
     ModelConfig.from_dict(base)
-    for change, words in [({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "llama3"),
-                          ({"hidden_act": "gelu"}, "gelu"), ({"architectures": ["MistralForCausalLM"]}, "Mistral")]:
+    for change, words in [
+        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5}}, "llama3"),
+        ({"hidden_act": "gelu"}, "gelu"),
+        ({"architectures": ["MistralForCausalLM"]}, "Mistral"),
+    ]:
         with pytest.raises(UnsupportedArchitecture, match=words):
             ModelConfig.from_dict({**base, **change})
 
@@ -216,7 +233,6 @@ def test_attention_is_transformers_sdpa_bit_for_bit_in_bf16(n: int, past: int) -
     from types import SimpleNamespace
 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     from weightcache.engine.model import sdpa
 
     gen = torch.Generator().manual_seed(0)
@@ -240,16 +256,27 @@ def test_moe_configs_are_read_and_their_parallel_layouts_checked(checkpoint_fact
 
     config = json.loads((checkpoint_factory(**MOE_SPEC) / "config.json").read_text())
     cfg = ModelConfig.from_dict(config)
-    assert (cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.norm_topk_prob, cfg.qk_norm) == \
-        (8, 2, 128, True, True)  # transformers writes num_experts as num_local_experts
+    assert (cfg.num_experts, cfg.num_experts_per_tok, cfg.moe_intermediate_size, cfg.norm_topk_prob, cfg.qk_norm) == (
+        8,
+        2,
+        128,
+        True,
+        True,
+    )  # transformers writes num_experts as num_local_experts
     cfg.check_tensor_parallel(4, 4)
     cfg.check_tensor_parallel(4, 2)
-    for tp, ep, words in [(4, 8, "--ep-size 8 must divide --tp-size 4"),
-                          (3, 1, "num_attention_heads=.* is not divisible by tensor-parallel size 3")]:
+    for tp, ep, words in [
+        (4, 8, "--ep-size 8 must divide --tp-size 4"),
+        (3, 1, "num_attention_heads=.* is not divisible by tensor-parallel size 3"),
+    ]:
         with pytest.raises(ShardingError, match=words):
             cfg.check_tensor_parallel(tp, ep)
-    with pytest.raises(ShardingError, match="moe_intermediate_size=97 is not divisible by tensor-parallel .tp/ep. size 2"):
-        ModelConfig.from_dict({**config, "moe_intermediate_size": 97, "num_key_value_heads": 8}).check_tensor_parallel(4, 2)
+    with pytest.raises(
+        ShardingError, match="moe_intermediate_size=97 is not divisible by tensor-parallel .tp/ep. size 2"
+    ):
+        ModelConfig.from_dict({**config, "moe_intermediate_size": 97, "num_key_value_heads": 8}).check_tensor_parallel(
+            4, 2
+        )
     with pytest.raises(ShardingError, match="num_experts=6 is not divisible by expert-parallel size 4"):
         ModelConfig.from_dict({**config, "num_local_experts": 6}).check_tensor_parallel(4, 4)
     with pytest.raises(UnsupportedArchitecture, match="mixing dense and MoE layers"):

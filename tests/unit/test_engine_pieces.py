@@ -45,8 +45,10 @@ def test_chat_uses_the_checkpoint_template_when_it_has_one(checkpoint_factory, t
     assert tok.render_chat(messages) == "system: be brief\nuser: hi\nassistant:"
     (tmp_path / "tokenizer.json").write_text((src / "tokenizer.json").read_text())
     config = json.loads((src / "tokenizer_config.json").read_text())
-    config["chat_template"] = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}{% endfor %}"
-                               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    config["chat_template"] = (
+        "{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{{ eos_token }}{% endfor %}"
+        "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+    )
     (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
     templated = Tokenizer(tmp_path).render_chat(messages)
     assert templated == "<|system|>be brief<|endoftext|><|user|>hi<|endoftext|><|assistant|>"
@@ -55,8 +57,10 @@ def test_chat_uses_the_checkpoint_template_when_it_has_one(checkpoint_factory, t
 def test_timeline_starts_at_the_process_start_and_orders_phases() -> None:
     # A fresh interpreter asks right away: its age must be that of a young process, not of the
     # epoch, the boot, or a clock rounded to whole seconds.
-    code = ("import time; from weightcache.engine.timeline import process_start_time; "
-            "time.sleep(0.3); print(time.time() - process_start_time())")
+    code = (
+        "import time; from weightcache.engine.timeline import process_start_time; "
+        "time.sleep(0.3); print(time.time() - process_start_time())"
+    )
     age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert 0.3 <= age < 5.0
     assert process_start_time() < time.time()
@@ -71,7 +75,6 @@ def test_timeline_starts_at_the_process_start_and_orders_phases() -> None:
 
 def test_each_gpu_rank_gets_its_own_device_from_the_visible_list() -> None:
     import pytest
-
     from weightcache.engine.launcher import rank_gpus
     from weightcache_contract.errors import WeightCacheError
 
@@ -92,7 +95,13 @@ def test_engine_flags_come_from_the_environment_and_the_command_line_wins(monkey
     monkeypatch.setenv("WEIGHTCACHE_ENGINE_PORT", "not-a-port")
     args = build_parser().parse_args(["engine", "--port", "9000"])
     assert (args.model, args.tp_size, args.weight_block_size, args.socket_dir, args.name, args.port) == (
-        "/models/m", 4, (64, 64), "/run/wc", "qwen", 9000)
+        "/models/m",
+        4,
+        (64, 64),
+        "/run/wc",
+        "qwen",
+        9000,
+    )
     assert args.tp_rank is None
     # A bad environment value breaks only the engine command, and as a usage error.
     assert build_parser().parse_args(["probe", "--name", "x"]).command == "probe"

@@ -9,7 +9,6 @@ from datetime import timedelta
 from typing import Any
 
 from test_render import NOW, make
-
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import desired, plan_engines
 from weightcache_operator.objects import stamp
@@ -21,8 +20,9 @@ WANT = desired(CACHE)
 READY = [{"type": "Ready", "status": "True"}]
 
 
-def engine(name: str, role: str, *, version: str | None = None, ready: bool = True, deleting: bool = False,
-           age_s: float = 100) -> dict[str, Any]:  # fmt: skip
+def engine(
+    name: str, role: str, *, version: str | None = None, ready: bool = True, deleting: bool = False, age_s: float = 100
+) -> dict[str, Any]:
     pod = copy.deepcopy(engine_pod(CACHE, 0, "active" if role == "active" else "standby", ["node-1"]))
     pod["metadata"].pop("generateName", None)
     pod["metadata"].update(name=name, namespace="ns", creationTimestamp=stamp(NOW - timedelta(seconds=age_s)))
@@ -36,11 +36,19 @@ def engine(name: str, role: str, *, version: str | None = None, ready: bool = Tr
 
 
 def snapshot(*engines: dict[str, Any]) -> Snapshot:
-    daemon = {"metadata": {"name": "d1", "annotations": {"weightcache.io/daemon-spec-hash": daemon_spec_hash(CACHE)}},
-              "spec": {"nodeName": "node-1"}, "status": {"conditions": READY}}  # fmt: skip
+    daemon = {
+        "metadata": {"name": "d1", "annotations": {"weightcache.io/daemon-spec-hash": daemon_spec_hash(CACHE)}},
+        "spec": {"nodeName": "node-1"},
+        "status": {"conditions": READY},
+    }
     body = {"metadata": {"name": CACHE.metadata["name"], "namespace": "ns"}, "status": {}}
-    return Snapshot(body, CACHE, daemon_pods=[daemon], engine_pods=list(engines),
-                    service=engine_service(CACHE, daemon_spec_hash(CACHE)))  # fmt: skip
+    return Snapshot(
+        body,
+        CACHE,
+        daemon_pods=[daemon],
+        engine_pods=list(engines),
+        service=engine_service(CACHE, daemon_spec_hash(CACHE)),
+    )
 
 
 def kinds(actions: list[Any]) -> list[tuple[str, str]]:
@@ -48,18 +56,25 @@ def kinds(actions: list[Any]) -> list[tuple[str, str]]:
 
 
 def test_a_ready_surge_is_relabelled_first_then_the_old_pods_drain_then_a_new_standby_is_created() -> None:
-    state = snapshot(engine("a0", "active", version="old"), engine("s0", "standby", version="old"),
-                     engine("n0", "standby", age_s=30))  # fmt: skip
+    state = snapshot(
+        engine("a0", "active", version="old"), engine("s0", "standby", version="old"), engine("n0", "standby", age_s=30)
+    )
     plan = plan_engines(CACHE, state, WANT, NOW, apply_service=False)
     assert kinds(plan.actions) == [("SetRole", "n0"), ("Delete", "a0"), ("Delete", "s0"), ("Create", "")]
     assert plan.actions[0] == SetRole("n0", "active")
-    assert isinstance(plan.actions[-1], Create) and plan.actions[-1].pod["metadata"]["labels"]["weightcache.io/role"] == "standby"
+    assert (
+        isinstance(plan.actions[-1], Create)
+        and plan.actions[-1].pod["metadata"]["labels"]["weightcache.io/role"] == "standby"
+    )
     assert plan.rollout.phase == "Progressing" and plan.rollout.mode == "Engine"
 
 
 def test_a_surge_that_is_not_ready_yet_is_neither_counted_nor_trimmed_by_the_scaler() -> None:
-    state = snapshot(engine("a0", "active", version="old"), engine("s0", "standby", version="old"),
-                     engine("n0", "standby", ready=False, age_s=5))  # fmt: skip
+    state = snapshot(
+        engine("a0", "active", version="old"),
+        engine("s0", "standby", version="old"),
+        engine("n0", "standby", ready=False, age_s=5),
+    )
     plan = plan_engines(CACHE, state, WANT, NOW, apply_service=False)
     assert plan.actions == [], "two standbys for one wanted, yet the surge stays and nothing is created"
     assert "waiting for n0" in plan.rollout.step
@@ -86,5 +101,9 @@ def test_a_converged_cache_plans_nothing_and_the_pods_given_stay_as_they_were() 
 
 def test_relabels_to_active_precede_the_service_and_relabels_to_standby_follow_it() -> None:
     planned = [Delete("old", "rolled out"), SetRole("old", "standby"), ApplyService("h"), SetRole("new", "active")]
-    assert in_order(planned) == [SetRole("new", "active"), ApplyService("h"), SetRole("old", "standby"),
-                                 Delete("old", "rolled out")]  # fmt: skip
+    assert in_order(planned) == [
+        SetRole("new", "active"),
+        ApplyService("h"),
+        SetRole("old", "standby"),
+        Delete("old", "rolled out"),
+    ]

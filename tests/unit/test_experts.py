@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
-
 from weightcache.checkpoints.checkpoint import Checkpoint, open_checkpoint
 from weightcache.checkpoints.loader import fill, load_to_memory, plan_rank
 from weightcache.checkpoints.manifest import tensor_views
@@ -20,8 +19,15 @@ from weightcache.checkpoints.sharding import Layout
 from weightcache_contract.errors import CheckpointError, ShardingError
 
 MOE = dict(family="qwen3_moe", num_layers=2)  # hidden 128, 8 experts of width 128, 8 heads, 4 kv heads
-FP8_MOE = dict(family="qwen3_moe", num_layers=2, hidden_size=256, num_heads=4, num_kv_heads=4, num_experts=4,
-               moe_intermediate_size=256)  # every TP=2 slice of an expert is whole 128×128 blocks
+FP8_MOE = dict(
+    family="qwen3_moe",
+    num_layers=2,
+    hidden_size=256,
+    num_heads=4,
+    num_kv_heads=4,
+    num_experts=4,
+    moe_intermediate_size=256,
+)  # every TP=2 slice of an expert is whole 128×128 blocks
 
 
 def originals(ckpt: Path) -> dict[str, torch.Tensor]:
@@ -61,8 +67,11 @@ def test_a_moe_checkpoint_maps_as_a_handful_of_tensors_per_layer(checkpoint_fact
     assert shapes["model.layers.1.mlp.gate.weight"] == (8, 128)
 
 
-@pytest.mark.parametrize("layout", [Layout(), Layout(2, 1), Layout(2, 1, ep_size=2), Layout(4, 3, ep_size=2)],
-                         ids=["tp1", "tp2-rank1", "ep2-rank1", "tp4-ep2-rank3"])
+@pytest.mark.parametrize(
+    "layout",
+    [Layout(), Layout(2, 1), Layout(2, 1, ep_size=2), Layout(4, 3, ep_size=2)],
+    ids=["tp1", "tp2-rank1", "ep2-rank1", "tp4-ep2-rank3"],
+)
 def test_stacked_experts_hold_this_ranks_experts_and_slices_at_their_index(checkpoint_factory, layout: Layout) -> None:
     ckpt = checkpoint_factory(**MOE)
     full = originals(ckpt)
@@ -77,7 +86,9 @@ def test_stacked_experts_hold_this_ranks_experts_and_slices_at_their_index(check
         torch.testing.assert_close(gate_up[j, :part], full[p + "gate_proj.weight"][rows].float(), rtol=0, atol=0)
         torch.testing.assert_close(gate_up[j, part:], full[p + "up_proj.weight"][rows].float(), rtol=0, atol=0)
         torch.testing.assert_close(down[j], full[p + "down_proj.weight"][:, rows].float(), rtol=0, atol=0)
-    torch.testing.assert_close(tensors["model.layers.1.mlp.gate.weight"], full["model.layers.1.mlp.gate.weight"].float())
+    torch.testing.assert_close(
+        tensors["model.layers.1.mlp.gate.weight"], full["model.layers.1.mlp.gate.weight"].float()
+    )
 
 
 @pytest.mark.parametrize("prequantized", [False, True])
@@ -90,8 +101,12 @@ def test_fp8_experts_are_stacked_with_their_block_scales(checkpoint_factory, pre
     gate_up, scale = tensors[name + "gate_up_proj"], tensors[name + "gate_up_proj" + SCALE_SUFFIX]
     down, down_scale = tensors[name + "down_proj"], tensors[name + "down_proj" + SCALE_SUFFIX]
     assert gate_up.dtype == down.dtype == torch.float8_e4m3fn and scale.dtype == torch.float32
-    assert (gate_up.shape, scale.shape, down.shape, down_scale.shape) == ((4, 256, 256), (4, 2, 2), (4, 256, 128),
-                                                                          (4, 2, 1))
+    assert (gate_up.shape, scale.shape, down.shape, down_scale.shape) == (
+        (4, 256, 256),
+        (4, 2, 2),
+        (4, 256, 128),
+        (4, 2, 1),
+    )
     for e in range(4):
         p = f"model.layers.0.mlp.experts.{e}."
         for k, proj in enumerate(("gate", "up")):
@@ -121,7 +136,9 @@ def test_stacked_entries_filled_in_parallel_get_the_crc_of_their_bytes(checkpoin
 def test_a_missing_expert_is_named_before_anything_is_read(checkpoint_factory) -> None:
     ckpt = checkpoint_factory(**MOE)
     checkpoint = edited(ckpt, drop="model.layers.0.mlp.experts.5.up_proj.weight")
-    with pytest.raises(CheckpointError, match="layer 0 lacks expert 5's up_proj.weight .num_experts=8.; the checkpoint"):
+    with pytest.raises(
+        CheckpointError, match="layer 0 lacks expert 5's up_proj.weight .num_experts=8.; the checkpoint"
+    ):
         plan_rank(checkpoint, Layout(), resolve("none", None), "bfloat16")
     assert checkpoint.bytes_read == 0
 

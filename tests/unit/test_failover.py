@@ -3,43 +3,58 @@ per-replica plan, including states an operator killed mid-failover leaves behind
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
+from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
 from weightcache_operator.failover import Promotion, failover_status, failure_of, plan_replica, unready_nodes
 from weightcache_operator.metrics import OperatorMetrics
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
-from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
-
 HASH = "h1"
-T0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
 
 
 def stamp(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def pod(name: str, role: str, ready: bool = True, *, node: str = "node-1", created: float = 0, started: float = 1,
-        ready_since: float = 5, spec_hash: str = HASH, gate: str | None = "True", **status: Any) -> dict[str, Any]:  # fmt: skip
+def pod(
+    name: str,
+    role: str,
+    ready: bool = True,
+    *,
+    node: str = "node-1",
+    created: float = 0,
+    started: float = 1,
+    ready_since: float = 5,
+    spec_hash: str = HASH,
+    gate: str | None = "True",
+    **status: Any,
+) -> dict[str, Any]:
     """An engine pod: created at T0+created, container running since T0+started, Ready (or not)
     since T0+ready_since; ``status`` overrides status fields."""
     conditions = [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": stamp(ready_since)}]
     if gate is not None:
         conditions.append({"type": READY_GATE, "status": gate, "lastTransitionTime": stamp(ready_since)})
     return {
-        "metadata": {"name": name, "creationTimestamp": stamp(created),
-                     "labels": {"weightcache.io/replica": "0", "weightcache.io/role": role},
-                     "annotations": {SPEC_HASH_ANNOTATION: spec_hash}},
+        "metadata": {
+            "name": name,
+            "creationTimestamp": stamp(created),
+            "labels": {"weightcache.io/replica": "0", "weightcache.io/role": role},
+            "annotations": {SPEC_HASH_ANNOTATION: spec_hash},
+        },
         "spec": {"nodeName": node},
-        "status": {"phase": "Running", "conditions": conditions,
-                   "containerStatuses": [{"name": "engine", "state": {"running": {"startedAt": stamp(started)}}}],
-                   **status},
-    }  # fmt: skip
+        "status": {
+            "phase": "Running",
+            "conditions": conditions,
+            "containerStatuses": [{"name": "engine", "state": {"running": {"startedAt": stamp(started)}}}],
+            **status,
+        },
+    }
 
 
 def names(pods: list[dict[str, Any]]) -> list[str]:
@@ -66,7 +81,11 @@ def test_deletion_is_timed_from_the_request_not_the_end_of_the_grace_period() ->
 def test_eviction_and_a_failed_pod_are_final() -> None:
     evicted = pod("a", "active", phase="Failed", reason="Evicted", message="node low on memory")
     failure = failure_of(evicted, {})
-    assert failure is not None and (failure.signal, failure.final) == ("PodEvicted", True) and "low on memory" in failure.detail
+    assert (
+        failure is not None
+        and (failure.signal, failure.final) == ("PodEvicted", True)
+        and "low on memory" in failure.detail
+    )
     failed = pod("a", "active", phase="Failed")
     failed["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 1, "finishedAt": stamp(7)}}
     failure = failure_of(failed, {})
@@ -74,27 +93,41 @@ def test_eviction_and_a_failed_pod_are_final() -> None:
 
 
 def test_a_not_ready_node_fails_even_a_pod_that_still_shows_ready() -> None:
-    nodes = [{"metadata": {"name": "node-1"}, "status": {"conditions": [
-        {"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(9)}]}},
-        {"metadata": {"name": "node-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}]  # fmt: skip
+    nodes = [
+        {
+            "metadata": {"name": "node-1"},
+            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(9)}]},
+        },
+        {"metadata": {"name": "node-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+    ]
     unready = unready_nodes(nodes)
     assert unready == {"node-1": T0 + timedelta(seconds=9)}
     failure = failure_of(pod("a", "active", ready=True), unready)
-    assert failure is not None and (failure.signal, failure.final, failure.since) == ("NodeNotReady", True, T0 + timedelta(seconds=9))
+    assert failure is not None and (failure.signal, failure.final, failure.since) == (
+        "NodeNotReady",
+        True,
+        T0 + timedelta(seconds=9),
+    )
     assert failure_of(pod("b", "active", node="node-2"), unready) is None
 
 
 def test_a_restarted_container_is_timed_from_its_finish() -> None:
     restarted = pod("a", "active", ready=False, started=21, ready_since=20)
-    restarted["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 137, "finishedAt": stamp(20)}}
+    restarted["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 137, "finishedAt": stamp(20)}
+    }
     failure = failure_of(restarted, {})
-    assert failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=20)
+    assert (
+        failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=20)
+    )
     assert not failure.final
     crashing = pod("a", "active", ready=False)
     crashing["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
     crashing["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(30)}}
     failure = failure_of(crashing, {})
-    assert failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=30)
+    assert (
+        failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=30)
+    )
 
 
 def test_an_old_restart_does_not_explain_a_new_readiness_failure() -> None:
@@ -130,7 +163,13 @@ def test_a_silent_pod_the_kubelet_still_calls_ready_is_unresponsive_and_kept() -
 def test_healthy_replica_needs_nothing() -> None:
     plan = plan_replica(0, [pod("a", "active"), pod("s", "standby", created=1)], 1, HASH, {})
     assert (plan.promotion, plan.demote, plan.delete, plan.create_active, plan.create_standbys, plan.stranded) == (
-        None, [], [], False, 0, None)  # fmt: skip
+        None,
+        [],
+        [],
+        False,
+        0,
+        None,
+    )
 
 
 @pytest.mark.parametrize("signal", ["deleted", "restarted", "readiness", "gate", "node"])
@@ -283,8 +322,12 @@ def test_restart_after_the_deletion_only_creates_the_replacement() -> None:
 
 
 def test_surplus_standbys_go_newest_and_not_ready_first() -> None:
-    pods = [pod("a", "active"), pod("s1", "standby", created=1), pod("s2", "standby", created=2),
-            pod("s3", "standby", ready=False, created=3, started=4, ready_since=3)]  # fmt: skip
+    pods = [
+        pod("a", "active"),
+        pod("s1", "standby", created=1),
+        pod("s2", "standby", created=2),
+        pod("s3", "standby", ready=False, created=3, started=4, ready_since=3),
+    ]
     plan = plan_replica(0, pods, 1, HASH, {})
     assert names([p for p, _ in plan.delete]) == ["s3", "s2"]
 
@@ -296,9 +339,18 @@ def test_last_failover_entry_and_metrics() -> None:
     assert plan.promotion is not None
     noticed = T0 + timedelta(seconds=60, milliseconds=250)
     entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12))
-    assert entry == {"time": "2026-11-29T10:01:00.250000Z", "replica": 0, "from": "a", "fromNode": "node-1", "to": "s",
-                     "toNode": "node-2", "signal": "ContainerRestarted", "reason": "container engine of a restarted",
-                     "detectionMs": 250.0, "promotionMs": 12.0}  # fmt: skip
+    assert entry == {
+        "time": "2026-11-29T10:01:00.250000Z",
+        "replica": 0,
+        "from": "a",
+        "fromNode": "node-1",
+        "to": "s",
+        "toNode": "node-2",
+        "signal": "ContainerRestarted",
+        "reason": "container engine of a restarted",
+        "detectionMs": 250.0,
+        "promotionMs": 12.0,
+    }
     parsed = WeightCacheStatus.model_validate({"lastFailover": entry})
     assert parsed.last_failover is not None and parsed.last_failover.from_ == "a"
 
@@ -308,7 +360,10 @@ def test_last_failover_entry_and_metrics() -> None:
     assert 'weightcache_operator_failovers_total{cache="tiny",namespace="ns",signal="ContainerRestarted"} 1' in text
     assert 'weightcache_operator_failover_promotion_seconds_bucket{cache="tiny",namespace="ns",le="0.01"} 0' in text
     assert 'weightcache_operator_failover_promotion_seconds_bucket{cache="tiny",namespace="ns",le="0.025"} 1' in text
-    assert 'weightcache_operator_failover_detection_seconds_count{cache="tiny",namespace="ns",signal="ContainerRestarted"} 1' in text
+    assert (
+        'weightcache_operator_failover_detection_seconds_count{cache="tiny",namespace="ns",signal="ContainerRestarted"} 1'
+        in text
+    )
 
 
 def test_a_promotion_without_a_failed_pod_has_no_from() -> None:

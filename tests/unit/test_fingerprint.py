@@ -6,7 +6,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from weightcache.checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
@@ -14,11 +13,19 @@ from weightcache.wire.fingerprint import Fingerprint, compute
 from weightcache_contract.errors import CheckpointError
 
 
-def fingerprint(path: Path, layout: Layout = Layout(), quantization: str = "none", dtype: str = "bfloat16",
-                revision: str = "r1", backend: str = "cpu-shm", block: tuple[int, int] | None = None) -> Fingerprint:
+def fingerprint(
+    path: Path,
+    layout: Layout = Layout(),
+    quantization: str = "none",
+    dtype: str = "bfloat16",
+    revision: str = "r1",
+    backend: str = "cpu-shm",
+    block: tuple[int, int] | None = None,
+) -> Fingerprint:
     ckpt = open_checkpoint(path)
-    return compute(ckpt, layout, resolve(quantization, ckpt.quantization_config, block), dtype,
-                   revision=revision, backend=backend)
+    return compute(
+        ckpt, layout, resolve(quantization, ckpt.quantization_config, block), dtype, revision=revision, backend=backend
+    )
 
 
 @pytest.fixture
@@ -74,12 +81,17 @@ def test_a_shard_rewritten_in_place_with_size_and_mtime_restored_changes_the_fin
     with shard.open("r+b") as fh:  # in place: the inode stays
         fh.write(data)
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert (shard.stat().st_ino, shard.stat().st_size, shard.stat().st_mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+    assert (shard.stat().st_ino, shard.stat().st_size, shard.stat().st_mtime_ns) == (
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+    )
     assert_only(base, fingerprint(ckpt), "shards")  # the ctime moved: the write set it, utime cannot restore it
 
 
 def test_copies_of_a_checkpoint_on_two_nodes_hold_the_same_weights_but_are_different_files(
-        ckpt: Path, tmp_path: Path) -> None:
+    ckpt: Path, tmp_path: Path
+) -> None:
     other_node = tmp_path / "node-2"
     shutil.copytree(ckpt, other_node / "ckpt")  # mtimes kept, inodes and ctimes new
     here, there = fingerprint(ckpt), fingerprint(other_node / "ckpt")
@@ -115,11 +127,14 @@ def test_parallel_sizes(ckpt: Path, field: str, layout: Layout) -> None:
 
 def test_expert_parallel_size(ckpt: Path) -> None:
     # Same tp rank, other experts (whole ones instead of a slice of each): other bytes.
-    assert_only(fingerprint(ckpt, layout=Layout(tp_size=2)), fingerprint(ckpt, layout=Layout(tp_size=2, ep_size=2)),
-                "ep_size")
+    assert_only(
+        fingerprint(ckpt, layout=Layout(tp_size=2)), fingerprint(ckpt, layout=Layout(tp_size=2, ep_size=2)), "ep_size"
+    )
 
 
-@pytest.mark.parametrize("field, layout", [("tp_rank", Layout(tp_size=2, tp_rank=1)), ("pp_rank", Layout(pp_size=2, pp_rank=1))])
+@pytest.mark.parametrize(
+    "field, layout", [("tp_rank", Layout(tp_size=2, tp_rank=1)), ("pp_rank", Layout(pp_size=2, pp_rank=1))]
+)
 def test_parallel_ranks(ckpt: Path, field: str, layout: Layout) -> None:
     rank0 = Layout(tp_size=layout.tp_size, pp_size=layout.pp_size)
     assert_only(fingerprint(ckpt, layout=rank0), fingerprint(ckpt, layout=layout), field)
@@ -132,8 +147,11 @@ def test_quantization_method(ckpt: Path) -> None:
 
 
 def test_quantization_config(ckpt: Path) -> None:
-    assert_only(fingerprint(ckpt, quantization="fp8"), fingerprint(ckpt, quantization="fp8", block=(64, 64)),
-                "quantization_sha256")
+    assert_only(
+        fingerprint(ckpt, quantization="fp8"),
+        fingerprint(ckpt, quantization="fp8", block=(64, 64)),
+        "quantization_sha256",
+    )
 
 
 def test_dtype(ckpt: Path) -> None:
@@ -145,8 +163,15 @@ def test_layout_version(ckpt: Path) -> None:
     assert_only(base, base.model_copy(update={"layout_version": base.layout_version + 1}), "layout_version")
 
 
-@pytest.mark.parametrize("field, value", [("torch_version", "9.9.9"), ("device_kind", "NVIDIA H200"),
-                                          ("compute_capability", "9.0"), ("protocol_version", 99)])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("torch_version", "9.9.9"),
+        ("device_kind", "NVIDIA H200"),
+        ("compute_capability", "9.0"),
+        ("protocol_version", 99),
+    ],
+)
 def test_environment_fields(ckpt: Path, field: str, value: object) -> None:
     base = fingerprint(ckpt)
     env = base.environment.model_copy(update={field: value})
@@ -161,8 +186,9 @@ def test_backend(ckpt: Path) -> None:
     assert "environment.backend" in base.differences(fingerprint(ckpt, backend="cuda-vmm"))
 
 
-@pytest.mark.parametrize("field, value", [("driver_version", "580.1"), ("cuda_runtime", "13.0"),
-                                          ("access", "read-write")])
+@pytest.mark.parametrize(
+    "field, value", [("driver_version", "580.1"), ("cuda_runtime", "13.0"), ("access", "read-write")]
+)
 def test_gpu_environment_fields(ckpt: Path, field: str, value: str) -> None:
     base = fingerprint(ckpt)
     env = base.environment.model_copy(update={field: value})
@@ -173,6 +199,7 @@ def test_a_stamps_only_checkpoint_fingerprints_like_a_fully_opened_one(ckpt: Pat
     stamps = open_checkpoint(ckpt, stamps_only=True)
     assert stamps.tensors == {}  # no header parsed: what engines open on every start
     quant = resolve("none", None, None)
+
     def digest(c: Checkpoint) -> str:
         return compute(c, Layout(), quant, "bfloat16", revision="r1", backend="cpu-shm").digest
 

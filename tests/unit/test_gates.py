@@ -7,17 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from weightcache_operator.alarms import Alarms
 from weightcache_operator.gates import DAEMON_UID_ANNOTATION, gate_wanted
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
 from weightcache_operator.render.layout import CLAIM_ANNOTATION
 
-T0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
 GRACE = timedelta(seconds=30)
 
 
@@ -25,21 +24,34 @@ def stamp(seconds: float) -> str:
     return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def daemon(uid: str = "d1", ready: bool = True, since: float = 10, generation: str = "g1", *,
-           deleting: bool = False, claim: str | None = None) -> dict[str, Any]:  # fmt: skip
+def daemon(
+    uid: str = "d1",
+    ready: bool = True,
+    since: float = 10,
+    generation: str = "g1",
+    *,
+    deleting: bool = False,
+    claim: str | None = None,
+) -> dict[str, Any]:
     """A daemon pod on node-1, Ready (or NotReady) since T0+since."""
     meta: dict[str, Any] = {"name": f"daemon-{uid}", "uid": uid, "annotations": {SPEC_HASH_ANNOTATION: generation}}
     if deleting:
         meta["deletionTimestamp"] = stamp(since)
-    status: dict[str, Any] = {"conditions": [{"type": "Ready", "status": "True" if ready else "False",
-                                              "lastTransitionTime": stamp(since)}]}  # fmt: skip
+    status: dict[str, Any] = {
+        "conditions": [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": stamp(since)}]
+    }
     if claim is not None:
         status["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": claim}]
     return {"metadata": meta, "spec": {"nodeName": "node-1"}, "status": status}
 
 
-def engine(gate: str | None = "True", containers_ready: bool = True, mapped_from: str | None = "d1",
-           generation: str = "g1", claim: str | None = None) -> dict[str, Any]:  # fmt: skip
+def engine(
+    gate: str | None = "True",
+    containers_ready: bool = True,
+    mapped_from: str | None = "d1",
+    generation: str = "g1",
+    claim: str | None = None,
+) -> dict[str, Any]:
     annotations = {SPEC_HASH_ANNOTATION: generation}
     if mapped_from is not None:
         annotations[DAEMON_UID_ANNOTATION] = mapped_from
@@ -48,8 +60,11 @@ def engine(gate: str | None = "True", containers_ready: bool = True, mapped_from
     conditions = [{"type": "ContainersReady", "status": "True" if containers_ready else "False"}]
     if gate is not None:
         conditions.append({"type": READY_GATE, "status": gate})
-    return {"metadata": {"name": "e", "annotations": annotations}, "spec": {"nodeName": "node-1"},
-            "status": {"conditions": conditions}}  # fmt: skip
+    return {
+        "metadata": {"name": "e", "annotations": annotations},
+        "spec": {"nodeName": "node-1"},
+        "status": {"conditions": conditions},
+    }
 
 
 def at(seconds: float) -> datetime:
@@ -137,7 +152,7 @@ class Woken:
 def test_an_alarm_wakes_its_key_once_and_each_setting_replaces_the_last() -> None:
     woken = Woken()
     alarms = Alarms(woken)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     alarms.set("a", now + timedelta(seconds=0.1), now)
     alarms.set("a", now + timedelta(seconds=30), now)  # what the latest pass needs: later
     assert alarms.pending("a") == now + timedelta(seconds=30)
@@ -151,7 +166,7 @@ def test_an_alarm_wakes_its_key_once_and_each_setting_replaces_the_last() -> Non
 def test_a_cancelled_alarm_never_wakes() -> None:
     woken = Woken()
     alarms = Alarms(woken)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     alarms.set(("ns", "c"), now + timedelta(seconds=0.2), now)
     alarms.set(("ns", "c"), None, now)  # a pass that keeps no gate
     alarms.set(("ns", "d"), now + timedelta(seconds=0.2), now)

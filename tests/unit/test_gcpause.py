@@ -3,7 +3,6 @@
 import gc
 
 import pytest
-
 from weightcache.gcpause import gc_paused
 
 

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from weightcache.gpu.gpu_grant import (
     Grant,
     current_grant,
@@ -52,8 +51,12 @@ def test_grant_file_round_trip_and_bad_files(tmp_path: Path) -> None:
     assert read_grant(path) == grant
     assert oct(path.stat().st_mode & 0o777) == "0o644", "daemons of another uid read it"
     assert [p.name for p in tmp_path.iterdir()] == ["gpus.json"], "no temporary file left behind"
-    for bad in ("{", '{"version": 2, "uuids": [], "token": "t"}', '{"version": 1, "uuids": ["0"], "token": "t"}',
-                '{"version": 1, "uuids": []}'):  # fmt: skip
+    for bad in (
+        "{",
+        '{"version": 2, "uuids": [], "token": "t"}',
+        '{"version": 1, "uuids": ["0"], "token": "t"}',
+        '{"version": 1, "uuids": []}',
+    ):
         path.write_text(bad)
         assert read_grant(path) is None, bad
 

@@ -29,17 +29,30 @@ def attempt(request: int, started: float, ok: bool, retry: bool = False) -> Atte
 
 
 def test_a_request_rescued_by_its_retry_counts_as_retried_and_one_failing_twice_as_failed() -> None:
-    attempts = [attempt(0, 10.0, True), attempt(1, 10.2, False), attempt(1, 10.6, True, retry=True),
-                attempt(2, 10.4, False), attempt(2, 10.8, False, retry=True), attempt(3, 10.6, True)]  # fmt: skip
+    attempts = [
+        attempt(0, 10.0, True),
+        attempt(1, 10.2, False),
+        attempt(1, 10.6, True, retry=True),
+        attempt(2, 10.4, False),
+        attempt(2, 10.8, False, retry=True),
+        attempt(3, 10.6, True),
+    ]
     assert ClientCount.of(attempts, 10.0, 11.0) == ClientCount(sent=4, failed_first=2, retried_ok=1, failed=1)
 
 
 def test_only_requests_started_inside_the_window_count_and_their_retries_may_end_after_it() -> None:
-    attempts = [attempt(0, 9.9, False), attempt(0, 10.3, True, retry=True),  # started before the window
-                attempt(1, 10.9, False), attempt(1, 11.3, True, retry=True),  # retried after the window ended
-                attempt(2, 11.0, False)]  # fmt: skip
+    attempts = [
+        attempt(0, 9.9, False),
+        attempt(0, 10.3, True, retry=True),  # started before the window
+        attempt(1, 10.9, False),
+        attempt(1, 11.3, True, retry=True),  # retried after the window ended
+        attempt(2, 11.0, False),
+    ]
     assert ClientCount.of(attempts, 10.0, 11.0) == ClientCount(sent=1, failed_first=1, retried_ok=1, failed=0)
-    assert str(ClientCount(5, 1, 1, 0)) == "5 requests sent, 1 failed on the first try, 1 of those succeeded on the retry, 0 failed"
+    assert (
+        str(ClientCount(5, 1, 1, 0))
+        == "5 requests sent, 1 failed on the first try, 1 of those succeeded on the retry, 0 failed"
+    )
 
 
 def test_a_recorded_cluster_counts_as_running_only_while_its_marked_process_lives(tmp_path: Path) -> None:
@@ -47,8 +60,16 @@ def test_a_recorded_cluster_counts_as_running_only_while_its_marked_process_live
     directory.mkdir()
     session = "0123abcd"
     holder = subprocess.Popen(["sleep", "30"], env={**os.environ, MARKER: session})
-    record = {"dir": str(directory), "pid": holder.pid, "session": session, "server": "https://127.0.0.1:1",
-              "kubeconfig": "k", "kubectl": "/t/kubectl", "helm": "/t/helm", "nodes": ["node-1"]}  # fmt: skip
+    record = {
+        "dir": str(directory),
+        "pid": holder.pid,
+        "session": session,
+        "server": "https://127.0.0.1:1",
+        "kubeconfig": "k",
+        "kubectl": "/t/kubectl",
+        "helm": "/t/helm",
+        "nodes": ["node-1"],
+    }
     try:
         (directory / INFO).write_text(json.dumps(record))
         found = running(directory)
@@ -87,8 +108,11 @@ def test_build_progress_names_what_the_compiler_works_on_under_that_build_only()
         done.set()
         reporter.join()
         assert 1 <= len(lines) <= 3, lines
-        assert re.fullmatch(r"building the control plane: 0m0\ds, 1 packages seen compiling; "
-                            r"now compiling k8s.io/apiserver/pkg/server", lines[0]), lines  # fmt: skip
+        assert re.fullmatch(
+            r"building the control plane: 0m0\ds, 1 packages seen compiling; "
+            r"now compiling k8s.io/apiserver/pkg/server",
+            lines[0],
+        ), lines
     finally:
         for process in (build, other):
             os.killpg(process.pid, signal.SIGKILL)

@@ -1,7 +1,6 @@
 import numpy as np
 import pytest
 import torch
-
 from weightcache.checkpoints.manifest import Manifest, TensorEntry, align, contiguous_stride, tensor_views
 from weightcache.wire.protocol import REPLY, FetchReply, decode, encode
 from weightcache_contract.errors import ProtocolError
@@ -12,9 +11,12 @@ def entry(name: str, offset: int, shape=(4, 4), dtype="float32", nbytes=None) ->
     return TensorEntry(name=name, dtype=dtype, shape=shape, stride=contiguous_stride(shape), offset=offset, nbytes=n)
 
 
-ENTRIES = [entry("a", 0), entry("b", 256),
-           TensorEntry(name="c", dtype="bfloat16", shape=(2, 8), stride=(8, 1), offset=512, nbytes=32, checksum=7),
-           TensorEntry(name="s", dtype="float32", shape=(), stride=(), offset=768, nbytes=4, kind="buffer")]
+ENTRIES = [
+    entry("a", 0),
+    entry("b", 256),
+    TensorEntry(name="c", dtype="bfloat16", shape=(2, 8), stride=(8, 1), offset=512, nbytes=32, checksum=7),
+    TensorEntry(name="s", dtype="float32", shape=(), stride=(), offset=768, nbytes=4, kind="buffer"),
+]
 
 
 def test_views_alias_the_arena_without_copying() -> None:
@@ -53,12 +55,15 @@ def test_hostile_manifests_are_rejected(entries, aliases, message) -> None:
         Manifest.build("x", 1024, entries, aliases).validate_bounds()
 
 
-@pytest.mark.parametrize("column, value, message", [
-    ("offsets", np.zeros(3, "<i8").tobytes(), "inconsistent lengths"),
-    ("dtype_codes", bytes([0, 9, 0, 0]), "dtype code out of range"),
-    ("kinds", bytes([0, 0, 5, 0]), "kind out of range"),
-    ("dims", np.array([4, 4, 4, -4, 2, 8], "<i8").tobytes(), "negative dimension"),
-])
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        ("offsets", np.zeros(3, "<i8").tobytes(), "inconsistent lengths"),
+        ("dtype_codes", bytes([0, 9, 0, 0]), "dtype code out of range"),
+        ("kinds", bytes([0, 0, 5, 0]), "kind out of range"),
+        ("dims", np.array([4, 4, 4, -4, 2, 8], "<i8").tobytes(), "negative dimension"),
+    ],
+)
 def test_malformed_columns_are_rejected(column: str, value: bytes, message: str) -> None:
     manifest = Manifest.build("x", 1024, ENTRIES).model_copy(update={column: value})
     with pytest.raises(ProtocolError, match=message):

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import copy
 import itertools
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from test_render import NOW, container, env_of, make
-
-from weightcache_operator.engine_units import units
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
+from weightcache_operator.engine_units import units
 from weightcache_operator.group_plan import group_progress, plan_groups
-from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_service, engine_template_hash
+from weightcache_operator.render import (
+    SPEC_HASH_ANNOTATION,
+    daemon_spec_hash,
+    engine_pod,
+    engine_service,
+    engine_template_hash,
+)
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
@@ -34,27 +39,43 @@ def test_slots_are_assigned_by_sorted_name_in_groups_of_nodes() -> None:
     topo = assign_slots(["n-c", "n-a", "n-e", "n-b", "n-d"], 2)
     assert topo.slots == [["n-a", "n-c"], ["n-b", "n-d"]] and topo.idle == ["n-e"]
     assert topo.slot_of("n-d") == 1 and topo.slot_of("n-e") is None
-    assert assign_slots(["n-b", "n-a"], 2) == assign_slots(["n-a", "n-b", "n-a"], 2), "order and duplicates do not matter"
+    assert assign_slots(["n-b", "n-a"], 2) == assign_slots(["n-a", "n-b", "n-a"], 2), (
+        "order and duplicates do not matter"
+    )
     assert assign_slots(["n-a"], 2).slots == [[], []]
     assert assign_slots(["x", "y", "z"], 1).slots == [["x", "y", "z"]]
 
 
 def test_node_selection_follows_selector_affinity_and_taints() -> None:
-    placement = Placement.model_validate({
-        "nodeSelector": {"pool": "gpu"},
-        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
-            {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": ["special"]}]},
-        ]}}},
-        "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
-    })  # fmt: skip
+    placement = Placement.model_validate(
+        {
+            "nodeSelector": {"pool": "gpu"},
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]},
+                            {
+                                "matchExpressions": [
+                                    {"key": "kubernetes.io/hostname", "operator": "In", "values": ["special"]}
+                                ]
+                            },
+                        ]
+                    }
+                }
+            },
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        }
+    )
     assert selected(placement, node("a", {"pool": "gpu", "zone": "a"}))
     assert selected(placement, node("special", {"pool": "gpu"})), "second term (hostname)"
     assert not selected(placement, node("c", {"pool": "gpu", "zone": "c"}))
     assert not selected(placement, node("d", {"pool": "cpu", "zone": "a"}))
     assert selected(placement, node("e", {"pool": "gpu", "zone": "b"}, [{"key": "gpu", "effect": "NoSchedule"}]))
     assert not selected(placement, node("f", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "NoExecute"}]))
-    assert selected(placement, node("g", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "PreferNoSchedule"}]))
+    assert selected(
+        placement, node("g", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "PreferNoSchedule"}])
+    )
     assert selected(Placement(), node("h")), "no placement: every node"
 
 
@@ -73,17 +94,30 @@ def test_one_daemonset_per_slot_pinned_to_its_nodes_holding_its_ranks() -> None:
         assert ds["spec"]["template"]["metadata"]["labels"]["weightcache.io/slot"] == str(slot)
         pod = ds["spec"]["template"]["spec"]
         terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert terms == [{"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In",
-                                                "values": [["node-1", "node-3"], ["node-2", "node-4"]][slot]}]}]  # fmt: skip
+        assert terms == [
+            {
+                "matchExpressions": [
+                    {
+                        "key": "kubernetes.io/hostname",
+                        "operator": "In",
+                        "values": [["node-1", "node-3"], ["node-2", "node-4"]][slot],
+                    }
+                ]
+            }
+        ]
         assert pod["nodeSelector"] == {"pool": "gpu"}, "the placement still applies"
-    assert daemon_daemonsets(cache, [["node-1"], []]) == [daemon_daemonset(cache, 0, ["node-1"])], "no nodes, no DaemonSet"
+    assert daemon_daemonsets(cache, [["node-1"], []]) == [daemon_daemonset(cache, 0, ["node-1"])], (
+        "no nodes, no DaemonSet"
+    )
 
 
 def test_nodes_one_renders_as_before() -> None:
     cache = make()
     assert daemon_daemonsets(cache, []) == [daemon_daemonset(cache)]
     ds = daemon_daemonset(cache)
-    assert ds["metadata"]["name"] == "tiny-daemon" and "weightcache.io/slot" not in ds["spec"]["selector"]["matchLabels"]
+    assert (
+        ds["metadata"]["name"] == "tiny-daemon" and "weightcache.io/slot" not in ds["spec"]["selector"]["matchLabels"]
+    )
     assert "affinity" not in ds["spec"]["template"]["spec"]
     assert "weightcache.io/node-rank" not in engine_service(cache)["spec"]["selector"]
 
@@ -125,8 +159,11 @@ def test_engine_pod_refuses_inconsistent_membership() -> None:
 
 
 def daemon(node_name: str, slot: int) -> dict[str, Any]:
-    return {"metadata": {"name": f"d-{node_name}", "labels": {"weightcache.io/slot": str(slot)}},
-            "spec": {"nodeName": node_name}, "status": {}}  # fmt: skip
+    return {
+        "metadata": {"name": f"d-{node_name}", "labels": {"weightcache.io/slot": str(slot)}},
+        "spec": {"nodeName": node_name},
+        "status": {},
+    }
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
@@ -165,7 +202,9 @@ def test_groups_start_leader_first_then_followers_dial_its_ip() -> None:
     pod = followers[0].pod
     assert pod["metadata"]["name"] == "tiny-0-g0-1" and pod["metadata"]["labels"]["weightcache.io/role"] == "active"
     assert env_of(container(pod, "engine"))["WEIGHTCACHE_ENGINE_DIST_ADDR"] == "198.18.1.5:29500"
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms[0]["matchExpressions"][-1]["values"] == ["node-2"], "slot 1's pod goes where slot 1's ranks are"
 
 
@@ -174,7 +213,9 @@ def complete_groups(cache: Any, ready_active: bool = True, ready_standby: bool =
     for group, role, ready in (("ga", "active", ready_active), ("gb", "standby", ready_standby)):
         ip = "198.18.1.5" if group == "ga" else "198.18.1.6"
         pods.append(run(engine_pod(cache, 0, role, ["node-1"], member=Member(group, 0)), "node-1", ip, ready))
-        pods.append(run(engine_pod(cache, 0, role, ["node-2"], member=Member(group, 1, ip)), "node-2", "198.18.2.5", ready))
+        pods.append(
+            run(engine_pod(cache, 0, role, ["node-2"], member=Member(group, 1, ip)), "node-2", "198.18.2.5", ready)
+        )
     return pods
 
 
@@ -196,9 +237,15 @@ def test_a_converged_layout_plans_nothing_and_a_lost_leader_takes_its_group() ->
 
 def failovers(plan: list[Any]) -> list[tuple[str, str | None, str | None]]:
     """(to, from, signal) of each Failover action."""
-    return [(a.promotion.promoted["metadata"]["name"],
-             a.promotion.failed["metadata"]["name"] if a.promotion.failed else None,
-             a.promotion.failure.signal if a.promotion.failure else None) for a in plan if isinstance(a, Failover)]  # fmt: skip
+    return [
+        (
+            a.promotion.promoted["metadata"]["name"],
+            a.promotion.failed["metadata"]["name"] if a.promotion.failed else None,
+            a.promotion.failure.signal if a.promotion.failure else None,
+        )
+        for a in plan
+        if isinstance(a, Failover)
+    ]
 
 
 def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> None:
@@ -229,8 +276,12 @@ def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> N
     # A readiness failure after the group had been Ready: swapped and named.
     frozen = copy.deepcopy(pods)
     for member in frozen[:2]:
-        member["status"]["containerStatuses"] = [{"name": "engine", "state": {"running": {"startedAt": "2026-11-29T10:00:01Z"}}}]
-        member["status"]["conditions"] = [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T10:05:00Z"}]
+        member["status"]["containerStatuses"] = [
+            {"name": "engine", "state": {"running": {"startedAt": "2026-11-29T10:00:01Z"}}}
+        ]
+        member["status"]["conditions"] = [
+            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T10:05:00Z"}
+        ]
     plan = plan_groups(cache, frozen, READY, ids())
     assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "ReadinessFailed")]
     # A group that never got Ready swapped for a Ready one is no failover; a converged one has none.
@@ -242,14 +293,19 @@ def test_failover_swaps_whole_groups_and_scaling_down_deletes_whole_groups() -> 
     cache = make(**TWO)
     plan = plan_groups(cache, complete_groups(cache, ready_active=False), READY, ids())
     roles = {a.name: a.role for a in plan if isinstance(a, SetRole)}
-    assert roles == {"tiny-0-gb-0": "active", "tiny-0-gb-1": "active", "tiny-0-ga-0": "standby", "tiny-0-ga-1": "standby"}
+    assert roles == {
+        "tiny-0-gb-0": "active",
+        "tiny-0-gb-1": "active",
+        "tiny-0-ga-0": "standby",
+        "tiny-0-ga-1": "standby",
+    }
 
     fewer = make(**TWO, **{"engine.standbysPerReplica": 0})
     plan = plan_groups(fewer, complete_groups(fewer), READY, ids())
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-gb-0", "tiny-0-gb-1"]
-    assert plan_groups(make(**TWO, **{"engine.replicas": 0, "engine.standbysPerReplica": 0}),
-                       complete_groups(cache), READY, ids()) == [
-        Delete(n, "scaled down") for n in ("tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1")]  # fmt: skip
+    assert plan_groups(
+        make(**TWO, **{"engine.replicas": 0, "engine.standbysPerReplica": 0}), complete_groups(cache), READY, ids()
+    ) == [Delete(n, "scaled down") for n in ("tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1")]
 
 
 def test_dra_groups_share_the_claim_of_the_daemon_on_their_node() -> None:
@@ -257,7 +313,9 @@ def test_dra_groups_share_the_claim_of_the_daemon_on_their_node() -> None:
     cache = make(**body_changes)
     ready = copy.deepcopy(READY)
     for slot, node_name in ((0, "node-1"), (1, "node-2")):
-        ready[slot][node_name]["status"]["resourceClaimStatuses"] = [{"name": "gpus", "resourceClaimName": f"c-{node_name}"}]
+        ready[slot][node_name]["status"]["resourceClaimStatuses"] = [
+            {"name": "gpus", "resourceClaimName": f"c-{node_name}"}
+        ]
     [leader] = [a.pod for a in plan_groups(cache, [], ready, ids()) if isinstance(a, Create)]
     assert leader["spec"]["resourceClaims"] == [{"name": "gpus", "resourceClaimName": "c-node-1"}]
     running = run(leader, "node-1", "198.18.1.5")
@@ -277,21 +335,28 @@ def test_status_counts_groups_and_lists_slot_ranks() -> None:
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     daemons = []
     for slot, node_name in ((0, "node-1"), (1, "node-2")):
-        pod = {"metadata": {"name": f"tiny-daemon-{slot}-x", "labels": {"weightcache.io/slot": str(slot)},
-                            "annotations": good},
-               "spec": {"nodeName": node_name}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
+        pod = {
+            "metadata": {
+                "name": f"tiny-daemon-{slot}-x",
+                "labels": {"weightcache.io/slot": str(slot)},
+                "annotations": good,
+            },
+            "spec": {"nodeName": node_name},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+        }
         daemons.append(pod)
     pods = complete_groups(cache, ready_standby=False)
     status = aggregate(cache, Observed(daemons, pods, 2), NOW)
     assert [n["ranks"] for n in status["nodes"]] == [
-        [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}], [{"rank": 2, "ready": True}, {"rank": 3, "ready": True}]]  # fmt: skip
+        [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}],
+        [{"rank": 2, "ready": True}, {"rank": 3, "ready": True}],
+    ]
     assert status["engines"] == [{"replica": 0, "active": "tiny-0-ga-0", "standbys": ["tiny-0-gb-0"]}]
     assert (status["activeEngines"], status["standbyEngines"], status["phase"]) == (1, 0, "Loading")
     # A group missing its follower is not a ready engine, even with a Ready leader.
     lone = [p for p in complete_groups(cache) if p["metadata"]["name"] != "tiny-0-gb-1"]
     assert aggregate(cache, Observed(daemons, lone, 2), NOW)["standbyEngines"] == 0
     assert [u.complete for u in units(lone, 2)] == [True, False]
-
 
 
 def test_a_new_engine_version_rolls_through_group_by_group() -> None:
@@ -304,7 +369,10 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
     assert [type(a) for a in first] == [Create], first
     surge = first[0].pod  # type: ignore[union-attr]
     assert surge["metadata"]["labels"]["weightcache.io/role"] == "standby"
-    assert surge["metadata"]["labels"]["weightcache.io/engine-hash"] != old[0]["metadata"]["labels"]["weightcache.io/engine-hash"]
+    assert (
+        surge["metadata"]["labels"]["weightcache.io/engine-hash"]
+        != old[0]["metadata"]["labels"]["weightcache.io/engine-hash"]
+    )
     leader = run(surge, "node-1", ip="198.18.1.7")
     group = leader["metadata"]["labels"]["weightcache.io/engine-group"]
     follower = plan_groups(new_cache, [*old, leader], READY, ids())
@@ -313,12 +381,26 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
     assert plan_groups(new_cache, [*old, leader, member], READY, ids()) == [], "waits for the new group to be Ready"
     # The old active fails meanwhile: the old standby group takes over, not the unready new one.
     failing = complete_groups(old_cache, ready_active=False)
-    roles = {a.name: a.role for a in plan_groups(new_cache, [*failing, leader, member], READY, ids()) if isinstance(a, SetRole)}
+    roles = {
+        a.name: a.role
+        for a in plan_groups(new_cache, [*failing, leader, member], READY, ids())
+        if isinstance(a, SetRole)
+    }
     assert roles["tiny-0-gb-0"] == "active" and f"tiny-0-{group}-0" not in roles
-    ready_group = [run(surge, "node-1", "198.18.1.7", ready=True), run(follower[0].pod, "node-2", "198.18.2.7", ready=True)]
+    ready_group = [
+        run(surge, "node-1", "198.18.1.7", ready=True),
+        run(follower[0].pod, "node-2", "198.18.2.7", ready=True),
+    ]
     switch = plan_groups(new_cache, [*old, *ready_group], READY, ids())
-    assert {a.name for a in switch if isinstance(a, SetRole) and a.role == "active"} == {p["metadata"]["name"] for p in ready_group}
-    assert sorted(a.name for a in switch if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
+    assert {a.name for a in switch if isinstance(a, SetRole) and a.role == "active"} == {
+        p["metadata"]["name"] for p in ready_group
+    }
+    assert sorted(a.name for a in switch if isinstance(a, Delete)) == [
+        "tiny-0-ga-0",
+        "tiny-0-ga-1",
+        "tiny-0-gb-0",
+        "tiny-0-gb-1",
+    ]
     assert all("rolled out" in a.why for a in switch if isinstance(a, Delete))
     promoted = [copy.deepcopy(p) for p in ready_group]
     for pod in promoted:
@@ -331,9 +413,10 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     """status.rollout for engine groups: what group_progress tells rollout_status at each stage."""
     old_cache = make(**TWO)
     new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
-    want = Desired(engine_template_hash(new_cache), daemon_spec_hash(new_cache), replicas=1, standbys=1,
-                   ready_deadline_s=600)  # fmt: skip
-    at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=timezone.utc)  # noqa: E731  (pods: 10:00)
+    want = Desired(
+        engine_template_hash(new_cache), daemon_spec_hash(new_cache), replicas=1, standbys=1, ready_deadline_s=600
+    )
+    at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=UTC)  # noqa: E731  (pods: 10:00)
     old = complete_groups(old_cache)
     assert group_progress(want, complete_groups(new_cache), 2, at(1)).phase is None, "nothing to roll, nothing rolled"
 
@@ -343,8 +426,11 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
 
     [surge] = [a.pod for a in plan_groups(new_cache, old, READY, ids()) if isinstance(a, Create)]
     leader = run(surge, "node-1", ip="198.18.1.7")
-    [member] = [run(a.pod, "node-2", "198.18.2.7") for a in plan_groups(new_cache, [*old, leader], READY, ids())
-                if isinstance(a, Create)]  # fmt: skip
+    [member] = [
+        run(a.pod, "node-2", "198.18.2.7")
+        for a in plan_groups(new_cache, [*old, leader], READY, ids())
+        if isinstance(a, Create)
+    ]
     waiting = group_progress(want, [*old, leader, member], 2, at(5))
     assert waiting.phase == "Progressing"
     assert waiting.step == f"replica 0: waiting for group {leader['metadata']['name']} to turn Ready"
@@ -390,11 +476,21 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     want = Desired(engine_template_hash(new_cache), new_gen, replicas=1, standbys=1, ready_deadline_s=600)
     old = complete_groups(old_cache)
     old_sets = {"tiny-daemon-0": old_gen, "tiny-daemon-1": old_gen}
-    at = datetime(2026, 11, 29, 10, 5, tzinfo=timezone.utc)
+    at = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
     [surge] = [a.pod for a in plan_groups(new_cache, old, READY, ids(), serving=old_gen) if isinstance(a, Create)]
     fresh = [run(surge, "node-1", "198.18.1.7", ready=True)]
-    fresh.append(run(next(a.pod for a in plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=old_gen)
-                          if isinstance(a, Create)), "node-2", "198.18.2.7", ready=True))  # fmt: skip
+    fresh.append(
+        run(
+            next(
+                a.pod
+                for a in plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=old_gen)
+                if isinstance(a, Create)
+            ),
+            "node-2",
+            "198.18.2.7",
+            ready=True,
+        )
+    )
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
     progress = group_progress(want, [*old, *fresh], 2, at, None, old_gen, old_sets)
@@ -410,10 +506,17 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     progress = group_progress(want, [*old, *promoted], 2, at, None, old_gen, old_sets)
     assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
-    assert sorted(a.name for a in plan if isinstance(a, Delete)) == ["tiny-0-ga-0", "tiny-0-ga-1", "tiny-0-gb-0", "tiny-0-gb-1"]
+    assert sorted(a.name for a in plan if isinstance(a, Delete)) == [
+        "tiny-0-ga-0",
+        "tiny-0-ga-1",
+        "tiny-0-gb-0",
+        "tiny-0-gb-1",
+    ]
     # The old active group leaves the Service only after the Service selects the new generation.
-    steps = [type(a).__name__ + (f":{a.role}" if isinstance(a, SetRole) else "")
-             for a in in_order([ApplyService(new_gen), *plan])]  # fmt: skip
+    steps = [
+        type(a).__name__ + (f":{a.role}" if isinstance(a, SetRole) else "")
+        for a in in_order([ApplyService(new_gen), *plan])
+    ]
     assert "SetRole:standby" in steps and steps.index("ApplyService") < steps.index("SetRole:standby")
     # The old engines are gone: their slot DaemonSets go too.
     done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)

@@ -3,27 +3,42 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from weightcache_operator.objects import NodeView, PodView, condition, parse_time, stamp
 
-T0 = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 POD = {
-    "metadata": {"name": "e-1", "namespace": "ns", "uid": "u1", "creationTimestamp": "2026-11-29T10:00:00Z",
-                 "labels": {"weightcache.io/replica": "2", "weightcache.io/role": "active"},
-                 "annotations": {"weightcache.io/daemon-spec-hash": "abc"},
-                 "ownerReferences": [{"name": "ds", "controller": True}]},
+    "metadata": {
+        "name": "e-1",
+        "namespace": "ns",
+        "uid": "u1",
+        "creationTimestamp": "2026-11-29T10:00:00Z",
+        "labels": {"weightcache.io/replica": "2", "weightcache.io/role": "active"},
+        "annotations": {"weightcache.io/daemon-spec-hash": "abc"},
+        "ownerReferences": [{"name": "ds", "controller": True}],
+    },
     "spec": {"nodeName": "node-1"},
-    "status": {"phase": "Running", "podIP": "10.0.0.1",
-               "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:05Z"}]},
-}  # fmt: skip
+    "status": {
+        "phase": "Running",
+        "podIP": "10.0.0.1",
+        "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-11-29T10:00:05Z"}],
+    },
+}
 
 
 def test_a_pod_view_reads_what_decisions_use_and_changes_nothing() -> None:
     raw = copy.deepcopy(POD)
     pod = PodView(raw)
-    assert (pod.name, pod.namespace, pod.uid, pod.node, pod.phase, pod.ip) == ("e-1", "ns", "u1", "node-1", "Running", "10.0.0.1")
+    assert (pod.name, pod.namespace, pod.uid, pod.node, pod.phase, pod.ip) == (
+        "e-1",
+        "ns",
+        "u1",
+        "node-1",
+        "Running",
+        "10.0.0.1",
+    )
     assert (pod.replica, pod.role, pod.spec_hash, pod.owner) == (2, "active", "abc", "ds")
     assert pod.created == T0 and pod.ready and not pod.deleting and not pod.terminal
     assert raw == POD
@@ -52,8 +67,14 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     before = [condition("Available", True, "Up", "ok", T0)]
     later = T0 + timedelta(minutes=5)
     same = condition("Available", True, "StillUp", "ok", later, before, observedGeneration=3)
-    assert same == {"type": "Available", "status": "True", "reason": "StillUp", "message": "ok",
-                    "lastTransitionTime": "2026-11-29T10:00:00Z", "observedGeneration": 3}  # fmt: skip
+    assert same == {
+        "type": "Available",
+        "status": "True",
+        "reason": "StillUp",
+        "message": "ok",
+        "lastTransitionTime": "2026-11-29T10:00:00Z",
+        "observedGeneration": 3,
+    }
     flipped = condition("Available", False, "Down", "no", later, before)
     assert flipped["lastTransitionTime"] == "2026-11-29T10:05:00Z"
     assert condition("Other", "True", "R", "m", later, before)["lastTransitionTime"] == "2026-11-29T10:05:00Z"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
+from test_render import NOW, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
 from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
@@ -27,18 +27,29 @@ from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
-from test_render import NOW, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
-
 
 def rank(n: int, ready: bool = True, **extra: Any) -> RankReport:
-    facts = dict(pid=100 + n, backend="cpu-shm", bytes=4096 * (n + 1), tensor_count=39, load_seconds=0.5 + n,
-                 source="disk", fingerprint=f"{n}" * 64, disk_bytes_read=4000 * (n + 1))  # fmt: skip
-    return RankReport(rank=n, ready=ready, **{**facts, **extra}) if ready else RankReport(rank=n, ready=False, problem="loading")
+    facts = dict(
+        pid=100 + n,
+        backend="cpu-shm",
+        bytes=4096 * (n + 1),
+        tensor_count=39,
+        load_seconds=0.5 + n,
+        source="disk",
+        fingerprint=f"{n}" * 64,
+        disk_bytes_read=4000 * (n + 1),
+    )
+    return (
+        RankReport(rank=n, ready=ready, **{**facts, **extra})
+        if ready
+        else RankReport(rank=n, ready=False, problem="loading")
+    )
 
 
 def report(*ranks: RankReport) -> DaemonReport:
-    return DaemonReport(cache="tiny", ready=all(r.ready for r in ranks), fingerprint=node_fingerprint(list(ranks)),
-                        ranks=list(ranks))  # fmt: skip
+    return DaemonReport(
+        cache="tiny", ready=all(r.ready for r in ranks), fingerprint=node_fingerprint(list(ranks)), ranks=list(ranks)
+    )
 
 
 # --- aggregation ---------------------------------------------------------------------------------
@@ -52,10 +63,17 @@ def test_ranks_carry_what_the_daemon_reported_and_the_node_its_fingerprint() -> 
     node = status["nodes"][0]
     assert node["fingerprint"] == held.fingerprint and "reportError" not in node
     assert node["ranks"] == [
-        {"rank": 0, "ready": True, "bytes": 4096, "loadSeconds": 0.5, "gpuUuid": "GPU-a", "source": "disk",
-         "diskBytesRead": 4000},
+        {
+            "rank": 0,
+            "ready": True,
+            "bytes": 4096,
+            "loadSeconds": 0.5,
+            "gpuUuid": "GPU-a",
+            "source": "disk",
+            "diskBytesRead": 4000,
+        },
         {"rank": 1, "ready": True, "bytes": 8192, "loadSeconds": 1.5, "source": "keeper", "diskBytesRead": 0},
-    ]  # fmt: skip
+    ]
     WeightCacheStatus.model_validate(status)  # what the CRD schema (generated from it) accepts
 
 
@@ -63,11 +81,16 @@ def test_a_rank_is_ready_only_if_both_the_pod_and_the_daemon_say_so() -> None:
     cache = make()
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     partly = report(rank(0), rank(1, ready=False))
-    status = aggregate(cache, Observed([fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW)
+    status = aggregate(
+        cache, Observed([fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW
+    )
     assert [(r["rank"], r["ready"]) for r in status["nodes"][0]["ranks"]] == [(0, True), (1, False)]
     assert "fingerprint" not in status["nodes"][0], "no node fingerprint until every rank reports one"
-    unready = aggregate(cache, Observed([fake_pod("d", False, annotations=good)], [], 1,
-                                        daemon_reports={"d": report(rank(0), rank(1))}), NOW)  # fmt: skip
+    unready = aggregate(
+        cache,
+        Observed([fake_pod("d", False, annotations=good)], [], 1, daemon_reports={"d": report(rank(0), rank(1))}),
+        NOW,
+    )
     assert [r["ready"] for r in unready["nodes"][0]["ranks"]] == [False, False]
     assert unready["nodes"][0]["ranks"][0]["bytes"] == 4096, "facts stay visible while the pod is not Ready"
 
@@ -75,7 +98,9 @@ def test_a_rank_is_ready_only_if_both_the_pod_and_the_daemon_say_so() -> None:
 def test_an_unreadable_daemon_is_reported_not_raised() -> None:
     cache = make()
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
-    seen = Observed([fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"})
+    seen = Observed(
+        [fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"}
+    )
     node = aggregate(cache, seen, NOW)["nodes"][0]
     assert node["reportError"] == "GET http://x/status: refused"
     assert node["ranks"] == [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}]
@@ -99,9 +124,11 @@ class DaemonEndpoint:
 
     def pod(self, name: str = "d", version: str = "1", uid: str = "u1") -> dict[str, Any]:
         host, port = self.server.address
-        return {"metadata": {"name": name, "uid": uid, "resourceVersion": version},
-                "spec": {"containers": [{"name": "daemon", "ports": [{"name": "status", "containerPort": port}]}]},
-                "status": {"podIP": host}}  # fmt: skip
+        return {
+            "metadata": {"name": name, "uid": uid, "resourceVersion": version},
+            "spec": {"containers": [{"name": "daemon", "ports": [{"name": "status", "containerPort": port}]}]},
+            "status": {"podIP": host},
+        }
 
 
 @pytest.fixture
@@ -147,9 +174,11 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens here once the socket closes
-    refused = {"metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-               "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-               "status": {"podIP": "127.0.0.1"}}  # fmt: skip
+    refused = {
+        "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
+        "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
+        "status": {"podIP": "127.0.0.1"},
+    }
     first = reader.read(("ns", "tiny"), [refused])["d"]
     assert isinstance(first, str) and first.startswith(f"GET http://127.0.0.1:{port}/status:") and "refused" in first
 
@@ -157,8 +186,11 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        hung = {**refused, "metadata": {"name": "h", "uid": "h", "resourceVersion": "1"},
-                "spec": {"containers": [{"ports": [{"name": "status", "containerPort": silent.getsockname()[1]}]}]}}
+        hung = {
+            **refused,
+            "metadata": {"name": "h", "uid": "h", "resourceVersion": "1"},
+            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": silent.getsockname()[1]}]}]},
+        }
         late = reader.read(("ns", "other"), [hung])["h"]
     assert isinstance(late, str) and "timed out" in late
 
@@ -181,9 +213,11 @@ def test_reader_refuses_what_is_not_a_daemon_report() -> None:
     server.start()
     try:
         host, port = server.address
-        pod = {"metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-               "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-               "status": {"podIP": host}}  # fmt: skip
+        pod = {
+            "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
+            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
+            "status": {"podIP": host},
+        }
         got = DaemonStatusReader().read(("ns", "tiny"), [pod])["d"]
         assert isinstance(got, str) and "not a daemon report" in got
     finally:
@@ -194,7 +228,9 @@ def test_reader_refuses_what_is_not_a_daemon_report() -> None:
 
 
 def series(text: str) -> dict[str, float]:
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if not line.startswith("#")}
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if not line.startswith("#")
+    }
 
 
 def test_operator_metrics_count_passes_and_track_phases_and_engines() -> None:
@@ -211,10 +247,15 @@ def test_operator_metrics_count_passes_and_track_phases_and_engines() -> None:
     got = series(m.render())
     assert got['weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="ok"}'] == 2
     assert got['weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="error"}'] == 1
-    assert got['weightcache_operator_reconcile_seconds_bucket{cache="tiny",namespace="ns",outcome="ok",le="0.025"}'] == 1
+    assert (
+        got['weightcache_operator_reconcile_seconds_bucket{cache="tiny",namespace="ns",outcome="ok",le="0.025"}'] == 1
+    )
     assert got['weightcache_operator_reconcile_seconds_bucket{cache="tiny",namespace="ns",outcome="ok",le="+Inf"}'] == 2
     assert got['weightcache_operator_reconcile_seconds_sum{cache="tiny",namespace="ns",outcome="ok"}'] == 3.02
-    assert got['weightcache_operator_caches{phase="Ready"}'] == 1 and got['weightcache_operator_caches{phase="Failed"}'] == 1
+    assert (
+        got['weightcache_operator_caches{phase="Ready"}'] == 1
+        and got['weightcache_operator_caches{phase="Failed"}'] == 1
+    )
     assert got['weightcache_operator_engines{cache="tiny",namespace="ns",role="standby"}'] == 1
 
     m.cache_status("ns", "tiny", None)  # deleted: its series go, the phase count drops
@@ -245,12 +286,17 @@ def test_metrics_endpoint_serves_get_metrics_only() -> None:
         host, port = server.address
         with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as response:
             assert response.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
-            assert 'weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="ok"} 1' in response.read().decode()
+            assert (
+                'weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="ok"} 1'
+                in response.read().decode()
+            )
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(f"http://{host}:{port}/status", timeout=10)
         assert missing.value.code == 404 and "GET /metrics" in json.loads(missing.value.read())["error"]
         with pytest.raises(urllib.error.HTTPError) as post:
-            urllib.request.urlopen(urllib.request.Request(f"http://{host}:{port}/metrics", b"x", method="POST"), timeout=10)
+            urllib.request.urlopen(
+                urllib.request.Request(f"http://{host}:{port}/metrics", b"x", method="POST"), timeout=10
+            )
         assert post.value.code == 405 and post.value.headers["Allow"] == "GET"
     finally:
         server.stop()

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from weightcache_operator.scope import VARIABLE, watched_namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,8 +33,17 @@ def test_operator_exits_with_the_message_before_connecting() -> None:
     reported (exit 1) before kopf starts, not as a login error."""
     result = subprocess.run(
         [sys.executable, "-m", "weightcache_operator"],
-        env={"PYTHONPATH": f"{ROOT / 'contract'}:{ROOT / 'operator'}", VARIABLE: "Team-A", "KUBECONFIG": "/nonexistent"},
-        capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+        env={
+            "PYTHONPATH": f"{ROOT / 'contract'}:{ROOT / 'operator'}",
+            VARIABLE: "Team-A",
+            "KUBECONFIG": "/nonexistent",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1
-    assert "weightcache-operator: WEIGHTCACHE_OPERATOR_NAMESPACES='Team-A': 'Team-A' is not a namespace name" in result.stderr
+    assert (
+        "weightcache-operator: WEIGHTCACHE_OPERATOR_NAMESPACES='Team-A': 'Team-A' is not a namespace name"
+        in result.stderr
+    )

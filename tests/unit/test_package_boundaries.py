@@ -35,9 +35,14 @@ def modules(package_dir: Path, package: str) -> list[str]:
 
 
 def forbidden_imports(names: list[str], forbidden: list[str]) -> dict[str, list[str]]:
-    result = subprocess.run([sys.executable, "-c", PROBE, ",".join(names), ",".join(forbidden)],
-                            capture_output=True, text=True, timeout=120, check=True,
-                            env={**os.environ, "PYTHONPATH": os.pathsep.join([*PATH, *sys.path])})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(names), ",".join(forbidden)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([*PATH, *sys.path])},
+    )
     return {name: loaded for name, loaded in json.loads(result.stdout).items() if loaded}
 
 

@@ -3,7 +3,6 @@ import struct
 
 import msgpack
 import pytest
-
 from weightcache.wire.protocol import REPLY, REQUEST, ErrorReply, Fetch, Hello, PeerClosed, decode, encode, recv_frame
 from weightcache_contract.errors import ProtocolError
 

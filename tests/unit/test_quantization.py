@@ -1,6 +1,5 @@
 import pytest
 import torch
-
 from weightcache.checkpoints.quantization import (
     FP8_DTYPE,
     QuantConfig,
@@ -14,7 +13,9 @@ from weightcache_contract.errors import UnsupportedQuantization
 
 @pytest.mark.parametrize("method", ["awq", "gptq", "marlin", "bitsandbytes", "fp8-per-tensor", "int4"])
 def test_requested_methods_outside_the_allowlist_are_refused_by_name(method: str) -> None:
-    with pytest.raises(UnsupportedQuantization, match=f"quantization method '{method}' is not supported; supported: 'none'"):
+    with pytest.raises(
+        UnsupportedQuantization, match=f"quantization method '{method}' is not supported; supported: 'none'"
+    ):
         resolve(method, None)
 
 

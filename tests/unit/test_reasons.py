@@ -7,21 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from test_render import NOW, engine, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
 from weightcache_contract.daemon_report import DaemonReport, RankReport
 from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
-from test_render import NOW, engine, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
-
 CACHE = make()
 CURRENT = {SPEC_HASH_ANNOTATION: daemon_spec_hash(CACHE)}
 HEADS = "num_attention_heads=8 is not divisible by tensor-parallel size 3; use a tp size that divides 8"
 
 
-def exited(pod: dict[str, Any], code: int, message: str | None, *, container: str = "daemon",
-           running_again: bool = True) -> dict[str, Any]:  # fmt: skip
+def exited(
+    pod: dict[str, Any], code: int, message: str | None, *, container: str = "daemon", running_again: bool = True
+) -> dict[str, Any]:
     """``pod`` whose ``container`` exited with ``code`` (and ``message``): restarted and running
     again (the exit in lastState), or still terminated."""
     ended: dict[str, Any] = {"exitCode": code, "reason": "Error" if code else "Completed"}
@@ -37,7 +37,9 @@ def exited(pod: dict[str, Any], code: int, message: str | None, *, container: st
 
 
 def daemon(node: str, ready: bool = False, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return fake_pod(f"tiny-daemon-{node}", ready, node=node, annotations=CURRENT if annotations is None else annotations)
+    return fake_pod(
+        f"tiny-daemon-{node}", ready, node=node, annotations=CURRENT if annotations is None else annotations
+    )
 
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -54,7 +56,9 @@ def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_wor
     assert ready["message"] == f"0/2 nodes ready; node-1, node-2: daemon exited with code 2: {HEADS}"
     degraded = condition(status, "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("True", "Refused")
-    assert status["message"] == degraded["message"] == f"every node refuses this spec: daemon exited with code 2: {HEADS}"
+    assert (
+        status["message"] == degraded["message"] == f"every node refuses this spec: daemon exited with code 2: {HEADS}"
+    )
 
 
 def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed() -> None:
@@ -64,8 +68,9 @@ def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed
     assert status["phase"] == "Loading", "different reasons may be the nodes, not the spec"
     ready = condition(status, "DaemonsReady")
     assert ready["reason"] == "DaemonsFailing"
-    assert ready["message"] == (f"0/2 nodes ready; node-1: daemon exited with code 2: {HEADS}; "
-                                f"node-2: daemon exited with code 2: {missing}")  # fmt: skip
+    assert ready["message"] == (
+        f"0/2 nodes ready; node-1: daemon exited with code 2: {HEADS}; node-2: daemon exited with code 2: {missing}"
+    )
 
 
 def test_a_node_that_has_not_refused_yet_keeps_the_cache_from_failing() -> None:
@@ -89,28 +94,49 @@ def test_a_crash_loop_names_what_the_crashed_daemon_said() -> None:
     status = aggregate(CACHE, Observed([looping, daemon("node-2")], [], 2), NOW)
     assert status["phase"] == "Degraded"
     assert condition(status, "Degraded")["message"] == (
-        f"crash-looping containers: tiny-daemon-node-1/daemon; node-1: daemon exited with code 2: {HEADS}")
+        f"crash-looping containers: tiny-daemon-node-1/daemon; node-1: daemon exited with code 2: {HEADS}"
+    )
 
 
 def test_a_crashed_gpu_holder_is_its_nodes_reason() -> None:
-    nvml = "the GPU holder reads its GPUs through NVML, which failed (libnvidia-ml.so.1: cannot open shared object file)"
-    holders = [exited(fake_pod(f"tiny-gpus-{n}", False, node=n), 2, nvml, container="gpu-holder") for n in ("node-1", "node-2")]
-    waiting = DaemonReport(cache="tiny", ready=False, ranks=[RankReport(rank=0, ready=False, problem="rank 0: waiting for the GPU holder's grant")])  # fmt: skip
+    nvml = (
+        "the GPU holder reads its GPUs through NVML, which failed (libnvidia-ml.so.1: cannot open shared object file)"
+    )
+    holders = [
+        exited(fake_pod(f"tiny-gpus-{n}", False, node=n), 2, nvml, container="gpu-holder") for n in ("node-1", "node-2")
+    ]
+    waiting = DaemonReport(
+        cache="tiny",
+        ready=False,
+        ranks=[RankReport(rank=0, ready=False, problem="rank 0: waiting for the GPU holder's grant")],
+    )
     pods = [daemon("node-1"), daemon("node-2")]
     reports: dict[str, DaemonReport | str] = {p["metadata"]["name"]: waiting for p in pods}
     status = aggregate(CACHE, Observed(pods, [], 2, daemon_reports=reports, holder_pods=holders), NOW)
     assert status["phase"] == "Failed"
-    assert condition(status, "DaemonsReady")["message"] == f"0/2 nodes ready; node-1, node-2: gpu-holder exited with code 2: {nvml}"
+    assert (
+        condition(status, "DaemonsReady")["message"]
+        == f"0/2 nodes ready; node-1, node-2: gpu-holder exited with code 2: {nvml}"
+    )
 
 
 def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> None:
     said = "rank 0: waiting for the GPU holder's grant before touching any GPU: no GPU holder runs (nobody holds /x/gpus.lock)"
-    report = DaemonReport(cache="tiny", ready=False, ranks=[RankReport(rank=0, ready=False, problem=said),
-                                                            RankReport(rank=1, ready=False, problem=said.replace("rank 0", "rank 1"))])  # fmt: skip
+    report = DaemonReport(
+        cache="tiny",
+        ready=False,
+        ranks=[
+            RankReport(rank=0, ready=False, problem=said),
+            RankReport(rank=1, ready=False, problem=said.replace("rank 0", "rank 1")),
+        ],
+    )
     status = aggregate(CACHE, Observed([daemon("node-1")], [], 1, daemon_reports={"tiny-daemon-node-1": report}), NOW)
     assert status["phase"] == "Loading", "waiting may end: not a refusal"
     ready = condition(status, "DaemonsReady")
-    assert (ready["reason"], ready["message"]) == ("Loading", f"0/1 nodes ready; node-1: {said} (and 1 more rank not ready)")
+    assert (ready["reason"], ready["message"]) == (
+        "Loading",
+        f"0/1 nodes ready; node-1: {said} (and 1 more rank not ready)",
+    )
     assert status["message"] == f"node-1: {said} (and 1 more rank not ready)"
     assert condition(status, "Degraded")["status"] == "False"
 
@@ -129,8 +155,12 @@ def test_an_old_generations_crash_is_not_this_specs_reason() -> None:
 
 
 def test_failed_engines_say_why_in_engines_ready() -> None:
-    broken = exited(engine("tiny-0-a", 0, "active", False), 1, "Traceback (most recent call last):\n  ...\nValueError: bad port",
-                    container="engine")  # fmt: skip
+    broken = exited(
+        engine("tiny-0-a", 0, "active", False),
+        1,
+        "Traceback (most recent call last):\n  ...\nValueError: bad port",
+        container="engine",
+    )
     status = aggregate(CACHE, Observed([daemon("node-1", ready=True)], [broken], 1), NOW)
     ready = condition(status, "EnginesReady")
     assert ready["reason"] == "EnginesFailing"
@@ -144,7 +174,10 @@ def test_a_killed_daemon_is_a_reason_but_not_a_refusal() -> None:
     status = aggregate(CACHE, Observed([killed], [], 1), NOW)
     assert status["phase"] == "Loading"
     assert condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
-    assert condition(status, "DaemonsReady")["message"] == "0/1 nodes ready; node-1: daemon exited with code 137: ts=… msg=loading"
+    assert (
+        condition(status, "DaemonsReady")["message"]
+        == "0/1 nodes ready; node-1: daemon exited with code 137: ts=… msg=loading"
+    )
 
 
 def test_an_exit_without_a_message_says_how_it_ended_and_a_clean_exit_is_no_reason() -> None:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-
 from weightcache_operator.render import (
     READY_GATE,
     SPEC_HASH_ANNOTATION,
@@ -39,12 +38,20 @@ BASE: dict[str, Any] = {
             "standbysPerReplica": 1,
             "template": {
                 "metadata": {"labels": {"app": "chat"}},
-                "spec": {"containers": [{"name": "engine", "image": "e:1", "command": ["weightcache", "engine"],
-                                         "env": [{"name": "WEIGHTCACHE_ENGINE_THREADS", "value": "1"}]}]},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "e:1",
+                            "command": ["weightcache", "engine"],
+                            "env": [{"name": "WEIGHTCACHE_ENGINE_THREADS", "value": "1"}],
+                        }
+                    ]
+                },
             },
         },
     },
-}  # fmt: skip
+}
 
 
 def make(**changes: Any) -> WeightCache:
@@ -99,8 +106,10 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--keeper") + 1] == "auto"
     # The status endpoint on the pod IP, found by the operator through the named port.
     assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
-    assert daemon["env"] == [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-                             {"name": "WEIGHTCACHE_TERMINATION_LOG", "value": "/dev/termination-log"}]  # fmt: skip
+    assert daemon["env"] == [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "WEIGHTCACHE_TERMINATION_LOG", "value": "/dev/termination-log"},
+    ]
     assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
     # Readiness from the launcher's status endpoint (the named port): no process start per probe.
     assert daemon["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "status"}
@@ -112,8 +121,10 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["model"]["hostPath"]["path"] == "/models/tiny"
     # One directory per generation, so two generations' daemons can share a node (blue/green).
-    assert volumes["weightcache-sockets"]["hostPath"] == {"path": f"/run/weightcache/ns-tiny/{daemon_spec_hash(make())}",
-                                                          "type": "DirectoryOrCreate"}  # fmt: skip
+    assert volumes["weightcache-sockets"]["hostPath"] == {
+        "path": f"/run/weightcache/ns-tiny/{daemon_spec_hash(make())}",
+        "type": "DirectoryOrCreate",
+    }
     assert {"name": "model", "mountPath": "/weightcache/model", "readOnly": True} in daemon["volumeMounts"]
     spec_hash = daemon_spec_hash(make())
     assert ds["spec"]["template"]["metadata"]["annotations"][SPEC_HASH_ANNOTATION] == spec_hash
@@ -124,10 +135,17 @@ def test_every_rendered_container_leaves_its_fatal_error_as_its_termination_mess
     gpu = make(**{"daemon.backend": "cuda-vmm"})
     holder = gpu_holder_daemonset(gpu, [])
     assert holder is not None
-    rendered = [container(daemon_daemonset(gpu), "daemon"), container(daemon_daemonset(gpu), "keeper"),
-                container(holder, "gpu-holder"), engine_pod(gpu, 0, "active")["spec"]["containers"][0]]  # fmt: skip
+    rendered = [
+        container(daemon_daemonset(gpu), "daemon"),
+        container(daemon_daemonset(gpu), "keeper"),
+        container(holder, "gpu-holder"),
+        engine_pod(gpu, 0, "active")["spec"]["containers"][0],
+    ]
     for c in rendered:
-        assert (c["terminationMessagePath"], c["terminationMessagePolicy"]) == ("/dev/termination-log", "FallbackToLogsOnError")
+        assert (c["terminationMessagePath"], c["terminationMessagePolicy"]) == (
+            "/dev/termination-log",
+            "FallbackToLogsOnError",
+        )
         assert env_of(c)["WEIGHTCACHE_TERMINATION_LOG"] == "/dev/termination-log", c["name"]
     # A path the user's engine template chooses is kept, and the CLI is told that one.
     own = make(**{"engine.template.spec.containers": [{"name": "e", "terminationMessagePath": "/tmp/why"}]})
@@ -150,8 +168,13 @@ def test_backends(backend: str, keeper: bool, host_ns: bool) -> None:
 
 
 def test_user_resources_and_extra_args_pass_through() -> None:
-    cache = make(**{"daemon.backend": "cuda-vmm", "daemon.resources": {"limits": {"nvidia.com/gpu": 8, "memory": "64Gi"}},
-                    "daemon.extraArgs": ["--load-workers", "8"]})  # fmt: skip
+    cache = make(
+        **{
+            "daemon.backend": "cuda-vmm",
+            "daemon.resources": {"limits": {"nvidia.com/gpu": 8, "memory": "64Gi"}},
+            "daemon.extraArgs": ["--load-workers", "8"],
+        }
+    )
     daemon = container(daemon_daemonset(cache), "daemon")
     assert daemon["resources"] == {"limits": {"memory": "64Gi"}}, "the explicit GPU count goes to the GPU holder"
     assert daemon["command"][-2:] == ["--load-workers", "8"]
@@ -177,19 +200,27 @@ def test_spec_hash_follows_daemon_inputs_only() -> None:
     assert daemon_spec_hash(make(**{"model.dtype": "bfloat16"})) != base
     assert daemon_spec_hash(make(**{"daemon.image": "wc/daemon:2"})) != base
     assert daemon_spec_hash(make(**{"engine.replicas": 3})) == base, "engine scaling must not restart daemons"
-    assert daemon_spec_hash(make(**{"daemon.generationChange": "NodeByNode"})) == base, "how to roll is not what is held"
+    assert daemon_spec_hash(make(**{"daemon.generationChange": "NodeByNode"})) == base, (
+        "how to roll is not what is held"
+    )
 
 
 def test_blue_green_daemonset_is_a_second_daemonset_with_its_own_socket_directory() -> None:
     old, new = make(), make(**{"model.revision": "r2"})
     serving = daemon_daemonset(old)
-    green = daemon_daemonset(new, name=blue_green_name(new), annotations={"weightcache.io/generation-change": "BlueGreen"})
+    green = daemon_daemonset(
+        new, name=blue_green_name(new), annotations={"weightcache.io/generation-change": "BlueGreen"}
+    )
     assert green["metadata"]["name"] != serving["metadata"]["name"]
     assert green["metadata"]["name"].startswith("tiny-daemon-")
-    assert green["metadata"]["annotations"] == {"weightcache.io/generation-change": "BlueGreen",
-                                                "weightcache.io/daemon-spec-hash": daemon_spec_hash(new)}  # fmt: skip
-    sockets = [{v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}["weightcache-sockets"]["hostPath"]["path"]
-               for ds in (serving, green)]  # fmt: skip
+    assert green["metadata"]["annotations"] == {
+        "weightcache.io/generation-change": "BlueGreen",
+        "weightcache.io/daemon-spec-hash": daemon_spec_hash(new),
+    }
+    sockets = [
+        {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}["weightcache-sockets"]["hostPath"]["path"]
+        for ds in (serving, green)
+    ]
     assert sockets[0] != sockets[1] and sockets[1].endswith(daemon_spec_hash(new))
     engine = engine_pod(new, 0, "active", ["node-1"])
     assert {v["name"]: v for v in engine["spec"]["volumes"]}["weightcache-sockets"]["hostPath"]["path"] == sockets[1]
@@ -209,11 +240,15 @@ def test_engine_pod_gets_socket_env_gate_and_labels() -> None:
     meta = pod["metadata"]
     assert meta["generateName"] == "tiny-0-"
     assert meta["labels"] == {
-        "app": "chat", "weightcache.io/cache": "tiny", "weightcache.io/component": "engine",
-        "app.kubernetes.io/managed-by": "weightcache-operator", "weightcache.io/replica": "0",
-        "weightcache.io/role": "standby", "weightcache.io/daemon-spec-hash": daemon_spec_hash(make()),
+        "app": "chat",
+        "weightcache.io/cache": "tiny",
+        "weightcache.io/component": "engine",
+        "app.kubernetes.io/managed-by": "weightcache-operator",
+        "weightcache.io/replica": "0",
+        "weightcache.io/role": "standby",
+        "weightcache.io/daemon-spec-hash": daemon_spec_hash(make()),
         "weightcache.io/engine-hash": engine_template_hash(make()),
-    }  # fmt: skip
+    }
     assert meta["ownerReferences"][0]["kind"] == "WeightCache"
     assert pod["spec"]["readinessGates"] == [{"conditionType": READY_GATE}]
     engine = container(pod, "engine")
@@ -248,8 +283,11 @@ def test_service_selects_active_engines() -> None:
     svc = engine_service(make(**{"service": {"name": "chat", "port": 80, "type": "ClusterIP"}, "engine.port": 8001}))
     assert svc["metadata"]["name"] == "chat"
     assert svc["spec"]["selector"] == {
-        "weightcache.io/cache": "tiny", "weightcache.io/component": "engine", "weightcache.io/role": "active",
-        "weightcache.io/daemon-spec-hash": daemon_spec_hash(make())}  # fmt: skip
+        "weightcache.io/cache": "tiny",
+        "weightcache.io/component": "engine",
+        "weightcache.io/role": "active",
+        "weightcache.io/daemon-spec-hash": daemon_spec_hash(make()),
+    }
     assert svc["spec"]["ports"][0]["port"] == 80 and svc["spec"]["ports"][0]["targetPort"] == 8001
     # During a generation change the operator keeps the old generation selected until it switches.
     assert engine_service(make(), "0ld")["spec"]["selector"]["weightcache.io/daemon-spec-hash"] == "0ld"
@@ -260,8 +298,10 @@ def test_engine_hash_follows_the_rendered_pod_not_its_role_or_node() -> None:
     role, replica and nodes an engine is pinned to do not (they differ between pods of a version)."""
     base = make()
     assert engine_template_hash(base) == engine_template_hash(make())
-    same = {engine_pod(base, r, role, nodes)["metadata"]["labels"]["weightcache.io/engine-hash"]
-            for r, role, nodes in ((0, "active", None), (3, "standby", ["node-1"]))}  # fmt: skip
+    same = {
+        engine_pod(base, r, role, nodes)["metadata"]["labels"]["weightcache.io/engine-hash"]
+        for r, role, nodes in ((0, "active", None), (3, "standby", ["node-1"]))
+    }
     assert same == {engine_template_hash(base)}
     tpl = copy.deepcopy(BASE["spec"]["engine"]["template"])
     tpl["spec"]["containers"][0]["env"] = [{"name": "VERSION", "value": "2"}]
@@ -272,7 +312,9 @@ def test_engine_hash_follows_the_rendered_pod_not_its_role_or_node() -> None:
     # The rollout settings decide how a version rolls, not what it is.
     assert engine_template_hash(make(**{"engine.rollout": {"readyDeadlineSeconds": 5}})) == engine_template_hash(base)
     # Nor do the failover settings: changing the daemon outage grace must not roll every engine.
-    assert engine_template_hash(make(**{"engine.failover": {"daemonOutageGraceSeconds": 2}})) == engine_template_hash(base)
+    assert engine_template_hash(make(**{"engine.failover": {"daemonOutageGraceSeconds": 2}})) == engine_template_hash(
+        base
+    )
 
 
 def test_daemonset_is_replaced_by_the_operator_only() -> None:
@@ -285,23 +327,34 @@ def test_gpu_holder_books_the_gpus_and_every_generations_daemons_read_its_grant(
     assert holder is not None and holder["metadata"]["name"] == "tiny-gpus"
     assert holder["metadata"]["labels"]["weightcache.io/cache"] == "tiny", "finalize deletes it by this label"
     assert holder["metadata"]["labels"]["weightcache.io/component"] == "gpu-holder"
-    assert holder["spec"]["selector"]["matchLabels"] == {"weightcache.io/cache": "tiny",
-                                                         "weightcache.io/component": "gpu-holder"}  # fmt: skip
+    assert holder["spec"]["selector"]["matchLabels"] == {
+        "weightcache.io/cache": "tiny",
+        "weightcache.io/component": "gpu-holder",
+    }
     assert holder["spec"]["updateStrategy"] == {"type": "OnDelete"}, "a holder pod is never replaced behind our back"
     assert holder["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     pod = holder["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}]
     main = container(holder, "gpu-holder")
-    assert main["command"] == ["python", "-m", "weightcache", "gpu-holder", "--out", "/weightcache/gpus/gpus.json",
-                               "--expect", "4"]  # fmt: skip
+    assert main["command"] == [
+        "python",
+        "-m",
+        "weightcache",
+        "gpu-holder",
+        "--out",
+        "/weightcache/gpus/gpus.json",
+        "--expect",
+        "4",
+    ]
     assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
     assert main["resources"]["requests"]["nvidia.com/gpu"] == "4"
     assert {e["name"] for e in main["env"]} == {"POD_NAME", "POD_UID", "NODE_NAME", "WEIGHTCACHE_TERMINATION_LOG"}
     assert "NVIDIA_VISIBLE_DEVICES" not in {e["name"] for e in main["env"]}, "the device plugin sets it"
     assert holder["spec"]["template"]["metadata"]["annotations"] == {"weightcache.io/gpus-per-node": "4"}
     # The per-cache host directory: the parent of every generation's socket directory.
-    assert pod["volumes"] == [{"name": "weightcache-gpus",
-                               "hostPath": {"path": "/run/weightcache/ns-tiny", "type": "DirectoryOrCreate"}}]  # fmt: skip
+    assert pod["volumes"] == [
+        {"name": "weightcache-gpus", "hostPath": {"path": "/run/weightcache/ns-tiny", "type": "DirectoryOrCreate"}}
+    ]
     assert main["volumeMounts"] == [{"name": "weightcache-gpus", "mountPath": "/weightcache/gpus"}]
 
     old, new = cache, make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "model.dtype": "bfloat16"})
@@ -313,13 +366,16 @@ def test_gpu_holder_books_the_gpus_and_every_generations_daemons_read_its_grant(
         cmd = daemon["command"]
         assert cmd[cmd.index("--gpus-file") + 1] == "/weightcache/gpus/gpus.json"
         assert daemon["readinessProbe"]["httpGet"]["path"] == "/ready", "the endpoint checks the grant (--gpus-file)"
-        assert {"name": "weightcache-gpus", "mountPath": "/weightcache/gpus", "readOnly": True} in daemon["volumeMounts"]
+        assert {"name": "weightcache-gpus", "mountPath": "/weightcache/gpus", "readOnly": True} in daemon[
+            "volumeMounts"
+        ]
         volumes = {v["name"]: v for v in ds["spec"]["template"]["spec"]["volumes"]}
         assert volumes["weightcache-gpus"]["hostPath"]["path"] == "/run/weightcache/ns-tiny"
         assert volumes["weightcache-sockets"]["hostPath"]["path"].startswith("/run/weightcache/ns-tiny/")
         assert reads_grant(ds)
         assert "volumeMounts" not in container(ds, "keeper") or all(
-            m["name"] != "weightcache-gpus" for m in container(ds, "keeper")["volumeMounts"])
+            m["name"] != "weightcache-gpus" for m in container(ds, "keeper")["volumeMounts"]
+        )
     assert gpu_holder_daemonset(make(), []) is None and not reads_grant(daemon_daemonset(make())), "cpu-shm"
 
 
@@ -328,9 +384,12 @@ def test_gpu_holder_of_a_multi_node_cache_runs_where_slots_were_assigned() -> No
     holder = gpu_holder_daemonset(cache, [["node-2", "node-1"], ["node-3"]])
     assert holder is not None
     assert container(holder, "gpu-holder")["resources"]["limits"] == {"nvidia.com/gpu": "2"}, "ranks per node"
-    terms = holder["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    terms = holder["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
     assert terms["nodeSelectorTerms"][0]["matchExpressions"] == [
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2", "node-3"]}]  # fmt: skip
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2", "node-3"]}
+    ]
     assert gpu_holder_daemonset(cache, [[], []]) is None, "no node may run a daemon"
 
 
@@ -338,8 +397,10 @@ def test_blue_green_on_gpus_is_blocked_by_daemons_that_book_gpus_themselves_or_a
     cache = make(**{"daemon.backend": "cuda-vmm", "parallelism.tensor": 4})
     rendered = gpu_holder_daemonset(cache, [])
     assert rendered is not None
-    holder_pod = {"metadata": {"name": "tiny-gpus-x", **rendered["spec"]["template"]["metadata"]},
-                  "spec": rendered["spec"]["template"]["spec"]}  # fmt: skip
+    holder_pod = {
+        "metadata": {"name": "tiny-gpus-x", **rendered["spec"]["template"]["metadata"]},
+        "spec": rendered["spec"]["template"]["spec"],
+    }
     daemon_pod = {"metadata": {"name": "tiny-daemon-x"}, "spec": daemon_daemonset(cache)["spec"]["template"]["spec"]}
     assert blue_green_blocker(cache, [daemon_pod], [holder_pod]) is None
     assert not stale_holder(cache, holder_pod)
@@ -377,9 +438,15 @@ def test_gpu_access_modes_for_each_backend(backend: str, access: str) -> None:
     if access == "dra":
         template = claim_template(cache)
         assert template["apiVersion"] == "resource.k8s.io/v1" and template["kind"] == "ResourceClaimTemplate"
-        assert template["metadata"]["name"] == "tiny-gpus" and template["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        assert (
+            template["metadata"]["name"] == "tiny-gpus" and template["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        )
         assert template["spec"]["spec"]["devices"]["requests"] == [
-            {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2}}]  # fmt: skip
+            {
+                "name": "gpus",
+                "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 2},
+            }
+        ]
         assert pod_spec["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "tiny-gpus"}]
         assert daemon["resources"] == {"claims": [{"name": "gpus"}]}, "no nvidia.com/gpu next to a claim"
         assert "resources" not in container(ds, "keeper") if backend == "cuda-vmm" else True
@@ -404,8 +471,14 @@ def test_gpu_access_modes_for_each_backend(backend: str, access: str) -> None:
 
 
 def test_dra_device_class_and_claim_currency() -> None:
-    cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra",
-                    "engine.dra": {"deviceClassName": "h200.gpu.example.com"}, "parallelism.tensor": 4})  # fmt: skip
+    cache = make(
+        **{
+            "daemon.backend": "cuda-vmm",
+            "engine.gpuAccess": "dra",
+            "engine.dra": {"deviceClassName": "h200.gpu.example.com"},
+            "parallelism.tensor": 4,
+        }
+    )
     request = claim_template(cache)["spec"]["spec"]["devices"]["requests"][0]
     assert request["exactly"]["deviceClassName"] == "h200.gpu.example.com" and request["exactly"]["count"] == 4
     daemon = {"metadata": {}, "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "c-1"}]}}
@@ -426,10 +499,22 @@ def test_dra_device_class_and_claim_currency() -> None:
 @pytest.mark.parametrize(
     ("changes", "needle"),
     [
-        ({"daemon.backend": "cuda-vmm", "parallelism.tensor": 4, "daemon.resources": {"limits": {"nvidia.com/gpu": 2}}},
-         "GPUs per node must be ≥ ranks per node"),
-        ({"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra",
-          "daemon.resources": {"requests": {"nvidia.com/gpu": 2}}}, "remove nvidia.com/gpu"),
+        (
+            {
+                "daemon.backend": "cuda-vmm",
+                "parallelism.tensor": 4,
+                "daemon.resources": {"limits": {"nvidia.com/gpu": 2}},
+            },
+            "GPUs per node must be ≥ ranks per node",
+        ),
+        (
+            {
+                "daemon.backend": "cuda-vmm",
+                "engine.gpuAccess": "dra",
+                "daemon.resources": {"requests": {"nvidia.com/gpu": 2}},
+            },
+            "remove nvidia.com/gpu",
+        ),
         ({"daemon.resources": {"limits": {"nvidia.com/gpu": 1}}}, "cpu-shm uses no GPUs"),
         ({"model.quantization": {"method": "fp8", "weightBlockSize": [64, 64]}}, "verified for [128, 128] only"),
         ({"engine.template": {"spec": {"containers": [{"image": "x"}]}}}, "containers[0] needs a name"),
@@ -452,19 +537,27 @@ def test_invalid_specs_are_named(changes: dict[str, Any], needle: str) -> None:
 
 # --- status ------------------------------------------------------------------------------------
 
-NOW = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
 
-def fake_pod(name: str, ready: bool, labels: dict[str, str] | None = None, node: str = "node-1",
-             annotations: dict[str, str] | None = None, waiting: str | None = None) -> dict[str, Any]:  # fmt: skip
+def fake_pod(
+    name: str,
+    ready: bool,
+    labels: dict[str, str] | None = None,
+    node: str = "node-1",
+    annotations: dict[str, str] | None = None,
+    waiting: str | None = None,
+) -> dict[str, Any]:
     """A pod as the API server returns it, reduced to the fields aggregation reads."""
     statuses = [{"name": "main", "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
     return {
         "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
         "spec": {"nodeName": node},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-                   "containerStatuses": statuses},
-    }  # fmt: skip
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "containerStatuses": statuses,
+        },
+    }
 
 
 def engine(name: str, replica: int, role: str, ready: bool) -> dict[str, Any]:
@@ -487,13 +580,15 @@ def test_status_ready_loading_and_transition_times() -> None:
     assert status["nodes"][0]["ranks"] == [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}]
     assert status["model"] == "hostPath:/models/tiny@r1" and status["observedGeneration"] == 3
     assert conditions(status) == {
-        "DaemonsReady": ("True", "AllNodesReady"), "EnginesReady": ("True", "AllEnginesReady"),
-        "Available": ("True", "ActiveEnginesReady"), "Progressing": ("False", "Converged"),
+        "DaemonsReady": ("True", "AllNodesReady"),
+        "EnginesReady": ("True", "AllEnginesReady"),
+        "Available": ("True", "ActiveEnginesReady"),
+        "Progressing": ("False", "Converged"),
         "Degraded": ("False", "Healthy"),
-    }  # fmt: skip
+    }
 
     # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.
-    later = datetime(2026, 11, 29, 10, 5, tzinfo=timezone.utc)
+    later = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
     stale = fake_pod("tiny-daemon-x", True, annotations={SPEC_HASH_ANNOTATION: "old"})
     status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"])
     by_type = {c["type"]: c for c in status2["conditions"]}
@@ -529,11 +624,17 @@ def test_new_engines_are_pinned_to_nodes_with_ready_daemons_keeping_user_affinit
     term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
     affinity = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
     pod = engine_pod(make(**{"placement.affinity": affinity}), 0, "active", nodes=["node-2", "node-1"])
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [
-        {"key": "zone", "operator": "In", "values": ["a"]},
-        {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]},
-    ]}]  # fmt: skip
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms == [
+        {
+            "matchExpressions": [
+                {"key": "zone", "operator": "In", "values": ["a"]},
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": ["node-1", "node-2"]},
+            ]
+        }
+    ]
     assert "nodeAffinity" not in (engine_pod(make(), 0, "active").get("spec", {}).get("affinity") or {})
     assert affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"] == [term], (
         "the spec's affinity object must not be mutated"
@@ -571,7 +672,11 @@ def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> Non
 
     def daemon(node: str, claim: str | None) -> dict[str, Any]:
         claims = [{"name": "gpus", "resourceClaimName": claim}] if claim else []
-        return {"metadata": {"name": f"d-{node}"}, "spec": {"nodeName": node}, "status": {"resourceClaimStatuses": claims}}
+        return {
+            "metadata": {"name": f"d-{node}"},
+            "spec": {"nodeName": node},
+            "status": {"resourceClaimStatuses": claims},
+        }
 
     ready = {"node-1": daemon("node-1", "c-1"), "node-2": daemon("node-2", "c-2"), "node-3": daemon("node-3", None)}
     load: Counter[str | None] = Counter({"node-1": 2})

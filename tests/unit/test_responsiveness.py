@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import copy
 
+from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
 from weightcache_operator.render import engine_pod
 from weightcache_operator.responsiveness import probe_url
-
-from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
 
 
 def running(pod: dict, ip: str | None = "10.1.2.3") -> dict:
@@ -24,10 +23,18 @@ def test_the_rendered_default_probe_is_asked_at_the_pod_ip() -> None:
 
 
 def test_the_templates_own_probe_wins_named_ports_resolve_and_non_http_probes_are_not_asked() -> None:
-    template = {"spec": {"containers": [{
-        "name": "sglang", "image": "s:1", "ports": [{"name": "api", "containerPort": 30000}],
-        "readinessProbe": {"httpGet": {"path": "health_generate", "port": "api"}, "periodSeconds": 5},
-    }]}}  # fmt: skip
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "sglang",
+                    "image": "s:1",
+                    "ports": [{"name": "api", "containerPort": 30000}],
+                    "readinessProbe": {"httpGet": {"path": "health_generate", "port": "api"}, "periodSeconds": 5},
+                }
+            ]
+        }
+    }
     pod = engine_pod(make(**{"engine.template": template}), 0, "active")
     assert probe_url(running(pod)) == "http://10.1.2.3:30000/health_generate"
     exec_probe = copy.deepcopy(template)

@@ -3,45 +3,63 @@ them in, actions out. The e2e tests run the same decisions against a real contro
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.rollout import (
     Desired,
+    EngineView,
     generation_strategy,
     plan,
     rollout_conditions,
     rollout_status,
     serve_hash,
-    EngineView,
 )
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 WANT = Desired(engine_hash="new", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
 
 
-def engine(name: str, replica: int, role: str, version: str = "new", generation: str = "g1", *, ready: bool = True,
-           node: str = "node-1", age_s: float = 10, deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+def engine(
+    name: str,
+    replica: int,
+    role: str,
+    version: str = "new",
+    generation: str = "g1",
+    *,
+    ready: bool = True,
+    node: str = "node-1",
+    age_s: float = 10,
+    deleting: bool = False,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {
         "name": name,
-        "labels": {"weightcache.io/replica": str(replica), "weightcache.io/role": role,
-                   "weightcache.io/engine-hash": version, "weightcache.io/daemon-spec-hash": generation},
+        "labels": {
+            "weightcache.io/replica": str(replica),
+            "weightcache.io/role": role,
+            "weightcache.io/engine-hash": version,
+            "weightcache.io/daemon-spec-hash": generation,
+        },
         "annotations": {"weightcache.io/daemon-spec-hash": generation},
         "creationTimestamp": (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }  # fmt: skip
+    }
     if deleting:
         meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"metadata": meta, "spec": {"nodeName": node},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+    return {
+        "metadata": meta,
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 def daemon(name: str, node: str, generation: str = "g1", *, ready: bool = True) -> dict[str, Any]:
-    return {"metadata": {"name": name, "annotations": {"weightcache.io/daemon-spec-hash": generation}},
-            "spec": {"nodeName": node},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "annotations": {"weightcache.io/daemon-spec-hash": generation}},
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 DAEMONS = [daemon("d1", "node-1"), daemon("d2", "node-2")]
@@ -116,7 +134,9 @@ def test_changing_the_spec_back_retires_the_broken_pod_and_completes() -> None:
     assert result.retire == ["n0"] and result.promote == [] and result.stalled is None
     after = plan(back, [*old_pair(0), *old_pair(1)], DAEMONS, "g1", NOW, rollout_status(result, back, NOW, previous), 2)
     assert after.phase == "Complete"
-    status = rollout_status(after, back, NOW, {"phase": "Progressing", "engineTemplateHash": "old", "startedAt": "2026-05-01T11:59:00Z"})
+    status = rollout_status(
+        after, back, NOW, {"phase": "Progressing", "engineTemplateHash": "old", "startedAt": "2026-05-01T11:59:00Z"}
+    )
     assert status is not None and status["finishedAt"] == "2026-05-01T12:00:00Z"
     assert status["startedAt"] == "2026-05-01T11:59:00Z" and (status["updated"], status["total"]) == (2, 2)
 
@@ -133,12 +153,21 @@ def test_complete_stays_complete_until_something_is_outdated() -> None:
 
 def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_new_one() -> None:
     one = Desired(engine_hash="new", daemon_hash="g2", replicas=2, standbys=0, ready_deadline_s=60)
-    views = [EngineView.of(p) for p in (engine("a0", 0, "active", "old", "g1"), engine("a1", 1, "active", "old", "g1"),
-                                        engine("n0", 0, "standby", generation="g2"))]  # fmt: skip
+    views = [
+        EngineView.of(p)
+        for p in (
+            engine("a0", 0, "active", "old", "g1"),
+            engine("a1", 1, "active", "old", "g1"),
+            engine("n0", 0, "standby", generation="g2"),
+        )
+    ]
     assert serve_hash(one, views, "g1") == "g1"
     views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
     assert serve_hash(one, views, "g1") == "g1", "Ready, but not labelled active yet"
-    promoted = [*views[:2], *(EngineView.of(engine(n, r, "active", generation="g2")) for n, r in (("n0", 0), ("n1", 1)))]
+    promoted = [
+        *views[:2],
+        *(EngineView.of(engine(n, r, "active", generation="g2")) for n, r in (("n0", 0), ("n1", 1))),
+    ]
     assert serve_hash(one, promoted, "g1") == "g2"
     # Nothing of the old generation serves any more and the new one serves something: switch.
     dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False)), views[2]]
@@ -154,13 +183,23 @@ GEN = Desired(engine_hash="new", daemon_hash="g2", replicas=1, standbys=1, ready
 
 
 def test_generation_change_drains_the_node_without_serving_engines_first() -> None:
-    pods = [engine("a0", 0, "active", "old", "g1", node="node-1"), engine("s0", 0, "standby", "old", "g1", node="node-2")]
+    pods = [
+        engine("a0", 0, "active", "old", "g1", node="node-1"),
+        engine("s0", 0, "standby", "old", "g1", node="node-2"),
+    ]
     daemons = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1")]
     result = plan(GEN, pods, daemons, "g1", NOW, None, 2)
     assert (result.mode, result.serve_hash, result.retire) == ("Generation", "g1", ["s0"])
     assert result.replace_daemon is None, "the daemon goes only once its engines are gone"
-    drained = plan(GEN, [pods[0], {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}}],
-                   daemons, "g1", NOW, None, 2)  # fmt: skip
+    drained = plan(
+        GEN,
+        [pods[0], {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}}],
+        daemons,
+        "g1",
+        NOW,
+        None,
+        2,
+    )
     assert drained.replace_daemon is None and "draining" in drained.step
     result = plan(GEN, [pods[0]], daemons, "g1", NOW, None, 2)
     assert result.replace_daemon == "d2" and result.retire == []
@@ -188,31 +227,51 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
     result = plan(GEN, after, loaded, "g2", NOW, None, 2)
     assert result.replace_daemon == "d1"
-    done = plan(GEN, [*after, engine("m0", 0, "standby", generation="g2", node="node-2")],
-                [daemon("d1b", "node-1", "g2"), loaded[1]], "g2", NOW, {"phase": "Progressing", "mode": "Generation"}, 2)  # fmt: skip
+    done = plan(
+        GEN,
+        [*after, engine("m0", 0, "standby", generation="g2", node="node-2")],
+        [daemon("d1b", "node-1", "g2"), loaded[1]],
+        "g2",
+        NOW,
+        {"phase": "Progressing", "mode": "Generation"},
+        2,
+    )
     assert (done.mode, done.phase) == ("Generation", "Complete")
 
 
 def report(ranks: list[tuple[str | None, int | None]], memory: dict[str, int | None]) -> DaemonReport:
     """A daemon's status report: (GPU UUID or None for cpu-shm, arena bytes) per rank, free bytes per device."""
     return DaemonReport(
-        cache="tiny", ready=True,
+        cache="tiny",
+        ready=True,
         ranks=[RankReport(rank=i, ready=True, gpu_uuid=gpu, bytes=size) for i, (gpu, size) in enumerate(ranks)],
-        memory=[DeviceMemory(device=d, free_bytes=f, total_bytes=None if f is None else f * 2,
-                             error=None if f is not None else "NVML: not found") for d, f in memory.items()],
-    )  # fmt: skip
+        memory=[
+            DeviceMemory(
+                device=d,
+                free_bytes=f,
+                total_bytes=None if f is None else f * 2,
+                error=None if f is not None else "NVML: not found",
+            )
+            for d, f in memory.items()
+        ],
+    )
 
 
 def test_generation_strategy_blue_green_only_with_room_for_a_second_copy_on_every_node() -> None:
-    shm = {"d1": report([(None, 3 << 30), (None, 3 << 30)], {"host": 7 << 30}),
-           "d2": report([(None, 3 << 30), (None, 3 << 30)], {"host": 64 << 30})}  # fmt: skip
+    shm = {
+        "d1": report([(None, 3 << 30), (None, 3 << 30)], {"host": 7 << 30}),
+        "d2": report([(None, 3 << 30), (None, 3 << 30)], {"host": 64 << 30}),
+    }
     mode, why = generation_strategy("Auto", "cpu-shm", shm)
     assert mode == "BlueGreen" and "2 daemons" in why
     # 6 GiB of arenas need 6.6 GiB with the headroom: 6.5 GiB free on one node is not enough.
     tight = {**shm, "d1": report([(None, 3 << 30), (None, 3 << 30)], {"host": int(6.5 * (1 << 30))})}
     mode, why = generation_strategy("Auto", "cpu-shm", tight)
     assert mode == "NodeByNode" and "host of d1" in why and "6.50 GiB free" in why and "6.60 GiB" in why
-    assert generation_strategy("NodeByNode", "cpu-shm", shm) == ("NodeByNode", "spec.daemon.generationChange is NodeByNode")
+    assert generation_strategy("NodeByNode", "cpu-shm", shm) == (
+        "NodeByNode",
+        "spec.daemon.generationChange is NodeByNode",
+    )
     mode, why = generation_strategy("Auto", "cpu-shm", {**shm, "d2": "GET http://10.0.0.2:9400/status: timed out"})
     assert mode == "NodeByNode" and "d2" in why and "timed out" in why
     mode, why = generation_strategy("Auto", "cpu-shm", {"d1": report([(None, None)], {"host": 1 << 40})})
@@ -222,12 +281,20 @@ def test_generation_strategy_blue_green_only_with_room_for_a_second_copy_on_ever
 
 @pytest.mark.parametrize("backend", ["cuda-vmm", "cuda-ipc"])
 def test_generation_strategy_on_gpus_is_blue_green_when_every_gpu_has_room(backend: str) -> None:
-    gpus = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 50 << 30})}
+    gpus = {
+        "d1": report(
+            [("GPU-a", 40 << 30), ("GPU-b", 40 << 30)], {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": 50 << 30}
+        )
+    }
     mode, why = generation_strategy("Auto", backend, gpus)
     assert mode == "BlueGreen" and "GPUs the holder books" in why and "2 devices checked" in why
     # 40 GiB × 1.1 + the new daemon's CUDA context (1 GiB) = 45 GiB; 44.5 GiB free is not enough.
-    short = {"d1": report([("GPU-a", 40 << 30), ("GPU-b", 40 << 30)],
-                          {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": int(44.5 * (1 << 30))})}  # fmt: skip
+    short = {
+        "d1": report(
+            [("GPU-a", 40 << 30), ("GPU-b", 40 << 30)],
+            {"host": 1 << 40, "GPU-a": 90 << 30, "GPU-b": int(44.5 * (1 << 30))},
+        )
+    }
     mode, why = generation_strategy("Auto", backend, short)
     assert mode == "NodeByNode" and "GPU-b of d1" in why and "44.50 GiB free" in why and "needs 45.00 GiB" in why
     mode, why = generation_strategy("Auto", backend, gpus, gpu_access="dra")
@@ -247,9 +314,16 @@ def test_generation_strategy_on_gpus_says_what_it_could_not_read() -> None:
 
 
 def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drain() -> None:
-    old_engines = [engine("a0", 0, "active", "old", "g1", node="node-1"), engine("s0", 0, "standby", "old", "g1", node="node-2")]
-    both = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1"),
-            daemon("n1", "node-1", "g2", ready=False), daemon("n2", "node-2", "g2", ready=False)]  # fmt: skip
+    old_engines = [
+        engine("a0", 0, "active", "old", "g1", node="node-1"),
+        engine("s0", 0, "standby", "old", "g1", node="node-2"),
+    ]
+    both = [
+        daemon("d1", "node-1", "g1"),
+        daemon("d2", "node-2", "g1"),
+        daemon("n1", "node-1", "g2", ready=False),
+        daemon("n2", "node-2", "g2", ready=False),
+    ]
     for pod in both[:2]:
         pod["metadata"]["ownerReferences"] = [{"name": "tiny-daemon", "controller": True}]
     old_sets = {"tiny-daemon": "g1"}
@@ -258,7 +332,9 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
     assert loading.retire == [] and loading.replace_daemon is None and loading.retire_daemonsets == []
     assert loading.create == [] and "old ones serve" in loading.step, "nothing moves before the new daemons load"
     loaded = [*both[:2], daemon("n1", "node-1", "g2"), daemon("n2", "node-2", "g2")]
-    loaded[0]["metadata"]["ownerReferences"] = loaded[1]["metadata"]["ownerReferences"] = both[0]["metadata"]["ownerReferences"]
+    loaded[0]["metadata"]["ownerReferences"] = loaded[1]["metadata"]["ownerReferences"] = both[0]["metadata"][
+        "ownerReferences"
+    ]
     surge = plan(GEN, old_engines, loaded, "g1", NOW, None, 2, old_sets)
     assert surge.create == [0] and surge.retire == [] and surge.replace_daemon is None
     new = engine("n0", 0, "standby", generation="g2", node="node-1")
@@ -281,7 +357,11 @@ def test_generation_condition_says_which_strategy_and_clears_afterwards() -> Non
     conditions = rollout_conditions(result, ("NodeByNode", "no room"), NOW, [], 7)
     change = next(c for c in conditions if c["type"] == "GenerationChange")
     assert (change["status"], change["reason"], change["message"], change["observedGeneration"]) == (
-        "True", "NodeByNode", "no room", 7)  # fmt: skip
+        "True",
+        "NodeByNode",
+        "no room",
+        7,
+    )
     finished = plan(GEN, [], [], "g2", NOW, {"phase": "Complete"}, 0)
     cleared = rollout_conditions(finished, None, NOW, conditions, 8)
     assert [(c["type"], c["status"]) for c in cleared] == [("GenerationChange", "False")]
@@ -292,11 +372,17 @@ def test_status_lists_a_node_once_while_its_daemon_is_replaced() -> None:
     from weightcache_operator.status import Observed, aggregate
     from weightcache_operator.validation import parse
 
-    body = {"apiVersion": "weightcache.io/v1alpha1", "kind": "WeightCache",
-            "metadata": {"name": "tiny", "namespace": "ns", "uid": "u", "generation": 1},
-            "spec": {"model": {"source": {"hostPath": {"path": "/m"}}}, "parallelism": {"tensor": 1},
-                     "daemon": {"image": "i", "backend": "cpu-shm"},
-                     "engine": {"template": {"spec": {"containers": [{"name": "e", "image": "i"}]}}}}}  # fmt: skip
+    body = {
+        "apiVersion": "weightcache.io/v1alpha1",
+        "kind": "WeightCache",
+        "metadata": {"name": "tiny", "namespace": "ns", "uid": "u", "generation": 1},
+        "spec": {
+            "model": {"source": {"hostPath": {"path": "/m"}}},
+            "parallelism": {"tensor": 1},
+            "daemon": {"image": "i", "backend": "cpu-shm"},
+            "engine": {"template": {"spec": {"containers": [{"name": "e", "image": "i"}]}}},
+        },
+    }
     cache, problems = parse(body)
     assert cache is not None and not problems
     old = daemon("d-old", "node-1", "g0")

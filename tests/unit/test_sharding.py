@@ -1,7 +1,15 @@
 import pytest
-
-from weightcache.checkpoints.sharding import (ARCHITECTURES, Layout, Split, Stage, check_heads, kv_split, layer_range, rules_for,
-                                 shard_bounds)
+from weightcache.checkpoints.sharding import (
+    ARCHITECTURES,
+    Layout,
+    Split,
+    Stage,
+    check_heads,
+    kv_split,
+    layer_range,
+    rules_for,
+    shard_bounds,
+)
 from weightcache_contract.errors import ShardingError, UnsupportedArchitecture
 
 
@@ -39,13 +47,16 @@ def test_unknown_architecture_names_the_supported_ones() -> None:
     assert set(ARCHITECTURES) == {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM"}
 
 
-@pytest.mark.parametrize("name, split, quantized", [
-    ("model.layers.5.mlp.gate.weight", Split.REPLICATED, False),  # the router
-    ("model.layers.5.mlp.experts.17.gate_proj.weight", Split.EXPERT_COLUMN, True),
-    ("model.layers.5.mlp.experts.17.up_proj.weight_scale_inv", Split.EXPERT_COLUMN, True),
-    ("model.layers.5.mlp.experts.17.down_proj.weight", Split.EXPERT_ROW, True),
-    ("model.layers.5.self_attn.k_norm.weight", Split.REPLICATED, False),
-])
+@pytest.mark.parametrize(
+    "name, split, quantized",
+    [
+        ("model.layers.5.mlp.gate.weight", Split.REPLICATED, False),  # the router
+        ("model.layers.5.mlp.experts.17.gate_proj.weight", Split.EXPERT_COLUMN, True),
+        ("model.layers.5.mlp.experts.17.up_proj.weight_scale_inv", Split.EXPERT_COLUMN, True),
+        ("model.layers.5.mlp.experts.17.down_proj.weight", Split.EXPERT_ROW, True),
+        ("model.layers.5.self_attn.k_norm.weight", Split.REPLICATED, False),
+    ],
+)
 def test_qwen3_moe_table_replicates_the_router_and_splits_experts(name: str, split: Split, quantized: bool) -> None:
     rule, layer = rules_for("Qwen3MoeForCausalLM").rule_for(name)
     assert (rule.split, rule.quantize, layer) == (split, quantized, 5)
@@ -55,8 +66,13 @@ def test_qwen3_moe_table_replicates_the_router_and_splits_experts(name: str, spl
 def test_expert_parallel_runs_of_the_tp_group_hold_whole_experts() -> None:
     # tp 4, ep 2: ranks 0,1 hold experts 0-3 split in two; ranks 2,3 experts 4-7.
     layouts = [Layout(tp_size=4, tp_rank=r, ep_size=2) for r in range(4)]
-    assert [(l.ep_rank, l.moe_tp_rank, l.moe_tp_size) for l in layouts] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
-    assert [l.expert_range(8) for l in layouts] == [range(0, 4), range(0, 4), range(4, 8), range(4, 8)]
+    assert [(lay.ep_rank, lay.moe_tp_rank, lay.moe_tp_size) for lay in layouts] == [
+        (0, 0, 2),
+        (0, 1, 2),
+        (1, 0, 2),
+        (1, 1, 2),
+    ]
+    assert [lay.expert_range(8) for lay in layouts] == [range(0, 4), range(0, 4), range(4, 8), range(4, 8)]
     assert [Layout(2, r, ep_size=2).expert_range(128) for r in range(2)] == [range(0, 64), range(64, 128)]
     assert Layout(2, 1).expert_range(8) == range(0, 8)  # ep 1: every rank a slice of every expert
     assert Layout.from_rank(3, tp_size=2, pp_size=2, ep_size=2) == Layout(2, 1, 2, 1, 2)
@@ -94,8 +110,8 @@ def test_shard_bounds_split_evenly_and_refuse_uneven() -> None:
 
 def test_layout_ranks_are_pipeline_major() -> None:
     layouts = [Layout.from_rank(r, tp_size=2, pp_size=2) for r in range(4)]
-    assert [(l.pp_rank, l.tp_rank) for l in layouts] == [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert all(Layout.from_rank(l.rank, 2, 2) == l for l in layouts)
+    assert [(lay.pp_rank, lay.tp_rank) for lay in layouts] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(Layout.from_rank(lay.rank, 2, 2) == lay for lay in layouts)
     with pytest.raises(ShardingError, match="--tp-rank must be in"):
         Layout(tp_size=2, tp_rank=2)
     with pytest.raises(ShardingError, match="outside a world of 4"):
@@ -109,9 +125,14 @@ def test_kv_heads_split_when_they_outnumber_ranks_and_replicate_when_ranks_outnu
     assert [kv_split(4, 16, r)[1] for r in range(16)] == [r // 4 for r in range(16)]
 
 
-@pytest.mark.parametrize("kv, tp, words", [(3, 2, "num_key_value_heads=3 is not divisible by tensor-parallel size 2"),
-                                           (2, 3, "tensor-parallel size 3 is not a multiple of num_key_value_heads=2"),
-                                           (4, 6, "not a multiple of num_key_value_heads=4")])
+@pytest.mark.parametrize(
+    "kv, tp, words",
+    [
+        (3, 2, "num_key_value_heads=3 is not divisible by tensor-parallel size 2"),
+        (2, 3, "tensor-parallel size 3 is not a multiple of num_key_value_heads=2"),
+        (4, 6, "not a multiple of num_key_value_heads=4"),
+    ],
+)
 def test_tp_neither_dividing_nor_multiplying_the_kv_heads_is_refused(kv: int, tp: int, words: str) -> None:
     with pytest.raises(ShardingError, match=words):
         kv_split(kv, tp, 0)

@@ -3,25 +3,35 @@ into it from the API's answers, so no later step of the pass lists again."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from weightcache_operator.objects import PodView
 from weightcache_operator.snapshot import Snapshot
 
-NOW = datetime(2026, 11, 29, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 HASH = "abc"
 
 
 def pod(name: str, *, slot: str | None = None, spec_hash: str = HASH, ready: bool = True, node: str = "n1") -> dict:
     labels = {"weightcache.io/slot": slot} if slot is not None else {}
-    return {"metadata": {"name": name, "labels": labels, "annotations": {"weightcache.io/daemon-spec-hash": spec_hash}},
-            "spec": {"nodeName": node},
-            "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "labels": labels, "annotations": {"weightcache.io/daemon-spec-hash": spec_hash}},
+        "spec": {"nodeName": node},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
 
 
 def test_ready_daemons_are_the_ready_ones_of_the_wanted_spec_by_node_and_slot() -> None:
-    snap = Snapshot({}, None, daemon_pods=[pod("d1", slot="0"), pod("d2", slot="1", node="n2"),
-                                           pod("old", spec_hash="zzz", node="n3"), pod("down", ready=False, node="n4")])  # fmt: skip
+    snap = Snapshot(
+        {},
+        None,
+        daemon_pods=[
+            pod("d1", slot="0"),
+            pod("d2", slot="1", node="n2"),
+            pod("old", spec_hash="zzz", node="n3"),
+            pod("down", ready=False, node="n4"),
+        ],
+    )
     assert sorted(snap.ready_daemons(HASH)) == ["n1", "n2"]
     assert {k: sorted(v) for k, v in snap.ready_daemons_by_slot(HASH).items()} == {0: ["n1"], 1: ["n2"]}
 

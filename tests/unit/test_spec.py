@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import ValidationError
-
 from weightcache_operator.spec import Parallelism, WeightCache, WeightCacheSpec, WeightCacheStatus
 
 SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weightcache-cpu.yaml"
@@ -89,11 +88,22 @@ def test_status_parses_what_the_operator_writes() -> None:
             "observedGeneration": 3,
             "phase": "Degraded",
             "conditions": [
-                {"type": "Degraded", "status": "True", "reason": "InvalidSpec", "message": "m",
-                 "lastTransitionTime": "2026-11-29T09:00:00Z", "observedGeneration": 3}
+                {
+                    "type": "Degraded",
+                    "status": "True",
+                    "reason": "InvalidSpec",
+                    "message": "m",
+                    "lastTransitionTime": "2026-11-29T09:00:00Z",
+                    "observedGeneration": 3,
+                }
             ],
-            "nodes": [{"node": "node-1", "daemonPod": "d", "ranks": [{"rank": 0, "ready": True, "bytes": 10,
-                                                                       "loadSeconds": 0.5, "gpuUuid": "GPU-1"}]}],
+            "nodes": [
+                {
+                    "node": "node-1",
+                    "daemonPod": "d",
+                    "ranks": [{"rank": 0, "ready": True, "bytes": 10, "loadSeconds": 0.5, "gpuUuid": "GPU-1"}],
+                }
+            ],
             "engines": [{"replica": 0, "active": "e-0", "standbys": ["e-1"]}],
             "daemonSpecHash": "abc",
             "readyNodes": "1/1",
@@ -130,39 +140,85 @@ BAD = [
     ("bad-backend", "daemon.backend", "rocm", ("daemon.backend", "'cuda-vmm', 'cuda-ipc' or 'cpu-shm'")),
     ("tensor-0", "parallelism.tensor", 0, ("parallelism.tensor", "greater than or equal to 1")),
     ("port-70000", "engine.port", 70000, ("engine.port", "less than or equal to 65535")),
-    ("both-sources", "model.source", {"hostPath": {"path": "/a"}, "pvc": {"claimName": "m"}},
-     ("model.source", "exactly one of hostPath or pvc must be set")),
+    (
+        "both-sources",
+        "model.source",
+        {"hostPath": {"path": "/a"}, "pvc": {"claimName": "m"}},
+        ("model.source", "exactly one of hostPath or pvc must be set"),
+    ),
     ("no-source", "model.source", {}, ("model.source", "exactly one of hostPath or pvc must be set")),
     ("bad-dtype", "model.dtype", "int8", ("model.dtype", "'auto', 'bfloat16', 'float16' or 'float32'")),
     ("negative-replicas", "engine.replicas", -1, ("engine.replicas", "greater than or equal to 0")),
-    ("negative-standbys", "engine.standbysPerReplica", -1,
-     ("engine.standbysPerReplica", "greater than or equal to 0")),
+    ("negative-standbys", "engine.standbysPerReplica", -1, ("engine.standbysPerReplica", "greater than or equal to 0")),
     ("unknown-quantization", "model.quantization", {"method": "awq"}, ("model.quantization.method", "'none' or 'fp8'")),
-    ("zero-block", "model.quantization", {"method": "fp8", "weightBlockSize": [0, 128]},
-     ("model.quantization.weightBlockSize.0", "greater than 0")),
-    ("one-block-dim", "model.quantization", {"method": "fp8", "weightBlockSize": [128]},
-     ("model.quantization.weightBlockSize", "at least 2 items")),
-    ("ranks-not-multiple-of-nodes", "parallelism", {"tensor": 3, "nodes": 2},
-     ("parallelism", "must be a multiple of nodes (tensor 3 * pipeline 1 = 3 ranks over 2 nodes)")),
-    ("expert-not-dividing-tensor", "parallelism", {"tensor": 4, "expert": 3},
-     ("parallelism", "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks, each run of "
-      "tensor/expert of them holding 1/expert of the experts (tensor 4, expert 3)")),
+    (
+        "zero-block",
+        "model.quantization",
+        {"method": "fp8", "weightBlockSize": [0, 128]},
+        ("model.quantization.weightBlockSize.0", "greater than 0"),
+    ),
+    (
+        "one-block-dim",
+        "model.quantization",
+        {"method": "fp8", "weightBlockSize": [128]},
+        ("model.quantization.weightBlockSize", "at least 2 items"),
+    ),
+    (
+        "ranks-not-multiple-of-nodes",
+        "parallelism",
+        {"tensor": 3, "nodes": 2},
+        ("parallelism", "must be a multiple of nodes (tensor 3 * pipeline 1 = 3 ranks over 2 nodes)"),
+    ),
+    (
+        "expert-not-dividing-tensor",
+        "parallelism",
+        {"tensor": 4, "expert": 3},
+        (
+            "parallelism",
+            "expert must divide tensor: expert-parallel ranks are tensor-parallel ranks, each run of "
+            "tensor/expert of them holding 1/expert of the experts (tensor 4, expert 3)",
+        ),
+    ),
     ("dra-on-cpu", "engine.gpuAccess", "dra", ("", "needs a GPU daemon backend")),
-    ("relative-host-path", "model.source", {"hostPath": {"path": "models/a"}},
-     ("model.source.hostPath.path", "should match pattern '^/'")),
-    ("no-containers", "engine.template", {"spec": {"containers": []}},
-     ("engine.template.spec.containers", "at least 1 item")),
+    (
+        "relative-host-path",
+        "model.source",
+        {"hostPath": {"path": "models/a"}},
+        ("model.source.hostPath.path", "should match pattern '^/'"),
+    ),
+    (
+        "no-containers",
+        "engine.template",
+        {"spec": {"containers": []}},
+        ("engine.template.spec.containers", "at least 1 item"),
+    ),
     ("no-daemon-image", "daemon.image", DELETE, ("daemon.image", "Field required")),
     ("bad-service-type", "service", {"type": "ExternalName"}, ("service.type", "'ClusterIP', 'NodePort'")),
     ("typo-in-field", "engine.standbys", 1, ("engine.standbys", "Extra inputs are not permitted")),
-    ("negative-outage-grace", "engine.failover", {"daemonOutageGraceSeconds": -1},
-     ("engine.failover.daemonOutageGraceSeconds", "greater than or equal to 0")),
-    ("hour-plus-outage-grace", "engine.failover", {"daemonOutageGraceSeconds": 3601},
-     ("engine.failover.daemonOutageGraceSeconds", "less than or equal to 3600")),
-    ("unresponsive-below-floor", "engine.failover", {"unresponsiveAfterMilliseconds": 50},
-     ("engine.failover", "must be 0 (off) or at least 100, not 50")),
-    ("unresponsive-over-a-minute", "engine.failover", {"unresponsiveAfterMilliseconds": 60001},
-     ("engine.failover.unresponsiveAfterMilliseconds", "less than or equal to 60000")),
+    (
+        "negative-outage-grace",
+        "engine.failover",
+        {"daemonOutageGraceSeconds": -1},
+        ("engine.failover.daemonOutageGraceSeconds", "greater than or equal to 0"),
+    ),
+    (
+        "hour-plus-outage-grace",
+        "engine.failover",
+        {"daemonOutageGraceSeconds": 3601},
+        ("engine.failover.daemonOutageGraceSeconds", "less than or equal to 3600"),
+    ),
+    (
+        "unresponsive-below-floor",
+        "engine.failover",
+        {"unresponsiveAfterMilliseconds": 50},
+        ("engine.failover", "must be 0 (off) or at least 100, not 50"),
+    ),
+    (
+        "unresponsive-over-a-minute",
+        "engine.failover",
+        {"unresponsiveAfterMilliseconds": 60001},
+        ("engine.failover.unresponsiveAfterMilliseconds", "less than or equal to 60000"),
+    ),
 ]
 
 

@@ -6,7 +6,6 @@ import io
 from pathlib import Path
 
 import pytest
-
 from weightcache import status_note
 from weightcache.checkpoints.progress import Progress
 from weightcache_contract.termination import read

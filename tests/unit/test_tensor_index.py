@@ -7,23 +7,28 @@ import os
 import warnings
 
 import torch
-
 from weightcache.checkpoints.manifest import Manifest, TensorEntry, contiguous_stride, tensor_views
 
 ENTRIES = [
     TensorEntry(name="w", dtype="bfloat16", shape=(4, 8), stride=(8, 1), offset=0, nbytes=64),
     TensorEntry(name="t", dtype="float32", shape=(3, 2), stride=(1, 3), offset=256, nbytes=24),  # transposed
     TensorEntry(name="s", dtype="float32", shape=(), stride=(), offset=512, nbytes=4, kind="buffer"),
-    TensorEntry(name="e", dtype="bfloat16", shape=(2, 3, 4), stride=contiguous_stride((2, 3, 4)), offset=768,
-                nbytes=48),
+    TensorEntry(
+        name="e", dtype="bfloat16", shape=(2, 3, 4), stride=contiguous_stride((2, 3, 4)), offset=768, nbytes=48
+    ),
     TensorEntry(name="q", dtype="float8_e4m3fn", shape=(16,), stride=(1,), offset=1024, nbytes=16),
 ]
 ARENA = 1280
 
 
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr())
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.shape == b.shape
+        and a.stride() == b.stride()
+        and a.dtype == b.dtype
+        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
+    )
 
 
 def test_a_materialised_view_is_the_eager_view_of_the_same_bytes() -> None:

@@ -8,8 +8,15 @@ import sys
 
 import pytest
 
-TORCH_FREE = ["weightcache.daemon.probe", "weightcache.daemon.keeper", "weightcache.daemon.status_endpoint",
-              "weightcache.daemon.rank", "weightcache.client.weights", "weightcache.cli", "weightcache.checkpoints.planner"]
+TORCH_FREE = [
+    "weightcache.daemon.probe",
+    "weightcache.daemon.keeper",
+    "weightcache.daemon.status_endpoint",
+    "weightcache.daemon.rank",
+    "weightcache.client.weights",
+    "weightcache.cli",
+    "weightcache.checkpoints.planner",
+]
 
 
 @pytest.mark.parametrize("module", TORCH_FREE)
@@ -21,8 +28,13 @@ def test_module_imports_no_torch(module: str) -> None:
 
 def test_probe_command_runs_without_torch_or_numpy(lean_env: dict[str, str], tmp_path) -> None:
     """The probe command end to end where ``import torch``/``numpy`` raise: it must report, not crash."""
-    out = subprocess.run([sys.executable, "-m", "weightcache", "probe", "--socket-dir", str(tmp_path), "--name", "none",
-                          "--ranks", "0"], capture_output=True, text=True, timeout=120, env=lean_env)
+    out = subprocess.run(
+        [sys.executable, "-m", "weightcache", "probe", "--socket-dir", str(tmp_path), "--name", "none", "--ranks", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=lean_env,
+    )
     assert "lean path" not in out.stderr, out.stderr
     assert out.returncode != 0 and "rank 0" in (out.stdout + out.stderr), out.stdout + out.stderr
 
@@ -30,6 +42,11 @@ def test_probe_command_runs_without_torch_or_numpy(lean_env: dict[str, str], tmp
 def test_plan_command_runs_without_torch_or_numpy(lean_env: dict[str, str], checkpoint_factory) -> None:
     """Planning is headers and arithmetic: a user asks "will it fit" on a machine without torch."""
     ckpt = checkpoint_factory(family="llama")
-    out = subprocess.run([sys.executable, "-m", "weightcache", "plan", "--model", str(ckpt), "--tp", "2"],
-                         capture_output=True, text=True, timeout=120, env=lean_env)
+    out = subprocess.run(
+        [sys.executable, "-m", "weightcache", "plan", "--model", str(ckpt), "--tp", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=lean_env,
+    )
     assert out.returncode == 0 and "every rank can be planned" in out.stdout, out.stdout + out.stderr

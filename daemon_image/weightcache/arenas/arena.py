@@ -60,7 +60,8 @@ class Arena(abc.ABC):
     def buffer(self) -> torch.Tensor:
         """The whole arena as a flat uint8 tensor on its device (writable until sealed)."""
 
-    def seal(self) -> None:
+    # Not abstract: a backend that cannot freeze its memory keeps this no-op.
+    def seal(self) -> None:  # noqa: B027
         """Freeze the contents where the backend can enforce it."""
 
     @abc.abstractmethod
@@ -90,8 +91,10 @@ class CpuShmArena(Arena):
             self._map = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError as exc:
             os.close(self.fd)
-            raise WeightCacheError(f"cannot allocate a {size}-byte shared arena: {exc}; free memory or raise "
-                                   "the shared-memory limit (/dev/shm size, memory cgroup)") from None
+            raise WeightCacheError(
+                f"cannot allocate a {size}-byte shared arena: {exc}; free memory or raise "
+                "the shared-memory limit (/dev/shm size, memory cgroup)"
+            ) from None
         try:
             self._map.madvise(MADV_POPULATE_WRITE)
         except OSError:
@@ -199,8 +202,15 @@ class CpuShmMapping(MappedArena):
         self.buffer = _frombuffer(self._map, size)
 
 
-def map_arena(backend: str, size: int, mapping_bytes: int, fd: int | None, ipc: CudaIpcHandle | None,
-              device_uuid: str | None, access: Access = "read-only") -> MappedArena:
+def map_arena(
+    backend: str,
+    size: int,
+    mapping_bytes: int,
+    fd: int | None,
+    ipc: CudaIpcHandle | None,
+    device_uuid: str | None,
+    access: Access = "read-only",
+) -> MappedArena:
     """Map what a daemon sent; the caller closes ``fd`` afterwards (the mapping keeps the memory)."""
     if backend == "cpu-shm":
         if fd is None:

@@ -24,7 +24,6 @@ import os
 from typing import Any
 
 import torch
-
 from weightcache_contract.errors import CacheUnavailable, WeightCacheError
 
 from ..gpu import gpu_identity
@@ -36,7 +35,9 @@ def _cu() -> Any:
     try:
         from cuda.bindings import driver
     except ImportError:  # pragma: no cover - depends on the installation
-        raise WeightCacheError("the cuda-vmm backend needs the cuda-bindings package (pip install cuda-bindings)") from None
+        raise WeightCacheError(
+            "the cuda-vmm backend needs the cuda-bindings package (pip install cuda-bindings)"
+        ) from None
     return driver
 
 
@@ -59,7 +60,8 @@ def ordinal_for_uuid(uuid: str) -> int:
     if ordinal is None:
         raise CacheUnavailable(
             f"GPU {uuid} is not visible to this process (CUDA_VISIBLE_DEVICES="
-            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); give the engine the same GPU as the daemon for this rank")
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}); give the engine the same GPU as the daemon for this rank"
+        )
     return ordinal
 
 
@@ -101,16 +103,23 @@ class _VmmMapping:
     def __init__(self, handle: Any, size: int, ordinal: int, access: Access) -> None:
         cu = _cu()
         self.handle, self.size, self.ordinal = handle, size, ordinal
-        gran = _ok(cu.cuMemGetAllocationGranularity(
-            _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM), "granularity")
+        gran = _ok(
+            cu.cuMemGetAllocationGranularity(
+                _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_MINIMUM
+            ),
+            "granularity",
+        )
         self.va = _ok(cu.cuMemAddressReserve(size, gran, 0, 0), "cuMemAddressReserve")
         try:
             _ok(cu.cuMemMap(self.va, size, 0, handle, 0), "cuMemMap")
             desc = cu.CUmemAccessDesc()
             desc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
             desc.location.id = ordinal
-            desc.flags = (cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ if access == "read-only"
-                          else cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            desc.flags = (
+                cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READ
+                if access == "read-only"
+                else cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+            )
             _ok(cu.cuMemSetAccess(self.va, size, [desc], 1), "cuMemSetAccess")
         except WeightCacheError:
             cu.cuMemAddressFree(self.va, size)
@@ -133,22 +142,32 @@ class CudaVmmArena(Arena):
         self.size = size
         self.ordinal = ordinal
         self.device_uuid = device_uuid(ordinal)
-        gran = _ok(cu.cuMemGetAllocationGranularity(
-            _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "granularity")
+        gran = _ok(
+            cu.cuMemGetAllocationGranularity(
+                _prop(ordinal), cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+            ),
+            "granularity",
+        )
         self.mapping_bytes = -(-size // gran) * gran
         try:
             handle = _ok(cu.cuMemCreate(self.mapping_bytes, _prop(ordinal), 0), "cuMemCreate")
         except WeightCacheError as exc:
             free, total = torch.cuda.mem_get_info(ordinal)
-            raise WeightCacheError(f"cannot allocate {self.mapping_bytes} bytes on {self.device_uuid} "
-                                   f"({free} of {total} free): {exc}") from None
+            raise WeightCacheError(
+                f"cannot allocate {self.mapping_bytes} bytes on {self.device_uuid} ({free} of {total} free): {exc}"
+            ) from None
         self._mapping = _VmmMapping(handle, self.mapping_bytes, ordinal, "read-write")
         self._buffer = _tensor_at(self._mapping.ptr, size, ordinal)
         # One exported fd for the arena's life, dup'ed per engine and deposited with the keeper; a
         # daemon that re-adopts gets this fd back and serves it as it is (arena.HeldFdArena).
-        self._fd = int(_ok(cu.cuMemExportToShareableHandle(
-            handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-            "cuMemExportToShareableHandle"))
+        self._fd = int(
+            _ok(
+                cu.cuMemExportToShareableHandle(
+                    handle, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0
+                ),
+                "cuMemExportToShareableHandle",
+            )
+        )
 
     def buffer(self) -> torch.Tensor:
         return self._buffer
@@ -181,10 +200,17 @@ class CudaIpcArena(Arena):
 
         torch.cuda.synchronize(self.ordinal)
         _, args = reduce_tensor(self._tensor)
-        return Export(ipc=CudaIpcHandle(
-            storage_handle=args[7], storage_size_bytes=args[8], storage_offset_bytes=args[9],
-            ref_counter_handle=args[11], ref_counter_offset=args[12], event_handle=args[13],
-            event_sync_required=bool(args[14])))
+        return Export(
+            ipc=CudaIpcHandle(
+                storage_handle=args[7],
+                storage_size_bytes=args[8],
+                storage_offset_bytes=args[9],
+                ref_counter_handle=args[11],
+                ref_counter_offset=args[12],
+                event_handle=args[13],
+                event_sync_required=bool(args[14]),
+            )
+        )
 
     def close(self) -> None:
         self._tensor = None  # type: ignore[assignment]
@@ -205,8 +231,12 @@ class VmmMapping(MappedArena):
         cu = _cu()
         ordinal = ordinal_for_uuid(uuid)
         _context(ordinal)
-        handle = _ok(cu.cuMemImportFromShareableHandle(
-            fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), "cuMemImportFromShareableHandle")
+        handle = _ok(
+            cu.cuMemImportFromShareableHandle(
+                fd, cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+            ),
+            "cuMemImportFromShareableHandle",
+        )
         self._mapping = _VmmMapping(handle, mapping_bytes, ordinal, access)
         self.size = size
         self.device_uuid = uuid
@@ -232,13 +262,33 @@ class IpcMapping(MappedArena):
         self.size = size
         self.device_uuid = uuid
         self.buffer = rebuild_cuda_tensor(
-            torch.Tensor, torch.Size([ipc.storage_size_bytes]), (1,), 0, torch.storage.TypedStorage, torch.uint8,
-            ordinal, ipc.storage_handle, ipc.storage_size_bytes, ipc.storage_offset_bytes, False,
-            ipc.ref_counter_handle, ipc.ref_counter_offset, ipc.event_handle, ipc.event_sync_required)[:size]
+            torch.Tensor,
+            torch.Size([ipc.storage_size_bytes]),
+            (1,),
+            0,
+            torch.storage.TypedStorage,
+            torch.uint8,
+            ordinal,
+            ipc.storage_handle,
+            ipc.storage_size_bytes,
+            ipc.storage_offset_bytes,
+            False,
+            ipc.ref_counter_handle,
+            ipc.ref_counter_offset,
+            ipc.event_handle,
+            ipc.event_sync_required,
+        )[:size]
 
 
-def map_for_engine(backend: str, size: int, mapping_bytes: int, fd: int | None, ipc: CudaIpcHandle | None,
-                   uuid: str | None, access: Access) -> MappedArena:
+def map_for_engine(
+    backend: str,
+    size: int,
+    mapping_bytes: int,
+    fd: int | None,
+    ipc: CudaIpcHandle | None,
+    uuid: str | None,
+    access: Access,
+) -> MappedArena:
     if uuid is None:
         raise WeightCacheError(f"{backend} fetch reply names no GPU")
     if not torch.cuda.is_available():

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safetensors import safe_open
-
 from weightcache_contract.errors import CheckpointError
 
 from .dtypes import SAFETENSORS_DTYPES, itemsize
@@ -87,7 +86,7 @@ class Checkpoint:
         if not archs:
             raise CheckpointError(
                 f"{self.path / CONFIG_FILE} has no 'architectures' entry; "
-                "add e.g. \"architectures\": [\"LlamaForCausalLM\"]"
+                'add e.g. "architectures": ["LlamaForCausalLM"]'
             )
         return str(archs[0])
 
@@ -175,8 +174,10 @@ def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) 
         raise CheckpointError(f"{config_path} must hold a JSON object")
 
     weight_map = _read_index(root)
-    files = sorted(set(weight_map.values())) if weight_map is not None else sorted(
-        p.name for p in root.glob("*.safetensors")
+    files = (
+        sorted(set(weight_map.values()))
+        if weight_map is not None
+        else sorted(p.name for p in root.glob("*.safetensors"))
     )
     if not files:
         raise CheckpointError(f"no *.safetensors files in {root}")
@@ -185,8 +186,13 @@ def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) 
     tensors: dict[str, TensorInfo] = {}
     if stamps_only:
         shards = [_stamp(root / file_name)[0] for file_name in files]
-        return Checkpoint(path=root, config=config, config_sha256=hashlib.sha256(config_bytes).hexdigest(),
-                          shards=shards, tensors=tensors)
+        return Checkpoint(
+            path=root,
+            config=config,
+            config_sha256=hashlib.sha256(config_bytes).hexdigest(),
+            shards=shards,
+            tensors=tensors,
+        )
     for file_name in files:
         shard, header = _read_header(root / file_name)
         shards.append(shard)
@@ -247,7 +253,9 @@ def _read_index(root: Path) -> dict[str, str] | None:
         index = json.loads(index_path.read_bytes())
         weight_map = index["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise CheckpointError(f"{index_path} is not a valid safetensors index ({exc!r}); it needs a 'weight_map'") from None
+        raise CheckpointError(
+            f"{index_path} is not a valid safetensors index ({exc!r}); it needs a 'weight_map'"
+        ) from None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CheckpointError(f"{index_path}: 'weight_map' must map tensor names to file names")
     for file_name in set(weight_map.values()):

@@ -42,7 +42,8 @@ FUSED: tuple[tuple[str, tuple[str, ...], Split], ...] = (
 )
 _EXPERT_TENSOR = re.compile(
     r"model\.layers\.(?P<layer>\d+)\.mlp\.experts\.(?P<expert>\d+)\.(?P<proj>gate|up|down)_proj\.weight"
-    r"(?P<scale>_scale_inv)?")
+    r"(?P<scale>_scale_inv)?"
+)
 
 
 def fused_name(layer: int, fused: str) -> str:
@@ -72,63 +73,92 @@ class ExpertTensors:
     def add(self, info: TensorInfo, layer: int | None) -> None:
         m = _EXPERT_TENSOR.fullmatch(info.name)
         if m is None or layer is None:
-            raise CheckpointError(f"tensor {info.name!r} looks like an expert's but is not named "
-                                  "model.layers.L.mlp.experts.E.(gate|up|down)_proj.weight[_scale_inv]")
+            raise CheckpointError(
+                f"tensor {info.name!r} looks like an expert's but is not named "
+                "model.layers.L.mlp.experts.E.(gate|up|down)_proj.weight[_scale_inv]"
+            )
         self.found.setdefault(layer, {})[(int(m["expert"]), m["proj"], bool(m["scale"]))] = info
 
     def plan(self, builder: _Builder, layout: Layout, quant: QuantConfig, dtype: str) -> None:
         """Add this rank's stacked entries and the read tasks that fill them, layer by layer."""
         if not self.found:
             if layout.ep_size > 1:
-                raise ShardingError(f"--ep-size {layout.ep_size} needs a mixture-of-experts checkpoint, and "
-                                    f"{self.path} has no experts; use --ep-size 1")
+                raise ShardingError(
+                    f"--ep-size {layout.ep_size} needs a mixture-of-experts checkpoint, and "
+                    f"{self.path} has no experts; use --ep-size 1"
+                )
             return
         total = num_experts(self.config)
         if total < 1:
             raise CheckpointError(f"{self.path}/config.json has no num_experts, but the checkpoint holds experts")
         if self.config.get("mlp_only_layers") or int(self.config.get("decoder_sparse_step") or 1) != 1:
-            raise CheckpointError(f"{self.path}/config.json mixes dense and MoE layers (mlp_only_layers or "
-                                  "decoder_sparse_step != 1), which is not supported; every layer must be MoE")
+            raise CheckpointError(
+                f"{self.path}/config.json mixes dense and MoE layers (mlp_only_layers or "
+                "decoder_sparse_step != 1), which is not supported; every layer must be MoE"
+            )
         owned = layout.expert_range(total)
         block = quant.weight_block_size or (1, 1)
         for layer in sorted(self.found):
             parts = self.found[layer]
             self._check_complete(layer, parts, total)
             for fused, projs, split in FUSED:
-                weights = [[shard_part(parts[(e, p, False)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
-                            for p in projs] for e in owned]
+                weights = [
+                    [
+                        shard_part(parts[(e, p, False)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
+                        for p in projs
+                    ]
+                    for e in owned
+                ]
                 self._plan_stack(builder, fused_name(layer, fused), weights, quant, dtype, block)
                 if weights[0][0].info.dtype == "float8_e4m3fn":
-                    scales = [[shard_part(parts[(e, p, True)], split.dim, layout.moe_tp_size, layout.moe_tp_rank,
-                                          block) for p in projs] for e in owned]
+                    scales = [
+                        [
+                            shard_part(parts[(e, p, True)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
+                            for p in projs
+                        ]
+                        for e in owned
+                    ]
                     expected = scale_shape(weights[0][0].shape, block)  # type: ignore[arg-type]
                     if scales[0][0].shape != expected:
-                        raise CheckpointError(f"{scales[0][0].info.name!r} has shape {scales[0][0].shape}, but its "
-                                              f"weight's {block[0]}×{block[1]} blocks need {expected}")
+                        raise CheckpointError(
+                            f"{scales[0][0].info.name!r} has shape {scales[0][0].shape}, but its "
+                            f"weight's {block[0]}×{block[1]} blocks need {expected}"
+                        )
                     self._plan_stack(builder, fused_name(layer, fused) + SCALE_SUFFIX, scales, quant, dtype, block)
 
     def _check_complete(self, layer: int, parts: dict[tuple[int, str, bool], TensorInfo], total: int) -> None:
-        for expert, proj, _ in parts:
+        for expert, _proj, _ in parts:
             if expert >= total:
                 raise CheckpointError(f"layer {layer} holds expert {expert}, but config.json has num_experts={total}")
         for expert in range(total):
             for proj in PROJECTIONS:
                 weight = parts.get((expert, proj, False))
                 if weight is None:
-                    raise CheckpointError(f"layer {layer} lacks expert {expert}'s {proj}_proj.weight (num_experts="
-                                          f"{total}); the checkpoint is incomplete (a missing or partial shard?)")
+                    raise CheckpointError(
+                        f"layer {layer} lacks expert {expert}'s {proj}_proj.weight (num_experts="
+                        f"{total}); the checkpoint is incomplete (a missing or partial shard?)"
+                    )
                 if weight.dtype == "float8_e4m3fn" and (expert, proj, True) not in parts:
                     raise CheckpointError(f"{weight.name!r} is FP8 but the checkpoint lacks its {SCALE_SUFFIX}")
 
-    def _plan_stack(self, builder: _Builder, name: str, members: list[list[ShardPart]], quant: QuantConfig,
-                    dtype: str, block: tuple[int, int]) -> None:
+    def _plan_stack(
+        self,
+        builder: _Builder,
+        name: str,
+        members: list[list[ShardPart]],
+        quant: QuantConfig,
+        dtype: str,
+        block: tuple[int, int],
+    ) -> None:
         """One stacked entry ``[experts, len(row)·rows, cols]`` from ``members[expert][k]`` parts."""
         first = members[0][0]
         for part in (p for row in members for p in row):
             if part.shape != first.shape or part.info.dtype != first.info.dtype:
-                raise CheckpointError(f"{part.info.name!r} is {part.info.dtype} {part.shape} but "
-                                      f"{first.info.name!r} is {first.info.dtype} {first.shape}; the experts of a "
-                                      "layer must agree in shape and dtype to be stacked")
+                raise CheckpointError(
+                    f"{part.info.name!r} is {part.info.dtype} {part.shape} but "
+                    f"{first.info.name!r} is {first.info.dtype} {first.shape}; the experts of a "
+                    "layer must agree in shape and dtype to be stacked"
+                )
         rule, _ = self.arch.rule_for(first.info.name)
         quantize = quantizes(quant, rule, first.shape)
         rows, cols = first.shape
@@ -138,7 +168,8 @@ class ExpertTensors:
             raise ShardingError(
                 f"{name}: each rank's gate and up of one expert have {rows} rows, not a multiple of the FP8 block's "
                 f"{block[0]}, so a scale block would straddle gate and up; choose tp/ep so that "
-                f"moe_intermediate_size / (tp / ep) is a multiple of {block[0]}")
+                f"moe_intermediate_size / (tp / ep) is a multiple of {block[0]}"
+            )
         out_dtype = "float8_e4m3fn" if quantize else output_dtype(first.info, dtype)
         builder.add(name, out_dtype, (len(members), per_expert * rows, cols))
         step = dtypes.itemsize(out_dtype) * rows * cols

@@ -94,9 +94,11 @@ def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype:
         parts, index, fix = layout.tp_size, layout.tp_rank, None
         if rule.split is Split.KV_HEADS and kv_parts < layout.tp_size:
             parts, index = kv_parts, kv_part
-            fix = (f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {kv_parts}), which "
-                   "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
-                   "--quantization fp8 (the daemon then quantizes each rank's head itself)")
+            fix = (
+                f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {kv_parts}), which "
+                "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
+                "--quantization fp8 (the daemon then quantizes each rank's head itself)"
+            )
         part = shard_part(info, rule.split.dim, parts, index, block, fix)
         if quantizes(quant, rule, part.shape):
             scale_name = info.name + SCALE_SUFFIX
@@ -145,7 +147,9 @@ def _check_layers_complete(checkpoint: Checkpoint, num_layers: int) -> None:
         missing = expected - per_layer.get(layer, set())
         if layer not in per_layer or missing:
             what = f"{sorted(missing)[0]!r}" if missing and layer in per_layer else "all its tensors"
-            raise CheckpointError(f"layer {layer} lacks {what}; the checkpoint is incomplete (a missing or partial shard?)")
+            raise CheckpointError(
+                f"layer {layer} lacks {what}; the checkpoint is incomplete (a missing or partial shard?)"
+            )
 
 
 class _PlanBuilder:
@@ -159,8 +163,11 @@ class _PlanBuilder:
     def add(self, name: str, dtype: str, shape: tuple[int, ...]) -> None:
         nbytes = dtypes.itemsize(dtype) * math.prod(shape)
         offset = align(self._offset)
-        self.entries.append(TensorEntry(name=name, dtype=dtype, shape=shape, stride=contiguous_stride(shape),
-                                        offset=offset, nbytes=nbytes))
+        self.entries.append(
+            TensorEntry(
+                name=name, dtype=dtype, shape=shape, stride=contiguous_stride(shape), offset=offset, nbytes=nbytes
+            )
+        )
         self.names.add(name)
         self._offset = offset + nbytes
 
@@ -189,8 +196,9 @@ class FileSpan:
         return sum(task.read_bytes for _, task in self.reads)
 
 
-def coalesce(reads: list[tuple[str, int, int, ReadTask]], limit: int = STAGING_BYTES,
-             max_gap: int = SPAN_GAP_BYTES) -> list[FileSpan]:
+def coalesce(
+    reads: list[tuple[str, int, int, ReadTask]], limit: int = STAGING_BYTES, max_gap: int = SPAN_GAP_BYTES
+) -> list[FileSpan]:
     """Groups (file, offset, length, task) into spans of at most ``limit`` bytes whose members are
     at most ``max_gap`` apart. With 20,000 small tensors per rank, one read and one host-to-device
     synchronisation per tensor is what made the daemon slower than safetensors; per span it is
@@ -211,8 +219,15 @@ def coalesce(reads: list[tuple[str, int, int, ReadTask]], limit: int = STAGING_B
     return spans
 
 
-def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tuple[int, int] | None,
-         progress: Progress | None = None, checksums: bool = True, workers: int = 4) -> list[TensorEntry]:
+def fill(
+    checkpoint: Checkpoint,
+    plan: LoadPlan,
+    arena: torch.Tensor,
+    block: tuple[int, int] | None,
+    progress: Progress | None = None,
+    checksums: bool = True,
+    workers: int = 4,
+) -> list[TensorEntry]:
     """Read every task's slice into its place in ``arena``; return entries (with checksums if asked).
 
     ``arena`` is a flat uint8 tensor in host memory or on a GPU. Tasks run on a few threads:
@@ -292,7 +307,7 @@ def fill(checkpoint: Checkpoint, plan: LoadPlan, arena: torch.Tensor, block: tup
     def run(job: ReadTask | FileSpan) -> tuple[int, list[Part]]:
         if isinstance(job, FileSpan):
             if len(job.reads) == 1 and job.stop - job.start > STAGING_BYTES:
-                (offset, task), = job.reads
+                ((offset, task),) = job.reads
                 return task.read_bytes, [staged(job.file, offset, task)]
             return job.read_bytes, span_staged(job)
         task = job
@@ -413,8 +428,13 @@ def synthetic_fill(plan: LoadPlan, arena: torch.Tensor) -> list[TensorEntry]:
     return list(plan.entries)
 
 
-def load_to_memory(checkpoint: Checkpoint, plan: LoadPlan, block: tuple[int, int] | None,
-                   progress: Progress | None = None, device: str = "cpu") -> tuple[torch.Tensor, list[TensorEntry]]:
+def load_to_memory(
+    checkpoint: Checkpoint,
+    plan: LoadPlan,
+    block: tuple[int, int] | None,
+    progress: Progress | None = None,
+    device: str = "cpu",
+) -> tuple[torch.Tensor, list[TensorEntry]]:
     """The disk path: the same plan, filled into private memory (host or GPU) instead of an arena."""
     import torch
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict
-
 from weightcache_contract.errors import ProtocolError
 
 from ..gcpause import gc_paused
@@ -74,33 +73,51 @@ class Manifest(BaseModel):
     aliases: dict[str, str] = {}
 
     @classmethod
-    def build(cls, fingerprint_digest: str, arena_bytes: int, entries: list[TensorEntry],
-              aliases: dict[str, str] | None = None) -> "Manifest":
+    def build(
+        cls,
+        fingerprint_digest: str,
+        arena_bytes: int,
+        entries: list[TensorEntry],
+        aliases: dict[str, str] | None = None,
+    ) -> Manifest:
         dtype_names = sorted({e.dtype for e in entries})
         code = {name: i for i, name in enumerate(dtype_names)}
         return cls(
-            fingerprint_digest=fingerprint_digest, arena_bytes=arena_bytes, names=[e.name for e in entries],
-            dtype_names=dtype_names, dtype_codes=_pack([code[e.dtype] for e in entries], "<u1"),
+            fingerprint_digest=fingerprint_digest,
+            arena_bytes=arena_bytes,
+            names=[e.name for e in entries],
+            dtype_names=dtype_names,
+            dtype_codes=_pack([code[e.dtype] for e in entries], "<u1"),
             ndims=_pack([len(e.shape) for e in entries], "<u1"),
             dims=_pack([d for e in entries for d in e.shape], "<i8"),
             strides=_pack([s for e in entries for s in e.stride], "<i8"),
-            offsets=_pack([e.offset for e in entries], "<i8"), nbytes=_pack([e.nbytes for e in entries], "<i8"),
+            offsets=_pack([e.offset for e in entries], "<i8"),
+            nbytes=_pack([e.nbytes for e in entries], "<i8"),
             kinds=_pack([KINDS.index(e.kind) for e in entries], "<u1"),
-            checksums=_pack([e.checksum for e in entries], "<u4"), aliases=dict(aliases or {}))
+            checksums=_pack([e.checksum for e in entries], "<u4"),
+            aliases=dict(aliases or {}),
+        )
 
     def _columns(self) -> dict[str, np.ndarray]:
         import numpy as np
 
         cols = {
-            "codes": np.frombuffer(self.dtype_codes, "<u1"), "ndims": np.frombuffer(self.ndims, "<u1"),
-            "dims": np.frombuffer(self.dims, "<i8"), "strides": np.frombuffer(self.strides, "<i8"),
-            "offsets": np.frombuffer(self.offsets, "<i8"), "nbytes": np.frombuffer(self.nbytes, "<i8"),
-            "kinds": np.frombuffer(self.kinds, "<u1"), "checksums": np.frombuffer(self.checksums, "<u4"),
+            "codes": np.frombuffer(self.dtype_codes, "<u1"),
+            "ndims": np.frombuffer(self.ndims, "<u1"),
+            "dims": np.frombuffer(self.dims, "<i8"),
+            "strides": np.frombuffer(self.strides, "<i8"),
+            "offsets": np.frombuffer(self.offsets, "<i8"),
+            "nbytes": np.frombuffer(self.nbytes, "<i8"),
+            "kinds": np.frombuffer(self.kinds, "<u1"),
+            "checksums": np.frombuffer(self.checksums, "<u4"),
         }
         n = len(self.names)
         per_tensor = ("codes", "ndims", "offsets", "nbytes", "kinds", "checksums")
-        if any(len(cols[k]) != n for k in per_tensor) or len(cols["dims"]) != int(cols["ndims"].sum()) \
-                or len(cols["strides"]) != len(cols["dims"]):
+        if (
+            any(len(cols[k]) != n for k in per_tensor)
+            or len(cols["dims"]) != int(cols["ndims"].sum())
+            or len(cols["strides"]) != len(cols["dims"])
+        ):
             raise ProtocolError("manifest columns have inconsistent lengths")
         return cols
 
@@ -130,11 +147,17 @@ class Manifest(BaseModel):
             counts[nonscalar] = np.multiply.reduceat(cols["dims"], starts[nonscalar])
             logd[nonscalar] = np.add.reduceat(np.log2(np.maximum(cols["dims"], 1)), starts[nonscalar])
         bad = (logd > 62) | (cols["nbytes"] != counts * sizes)
-        bad |= (cols["offsets"] < 0) | (cols["offsets"] % sizes != 0) | (cols["offsets"] + cols["nbytes"] > self.arena_bytes)
+        bad |= (
+            (cols["offsets"] < 0)
+            | (cols["offsets"] % sizes != 0)
+            | (cols["offsets"] + cols["nbytes"] > self.arena_bytes)
+        )
         if np.any(bad):
             name = self.names[int(np.argmax(bad))]
-            raise ProtocolError(f"manifest entry {name!r} lies outside the {self.arena_bytes}-byte arena "
-                                "or its nbytes/stride disagree with its shape")
+            raise ProtocolError(
+                f"manifest entry {name!r} lies outside the {self.arena_bytes}-byte arena "
+                "or its nbytes/stride disagree with its shape"
+            )
         if len(set(self.names)) != len(self.names):
             seen: set[str] = set()
             dup = next(n for n in self.names if n in seen or seen.add(n))  # type: ignore[func-returns-value]
@@ -150,10 +173,18 @@ class Manifest(BaseModel):
         out, pos = [], 0
         for i, name in enumerate(self.names):
             nd = int(cols["ndims"][i])
-            out.append(TensorEntry(
-                name=name, dtype=self.dtype_names[cols["codes"][i]], shape=tuple(cols["dims"][pos:pos + nd].tolist()),
-                stride=tuple(cols["strides"][pos:pos + nd].tolist()), offset=int(cols["offsets"][i]),
-                nbytes=int(cols["nbytes"][i]), kind=KINDS[cols["kinds"][i]], checksum=int(cols["checksums"][i])))
+            out.append(
+                TensorEntry(
+                    name=name,
+                    dtype=self.dtype_names[cols["codes"][i]],
+                    shape=tuple(cols["dims"][pos : pos + nd].tolist()),
+                    stride=tuple(cols["strides"][pos : pos + nd].tolist()),
+                    offset=int(cols["offsets"][i]),
+                    nbytes=int(cols["nbytes"][i]),
+                    kind=KINDS[cols["kinds"][i]],
+                    checksum=int(cols["checksums"][i]),
+                )
+            )
             pos += nd
         return out
 
@@ -166,8 +197,16 @@ class Manifest(BaseModel):
 
         cols = self._columns()
         starts = np.cumsum(cols["ndims"], dtype=np.int64) - cols["ndims"]
-        return TensorIndex(_typed_bases(arena, self.dtype_names), self.names, cols["codes"], cols["ndims"], starts,
-                           cols["dims"], cols["strides"], cols["offsets"])
+        return TensorIndex(
+            _typed_bases(arena, self.dtype_names),
+            self.names,
+            cols["codes"],
+            cols["ndims"],
+            starts,
+            cols["dims"],
+            cols["strides"],
+            cols["offsets"],
+        )
 
     def views(self, arena: torch.Tensor) -> dict[str, torch.Tensor]:
         """Every view at once (eager): what ``index`` makes one by one."""
@@ -204,5 +243,6 @@ def tensor_views(arena: torch.Tensor, entries: list[TensorEntry]) -> dict[str, t
 
     names = sorted({e.dtype for e in entries})
     typed = dict(zip(names, _typed_bases(arena, names)))
-    return {e.name: torch.as_strided(typed[e.dtype][0], e.shape, e.stride, e.offset // typed[e.dtype][1])
-            for e in entries}
+    return {
+        e.name: torch.as_strided(typed[e.dtype][0], e.shape, e.stride, e.offset // typed[e.dtype][1]) for e in entries
+    }

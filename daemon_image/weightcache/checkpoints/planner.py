@@ -53,8 +53,16 @@ class WorldPlan:
         return {**asdict(self), "ok": self.ok}
 
 
-def plan_world(model: str, tp_size: int = 1, pp_size: int = 1, ep_size: int = 1, *, quantization: str = "none",
-               weight_block_size: tuple[int, int] | None = None, dtype: str = "auto") -> WorldPlan:
+def plan_world(
+    model: str,
+    tp_size: int = 1,
+    pp_size: int = 1,
+    ep_size: int = 1,
+    *,
+    quantization: str = "none",
+    weight_block_size: tuple[int, int] | None = None,
+    dtype: str = "auto",
+) -> WorldPlan:
     """Plan every rank of a tp × pp world (experts split over ``ep_size`` runs of each TP group); a rank the daemon would refuse carries the reason.
 
     Raises (instead of returning refused ranks) only for what no layout could fix: an unreadable
@@ -76,34 +84,56 @@ def plan_world(model: str, tp_size: int = 1, pp_size: int = 1, ep_size: int = 1,
             ranks.append(RankPlan(**where, refused=str(exc)))
             continue
         layers = layer_range(num_layers, pp_size, layout.pp_rank)
-        ranks.append(RankPlan(**where, layers=(layers.start, layers.stop), tensors=len(plan.entries),
-                              fp8_tensors=sum(e.dtype == "float8_e4m3fn" for e in plan.entries),
-                              arena_bytes=plan.arena_bytes, read_bytes=plan.read_bytes))
-    return WorldPlan(model=str(checkpoint.path), architecture=checkpoint.architecture, tp_size=tp_size,
-                     pp_size=pp_size, ep_size=ep_size, quantization=quant.method, dtype=resolved,
-                     checkpoint_bytes=sum(t.nbytes for t in checkpoint.tensors.values()), ranks=ranks)
+        ranks.append(
+            RankPlan(
+                **where,
+                layers=(layers.start, layers.stop),
+                tensors=len(plan.entries),
+                fp8_tensors=sum(e.dtype == "float8_e4m3fn" for e in plan.entries),
+                arena_bytes=plan.arena_bytes,
+                read_bytes=plan.read_bytes,
+            )
+        )
+    return WorldPlan(
+        model=str(checkpoint.path),
+        architecture=checkpoint.architecture,
+        tp_size=tp_size,
+        pp_size=pp_size,
+        ep_size=ep_size,
+        quantization=quant.method,
+        dtype=resolved,
+        checkpoint_bytes=sum(t.nbytes for t in checkpoint.tensors.values()),
+        ranks=ranks,
+    )
 
 
 def render(world: WorldPlan) -> str:
     """A table: one row per rank, refusals in place of numbers."""
     gib = 2**30
-    lines = [f"{world.model}: {world.architecture}, {world.checkpoint_bytes / gib:.2f} GiB of tensors; "
-             f"tp={world.tp_size} pp={world.pp_size} ep={world.ep_size} dtype={world.dtype} "
-             f"quantization={world.quantization}",
-             f"{'rank':>4} {'tp':>3} {'pp':>3} {'layers':>9} {'tensors':>8} {'fp8':>6} {'arena GiB':>10} "
-             f"{'reads GiB':>10}  refused"]
+    lines = [
+        f"{world.model}: {world.architecture}, {world.checkpoint_bytes / gib:.2f} GiB of tensors; "
+        f"tp={world.tp_size} pp={world.pp_size} ep={world.ep_size} dtype={world.dtype} "
+        f"quantization={world.quantization}",
+        f"{'rank':>4} {'tp':>3} {'pp':>3} {'layers':>9} {'tensors':>8} {'fp8':>6} {'arena GiB':>10} "
+        f"{'reads GiB':>10}  refused",
+    ]
     for r in world.ranks:
         if r.refused is not None:
-            lines.append(f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {'-':>9} {'-':>8} {'-':>6} {'-':>10} {'-':>10}  "
-                         f"{r.refused}")
+            lines.append(
+                f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {'-':>9} {'-':>8} {'-':>6} {'-':>10} {'-':>10}  {r.refused}"
+            )
             continue
         layers = f"{r.layers[0]}-{r.layers[1] - 1}" if r.layers and r.layers[1] > r.layers[0] else "-"
-        lines.append(f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {layers:>9} {r.tensors:>8} {r.fp8_tensors:>6} "
-                     f"{r.arena_bytes / gib:>10.3f} {r.read_bytes / gib:>10.3f}  no")
+        lines.append(
+            f"{r.rank:>4} {r.tp_rank:>3} {r.pp_rank:>3} {layers:>9} {r.tensors:>8} {r.fp8_tensors:>6} "
+            f"{r.arena_bytes / gib:>10.3f} {r.read_bytes / gib:>10.3f}  no"
+        )
     planned = [r for r in world.ranks if r.refused is None]
     if planned:
-        lines.append(f"largest rank: {max(r.arena_bytes for r in planned) / gib:.3f} GiB; all ranks: "
-                     f"{sum(r.arena_bytes for r in planned) / gib:.3f} GiB")
+        lines.append(
+            f"largest rank: {max(r.arena_bytes for r in planned) / gib:.3f} GiB; all ranks: "
+            f"{sum(r.arena_bytes for r in planned) / gib:.3f} GiB"
+        )
     refused = len(world.ranks) - len(planned)
     lines.append(f"{refused} of {len(world.ranks)} ranks refused" if refused else "every rank can be planned")
     return "\n".join(lines)

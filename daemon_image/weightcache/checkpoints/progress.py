@@ -41,8 +41,14 @@ class Progress:
             self.stream.write("\n")
         log.info(
             "loaded",
-            extra={"fields": {"cache": self.label, "bytes": self.done, "seconds": f"{seconds:.3f}",
-                              "rate_mib_s": f"{self.done / 2**20 / max(seconds, 1e-9):.1f}"}},
+            extra={
+                "fields": {
+                    "cache": self.label,
+                    "bytes": self.done,
+                    "seconds": f"{seconds:.3f}",
+                    "rate_mib_s": f"{self.done / 2**20 / max(seconds, 1e-9):.1f}",
+                }
+            },
         )
         return seconds
 
@@ -61,6 +67,13 @@ class Progress:
         else:
             log.info(
                 "loading",
-                extra={"fields": {"cache": self.label, "bytes": self.done, "total": self.total,
-                                  "rate_mib_s": f"{rate / 2**20:.1f}", "eta_s": f"{eta:.1f}"}},
+                extra={
+                    "fields": {
+                        "cache": self.label,
+                        "bytes": self.done,
+                        "total": self.total,
+                        "rate_mib_s": f"{rate / 2**20:.1f}",
+                        "eta_s": f"{eta:.1f}",
+                    }
+                },
             )

@@ -14,7 +14,6 @@ import math
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
-
 from weightcache_contract.errors import UnsupportedQuantization
 
 if TYPE_CHECKING:  # resolving the allowlist needs no torch; quantizing imports it (see dtypes.py)
@@ -41,7 +40,9 @@ class QuantConfig(BaseModel):
         return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
-def resolve(requested: str, checkpoint_config: dict[str, Any] | None, block_size: tuple[int, int] | None = None) -> QuantConfig:
+def resolve(
+    requested: str, checkpoint_config: dict[str, Any] | None, block_size: tuple[int, int] | None = None
+) -> QuantConfig:
     """Combine the requested method with the checkpoint's ``quantization_config``; refuse the unverified."""
     method = (requested or "none").strip().lower()
     if method not in ("none", "fp8"):

@@ -52,8 +52,9 @@ class ShardPart:
         return ReadTask(self.info.name, self.dim, self.start, self.stop, transform, outputs, self.read_bytes, into)
 
 
-def shard_part(info: TensorInfo, dim: int | None, parts: int, index: int, block: tuple[int, int],
-               fix: str | None = None) -> ShardPart:
+def shard_part(
+    info: TensorInfo, dim: int | None, parts: int, index: int, block: tuple[int, int], fix: str | None = None
+) -> ShardPart:
     """Slice ``index`` of ``info`` split along ``dim`` into ``parts`` (the tp size, or the KV heads
     for replicated k/v, see ``sharding.kv_split``); FP8 sources and their scales split by whole
     blocks. ``fix`` replaces the error's advice when the split is uneven."""

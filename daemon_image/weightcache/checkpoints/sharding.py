@@ -32,8 +32,15 @@ class Split(enum.Enum):
 
     @property
     def dim(self) -> int | None:
-        return {Split.REPLICATED: None, Split.COLUMN: 0, Split.KV_HEADS: 0, Split.ROW: 1, Split.VOCAB: 0,
-                Split.EXPERT_COLUMN: 0, Split.EXPERT_ROW: 1}[self]
+        return {
+            Split.REPLICATED: None,
+            Split.COLUMN: 0,
+            Split.KV_HEADS: 0,
+            Split.ROW: 1,
+            Split.VOCAB: 0,
+            Split.EXPERT_COLUMN: 0,
+            Split.EXPERT_ROW: 1,
+        }[self]
 
     @property
     def expert(self) -> bool:
@@ -108,7 +115,9 @@ EXPERT = r"mlp\.experts\.(?P<expert>\d+)\."
 """Checkpoint names of one expert's tensors, as Hugging Face MoE checkpoints store them."""
 QWEN3_MOE = ArchitectureRules(
     "Qwen3MoeForCausalLM",
-    _DECODER_RULES + _QK_NORM + (
+    _DECODER_RULES
+    + _QK_NORM
+    + (
         # The router: small, read by every rank for every token, so replicated and never quantized.
         Rule(_L + r"mlp\.gate\.weight", Split.REPLICATED, Stage.LAYER),
         Rule(_L + EXPERT + r"(gate|up)_proj\.weight", Split.EXPERT_COLUMN, Stage.LAYER, quantize=True),
@@ -159,7 +168,8 @@ class Layout:
         if self.ep_size < 1 or self.tp_size % self.ep_size:
             raise ShardingError(
                 f"--ep-size {self.ep_size} must divide --tp-size {self.tp_size}: expert-parallel ranks are the "
-                "tensor-parallel ranks, each run of tp/ep of them holding whole experts; use an ep size that divides tp")
+                "tensor-parallel ranks, each run of tp/ep of them holding whole experts; use an ep size that divides tp"
+            )
 
     @property
     def moe_tp_size(self) -> int:
@@ -177,8 +187,10 @@ class Layout:
     def expert_range(self, num_experts: int) -> range:
         """The experts this rank holds (all of them with ep_size 1); they must split evenly."""
         if num_experts % self.ep_size:
-            raise ShardingError(f"num_experts={num_experts} is not divisible by expert-parallel size {self.ep_size}; "
-                                f"use an ep size that divides {num_experts}")
+            raise ShardingError(
+                f"num_experts={num_experts} is not divisible by expert-parallel size {self.ep_size}; "
+                f"use an ep size that divides {num_experts}"
+            )
         part = num_experts // self.ep_size
         return range(self.ep_rank * part, (self.ep_rank + 1) * part)
 
@@ -192,7 +204,7 @@ class Layout:
         return self.tp_size * self.pp_size
 
     @classmethod
-    def from_rank(cls, rank: int, tp_size: int, pp_size: int, ep_size: int = 1) -> "Layout":
+    def from_rank(cls, rank: int, tp_size: int, pp_size: int, ep_size: int = 1) -> Layout:
         if not 0 <= rank < tp_size * pp_size:
             raise ShardingError(f"rank {rank} is outside a world of {tp_size * pp_size} (tp={tp_size} × pp={pp_size})")
         return cls(tp_size, rank % tp_size, pp_size, rank // tp_size, ep_size)
@@ -215,8 +227,14 @@ def owns(rule: Rule, layer: int | None, layers: range, layout: Layout) -> bool:
     return layer is not None and layer in layers
 
 
-def shard_bounds(name: str, size: int, parts: int, index: int, granule: int = 1,
-                 fix: str = "choose a tensor-parallel size that divides it") -> tuple[int, int]:
+def shard_bounds(
+    name: str,
+    size: int,
+    parts: int,
+    index: int,
+    granule: int = 1,
+    fix: str = "choose a tensor-parallel size that divides it",
+) -> tuple[int, int]:
     """Slice ``index``'s [start, stop) of ``parts`` along the split dim; the split must be even and
     granule-aligned. ``parts`` is the tp size, or the KV heads for replicated k/v (see ``kv_split``)."""
     if size % parts or (size // parts) % granule:
@@ -242,13 +260,15 @@ def kv_split(num_kv_heads: int, tp_size: int, tp_rank: int) -> tuple[int, int]:
         if num_kv_heads % tp_size:
             raise ShardingError(
                 f"num_key_value_heads={num_kv_heads} is not divisible by tensor-parallel size {tp_size}; use a tp "
-                f"size that divides {num_kv_heads}, or a multiple of it (KV heads are then replicated)")
+                f"size that divides {num_kv_heads}, or a multiple of it (KV heads are then replicated)"
+            )
         return tp_size, tp_rank
     if tp_size % num_kv_heads:
         raise ShardingError(
             f"tensor-parallel size {tp_size} is not a multiple of num_key_value_heads={num_kv_heads}; with more "
             f"ranks than KV heads each head is replicated on tp/{num_kv_heads} ranks, so tp must be a multiple of "
-            f"{num_kv_heads} (or a divisor of it)")
+            f"{num_kv_heads} (or a divisor of it)"
+        )
     return num_kv_heads, tp_rank // (tp_size // num_kv_heads)
 
 

@@ -31,9 +31,17 @@ class TensorSpec(NamedTuple):
 class TensorIndex(Mapping[str, "torch.Tensor"]):
     """A read-only mapping name → view; see the module docstring. Build with ``Manifest.index``."""
 
-    def __init__(self, bases: list[tuple[torch.Tensor, int]], names: list[str], codes: np.ndarray,
-                 ndims: np.ndarray, starts: np.ndarray, dims: np.ndarray, strides: np.ndarray,
-                 offsets: np.ndarray) -> None:
+    def __init__(
+        self,
+        bases: list[tuple[torch.Tensor, int]],
+        names: list[str],
+        codes: np.ndarray,
+        ndims: np.ndarray,
+        starts: np.ndarray,
+        dims: np.ndarray,
+        strides: np.ndarray,
+        offsets: np.ndarray,
+    ) -> None:
         self._bases = bases  # per dtype code: (typed view of the whole arena, element size)
         self._names = names
         self._pos = dict(zip(names, range(len(names))))
@@ -70,7 +78,7 @@ class TensorIndex(Mapping[str, "torch.Tensor"]):
         """Shape and dtype of ``name`` from the manifest; creates no tensor (KeyError if absent)."""
         i = self._pos[name]
         start = self._starts[i]
-        return TensorSpec(tuple(self._dims[start:start + self._ndims[i]]), self._bases[self._codes[i]][0].dtype)
+        return TensorSpec(tuple(self._dims[start : start + self._ndims[i]]), self._bases[self._codes[i]][0].dtype)
 
     def first_unlike(self, names: list[str], like: str) -> str | None:
         """The first of ``names`` that is absent or differs from ``like`` in shape or dtype, if any;
@@ -93,4 +101,3 @@ class TensorIndex(Mapping[str, "torch.Tensor"]):
     def materialised(self) -> int:
         """How many views exist so far."""
         return len(self._views)
-

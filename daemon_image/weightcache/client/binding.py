@@ -9,12 +9,10 @@ tensor, anything missing, extra, or of the wrong shape or dtype.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
-from typing import Mapping
+from collections.abc import Iterator, Mapping
 
 import torch
 from torch import nn
-
 from weightcache_contract.errors import BindError
 
 from ..gcpause import gc_paused
@@ -97,5 +95,6 @@ def _bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: dict[s
 def _refuse(name: str, source: torch.Tensor | None, current: torch.Tensor) -> None:
     if source is None:
         raise BindError(f"model tensor {name!r} is not in the cache")
-    raise BindError(f"{name!r}: cache has {source.dtype} {tuple(source.shape)}, model wants "
-                    f"{current.dtype} {tuple(current.shape)}")
+    raise BindError(
+        f"{name!r}: cache has {source.dtype} {tuple(source.shape)}, model wants {current.dtype} {tuple(current.shape)}"
+    )

@@ -57,7 +57,9 @@ Fallback = Literal["disk", "error"]
 class DaemonConnection:
     """One connection to one rank's daemon. Use as a context manager."""
 
-    def __init__(self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client"
+    ) -> None:
         self.path = str(path)
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
@@ -71,7 +73,7 @@ class DaemonConnection:
             raise CacheUnavailable(f"cannot connect to {self.path}: {exc}") from None
         self.hello_reply: HelloReply = self.request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
 
-    def __enter__(self) -> "DaemonConnection":
+    def __enter__(self) -> DaemonConnection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -100,13 +102,14 @@ class DaemonConnection:
             raise ProtocolError(f"fetch reply carried {len(fds)} file descriptors, expected {expected}")
         return reply, (fds[0] if fds else None)
 
-    def request(self, message: Any, expect: type, fds: list[int] | None = None,
-                send_fds: list[int] | None = None) -> Any:
+    def request(
+        self, message: Any, expect: type, fds: list[int] | None = None, send_fds: list[int] | None = None
+    ) -> Any:
         """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
         try:
             send_frame(self._sock, message, send_fds)
             reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
-        except (OSError, socket.timeout) as exc:
+        except (TimeoutError, OSError) as exc:
             raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
         if isinstance(reply, ErrorReply):
             if reply.code == "fingerprint_mismatch":
@@ -131,14 +134,25 @@ class Expected:
     access: Access = "read-only"
 
 
-def expect(model: str, layout: Layout, *, dtype: str = "auto", quantization: str = "none",
-           weight_block_size: tuple[int, int] | None = None, revision: str = "", backend: str = "cpu-shm",
-           device: int = 0, access: Access = "read-only") -> Expected:
+def expect(
+    model: str,
+    layout: Layout,
+    *,
+    dtype: str = "auto",
+    quantization: str = "none",
+    weight_block_size: tuple[int, int] | None = None,
+    revision: str = "",
+    backend: str = "cpu-shm",
+    device: int = 0,
+    access: Access = "read-only",
+) -> Expected:
     """What this engine expects to map; ``device`` is the engine's own GPU ordinal (GPU backends)."""
     resolve(quantization, None, weight_block_size)  # allowlist first: before any file or socket I/O
     if backend in GPU_BACKENDS and not gpu_count():
-        raise CacheUnavailable(f"backend {backend} needs a GPU but this process sees no CUDA device "
-                               f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})")
+        raise CacheUnavailable(
+            f"backend {backend} needs a GPU but this process sees no CUDA device "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')})"
+        )
     # Stamps only: the fingerprint needs no tensor headers, and parsing 100,000 of them would cost an
     # engine seconds on every start; the disk fallback opens them (load_from_disk).
     checkpoint = open_checkpoint(model, stamps_only=True)
@@ -169,9 +183,15 @@ class Weights:
 
     def report(self) -> dict[str, Any]:
         """Per-rank weight report; ``bytes_mapped`` is memory the engine must not count as its own free memory."""
-        return {"mode": self.mode, "fallback_reason": self.fallback_reason, "bytes_mapped": self.bytes_mapped,
-                "bytes_loaded": self.bytes_loaded, "seconds": round(self.seconds, 6), "tensors": len(self.tensors),
-                "device_uuid": self.device_uuid}
+        return {
+            "mode": self.mode,
+            "fallback_reason": self.fallback_reason,
+            "bytes_mapped": self.bytes_mapped,
+            "bytes_loaded": self.bytes_loaded,
+            "seconds": round(self.seconds, 6),
+            "tensors": len(self.tensors),
+            "device_uuid": self.device_uuid,
+        }
 
 
 def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float = 10.0) -> Weights:
@@ -185,7 +205,9 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
             fields = want.differences(held.fingerprint) or ["digest"]
             raise FingerprintMismatch(
                 f"daemon for cache {name!r} rank {expected.layout.rank} holds different weights "
-                f"(differs in: {', '.join(fields)})", fields)
+                f"(differs in: {', '.join(fields)})",
+                fields,
+            )
         reply, fd = conn.fetch(want.digest)
     try:
         manifest: Manifest = reply.manifest
@@ -193,16 +215,26 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
             raise FingerprintMismatch("the fetched manifest belongs to another fingerprint", ["digest"])
         manifest.validate_bounds()
         if reply.mapping_bytes < manifest.arena_bytes:
-            raise ProtocolError(f"mapping of {reply.mapping_bytes} bytes cannot hold a {manifest.arena_bytes}-byte arena")
-        arena = map_arena(reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid,
-                          expected.access)
+            raise ProtocolError(
+                f"mapping of {reply.mapping_bytes} bytes cannot hold a {manifest.arena_bytes}-byte arena"
+            )
+        arena = map_arena(
+            reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid, expected.access
+        )
     finally:
         if fd is not None:
             os.close(fd)  # the mapping holds its own reference to the memory
     tensors = manifest.index(arena.buffer)  # views are made as the engine looks them up
-    return Weights(tensors=tensors, aliases=dict(manifest.aliases), mode="cache", fingerprint=want,
-                   seconds=time.perf_counter() - started, bytes_mapped=reply.mapping_bytes,
-                   device_uuid=reply.device_uuid, arena=arena)
+    return Weights(
+        tensors=tensors,
+        aliases=dict(manifest.aliases),
+        mode="cache",
+        fingerprint=want,
+        seconds=time.perf_counter() - started,
+        bytes_mapped=reply.mapping_bytes,
+        device_uuid=reply.device_uuid,
+        arena=arena,
+    )
 
 
 def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
@@ -213,21 +245,47 @@ def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:
     device = f"cuda:{expected.device}" if expected.backend in GPU_BACKENDS else "cpu"
     buffer, entries = load_to_memory(checkpoint, plan, expected.quant.weight_block_size, device=device)
     checkpoint.close()
-    return Weights(tensors=tensor_views(buffer, entries), aliases=dict(plan.aliases), mode="disk",
-                   fingerprint=expected.fingerprint, seconds=time.perf_counter() - started,
-                   bytes_loaded=plan.read_bytes, fallback_reason=reason)
+    return Weights(
+        tensors=tensor_views(buffer, entries),
+        aliases=dict(plan.aliases),
+        mode="disk",
+        fingerprint=expected.fingerprint,
+        seconds=time.perf_counter() - started,
+        bytes_loaded=plan.read_bytes,
+        fallback_reason=reason,
+    )
 
 
-def load_weights(model: str, layout: Layout, *, socket_dir: str | None, name: str | None, fallback: Fallback = "disk",
-                 dtype: str = "auto", quantization: str = "none", weight_block_size: tuple[int, int] | None = None,
-                 revision: str = "", backend: str = "cpu-shm", device: int = 0, access: Access = "read-only",
-                 timeout_s: float = 10.0) -> Weights:
+def load_weights(
+    model: str,
+    layout: Layout,
+    *,
+    socket_dir: str | None,
+    name: str | None,
+    fallback: Fallback = "disk",
+    dtype: str = "auto",
+    quantization: str = "none",
+    weight_block_size: tuple[int, int] | None = None,
+    revision: str = "",
+    backend: str = "cpu-shm",
+    device: int = 0,
+    access: Access = "read-only",
+    timeout_s: float = 10.0,
+) -> Weights:
     """Weights for one rank: mapped from the cache when it holds exactly these, else per ``fallback``."""
     if fallback not in ("disk", "error"):
         raise WeightCacheError(f"fallback must be 'disk' or 'error', got {fallback!r}")
-    expected = expect(model, layout, dtype=dtype, quantization=quantization,
-                      weight_block_size=weight_block_size, revision=revision, backend=backend, device=device,
-                      access=access)
+    expected = expect(
+        model,
+        layout,
+        dtype=dtype,
+        quantization=quantization,
+        weight_block_size=weight_block_size,
+        revision=revision,
+        backend=backend,
+        device=device,
+        access=access,
+    )
     if socket_dir is None or name is None:
         return load_from_disk(expected, "no cache configured")
     try:

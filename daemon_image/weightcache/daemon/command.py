@@ -17,7 +17,9 @@ from weightcache_contract.backends import GPU_BACKENDS
 
 from ..arguments import add_cache_args, add_layout_args, add_model_args, add_peer_args, ranks
 
-LAUNCHER_FLAGS = frozenset({"ranks", "status_addr", "device", "local_index", "tp_size", "tp_rank", "pp_size", "pp_rank"})
+LAUNCHER_FLAGS = frozenset(
+    {"ranks", "status_addr", "device", "local_index", "tp_size", "tp_rank", "pp_size", "pp_rank"}
+)
 """Flags a rank does not get from its launcher: the launcher's own, and the ones it sets per rank
 (``daemon.rank.launch_local_ranks``)."""
 
@@ -27,29 +29,56 @@ def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
         *add_model_args(d),
         *add_layout_args(d),
         *add_cache_args(d, required=True),
-        d.add_argument("--ranks", type=ranks, default=None,
-                       help="launch one process per listed global rank (e.g. 0-3) instead of one rank"),
+        d.add_argument(
+            "--ranks",
+            type=ranks,
+            default=None,
+            help="launch one process per listed global rank (e.g. 0-3) instead of one rank",
+        ),
         d.add_argument("--socket-group", default=None, help="group allowed to connect (socket mode 0660)"),
         *add_peer_args(d),
-        d.add_argument("--engine-access", choices=["read-only", "read-write"], default="read-only",
-                       help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)"),
-        d.add_argument("--keeper", choices=["auto", "off"], default="auto",
-                       help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens"),
+        d.add_argument(
+            "--engine-access",
+            choices=["read-only", "read-write"],
+            default="read-only",
+            help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)",
+        ),
+        d.add_argument(
+            "--keeper",
+            choices=["auto", "off"],
+            default="auto",
+            help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens",
+        ),
         d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors"),
-        d.add_argument("--status-addr", default=None, metavar="HOST:PORT",
-                       help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
-                            "off unless given (the operator sets $(POD_IP):9400)"),
-        d.add_argument("--gpus-file", default=None, metavar="FILE",
-                       help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found "
-                            "by UUID (waits until a running holder has written it); overrides --device"),
-        d.add_argument("--synthetic-fill", action="store_true",
-                       help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead "
-                            "of reading the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', "
-                            "so no engine expecting the real weights maps it"),
-        d.add_argument("--local-index", type=int, default=0,
-                       help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
-                            "(the --ranks launcher sets it)"),
-    ]  # fmt: skip
+        d.add_argument(
+            "--status-addr",
+            default=None,
+            metavar="HOST:PORT",
+            help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
+            "off unless given (the operator sets $(POD_IP):9400)",
+        ),
+        d.add_argument(
+            "--gpus-file",
+            default=None,
+            metavar="FILE",
+            help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found "
+            "by UUID (waits until a running holder has written it); overrides --device",
+        ),
+        d.add_argument(
+            "--synthetic-fill",
+            action="store_true",
+            help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead "
+            "of reading the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', "
+            "so no engine expecting the real weights maps it",
+        ),
+        d.add_argument(
+            "--local-index",
+            type=int,
+            default=0,
+            help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
+            "(the --ranks launcher sets it)",
+        ),
+    ]
 
 
 def rank_argv(args: argparse.Namespace) -> list[str]:
@@ -79,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
 
         threading.Thread(target=gpu_count, name="cuinit", daemon=True).start()
     from ..checkpoints.sharding import Layout
-    from .rank import DaemonConfig, launch_local_ranks, run as run_rank
+    from .rank import DaemonConfig, launch_local_ranks
+    from .rank import run as run_rank
 
     if args.ranks or args.status_addr:
         # The status endpoint lives in the launcher, so asking for it launches even one rank.
@@ -88,14 +118,28 @@ def run(args: argparse.Namespace) -> int:
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
         status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
         os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
-        return launch_local_ranks(ranks, args.tp_size, args.pp_size, rank_argv(args), status_addr,
-                                  args.socket_dir, args.name, args.gpus_file)
+        return launch_local_ranks(
+            ranks, args.tp_size, args.pp_size, rank_argv(args), status_addr, args.socket_dir, args.name, args.gpus_file
+        )
     cfg = DaemonConfig(
-        model=args.model, layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size),
-        socket_dir=args.socket_dir, name=args.name, dtype=args.dtype, quantization=args.quantization,
-        weight_block_size=args.weight_block_size, backend=args.backend, device=args.device,
-        engine_access=args.engine_access, keeper=args.keeper, revision=args.revision,
-        socket_group=args.socket_group, allow_uids=args.allow_uid, allow_gids=args.allow_gid,
-        load_workers=args.load_workers, gpus_file=args.gpus_file, local_index=args.local_index,
-        synthetic_fill=args.synthetic_fill)
+        model=args.model,
+        layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size),
+        socket_dir=args.socket_dir,
+        name=args.name,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        weight_block_size=args.weight_block_size,
+        backend=args.backend,
+        device=args.device,
+        engine_access=args.engine_access,
+        keeper=args.keeper,
+        revision=args.revision,
+        socket_group=args.socket_group,
+        allow_uids=args.allow_uid,
+        allow_gids=args.allow_gid,
+        load_workers=args.load_workers,
+        gpus_file=args.gpus_file,
+        local_index=args.local_index,
+        synthetic_fill=args.synthetic_fill,
+    )
     return run_rank(cfg)

@@ -65,18 +65,32 @@ class KeeperService:
             if len(fds) != 1:
                 raise Reject("bad_message", f"deposit must carry exactly one fd, got {len(fds)}")
             fd = fds.pop()  # ours now
-            holding = Holding(name=request.name, rank=request.rank, fingerprint_digest=request.fingerprint_digest,
-                              backend=request.backend, mapping_bytes=request.mapping_bytes,
-                              device_uuid=request.device_uuid, tensor_count=len(request.manifest),
-                              deposited_at=time.time())
+            holding = Holding(
+                name=request.name,
+                rank=request.rank,
+                fingerprint_digest=request.fingerprint_digest,
+                backend=request.backend,
+                mapping_bytes=request.mapping_bytes,
+                device_uuid=request.device_uuid,
+                tensor_count=len(request.manifest),
+                deposited_at=time.time(),
+            )
             with self._lock:
                 old = self._held.pop((request.name, request.rank), None)
                 self._held[(request.name, request.rank)] = _Held(fd, holding, request.manifest)
             if old is not None:
                 os.close(old.fd)
-            log.info("holding", extra={"fields": {"cache": request.name, "rank": request.rank,
-                                                  "fingerprint": request.fingerprint_digest[:16],
-                                                  "bytes": request.mapping_bytes}})
+            log.info(
+                "holding",
+                extra={
+                    "fields": {
+                        "cache": request.name,
+                        "rank": request.rank,
+                        "fingerprint": request.fingerprint_digest[:16],
+                        "bytes": request.mapping_bytes,
+                    }
+                },
+            )
             return Reply(KeeperAck())
         if isinstance(request, Withdraw):
             with self._lock:
@@ -84,9 +98,11 @@ class KeeperService:
                 if held is None:
                     raise Reject("not_found", f"keeper holds nothing for cache {request.name!r} rank {request.rank}")
                 if held.holding.fingerprint_digest != request.fingerprint_digest:
-                    raise Reject("fingerprint_mismatch",
-                                 f"keeper holds fingerprint {held.holding.fingerprint_digest[:16]}… for "
-                                 f"{request.name!r} rank {request.rank}")
+                    raise Reject(
+                        "fingerprint_mismatch",
+                        f"keeper holds fingerprint {held.holding.fingerprint_digest[:16]}… for "
+                        f"{request.name!r} rank {request.rank}",
+                    )
                 fd = os.dup(held.fd)  # the keeper keeps holding its own until released
             return Reply(Withdrawn(holding=held.holding, manifest=held.manifest), [fd])
         if isinstance(request, Release):
@@ -109,9 +125,17 @@ def run(socket_dir: str, allow_uids: list[int] | None = None, allow_gids: list[i
     _refuse_live_keeper(path)
     path.unlink(missing_ok=True)
     policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *(allow_uids or [])}), gids=frozenset(allow_gids or []))
-    server = FramedServer(str(path), policy, KEEPER_REQUEST, KeeperService(), identity=("keeper", -1),
-                          max_request_bytes=MAX_REPLY_BYTES, accept_fds=True, idle_timeout_s=365 * 86400.0,
-                          frame_timeout_s=30.0)  # a deposit carries a manifest of up to 256 MiB
+    server = FramedServer(
+        str(path),
+        policy,
+        KEEPER_REQUEST,
+        KeeperService(),
+        identity=("keeper", -1),
+        max_request_bytes=MAX_REPLY_BYTES,
+        accept_fds=True,
+        idle_timeout_s=365 * 86400.0,
+        frame_timeout_s=30.0,
+    )  # a deposit carries a manifest of up to 256 MiB
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     log.info("keeper listening", extra={"fields": {"socket": str(path)}})
@@ -139,7 +163,7 @@ class KeeperClient:
 
         self._conn = DaemonConnection(path, timeout_s, client="keeper-client")
 
-    def __enter__(self) -> "KeeperClient":
+    def __enter__(self) -> KeeperClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -20,8 +20,9 @@ from ..wire.protocol import StatusReply
 from ..wire.rankfiles import RankFiles
 
 
-def inspect_rank(socket_dir: str, name: str, rank: int, timeout_s: float = 2.0,
-                 gpus_file: str | None = None) -> tuple[StatusReply | None, str | None]:  # fmt: skip
+def inspect_rank(
+    socket_dir: str, name: str, rank: int, timeout_s: float = 2.0, gpus_file: str | None = None
+) -> tuple[StatusReply | None, str | None]:
     """(the rank's status reply if it answered, the problem if it is not ready); a ready rank
     gives ``(reply, None)``. ``gpus_file``: the GPU holder's grant the rank's GPU must be in."""
     files = RankFiles(socket_dir, name, rank)
@@ -44,7 +45,9 @@ def inspect_rank(socket_dir: str, name: str, rank: int, timeout_s: float = 2.0,
     return status, None
 
 
-def probe(socket_dir: str, name: str, ranks: list[int], timeout_s: float = 2.0, gpus_file: str | None = None) -> list[str]:
+def probe(
+    socket_dir: str, name: str, ranks: list[int], timeout_s: float = 2.0, gpus_file: str | None = None
+) -> list[str]:
     """Problems found, one line each; an empty list means every rank is ready."""
     problems = []
     for rank in ranks:

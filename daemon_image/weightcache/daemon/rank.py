@@ -25,7 +25,13 @@ from pathlib import Path
 
 from weightcache_contract import termination
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
-from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, RankExited, WeightCacheError
+from weightcache_contract.errors import (
+    CacheUnavailable,
+    FingerprintMismatch,
+    ProtocolError,
+    RankExited,
+    WeightCacheError,
+)
 
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
@@ -88,11 +94,15 @@ def run(cfg: DaemonConfig) -> int:
     """Load (or re-adopt) and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
     if cfg.synthetic_fill:
         cfg = dataclasses.replace(cfg, revision=SYNTHETIC_REVISION + cfg.revision)
-        log.warning("SYNTHETIC FILL: this arena will hold a byte pattern, not the checkpoint's weights",
-                    extra={"fields": {"cache": cfg.name, "revision": cfg.revision}})
+        log.warning(
+            "SYNTHETIC FILL: this arena will hold a byte pattern, not the checkpoint's weights",
+            extra={"fields": {"cache": cfg.name, "revision": cfg.revision}},
+        )
     quant = resolve(cfg.quantization, None, cfg.weight_block_size)  # cheap allowlist check before any I/O
     if cfg.engine_access == "read-write" and cfg.backend != "cuda-vmm":
-        raise WeightCacheError(f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only")
+        raise WeightCacheError(
+            f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only"
+        )
     if cfg.gpus_file:
         device = _granted_device(cfg)
         if device is None:
@@ -100,14 +110,24 @@ def run(cfg: DaemonConfig) -> int:
         cfg = dataclasses.replace(cfg, device=device)
     if cfg.backend in GPU_BACKENDS and cfg.device >= gpu_count():
         # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
-        raise WeightCacheError(f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
-                               "are visible; use --backend cpu-shm or give the pod a GPU")
+        raise WeightCacheError(
+            f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
+            "are visible; use --backend cpu-shm or give the pod a GPU"
+        )
     # Stamps first: enough to fingerprint, and all a re-adoption needs (see open_checkpoint).
     checkpoint = open_checkpoint(cfg.model, stamps_only=True)
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
     dtype = resolve_dtype(cfg.dtype, checkpoint)
-    fingerprint = compute(checkpoint, cfg.layout, quant, dtype, revision=cfg.revision, backend=cfg.backend,
-                          device=cfg.device, access=cfg.engine_access)
+    fingerprint = compute(
+        checkpoint,
+        cfg.layout,
+        quant,
+        dtype,
+        revision=cfg.revision,
+        backend=cfg.backend,
+        device=cfg.device,
+        access=cfg.engine_access,
+    )
     check_layout(checkpoint, cfg.layout)
     rank = cfg.layout.rank
     files = RankFiles(cfg.socket_dir, cfg.name, rank)
@@ -151,44 +171,95 @@ def run(cfg: DaemonConfig) -> int:
                 checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
             if overlap is not None:
                 overlap.wait_for_torch()
-            log.info("loading", extra={"fields": {**fields, "tensors": len(plan.entries),
-                                                   "arena_bytes": plan.arena_bytes, "read_bytes": plan.read_bytes}})
+            log.info(
+                "loading",
+                extra={
+                    "fields": {
+                        **fields,
+                        "tensors": len(plan.entries),
+                        "arena_bytes": plan.arena_bytes,
+                        "read_bytes": plan.read_bytes,
+                    }
+                },
+            )
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
             if cfg.synthetic_fill:
                 entries = synthetic_fill(plan, arena.buffer())
             else:
-                entries = fill(checkpoint, plan, arena.buffer(), quant.weight_block_size, progress,
-                               workers=cfg.load_workers)
+                entries = fill(
+                    checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers
+                )
             load_seconds = progress.finish()
             if current_stamps(checkpoint) != checkpoint.shards:
                 # The bytes may mix the old and the new files; the fingerprint names neither.
-                raise WeightCacheError(f"{cfg.model} changed while the daemon read it; the arena is discarded. "
-                                       "Start the daemon again once the checkpoint is complete")
+                raise WeightCacheError(
+                    f"{cfg.model} changed while the daemon read it; the arena is discarded. "
+                    "Start the daemon again once the checkpoint is complete"
+                )
             arena.seal()
             manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
             disk_bytes = checkpoint.bytes_read
         checkpoint.close()
-        served = Served(name=cfg.name, rank=rank, arena=arena, manifest=manifest, fingerprint=fingerprint,
-                        load_seconds=load_seconds, disk_bytes_read=disk_bytes, adopted=adopted is not None)
+        served = Served(
+            name=cfg.name,
+            rank=rank,
+            arena=arena,
+            manifest=manifest,
+            fingerprint=fingerprint,
+            load_seconds=load_seconds,
+            disk_bytes_read=disk_bytes,
+            adopted=adopted is not None,
+        )
         if keeper_path is not None:
             link = KeeperLink(keeper_path, served)
             link.start()
-        policy = PeerPolicy(uids=frozenset({os.getuid(), 0, *cfg.allow_uids}),
-                            gids=frozenset({*cfg.allow_gids, *([gid] if gid is not None else [])}))
+        policy = PeerPolicy(
+            uids=frozenset({os.getuid(), 0, *cfg.allow_uids}),
+            gids=frozenset({*cfg.allow_gids, *([gid] if gid is not None else [])}),
+        )
         stats = ServerStats()
-        server = FramedServer(str(files.socket), policy, REQUEST, DaemonService(served, stats), stats=stats,
-                              identity=(cfg.name, rank), max_request_bytes=MAX_REQUEST_BYTES,
-                              socket_mode=0o660 if gid is not None else 0o600, socket_gid=gid)
+        server = FramedServer(
+            str(files.socket),
+            policy,
+            REQUEST,
+            DaemonService(served, stats),
+            stats=stats,
+            identity=(cfg.name, rank),
+            max_request_bytes=MAX_REQUEST_BYTES,
+            socket_mode=0o660 if gid is not None else 0o600,
+            socket_gid=gid,
+        )
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         signal.signal(signal.SIGINT, lambda *_: server.stop())
-        files.write_ready(ReadyInfo(
-            pid=os.getpid(), name=cfg.name, rank=rank, backend=cfg.backend, socket=str(files.socket),
-            fingerprint_digest=fingerprint.digest, fingerprint=fingerprint, arena_bytes=arena.mapping_bytes,
-            tensor_count=len(manifest), load_seconds=load_seconds, started_at=time.time(),
-            device_uuid=arena.device_uuid, adopted=adopted is not None))
-        log.info("ready", extra={"fields": {**fields, "socket": str(files.socket), "load_seconds": f"{load_seconds:.3f}",
-                                            "adopted": adopted is not None}})
+        files.write_ready(
+            ReadyInfo(
+                pid=os.getpid(),
+                name=cfg.name,
+                rank=rank,
+                backend=cfg.backend,
+                socket=str(files.socket),
+                fingerprint_digest=fingerprint.digest,
+                fingerprint=fingerprint,
+                arena_bytes=arena.mapping_bytes,
+                tensor_count=len(manifest),
+                load_seconds=load_seconds,
+                started_at=time.time(),
+                device_uuid=arena.device_uuid,
+                adopted=adopted is not None,
+            )
+        )
+        log.info(
+            "ready",
+            extra={
+                "fields": {
+                    **fields,
+                    "socket": str(files.socket),
+                    "load_seconds": f"{load_seconds:.3f}",
+                    "adopted": adopted is not None,
+                }
+            },
+        )
         server.serve_forever()
         log.info("stopped", extra={"fields": fields})
         return 0
@@ -209,22 +280,30 @@ def _granted_device(cfg: DaemonConfig) -> int | None:
     """This rank's CUDA ordinal for the GPU the holder's grant gives it (waiting for the grant);
     None when SIGTERM/SIGINT came first."""
     if cfg.backend not in GPU_BACKENDS:
-        raise WeightCacheError(f"--gpus-file names GPUs, but backend {cfg.backend} uses none; drop it or use a GPU backend")
+        raise WeightCacheError(
+            f"--gpus-file names GPUs, but backend {cfg.backend} uses none; drop it or use a GPU backend"
+        )
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # KeyboardInterrupt, like SIGINT
     try:
         uuid = wait_for_grant(Path(cfg.gpus_file or ""), cfg.local_index)
     except KeyboardInterrupt:
-        log.info("stopped while waiting for the GPU holder", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank}})
+        log.info(
+            "stopped while waiting for the GPU holder", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank}}
+        )
         return None
     finally:
         signal.signal(signal.SIGTERM, previous)
     ordinal = ordinal_for_uuid(uuid)
     if ordinal is None:
-        raise WeightCacheError(f"{uuid}, granted to local rank {cfg.local_index} by {cfg.gpus_file}, is not visible to "
-                               f"this daemon ({gpu_count()} GPUs visible): run it with NVIDIA_VISIBLE_DEVICES=all, no "
-                               "nvidia.com/gpu request of its own and no CUDA_VISIBLE_DEVICES")  # fmt: skip
-    log.info("using the GPU the holder booked", extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank,
-                                                                  "gpu": uuid, "ordinal": ordinal}})  # fmt: skip
+        raise WeightCacheError(
+            f"{uuid}, granted to local rank {cfg.local_index} by {cfg.gpus_file}, is not visible to "
+            f"this daemon ({gpu_count()} GPUs visible): run it with NVIDIA_VISIBLE_DEVICES=all, no "
+            "nvidia.com/gpu request of its own and no CUDA_VISIBLE_DEVICES"
+        )
+    log.info(
+        "using the GPU the holder booked",
+        extra={"fields": {"cache": cfg.name, "rank": cfg.layout.rank, "gpu": uuid, "ordinal": ordinal}},
+    )
     return ordinal
 
 
@@ -273,8 +352,9 @@ def _keeper_holds(keeper_path: Path, cfg: DaemonConfig, digest: str) -> bool:
     """Whether the keeper holds this rank's arena under this fingerprint (a look; nothing changes)."""
     try:
         with KeeperClient(keeper_path) as keeper:
-            return any((h.name, h.rank, h.fingerprint_digest) == (cfg.name, cfg.layout.rank, digest)
-                       for h in keeper.holdings())
+            return any(
+                (h.name, h.rank, h.fingerprint_digest) == (cfg.name, cfg.layout.rank, digest) for h in keeper.holdings()
+            )
     except (CacheUnavailable, ProtocolError):
         return False
 
@@ -291,7 +371,9 @@ def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> t
             try:
                 got = keeper.withdraw(cfg.name, cfg.layout.rank, digest)
             except FingerprintMismatch as exc:
-                log.info("keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}})
+                log.info(
+                    "keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}}
+                )
                 keeper.release(cfg.name, cfg.layout.rank)
                 return None
     except CacheUnavailable:
@@ -305,8 +387,10 @@ def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> t
         # Same fingerprint, another GPU (the pod got a different device): this daemon's GPU is the
         # one the scheduler gave it, so the old arena goes and the weights load again.
         os.close(fd)
-        log.info("keeper's arena is on another GPU; releasing it",
-                 extra={"fields": {**fields, "held_on": holding.device_uuid, "own": own_gpu}})
+        log.info(
+            "keeper's arena is on another GPU; releasing it",
+            extra={"fields": {**fields, "held_on": holding.device_uuid, "own": own_gpu}},
+        )
         with KeeperClient(keeper_path) as keeper:
             keeper.release(cfg.name, cfg.layout.rank)
         return None
@@ -359,9 +443,18 @@ class KeeperLink:
                     self._client = client
                     export = s.arena.export()
                     try:
-                        client.deposit(Deposit(name=s.name, rank=s.rank, fingerprint_digest=s.fingerprint.digest,
-                                               backend=s.arena.backend, mapping_bytes=s.arena.mapping_bytes,
-                                               device_uuid=s.arena.device_uuid, manifest=s.manifest), export.fd)
+                        client.deposit(
+                            Deposit(
+                                name=s.name,
+                                rank=s.rank,
+                                fingerprint_digest=s.fingerprint.digest,
+                                backend=s.arena.backend,
+                                mapping_bytes=s.arena.mapping_bytes,
+                                device_uuid=s.arena.device_uuid,
+                                manifest=s.manifest,
+                            ),
+                            export.fd,
+                        )
                     finally:
                         if export.fd is not None:
                             os.close(export.fd)
@@ -376,9 +469,16 @@ class KeeperLink:
             self._stop.wait(self.RETRY_S)
 
 
-def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args: list[str],
-                       status_addr: tuple[str, int] | None = None, socket_dir: str = "", name: str = "",
-                       gpus_file: str | None = None) -> int:  # fmt: skip
+def launch_local_ranks(
+    ranks: list[int],
+    tp_size: int,
+    pp_size: int,
+    child_args: list[str],
+    status_addr: tuple[str, int] | None = None,
+    socket_dir: str = "",
+    name: str = "",
+    gpus_file: str | None = None,
+) -> int:
     """Start one daemon process per local rank and supervise them as a unit.
 
     Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
@@ -408,18 +508,42 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
     if status_addr is not None:
         from .status_endpoint import collect, status_endpoint
 
-        endpoint = status_endpoint(status_addr, lambda memory=True: collect(
-            socket_dir, name, ranks, ended, gpus_file=gpus_file, memory=memory,
-            note=lambda rank: termination.read(note_file(rank))))  # fmt: skip
+        endpoint = status_endpoint(
+            status_addr,
+            lambda memory=True: collect(
+                socket_dir,
+                name,
+                ranks,
+                ended,
+                gpus_file=gpus_file,
+                memory=memory,
+                note=lambda rank: termination.read(note_file(rank)),
+            ),
+        )
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
         layout = Layout.from_rank(rank, tp_size, pp_size)
         # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm), or with
         # --gpus-file the i-th GPU of the holder's grant.
-        argv = [sys.executable, "-m", "weightcache", "daemon", *child_args, "--device", str(local_index),
-                "--local-index", str(local_index),
-                "--tp-size", str(tp_size), "--tp-rank", str(layout.tp_rank),
-                "--pp-size", str(pp_size), "--pp-rank", str(layout.pp_rank)]
+        argv = [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "daemon",
+            *child_args,
+            "--device",
+            str(local_index),
+            "--local-index",
+            str(local_index),
+            "--tp-size",
+            str(tp_size),
+            "--tp-rank",
+            str(layout.tp_rank),
+            "--pp-size",
+            str(pp_size),
+            "--pp-rank",
+            str(layout.pp_rank),
+        ]
         note_file(rank).write_text("starting")  # until the rank says more (status_note.py)
         env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
         children[rank] = subprocess.Popen(argv, env=env)
@@ -446,8 +570,13 @@ def launch_local_ranks(ranks: list[int], tp_size: int, pp_size: int, child_args:
             exited[rank] = child.returncode
             if child.returncode != 0 and exit_code == 0:
                 exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
-                failure = termination.read(ended_file(rank)) or f"rank {rank} exited with code {child.returncode}; see the container's log"
-                log.error("rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}})
+                failure = (
+                    termination.read(ended_file(rank))
+                    or f"rank {rank} exited with code {child.returncode}; see the container's log"
+                )
+                log.error(
+                    "rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}}
+                )
                 forward(signal.SIGTERM, None)
     finally:
         if endpoint is not None:

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
-
 from weightcache_contract.errors import ProtocolError
 
 from .. import __version__
@@ -89,12 +88,25 @@ class ServerStats:
 
 
 class FramedServer:
-    def __init__(self, path: str, policy: PeerPolicy, requests: TypeAdapter[Any], handler: Handler, *,
-                 identity: tuple[str, int], max_request_bytes: int, accept_fds: bool = False,
-                 socket_mode: int = 0o600, socket_gid: int | None = None, max_connections: int = 256,
-                 max_connections_per_uid: int | None = None, idle_timeout_s: float = 30.0,
-                 frame_timeout_s: float = 5.0, hello_timeout_s: float = 5.0,
-                 stats: ServerStats | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        policy: PeerPolicy,
+        requests: TypeAdapter[Any],
+        handler: Handler,
+        *,
+        identity: tuple[str, int],
+        max_request_bytes: int,
+        accept_fds: bool = False,
+        socket_mode: int = 0o600,
+        socket_gid: int | None = None,
+        max_connections: int = 256,
+        max_connections_per_uid: int | None = None,
+        idle_timeout_s: float = 30.0,
+        frame_timeout_s: float = 5.0,
+        hello_timeout_s: float = 5.0,
+        stats: ServerStats | None = None,
+    ) -> None:
         self.path = path
         self.policy = policy
         self.requests = requests
@@ -106,7 +118,9 @@ class FramedServer:
         # A quarter of the slots per uid by default: one peer's leak or attack leaves the rest usable.
         self.max_connections_per_uid = max_connections_per_uid or max(1, max_connections // 4)
         if self.max_connections_per_uid > max_connections:
-            raise ValueError(f"max_connections_per_uid {self.max_connections_per_uid} exceeds max_connections {max_connections}")
+            raise ValueError(
+                f"max_connections_per_uid {self.max_connections_per_uid} exceeds max_connections {max_connections}"
+            )
         self.idle_timeout_s = idle_timeout_s
         self.frame_timeout_s = frame_timeout_s
         self.hello_timeout_s = hello_timeout_s
@@ -150,7 +164,9 @@ class FramedServer:
         pid, uid, gid = _UCRED.unpack(conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
         if not self.policy.allows(uid, gid):
             log.warning("peer refused", extra={"fields": {"pid": pid, "uid": uid, "gid": gid}})
-            self._reply_and_close(conn, ErrorReply(code="forbidden", message=f"uid {uid}/gid {gid} may not use this socket"))
+            self._reply_and_close(
+                conn, ErrorReply(code="forbidden", message=f"uid {uid}/gid {gid} may not use this socket")
+            )
             return
         busy = None
         with self.stats.lock:
@@ -158,8 +174,10 @@ class FramedServer:
             if self.stats.connections_active >= self.max_connections:
                 busy = f"all {self.max_connections} connections are in use; retry shortly"
             elif held >= self.max_connections_per_uid:
-                busy = (f"uid {uid} already holds {held} connections, the most one uid may hold; "
-                        "close idle ones or retry shortly")
+                busy = (
+                    f"uid {uid} already holds {held} connections, the most one uid may hold; "
+                    "close idle ones or retry shortly"
+                )
             else:
                 self.stats.connections_active += 1
                 self.stats.connections_total += 1
@@ -187,14 +205,22 @@ class FramedServer:
     def _serve_connection(self, conn: socket.socket, pid: int, uid: int) -> None:
         try:
             greeted = False
-            unauthenticated = Deadlines(self.idle_timeout_s, self.frame_timeout_s,
-                                        hello_by=time.monotonic() + self.hello_timeout_s, hello_s=self.hello_timeout_s)
+            unauthenticated = Deadlines(
+                self.idle_timeout_s,
+                self.frame_timeout_s,
+                hello_by=time.monotonic() + self.hello_timeout_s,
+                hello_s=self.hello_timeout_s,
+            )
             greeted_deadlines = Deadlines(self.idle_timeout_s, self.frame_timeout_s)
             while True:
                 fds: list[int] = []
                 try:
-                    body = recv_frame(conn, self.max_request_bytes, fds if self.accept_fds else None,
-                                      greeted_deadlines if greeted else unauthenticated)
+                    body = recv_frame(
+                        conn,
+                        self.max_request_bytes,
+                        fds if self.accept_fds else None,
+                        greeted_deadlines if greeted else unauthenticated,
+                    )
                 except PeerClosed:
                     return
                 except PeerTimeout as exc:
@@ -219,12 +245,23 @@ class FramedServer:
                         return
                     common = set(request.versions) & set(SUPPORTED_VERSIONS)
                     if not common:
-                        self._reject(conn, pid, "version_mismatch",
-                                     f"server speaks protocol {list(SUPPORTED_VERSIONS)}, client offered {request.versions}")
+                        self._reject(
+                            conn,
+                            pid,
+                            "version_mismatch",
+                            f"server speaks protocol {list(SUPPORTED_VERSIONS)}, client offered {request.versions}",
+                        )
                         return
                     greeted = True
-                    send_frame(conn, HelloReply(version=max(common), daemon_version=__version__,
-                                                name=self.identity[0], rank=self.identity[1]))
+                    send_frame(
+                        conn,
+                        HelloReply(
+                            version=max(common),
+                            daemon_version=__version__,
+                            name=self.identity[0],
+                            rank=self.identity[1],
+                        ),
+                    )
                     continue
                 if not greeted:
                     _close_all(fds)
@@ -241,7 +278,7 @@ class FramedServer:
                     send_frame(conn, reply.message, reply.fds)
                 finally:
                     _close_all(reply.fds)
-        except (OSError, socket.timeout):
+        except (TimeoutError, OSError):
             return  # peer vanished or idled out; nothing to clean but the socket
         finally:
             with self.stats.lock:

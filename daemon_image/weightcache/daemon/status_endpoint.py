@@ -37,9 +37,16 @@ RankText = Callable[[int], str | None]
 """rank → a line about it, or None (the launcher's records: no syscalls, no waiting)."""
 
 
-def collect(socket_dir: str, name: str, ranks: list[int], ended: RankText,
-            timeout_s: float = RANK_TIMEOUT_S, gpus_file: str | None = None, memory: bool = True,
-            note: RankText = lambda _rank: None) -> DaemonReport:  # fmt: skip
+def collect(
+    socket_dir: str,
+    name: str,
+    ranks: list[int],
+    ended: RankText,
+    timeout_s: float = RANK_TIMEOUT_S,
+    gpus_file: str | None = None,
+    memory: bool = True,
+    note: RankText = lambda _rank: None,
+) -> DaemonReport:
     """Ask every local rank at once, so a report takes one rank timeout at worst. ``ended``: why
     the rank's process ended (exit code and message), None while it runs; ``note``: what a rank
     that has no socket yet says it is doing (status_note.py); ``gpus_file``: the GPU holder's
@@ -55,20 +62,34 @@ def collect(socket_dir: str, name: str, ranks: list[int], ended: RankText,
             doing = note(rank) if not RankFiles(socket_dir, name, rank).ready.exists() else None
             return RankReport(rank=rank, ready=False, problem=f"rank {rank}: {doing}" if doing else problem)
         return RankReport(
-            rank=rank, ready=problem is None, problem=problem, pid=status.pid, backend=status.backend,
-            bytes=status.arena_bytes, tensor_count=status.tensor_count, gpu_uuid=status.device_uuid,
-            load_seconds=status.load_seconds, source="keeper" if status.adopted else "disk",
-            fingerprint=status.weights_digest or status.fingerprint_digest, disk_bytes_read=status.disk_bytes_read,
-            maps_served=status.fetches_total, connections_total=status.connections_total,
-            deposited=status.deposited, uptime_seconds=status.uptime_seconds,
-        )  # fmt: skip
+            rank=rank,
+            ready=problem is None,
+            problem=problem,
+            pid=status.pid,
+            backend=status.backend,
+            bytes=status.arena_bytes,
+            tensor_count=status.tensor_count,
+            gpu_uuid=status.device_uuid,
+            load_seconds=status.load_seconds,
+            source="keeper" if status.adopted else "disk",
+            fingerprint=status.weights_digest or status.fingerprint_digest,
+            disk_bytes_read=status.disk_bytes_read,
+            maps_served=status.fetches_total,
+            connections_total=status.connections_total,
+            deposited=status.deposited,
+            uptime_seconds=status.uptime_seconds,
+        )
 
     with ThreadPoolExecutor(max_workers=max(1, len(ranks)), thread_name_prefix="status") as pool:
         reports = list(pool.map(one, ranks))
     gpus = [r.gpu_uuid for r in reports if r.gpu_uuid]
-    return DaemonReport(cache=name, ready=bool(reports) and all(r.ready for r in reports),
-                        fingerprint=node_fingerprint(reports), ranks=reports,
-                        memory=memory_report(gpus) if memory else [])  # fmt: skip
+    return DaemonReport(
+        cache=name,
+        ready=bool(reports) and all(r.ready for r in reports),
+        fingerprint=node_fingerprint(reports),
+        ranks=reports,
+        memory=memory_report(gpus) if memory else [],
+    )
 
 
 def readiness(report: DaemonReport) -> tuple[str, bytes, HTTPStatus]:
@@ -83,8 +104,12 @@ def readiness(report: DaemonReport) -> tuple[str, bytes, HTTPStatus]:
 def status_endpoint(addr: tuple[str, int], report: Callable[..., DaemonReport]) -> ReadOnlyServer:
     """The endpoint, bound but not yet serving; every request takes a fresh report
     (``report(memory=False)`` for ``/ready``)."""
-    return ReadOnlyServer(addr, {
-        "/status": lambda: ("application/json", report().model_dump_json(indent=1).encode()),
-        "/metrics": lambda: (PROMETHEUS_TEXT, report_metrics(report()).render().encode()),
-        "/ready": lambda: readiness(report(memory=False)),
-    }, what="status endpoint")  # fmt: skip
+    return ReadOnlyServer(
+        addr,
+        {
+            "/status": lambda: ("application/json", report().model_dump_json(indent=1).encode()),
+            "/metrics": lambda: (PROMETHEUS_TEXT, report_metrics(report()).render().encode()),
+            "/ready": lambda: readiness(report(memory=False)),
+        },
+        what="status endpoint",
+    )

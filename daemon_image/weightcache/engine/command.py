@@ -35,13 +35,31 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("host", str, "127.0.0.1", "HTTP listen address (rank 0)", ()),
     ("port", int, 8000, "HTTP port (rank 0)", ()),
     ("tp-size", int, 1, "tensor-parallel size: number of rank processes (on all nodes together)", ()),
-    ("ep-size", int, 1, "expert-parallel size (MoE; divides tp-size): each run of tp/ep ranks holds 1/ep of the "
-                        "experts whole; 1 splits every expert over all ranks. Must match the daemon's --ep-size", ()),
+    (
+        "ep-size",
+        int,
+        1,
+        "expert-parallel size (MoE; divides tp-size): each run of tp/ep ranks holds 1/ep of the "
+        "experts whole; 1 splits every expert over all ranks. Must match the daemon's --ep-size",
+        (),
+    ),
     ("nnodes", int, 1, "nodes the engine spans; each runs tp-size / nnodes ranks under its own launcher", ()),
-    ("node-rank", int, 0, "this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; "
-                          "node 0 runs rank 0, which serves HTTP", ()),
-    ("dist-addr", str, None, "host:port where rank 0 hosts the rendezvous (default: a free local port; "
-                             "required with --nnodes > 1: node 0's address, reachable from the other nodes)", ()),
+    (
+        "node-rank",
+        int,
+        0,
+        "this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; "
+        "node 0 runs rank 0, which serves HTTP",
+        (),
+    ),
+    (
+        "dist-addr",
+        str,
+        None,
+        "host:port where rank 0 hosts the rendezvous (default: a free local port; "
+        "required with --nnodes > 1: node 0's address, reachable from the other nodes)",
+        (),
+    ),
     ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer while serving before the engine fails", ()),
     ("startup-timeout", float, 1800.0, "seconds ranks may wait for each other at start-up (rendezvous, loading)", ()),
     ("weight-cache-mode", str, "off", "off (disk), client (map from a running daemon) or daemon (spawn daemons)", ()),
@@ -52,8 +70,14 @@ FLAGS: tuple[tuple[str, Any, Any, str, tuple[str, ...]], ...] = (
     ("quantization", str, "none", "none or fp8 (block-wise)", ()),
     ("weight-block-size", block, None, "fp8 block, default 128,128", ()),
     ("revision", str, "", "model revision recorded in the fingerprint", ()),
-    ("backend", str, "cpu-shm", "arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU "
-                                "that holds the weights, one GPU per rank, and all-reduces with nccl", ()),
+    (
+        "backend",
+        str,
+        "cpu-shm",
+        "arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU "
+        "that holds the weights, one GPU per rank, and all-reduces with nccl",
+        (),
+    ),
     ("served-model-name", str, None, "model id in the API (default: the checkpoint directory's name)", ()),
     ("max-model-len", int, None, "context length (default and maximum: max_position_embeddings)", ()),
     ("max-active", int, 8, "requests decoded concurrently (interleaved token by token)", ()),
@@ -71,8 +95,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         # A string default (from the environment) is converted by argparse only when `engine` is the
         # command, so a bad value is a clean usage error there and harmless to other commands.
         p.add_argument(f"--{flag}", type=kind, default=value, help=f"{text} [env {envs}]")
-    p.add_argument("--tp-rank", type=int, default=_env("tp-rank"),
-                   help="run only this rank (default: launch all ranks) [env WEIGHTCACHE_ENGINE_TP_RANK]")
+    p.add_argument(
+        "--tp-rank",
+        type=int,
+        default=_env("tp-rank"),
+        help="run only this rank (default: launch all ranks) [env WEIGHTCACHE_ENGINE_TP_RANK]",
+    )
 
 
 def _rank_argv(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
@@ -99,14 +127,18 @@ def run(args: argparse.Namespace) -> int:
 
     local_ranks(args.tp_size, args.nnodes, args.node_rank)  # a bad node layout fails here, by name
     if args.nnodes > 1 and not args.dist_addr:
-        raise WeightCacheError("--nnodes > 1 needs --dist-addr (or WEIGHTCACHE_ENGINE_DIST_ADDR): the host:port of "
-                               "node 0's rendezvous, which every node's ranks dial")
+        raise WeightCacheError(
+            "--nnodes > 1 needs --dist-addr (or WEIGHTCACHE_ENGINE_DIST_ADDR): the host:port of "
+            "node 0's rendezvous, which every node's ranks dial"
+        )
     if _source(args).device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise WeightCacheError(f"--backend {args.backend} keeps weights in GPU memory, but this process sees no "
-                                   "CUDA device; use --backend cpu-shm here")
+            raise WeightCacheError(
+                f"--backend {args.backend} keeps weights in GPU memory, but this process sees no "
+                "CUDA device; use --backend cpu-shm here"
+            )
     if args.tp_rank is None and args.tp_size > 1:
         return _launch(args)
     if args.tp_rank is None:
@@ -119,11 +151,22 @@ def run(args: argparse.Namespace) -> int:
     timeline.mark("imports")
     source = _source(args)
     opts = EngineOptions(
-        source=source, tp_size=args.tp_size, tp_rank=args.tp_rank, ep_size=args.ep_size,
+        source=source,
+        tp_size=args.tp_size,
+        tp_rank=args.tp_rank,
+        ep_size=args.ep_size,
         dist_addr=args.dist_addr or "127.0.0.1:29500",
-        dist_timeout_s=args.dist_timeout, startup_timeout_s=args.startup_timeout, host=args.host, port=args.port,
-        served_model_name=args.served_model_name, max_model_len=args.max_model_len, max_active=args.max_active, max_queue=args.max_queue,
-        drain_timeout_s=args.drain_timeout, threads=args.threads)
+        dist_timeout_s=args.dist_timeout,
+        startup_timeout_s=args.startup_timeout,
+        host=args.host,
+        port=args.port,
+        served_model_name=args.served_model_name,
+        max_model_len=args.max_model_len,
+        max_active=args.max_active,
+        max_queue=args.max_queue,
+        drain_timeout_s=args.drain_timeout,
+        threads=args.threads,
+    )
     if source.mode == "daemon":  # a no-op probe when the launcher has already seen to all ranks
         from .weights import ensure_daemons
 
@@ -141,16 +184,23 @@ def _source(args: argparse.Namespace) -> Any:
     from ..wire.rankfiles import default_socket_dir
     from .weights import WeightSource
 
-    return WeightSource(model=args.model, mode=args.weight_cache_mode, fallback=args.weight_cache_fallback,
-                        socket_dir=args.socket_dir or default_socket_dir(), name=args.name, dtype=args.dtype,
-                        quantization=args.quantization, weight_block_size=args.weight_block_size,
-                        revision=args.revision, backend=args.backend, daemon_timeout_s=args.daemon_timeout)
+    return WeightSource(
+        model=args.model,
+        mode=args.weight_cache_mode,
+        fallback=args.weight_cache_fallback,
+        socket_dir=args.socket_dir or default_socket_dir(),
+        name=args.name,
+        dtype=args.dtype,
+        quantization=args.quantization,
+        weight_block_size=args.weight_block_size,
+        revision=args.revision,
+        backend=args.backend,
+        daemon_timeout_s=args.daemon_timeout,
+    )
 
 
 def _launch(args: argparse.Namespace) -> int:
-    from .launcher import free_port, launch
-
-    from .launcher import local_ranks
+    from .launcher import free_port, launch, local_ranks
 
     source = _source(args)  # validates the mode's arguments before anything starts
     ranks = local_ranks(args.tp_size, args.nnodes, args.node_rank)

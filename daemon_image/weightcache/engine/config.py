@@ -45,11 +45,12 @@ class ModelConfig:
     norm_topk_prob: bool = False
 
     @classmethod
-    def from_dict(cls, config: dict[str, Any]) -> "ModelConfig":
+    def from_dict(cls, config: dict[str, Any]) -> ModelConfig:
         arch = (config.get("architectures") or ["<missing>"])[0]
         if arch not in SUPPORTED_ARCHITECTURES:
             raise UnsupportedArchitecture(
-                f"the engine runs {', '.join(SUPPORTED_ARCHITECTURES)}; this checkpoint is {arch!r}")
+                f"the engine runs {', '.join(SUPPORTED_ARCHITECTURES)}; this checkpoint is {arch!r}"
+            )
         act = config.get("hidden_act", "silu")
         if act != "silu":
             raise UnsupportedArchitecture(f"hidden_act {act!r} is not implemented; the engine runs SwiGLU (silu)")
@@ -63,29 +64,38 @@ class ModelConfig:
             raise UnsupportedArchitecture("mlp_bias is not implemented")
         moe = arch == "Qwen3MoeForCausalLM"
         if moe and (config.get("mlp_only_layers") or int(config.get("decoder_sparse_step") or 1) != 1):
-            raise UnsupportedArchitecture("mixing dense and MoE layers (mlp_only_layers, decoder_sparse_step != 1) "
-                                          "is not implemented; every layer must be MoE")
+            raise UnsupportedArchitecture(
+                "mixing dense and MoE layers (mlp_only_layers, decoder_sparse_step != 1) "
+                "is not implemented; every layer must be MoE"
+            )
         theta = rope.get("rope_theta", config.get("rope_theta", 10000.0))
         heads = int(config["num_attention_heads"])
         hidden = int(config["hidden_size"])
         eos = config.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (int(eos),))
         return cls(
-            architecture=arch, hidden_size=hidden, intermediate_size=int(config["intermediate_size"]),
-            num_layers=int(config["num_hidden_layers"]), num_heads=heads,
+            architecture=arch,
+            hidden_size=hidden,
+            intermediate_size=int(config["intermediate_size"]),
+            num_layers=int(config["num_hidden_layers"]),
+            num_heads=heads,
             num_kv_heads=int(config.get("num_key_value_heads") or heads),
-            head_dim=int(config.get("head_dim") or hidden // heads), vocab_size=int(config["vocab_size"]),
+            head_dim=int(config.get("head_dim") or hidden // heads),
+            vocab_size=int(config["vocab_size"]),
             max_position_embeddings=int(config.get("max_position_embeddings", 2048)),
-            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)), rope_theta=float(theta),
+            rms_norm_eps=float(config.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(theta),
             tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
-            qk_norm=arch in QK_NORM_ARCHITECTURES, eos_token_ids=eos_ids,
+            qk_norm=arch in QK_NORM_ARCHITECTURES,
+            eos_token_ids=eos_ids,
             num_experts=num_experts(config) if moe else 0,
             num_experts_per_tok=int(config.get("num_experts_per_tok") or 0) if moe else 0,
             moe_intermediate_size=int(config.get("moe_intermediate_size") or 0) if moe else 0,
-            norm_topk_prob=bool(config.get("norm_topk_prob", False)))
+            norm_topk_prob=bool(config.get("norm_topk_prob", False)),
+        )
 
     @classmethod
-    def from_checkpoint(cls, model_dir: str | Path) -> "ModelConfig":
+    def from_checkpoint(cls, model_dir: str | Path) -> ModelConfig:
         path = Path(model_dir) / "config.json"
         try:
             return cls.from_dict(json.loads(path.read_text()))
@@ -98,14 +108,24 @@ class ModelConfig:
         """Refuse a tp (and ep) size that does not split heads, MLP or experts and vocabulary evenly, or
         whose KV heads neither split evenly nor replicate evenly (see ``sharding.kv_split``)."""
         layout = Layout(tp_size, ep_size=ep_size)  # ep must divide tp
-        mlp = (("num_experts", self.num_experts, ep_size, "expert-parallel"),
-               ("moe_intermediate_size", self.moe_intermediate_size, layout.moe_tp_size, "tensor-parallel (tp/ep)")) \
-            if self.num_experts else (("intermediate_size", self.intermediate_size, tp_size, "tensor-parallel"),)
+        mlp = (
+            (
+                ("num_experts", self.num_experts, ep_size, "expert-parallel"),
+                ("moe_intermediate_size", self.moe_intermediate_size, layout.moe_tp_size, "tensor-parallel (tp/ep)"),
+            )
+            if self.num_experts
+            else (("intermediate_size", self.intermediate_size, tp_size, "tensor-parallel"),)
+        )
         if ep_size > 1 and not self.num_experts:
-            raise ShardingError(f"--ep-size {ep_size} needs a mixture-of-experts model; {self.architecture} has no "
-                                "experts, so use --ep-size 1")
-        for what, value, size, kind in (("num_attention_heads", self.num_heads, tp_size, "tensor-parallel"),
-                                        *mlp, ("vocab_size", self.vocab_size, tp_size, "tensor-parallel")):
+            raise ShardingError(
+                f"--ep-size {ep_size} needs a mixture-of-experts model; {self.architecture} has no "
+                "experts, so use --ep-size 1"
+            )
+        for what, value, size, kind in (
+            ("num_attention_heads", self.num_heads, tp_size, "tensor-parallel"),
+            *mlp,
+            ("vocab_size", self.vocab_size, tp_size, "tensor-parallel"),
+        ):
             if value % size:
                 raise ShardingError(f"{what}={value} is not divisible by {kind} size {size}")
         kv_split(self.num_kv_heads, tp_size, 0)

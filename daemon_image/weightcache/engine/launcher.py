@@ -78,8 +78,10 @@ def launch(rank_argv: list[str], tp_size: int, gpus: bool = False, ranks: list[i
         argv = [sys.executable, "-m", "weightcache", "engine", *rank_argv, "--tp-rank", str(rank)]
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[i]} if gpus else None
         children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, env=env)
-    log.info("ranks started", extra={"fields": {"ranks": ",".join(map(str, ranks)),
-                                                "pids": ",".join(str(c.pid) for c in children.values())}})  # fmt: skip
+    log.info(
+        "ranks started",
+        extra={"fields": {"ranks": ",".join(map(str, ranks)), "pids": ",".join(str(c.pid) for c in children.values())}},
+    )
 
     leads = 0 in children
     terminating_at: float | None = None
@@ -101,8 +103,10 @@ def launch(rank_argv: list[str], tp_size: int, gpus: bool = False, ranks: list[i
             if code is not None and code != 0 and rank != 0 and terminating and leader_done:
                 continue  # rank 0 drained and left first; a follower that noticed before its stop is fine
             if code is not None and code != 0:
-                log.error("rank exited; stopping the engine",
-                          extra={"fields": {"rank": rank, "code": code, "terminating": terminating}})
+                log.error(
+                    "rank exited; stopping the engine",
+                    extra={"fields": {"rank": rank, "code": code, "terminating": terminating}},
+                )
                 _kill_all(children)
                 return code if code > 0 else 128 - code
         if all(c.poll() is not None for c in children.values()):

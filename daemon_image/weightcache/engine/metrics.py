@@ -18,7 +18,11 @@ def engine_metrics() -> Metrics:
     m.describe("weightcache_engine_weight_bind_seconds", "gauge", "seconds each rank spent obtaining its weights")
     m.describe("weightcache_engine_weight_bytes", "gauge", "weight bytes per rank, by how they were obtained")
     m.describe("weightcache_engine_weight_fallbacks_total", "counter", "ranks that fell back from the cache to disk")
-    m.describe("weightcache_engine_startup_seconds", "gauge", "seconds since process start at which each startup phase ended")
-    m.describe("weightcache_engine_ready", "gauge", "1 while weights are bound, warm-up is done and every rank is alive")
+    m.describe(
+        "weightcache_engine_startup_seconds", "gauge", "seconds since process start at which each startup phase ended"
+    )
+    m.describe(
+        "weightcache_engine_ready", "gauge", "1 while weights are bound, warm-up is done and every rank is alive"
+    )
     m.describe("weightcache_engine_active_requests", "gauge", "requests admitted and not yet finished")
     return m

@@ -28,12 +28,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-
 from weightcache_contract.errors import BindError, ShardingError
 
-from ..gcpause import gc_paused
 from ..checkpoints.quantization import SCALE_SUFFIX
 from ..checkpoints.sharding import Layout
+from ..gcpause import gc_paused
 from .config import ModelConfig
 from .moe import SparseMoe
 from .parallel import Group
@@ -42,8 +41,14 @@ from .parallel import Group
 class Linear:
     """``y = x Wᵀ + b`` for a weight view; FP8 weights are dequantized per block-row on the fly."""
 
-    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                 scale_inv: torch.Tensor | None = None, block: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        scale_inv: torch.Tensor | None = None,
+        block: tuple[int, int] | None = None,
+    ) -> None:
         self.name = name
         self.weight = weight
         self.bias = bias
@@ -105,8 +110,9 @@ class Rotary:
         return x * cos + rotated * sin
 
 
-def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, group: int,
-         scale: float) -> torch.Tensor:
+def sdpa(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, group: int, scale: float
+) -> torch.Tensor:
     """Causal attention of ``q`` [heads, n, d] over ``keys``/``values`` [kv heads, past + n, d].
 
     The call is transformers' ``sdpa_attention_forward``, argument for argument, because in
@@ -129,8 +135,9 @@ def sdpa(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, past: int, g
         else:
             keys = keys.repeat_interleave(group, dim=0)
             values = values.repeat_interleave(group, dim=0)
-    out = F.scaled_dot_product_attention(q[None], keys[None], values[None], attn_mask=mask, is_causal=causal,
-                                         scale=scale, **kwargs)
+    out = F.scaled_dot_product_attention(
+        q[None], keys[None], values[None], attn_mask=mask, is_causal=causal, scale=scale, **kwargs
+    )
     return out[0]
 
 
@@ -143,8 +150,15 @@ class KVCache:
     length: int = 0
 
     @classmethod
-    def allocate(cls, layers: int, kv_heads: int, capacity: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str = "cpu") -> "KVCache":
+    def allocate(
+        cls,
+        layers: int,
+        kv_heads: int,
+        capacity: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> KVCache:
         shape = (layers, kv_heads, capacity, head_dim)
         return cls(torch.empty(shape, dtype=dtype, device=device), torch.empty(shape, dtype=dtype, device=device))
 
@@ -174,7 +188,7 @@ class DecoderLayer:
     moe: SparseMoe | None
     mlp: list[Linear]
 
-    def __init__(self, index: int, cfg: ModelConfig, group: Group, get: "_Getter", ep_size: int = 1) -> None:
+    def __init__(self, index: int, cfg: ModelConfig, group: Group, get: _Getter, ep_size: int = 1) -> None:
         self.index = index
         self.group = group
         self.heads = cfg.num_heads // group.size
@@ -184,7 +198,7 @@ class DecoderLayer:
         self._cfg, self._ep_size = cfg, ep_size
         self._get: _Getter | None = get  # the model checks every layer's weights before any is used
 
-    def _weights(self, get: "_Getter") -> dict[str, object]:
+    def _weights(self, get: _Getter) -> dict[str, object]:
         """The layer's weight attributes, built from whatever ``get`` hands out (tensors or specs)."""
         cfg, p = self._cfg, f"model.layers.{self.index}."
         w: dict[str, object] = {
@@ -196,16 +210,20 @@ class DecoderLayer:
             "o": get.linear(p + "self_attn.o_proj", (cfg.hidden_size, self.heads * cfg.head_dim)),
             "q_norm": RMSNorm(get(p + "self_attn.q_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
             "k_norm": RMSNorm(get(p + "self_attn.k_norm.weight"), cfg.rms_norm_eps) if cfg.qk_norm else None,
-            "moe": None, "mlp": [],
+            "moe": None,
+            "mlp": [],
         }
         if cfg.num_experts:
-            w["moe"] = SparseMoe(p + "mlp.", cfg, Layout(self.group.size, self.group.rank, ep_size=self._ep_size),
-                                 get, get.block)
+            w["moe"] = SparseMoe(
+                p + "mlp.", cfg, Layout(self.group.size, self.group.rank, ep_size=self._ep_size), get, get.block
+            )
         else:
             inter = cfg.intermediate_size // self.group.size
-            w["mlp"] = [get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
-                        get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size)),
-                        get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter))]
+            w["mlp"] = [
+                get.linear(p + "mlp.gate_proj", (inter, cfg.hidden_size)),
+                get.linear(p + "mlp.up_proj", (inter, cfg.hidden_size)),
+                get.linear(p + "mlp.down_proj", (cfg.hidden_size, inter)),
+            ]
         return w
 
     def materialise(self) -> None:
@@ -265,16 +283,21 @@ class _Getter:
     they were asked for in one ``used`` set.
     """
 
-    def __init__(self, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
-                 block: tuple[int, int] | None, used: set[str] | None = None,
-                 look: Callable[[str], Any] | None = None) -> None:
+    def __init__(
+        self,
+        tensors: Mapping[str, torch.Tensor],
+        aliases: Mapping[str, str],
+        block: tuple[int, int] | None,
+        used: set[str] | None = None,
+        look: Callable[[str], Any] | None = None,
+    ) -> None:
         self.tensors = tensors
         self.aliases = aliases
         self.block = block
         self.used: set[str] = set() if used is None else used
         self._look = look or tensors.__getitem__
 
-    def specs(self) -> "_Getter":
+    def specs(self) -> _Getter:
         """A getter that checks as this one does but hands out specs and records what it is asked."""
         # A plain dict (the disk path) holds real tensors already: they serve as their own specs.
         getter = _Getter(self.tensors, self.aliases, self.block, self.used, getattr(self.tensors, "spec", None))
@@ -302,15 +325,14 @@ class _Getter:
             self.asked.append(name)
         return None
 
-    def checked(self) -> "_Getter":
+    def checked(self) -> _Getter:
         """A getter for weights the model has checked already: lookups only (a layer's first use)."""
         return _CheckedGetter(self.tensors, self.aliases, self.block, self.used)
 
     def linear(self, prefix: str, shape: tuple[int, int]) -> Linear:
         weight = self(prefix + ".weight", shape)
         scale = self.optional(prefix + ".weight" + SCALE_SUFFIX)
-        return Linear(prefix, weight, self.optional(prefix + ".bias"), scale,
-                      self.block if scale is not None else None)
+        return Linear(prefix, weight, self.optional(prefix + ".bias"), scale, self.block if scale is not None else None)
 
 
 def _check_layers(layers: list[DecoderLayer], get: _Getter) -> None:
@@ -328,7 +350,7 @@ def _check_layers(layers: list[DecoderLayer], get: _Getter) -> None:
     layers[0]._weights(specs)
     assert specs.asked is not None
     first = "model.layers.0."
-    suffixes = [name[len(first):] for name in specs.asked]
+    suffixes = [name[len(first) :] for name in specs.asked]
     if any(not name.startswith(first) for name in specs.asked):
         raise BindError(f"layer 0 asked for weights outside {first!r}: the layer check cannot generalise")
     resolve, tensors, aliases = get.aliases.get, get.tensors, bool(get.aliases)
@@ -343,8 +365,10 @@ def _check_layers(layers: list[DecoderLayer], get: _Getter) -> None:
             name = names[keys.index(bad)]
             if bad not in tensors:
                 raise BindError(f"the weights lack {name!r}; they do not belong to this model or layout")
-            raise BindError(f"{name!r} has {_describe(tensors, bad)}, the model needs {_describe(tensors, like)} "
-                            f"(as checked for {first + suffix!r}): every layer holds the same tensors")
+            raise BindError(
+                f"{name!r} has {_describe(tensors, bad)}, the model needs {_describe(tensors, like)} "
+                f"(as checked for {first + suffix!r}): every layer holds the same tensors"
+            )
         get.used.update(keys)
 
 
@@ -380,8 +404,15 @@ class _CheckedGetter(_Getter):
 class Model:
     """One rank's share of the decoder; ``forward`` appends to a request's KV cache."""
 
-    def __init__(self, cfg: ModelConfig, tensors: Mapping[str, torch.Tensor], aliases: Mapping[str, str],
-                 group: Group, block: tuple[int, int] | None = None, ep_size: int = 1) -> None:
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        tensors: Mapping[str, torch.Tensor],
+        aliases: Mapping[str, str],
+        group: Group,
+        block: tuple[int, int] | None = None,
+        ep_size: int = 1,
+    ) -> None:
         try:
             cfg.check_tensor_parallel(group.size, ep_size)
         except ShardingError as exc:
@@ -441,8 +472,14 @@ class Model:
         yield "lm_head.weight", self.lm_head.weight
 
     def new_cache(self, capacity: int) -> KVCache:
-        return KVCache.allocate(self.cfg.num_layers, self.cfg.local_kv_heads(self.group.size), capacity,
-                                self.cfg.head_dim, self.dtype, self.device)
+        return KVCache.allocate(
+            self.cfg.num_layers,
+            self.cfg.local_kv_heads(self.group.size),
+            capacity,
+            self.cfg.head_dim,
+            self.dtype,
+            self.device,
+        )
 
     def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
         if self.group.size == 1:

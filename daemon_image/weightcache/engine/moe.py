@@ -30,8 +30,9 @@ if TYPE_CHECKING:  # model.py imports this module
 
 
 class SparseMoe:
-    def __init__(self, prefix: str, cfg: ModelConfig, layout: Layout, get: "Getter",
-                 block: tuple[int, int] | None) -> None:
+    def __init__(
+        self, prefix: str, cfg: ModelConfig, layout: Layout, get: Getter, block: tuple[int, int] | None
+    ) -> None:
         experts = layout.expert_range(cfg.num_experts)
         inter = cfg.moe_intermediate_size // layout.moe_tp_size
         hidden = cfg.hidden_size
@@ -48,11 +49,16 @@ class SparseMoe:
         self.prefix = prefix
 
     def tensors(self) -> list[tuple[str, torch.Tensor]]:
-        out = [(self.prefix + "gate.weight", self.router), (self.prefix + "experts.gate_up_proj", self.gate_up),
-               (self.prefix + "experts.down_proj", self.down)]
+        out = [
+            (self.prefix + "gate.weight", self.router),
+            (self.prefix + "experts.gate_up_proj", self.gate_up),
+            (self.prefix + "experts.down_proj", self.down),
+        ]
         if self.gate_up_scale is not None and self.down_scale is not None:
-            out += [(self.prefix + "experts.gate_up_proj" + SCALE_SUFFIX, self.gate_up_scale),
-                    (self.prefix + "experts.down_proj" + SCALE_SUFFIX, self.down_scale)]
+            out += [
+                (self.prefix + "experts.gate_up_proj" + SCALE_SUFFIX, self.gate_up_scale),
+                (self.prefix + "experts.down_proj" + SCALE_SUFFIX, self.down_scale),
+            ]
         return out
 
     def route(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -110,8 +110,14 @@ class Group:
                 dist.destroy_process_group()
 
 
-def init_group(rank: int, size: int, dist_addr: str, device: str = "cpu", timeout_s: float = 30.0,
-               startup_timeout_s: float = 1800.0) -> Group:
+def init_group(
+    rank: int,
+    size: int,
+    dist_addr: str,
+    device: str = "cpu",
+    timeout_s: float = 30.0,
+    startup_timeout_s: float = 1800.0,
+) -> Group:
     """Join the rendezvous at ``host:port`` (rank 0 listens there); one rank needs none.
 
     ``device`` is where the weights (and so the activations) live: "cpu" or "cuda[:n]"; it picks
@@ -125,13 +131,22 @@ def init_group(rank: int, size: int, dist_addr: str, device: str = "cpu", timeou
     host, _, port = dist_addr.rpartition(":")
     if not host or not port.isdigit():
         raise ValueError(f"--dist-addr must be host:port, got {dist_addr!r}")
-    dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=rank, world_size=size,
-                            timeout=datetime.timedelta(seconds=startup_timeout_s))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://{host}:{port}",
+        rank=rank,
+        world_size=size,
+        timeout=datetime.timedelta(seconds=startup_timeout_s),
+    )
     short = datetime.timedelta(seconds=timeout_s)
     ranks = list(range(size))
     control = dist.new_group(ranks, timeout=short, backend="gloo")
     compute_backend = "nccl" if device.startswith("cuda") else "gloo"
     compute = dist.new_group(ranks, timeout=short, backend=compute_backend)
-    log.info("distributed group joined", extra={"fields": {"rank": rank, "size": size, "compute": compute_backend,
-                                                            "control": "gloo", "addr": dist_addr}})
+    log.info(
+        "distributed group joined",
+        extra={
+            "fields": {"rank": rank, "size": size, "compute": compute_backend, "control": "gloo", "addr": dist_addr}
+        },
+    )
     return Group(rank, size, control, compute)

@@ -79,8 +79,9 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
     if opts.source.device == "cuda":
         # The launcher gives each rank one visible GPU (CUDA_VISIBLE_DEVICES), so it is device 0.
         torch.cuda.set_device(0)
-    group: Group = init_group(opts.tp_rank, opts.tp_size, opts.dist_addr, opts.source.device, opts.dist_timeout_s,
-                              opts.startup_timeout_s)
+    group: Group = init_group(
+        opts.tp_rank, opts.tp_size, opts.dist_addr, opts.source.device, opts.dist_timeout_s, opts.startup_timeout_s
+    )
     timeline.mark("distributed_init")
     cfg = ModelConfig.from_checkpoint(opts.source.model)
     weights, report = load_rank(opts.source, Layout(opts.tp_size, opts.tp_rank, ep_size=opts.ep_size))
@@ -91,8 +92,9 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
         lo, hi = weights.arena.address_range  # (this makes every layer's views, which the warm-up would do)
         report["weights_in_arena"] = all(lo <= t.data_ptr() < hi for _, t in model.weights())
     log.info("weights", extra={"fields": {k: v for k, v in report.items() if v is not None}})
-    ranks = group.gather_json({"rank": opts.tp_rank, "pid": os.getpid(), "weights": report,
-                               "startup": dict(timeline.marks)})
+    ranks = group.gather_json(
+        {"rank": opts.tp_rank, "pid": os.getpid(), "weights": report, "startup": dict(timeline.marks)}
+    )
     return Worker(model, group), ranks
 
 
@@ -116,8 +118,11 @@ def _record_ranks(metrics: Metrics, ranks: list[dict[str, Any]]) -> None:
         metrics.set("weightcache_engine_weight_bind_seconds", w["seconds"], rank=rank)
         metrics.set("weightcache_engine_weight_bytes", w["bytes_mapped"], rank=rank, source="mapped")
         metrics.set("weightcache_engine_weight_bytes", w["bytes_loaded"], rank=rank, source="loaded")
-        metrics.inc("weightcache_engine_weight_fallbacks_total", 1.0 if w["fallback_reason"] and
-                    w["mode_requested"] != "off" else 0.0, rank=rank)
+        metrics.inc(
+            "weightcache_engine_weight_fallbacks_total",
+            1.0 if w["fallback_reason"] and w["mode_requested"] != "off" else 0.0,
+            rank=rank,
+        )
         if rank != 0:
             for phase, seconds in info["startup"].items():
                 metrics.set("weightcache_engine_startup_seconds", seconds, rank=rank, phase=phase)
@@ -147,8 +152,11 @@ async def _serve(opts: EngineOptions, timeline: Timeline) -> int:
 
     cfg = ModelConfig.from_checkpoint(opts.source.model)
     max_len = min(opts.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)
-    state = EngineState(model_name=opts.served_model_name or os.path.basename(os.path.normpath(opts.source.model)),
-                        max_model_len=max_len, max_queue=opts.max_queue)
+    state = EngineState(
+        model_name=opts.served_model_name or os.path.basename(os.path.normpath(opts.source.model)),
+        max_model_len=max_len,
+        max_queue=opts.max_queue,
+    )
     metrics = engine_metrics()
     app = build_app(state, metrics)
     runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -228,7 +236,7 @@ async def _drain(state: EngineState, site: Any, app: Any, deadline_s: float, fin
         return 0
     try:
         await asyncio.wait_for(finished.wait(), timeout=max(deadline_s - (time.monotonic() - started), 5.0))
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.error("ranks did not stop in time")
         return EXIT_RANK_FAILURE
     log.info("drained", extra={"fields": {"seconds": f"{time.monotonic() - started:.3f}", "unfinished": leftover}})

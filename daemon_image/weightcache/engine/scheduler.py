@@ -193,8 +193,9 @@ class Leader:
             self._next_slot += 1
             if request.params.temperature > 0:
                 request.generator = torch.Generator()
-                request.generator.manual_seed(request.params.seed if request.params.seed is not None
-                                              else int(torch.randint(0, 2**62, (1,))))
+                request.generator.manual_seed(
+                    request.params.seed if request.params.seed is not None else int(torch.randint(0, 2**62, (1,)))
+                )
             self.active.append(request)
 
     def _idle(self) -> None:
@@ -225,8 +226,13 @@ class Leader:
         at_limit = len(request.generated) >= request.params.max_tokens
         delta, stopped = self._text_delta(request, final=eos or at_limit)
         finish = "stop" if eos or stopped else "length" if at_limit else None
-        event = Event("token", text=delta, token_id=token, prompt_tokens=len(request.prompt_ids),
-                      completion_tokens=len(request.generated))
+        event = Event(
+            "token",
+            text=delta,
+            token_id=token,
+            prompt_tokens=len(request.prompt_ids),
+            completion_tokens=len(request.generated),
+        )
         request.sink(event)
         if finish is not None:
             self._finish(request, finish)
@@ -234,13 +240,29 @@ class Leader:
         return True
 
     def _finish(self, request: Request, reason: str) -> None:
-        log.log(logging.INFO if reason == "cancelled" else logging.DEBUG, "request finished", extra={"fields": {
-            "slot": request.slot, "reason": reason, "completion_tokens": len(request.generated),
-            "prompt_tokens": len(request.prompt_ids), "seconds": f"{time.monotonic() - request.created:.3f}"}})
+        log.log(
+            logging.INFO if reason == "cancelled" else logging.DEBUG,
+            "request finished",
+            extra={
+                "fields": {
+                    "slot": request.slot,
+                    "reason": reason,
+                    "completion_tokens": len(request.generated),
+                    "prompt_tokens": len(request.prompt_ids),
+                    "seconds": f"{time.monotonic() - request.created:.3f}",
+                }
+            },
+        )
         self._send([OP_FREE, request.slot, 0, 0])
         self.worker.apply([OP_FREE, request.slot, 0, 0], None)
-        request.sink(Event("done", finish_reason=reason, prompt_tokens=len(request.prompt_ids),
-                           completion_tokens=len(request.generated)))
+        request.sink(
+            Event(
+                "done",
+                finish_reason=reason,
+                prompt_tokens=len(request.prompt_ids),
+                completion_tokens=len(request.generated),
+            )
+        )
 
     def _text_delta(self, request: Request, final: bool) -> tuple[str, bool]:
         """New text since the last event, and whether a stop string ended it.
@@ -253,11 +275,11 @@ class Leader:
         for stop in request.params.stop:
             at = text.find(stop, max(len(request.text) - len(stop), 0))
             if at >= 0:
-                delta, request.text = text[len(request.text):at], text[:at]
+                delta, request.text = text[len(request.text) : at], text[:at]
                 return delta, True
         if text.endswith("\ufffd") and not final:
             return "", False
-        delta, request.text = text[len(request.text):], text
+        delta, request.text = text[len(request.text) :], text
         return delta, False
 
     @staticmethod

@@ -60,8 +60,14 @@ class EngineState:
 
 
 class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.param, self.code, self.kind = status, message, param, code, kind
 
@@ -101,8 +107,14 @@ class _Common(BaseModel):
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         stops = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
-        return SamplingParams(max_tokens=max_tokens, temperature=self.temperature, top_p=self.top_p,
-                              seed=self.seed, stop=stops, ignore_eos=self.ignore_eos)
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            seed=self.seed,
+            stop=stops,
+            ignore_eos=self.ignore_eos,
+        )
 
 
 class CompletionBody(_Common):
@@ -165,18 +177,35 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
     async def metrics_route(_: web.Request) -> web.Response:
         metrics.set("weightcache_engine_ready", 1.0 if state.not_ready_reason() is None else 0.0)
         metrics.set("weightcache_engine_active_requests", float(state.leader.pending if state.leader else 0))
-        return web.Response(text=metrics.render(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Format": "prometheus-0.0.4"})
+        return web.Response(
+            text=metrics.render(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Format": "prometheus-0.0.4"},
+        )
 
     async def models(_: web.Request) -> web.Response:
-        return web.json_response({"object": "list", "data": [{
-            "id": state.model_name, "object": "model", "created": state.created, "owned_by": "weightcache",
-            "max_model_len": state.max_model_len}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": state.model_name,
+                        "object": "model",
+                        "created": state.created,
+                        "owned_by": "weightcache",
+                        "max_model_len": state.max_model_len,
+                    }
+                ],
+            }
+        )
 
     async def completions(request: web.Request) -> web.StreamResponse:
         body = await _parse(request, CompletionBody)
         if body.echo or body.logprobs is not None:
-            raise APIError(400, "echo and logprobs are not supported by this engine", "echo" if body.echo else "logprobs")
+            raise APIError(
+                400, "echo and logprobs are not supported by this engine", "echo" if body.echo else "logprobs"
+            )
         prompt = body.prompt
         if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
             if len(prompt) != 1:
@@ -202,8 +231,12 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
         tokenizer = _tokenizer()
         assert state.leader is not None
         if body.model is not None and body.model != state.model_name:
-            raise APIError(404, f"the model {body.model!r} does not exist; this engine serves {state.model_name!r}",
-                           "model", "model_not_found")
+            raise APIError(
+                404,
+                f"the model {body.model!r} does not exist; this engine serves {state.model_name!r}",
+                "model",
+                "model_not_found",
+            )
         if isinstance(prompt, list):
             if not prompt or any(not 0 <= t < tokenizer_vocab(state) for t in prompt):
                 raise APIError(400, "token ids in prompt must be a non-empty list within the vocabulary", "prompt")
@@ -214,17 +247,31 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
                 raise APIError(400, "the prompt is empty", "prompt")
         limit = state.max_model_len
         if len(ids) >= limit:
-            raise APIError(400, f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)}, "
-                                "leaving no room to generate", "prompt", "context_length_exceeded")
+            raise APIError(
+                400,
+                f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)}, "
+                "leaving no room to generate",
+                "prompt",
+                "context_length_exceeded",
+            )
         max_tokens = body.max_tokens if body.max_tokens is not None else min(16, limit - len(ids))
         if not 1 <= max_tokens <= limit:
             raise APIError(400, f"max_tokens must be between 1 and {limit}, got {max_tokens}", "max_tokens")
         if len(ids) + max_tokens > limit:
-            raise APIError(400, f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)} "
-                                f"and max_tokens asks for {max_tokens} more", "prompt", "context_length_exceeded")
+            raise APIError(
+                400,
+                f"this model's maximum context length is {limit} tokens; the prompt has {len(ids)} "
+                f"and max_tokens asks for {max_tokens} more",
+                "prompt",
+                "context_length_exceeded",
+            )
         if state.leader.pending >= state.max_queue:
-            raise APIError(429, f"{state.leader.pending} requests are queued; try again later",
-                           kind="rate_limit_error", code="overloaded")
+            raise APIError(
+                429,
+                f"{state.leader.pending} requests are queued; try again later",
+                kind="rate_limit_error",
+                code="overloaded",
+            )
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
@@ -261,8 +308,11 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
                     token_ids.append(event.token_id)
                 else:
                     finish = event.finish_reason
-                    usage = {"prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
-                             "total_tokens": event.prompt_tokens + event.completion_tokens}
+                    usage = {
+                        "prompt_tokens": event.prompt_tokens,
+                        "completion_tokens": event.completion_tokens,
+                        "total_tokens": event.prompt_tokens + event.completion_tokens,
+                    }
         finally:
             work.cancelled = True  # a no-op once finished; stops generation if the client went away
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish, "logprobs": None}
@@ -272,25 +322,42 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
             choice["text"] = text
         if body.return_token_ids:
             choice["token_ids"] = token_ids
-        return web.json_response({"id": rid, "object": "chat.completion" if chat else "text_completion",
-                                  "created": created, "model": state.model_name, "choices": [choice], "usage": usage})
+        return web.json_response(
+            {
+                "id": rid,
+                "object": "chat.completion" if chat else "text_completion",
+                "created": created,
+                "model": state.model_name,
+                "choices": [choice],
+                "usage": usage,
+            }
+        )
 
-    async def _stream(request: web.Request, events: AsyncIterator[Event], rid: str, created: int, chat: bool,
-                      with_ids: bool) -> web.StreamResponse:
+    async def _stream(
+        request: web.Request, events: AsyncIterator[Event], rid: str, created: int, chat: bool, with_ids: bool
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         kind = "chat.completion.chunk" if chat else "text_completion"
 
         async def send(choice: dict[str, Any], extra: dict[str, Any] | None = None) -> None:
-            chunk = {"id": rid, "object": kind, "created": created, "model": state.model_name,
-                     "choices": [{"index": 0, **choice}], **(extra or {})}
+            chunk = {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": state.model_name,
+                "choices": [{"index": 0, **choice}],
+                **(extra or {}),
+            }
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
 
         if chat:
             await send({"delta": {"role": "assistant", "content": ""}, "finish_reason": None})
         async for event in events:
             if event.kind == "error":
-                payload = {"error": {"message": event.text, "type": "server_error", "param": None, "code": "engine_failed"}}
+                payload = {
+                    "error": {"message": event.text, "type": "server_error", "param": None, "code": "engine_failed"}
+                }
                 await response.write(f"data: {json.dumps(payload)}\n\n".encode())
                 break
             if event.kind == "token":
@@ -299,10 +366,17 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
                     choice["token_ids"] = [event.token_id]
                 await send({**choice, "finish_reason": None})
             else:
-                usage = {"prompt_tokens": event.prompt_tokens, "completion_tokens": event.completion_tokens,
-                         "total_tokens": event.prompt_tokens + event.completion_tokens}
-                await send({"delta": {}, "finish_reason": event.finish_reason} if chat
-                           else {"text": "", "finish_reason": event.finish_reason}, {"usage": usage})
+                usage = {
+                    "prompt_tokens": event.prompt_tokens,
+                    "completion_tokens": event.completion_tokens,
+                    "total_tokens": event.prompt_tokens + event.completion_tokens,
+                }
+                await send(
+                    {"delta": {}, "finish_reason": event.finish_reason}
+                    if chat
+                    else {"text": "", "finish_reason": event.finish_reason},
+                    {"usage": usage},
+                )
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
         return response
@@ -324,15 +398,15 @@ def tokenizer_vocab(state: EngineState) -> int:
 async def _parse(request: web.Request, model: type[BaseModel]) -> Any:
     state: EngineState = request.app["state"]
     if state.draining:
-        raise APIError(503, "the engine is draining and accepts no new requests", kind="service_unavailable",
-                       code="draining")
+        raise APIError(
+            503, "the engine is draining and accepts no new requests", kind="service_unavailable", code="draining"
+        )
     try:
         raw = await request.json(loads=json.loads)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise APIError(400, f"the request body is not valid JSON: {exc}", code="invalid_json") from None
     except web.HTTPRequestEntityTooLarge:
-        raise APIError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes",
-                       code="request_too_large") from None
+        raise APIError(413, f"the request body exceeds {MAX_BODY_BYTES} bytes", code="request_too_large") from None
     if not isinstance(raw, dict):
         raise APIError(400, "the request body must be a JSON object", code="invalid_json")
     try:

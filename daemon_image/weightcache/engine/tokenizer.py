@@ -28,7 +28,9 @@ class Tokenizer:
         self._tok = HFTokenizer.from_file(str(path))
         config_path = model_dir / "tokenizer_config.json"
         config: dict[str, Any] = json.loads(config_path.read_text()) if config_path.is_file() else {}
-        self.chat_template: str | None = config.get("chat_template") if isinstance(config.get("chat_template"), str) else None
+        self.chat_template: str | None = (
+            config.get("chat_template") if isinstance(config.get("chat_template"), str) else None
+        )
         self.bos_token = _token_text(config.get("bos_token"))
         self.eos_token = _token_text(config.get("eos_token"))
         eos = set(eos_token_ids)
@@ -48,8 +50,11 @@ class Tokenizer:
 
             env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
             return env.from_string(self.chat_template).render(
-                messages=messages, add_generation_prompt=True, bos_token=self.bos_token or "",
-                eos_token=self.eos_token or "")
+                messages=messages,
+                add_generation_prompt=True,
+                bos_token=self.bos_token or "",
+                eos_token=self.eos_token or "",
+            )
         return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant:"
 
 

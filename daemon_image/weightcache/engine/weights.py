@@ -67,21 +67,36 @@ class WeightSource:
 def load_rank(source: WeightSource, layout: Layout) -> tuple[Weights, dict[str, Any]]:
     """This rank's weights and its report (``mode_requested`` + the client's own report)."""
     if source.mode == "off":
-        expected = expect(source.model, layout, dtype=source.dtype, quantization=source.quantization,
-                          weight_block_size=source.weight_block_size, revision=source.revision,
-                          backend=source.backend)
+        expected = expect(
+            source.model,
+            layout,
+            dtype=source.dtype,
+            quantization=source.quantization,
+            weight_block_size=source.weight_block_size,
+            revision=source.revision,
+            backend=source.backend,
+        )
         weights = load_from_disk(expected)
     else:
-        weights = load_weights(source.model, layout, socket_dir=source.socket_dir, name=source.name,
-                               fallback=source.fallback, dtype=source.dtype, quantization=source.quantization,
-                               weight_block_size=source.weight_block_size, revision=source.revision,
-                               backend=source.backend)
+        weights = load_weights(
+            source.model,
+            layout,
+            socket_dir=source.socket_dir,
+            name=source.name,
+            fallback=source.fallback,
+            dtype=source.dtype,
+            quantization=source.quantization,
+            weight_block_size=source.weight_block_size,
+            revision=source.revision,
+            backend=source.backend,
+        )
     report = {"rank": layout.rank, "mode_requested": source.mode, **weights.report()}
     return weights, report
 
 
-def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, ep_size: int = 1,
-                   log_dir: str | None = None) -> dict[str, Any]:
+def ensure_daemons(
+    source: WeightSource, ranks: list[int], tp_size: int, ep_size: int = 1, log_dir: str | None = None
+) -> dict[str, Any]:
     """``daemon`` mode: start daemons for ``ranks`` unless all already answer; wait until they do.
 
     The daemons run in their own session so that they outlive the engine: that is the point —
@@ -94,10 +109,32 @@ def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, ep_size
         return {"spawned": False, "seconds": time.perf_counter() - started}
     # A live daemon on some rank would refuse a second one on the same rank: only spawn the missing.
     missing = [r for r in ranks if not RankFiles(source.socket_dir, source.name, r).lock_is_held()]
-    argv = [sys.executable, "-m", "weightcache", "daemon", "--model", source.model, "--dtype", source.dtype,
-            "--quantization", source.quantization, "--revision", source.revision, "--backend", source.backend,
-            "--socket-dir", source.socket_dir, "--name", source.name, "--tp-size", str(tp_size),
-            "--ep-size", str(ep_size), "--ranks", ",".join(str(r) for r in missing)]
+    argv = [
+        sys.executable,
+        "-m",
+        "weightcache",
+        "daemon",
+        "--model",
+        source.model,
+        "--dtype",
+        source.dtype,
+        "--quantization",
+        source.quantization,
+        "--revision",
+        source.revision,
+        "--backend",
+        source.backend,
+        "--socket-dir",
+        source.socket_dir,
+        "--name",
+        source.name,
+        "--tp-size",
+        str(tp_size),
+        "--ep-size",
+        str(ep_size),
+        "--ranks",
+        ",".join(str(r) for r in missing),
+    ]
     if source.weight_block_size:
         argv += ["--weight-block-size", f"{source.weight_block_size[0]},{source.weight_block_size[1]}"]
     pid = None
@@ -105,11 +142,19 @@ def ensure_daemons(source: WeightSource, ranks: list[int], tp_size: int, ep_size
         log_path = Path(log_dir or source.socket_dir) / f"{source.name}-daemon.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True, env={**os.environ})
+            proc = subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                env={**os.environ},
+            )
         pid = proc.pid
-        log.info("spawned daemons", extra={"fields": {"ranks": ",".join(map(str, missing)), "pid": pid,
-                                                      "log": str(log_path)}})
+        log.info(
+            "spawned daemons",
+            extra={"fields": {"ranks": ",".join(map(str, missing)), "pid": pid, "log": str(log_path)}},
+        )
     deadline = time.monotonic() + source.daemon_timeout_s
     while problems := probe(source.socket_dir, source.name, ranks):
         if pid is not None and proc.poll() is not None:

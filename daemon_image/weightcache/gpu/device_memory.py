@@ -50,8 +50,13 @@ class _NvmlMemoryV2(ctypes.Structure):
     """``nvmlMemory_v2_t``: unlike v1 it separates the memory the driver reserves for itself
     (~600 MiB on an H200), so total and free match what CUDA can allocate."""
 
-    _fields_ = [("version", ctypes.c_uint), ("total", ctypes.c_ulonglong), ("reserved", ctypes.c_ulonglong),
-                ("free", ctypes.c_ulonglong), ("used", ctypes.c_ulonglong)]  # fmt: skip
+    _fields_ = [
+        ("version", ctypes.c_uint),
+        ("total", ctypes.c_ulonglong),
+        ("reserved", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
 
 
 _NVML_MEMORY_V2 = ctypes.sizeof(_NvmlMemoryV2) | (2 << 24)

@@ -75,9 +75,15 @@ class Grant:
             raise ValueError("uuids must be a list of GPU-… strings")
         if not isinstance(raw.get("token"), str) or not raw["token"]:
             raise ValueError("token missing")
-        return cls(uuids=tuple(uuids), token=raw["token"], pod=str(raw.get("pod", "")),
-                   pod_uid=str(raw.get("pod_uid", "")), node=str(raw.get("node", "")), pid=int(raw.get("pid", 0)),
-                   written_at=float(raw.get("written_at", 0.0)))  # fmt: skip
+        return cls(
+            uuids=tuple(uuids),
+            token=raw["token"],
+            pod=str(raw.get("pod", "")),
+            pod_uid=str(raw.get("pod_uid", "")),
+            node=str(raw.get("node", "")),
+            pid=int(raw.get("pid", 0)),
+            written_at=float(raw.get("written_at", 0.0)),
+        )
 
 
 def lock_path(grant_file: Path) -> Path:
@@ -156,12 +162,14 @@ def current_grant(grant_file: Path) -> tuple[Grant | None, str | None]:
     if grant is None:
         return None, f"the GPU holder runs but {grant_file} is missing or unreadable"
     if grant.token != token:
-        return None, f"{grant_file} is a previous GPU holder's (pod {grant.pod or '?'}); the running holder has not replaced it yet"
+        return (
+            None,
+            f"{grant_file} is a previous GPU holder's (pod {grant.pod or '?'}); the running holder has not replaced it yet",
+        )
     return grant, None
 
 
-def wait_for_grant(grant_file: Path, index: int, poll_s: float = WAIT_POLL_S,
-                   remind_s: float = WAIT_REMIND_S) -> str:  # fmt: skip
+def wait_for_grant(grant_file: Path, index: int, poll_s: float = WAIT_POLL_S, remind_s: float = WAIT_REMIND_S) -> str:
     """Blocks until the running holder's grant is there; returns its ``index``-th GPU UUID. A
     daemon waits rather than guesses: any GPU it picked itself may be another pod's."""
     last_log = float("-inf")
@@ -180,8 +188,10 @@ def wait_for_grant(grant_file: Path, index: int, poll_s: float = WAIT_POLL_S,
             status_note.note(f"waiting for the GPU holder's grant before touching any GPU: {why}")
             noted = why
         if time.monotonic() - last_log >= remind_s:
-            log.info("waiting for the GPU holder's grant before touching any GPU",
-                     extra={"fields": {"file": str(grant_file), "reason": why}})  # fmt: skip
+            log.info(
+                "waiting for the GPU holder's grant before touching any GPU",
+                extra={"fields": {"file": str(grant_file), "reason": why}},
+            )
             last_log = time.monotonic()
         time.sleep(poll_s)
 
@@ -193,6 +203,8 @@ def grant_problem(grant_file: Path, uuid: str) -> str | None:
     if grant is None:
         return f"{why}: {uuid} is not booked in the scheduler's books"
     if uuid not in grant.uuids:
-        return (f"{uuid} is no longer granted to the GPU holder (pod {grant.pod or '?'} holds "
-                f"{', '.join(grant.uuids) or 'no GPU'}): delete this daemon pod so it loads onto the granted GPUs")  # fmt: skip
+        return (
+            f"{uuid} is no longer granted to the GPU holder (pod {grant.pod or '?'} holds "
+            f"{', '.join(grant.uuids) or 'no GPU'}): delete this daemon pod so it loads onto the granted GPUs"
+        )
     return None

@@ -60,8 +60,10 @@ def gpu_count() -> int:
 def gpu_facts(ordinal: int) -> GpuFacts:
     """Facts of this process's GPU ``ordinal`` (its own numbering; only UUIDs cross processes)."""
     if ordinal >= gpu_count():
-        raise WeightCacheError(f"GPU {ordinal} is not visible to this process ({gpu_count()} visible); "
-                               "check CUDA_VISIBLE_DEVICES and the pod's GPU request")
+        raise WeightCacheError(
+            f"GPU {ordinal} is not visible to this process ({gpu_count()} visible); "
+            "check CUDA_VISIBLE_DEVICES and the pod's GPU request"
+        )
     cu = _driver()
     device = _ok(cu.cuDeviceGet(ordinal), "cuDeviceGet")
     raw = bytes(_ok(cu.cuDeviceGetUuid(device), "cuDeviceGetUuid").bytes).hex()

@@ -55,21 +55,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runs", type=int, default=5, help="fresh engine processes for map+bind")
     p.add_argument("--workdir", default=None, help="where checkpoints are generated and kept between runs")
     p.add_argument("--load-workers", type=int, default=8, help="daemon loader threads")
-    p.add_argument("--synthetic", action="store_true",
-                   help="sparse checkpoints + arenas filled with a byte pattern, for ranks larger than the disk: "
-                        "map+bind and keeper re-adoption of every case in --cases, at --size-gib each")
-    p.add_argument("--cases", default="dense:5000,dense:20000,moe:100000",
-                   help="--synthetic only: comma list of dense:TENSORS (Llama shape) or moe:TENSORS (Qwen3-MoE, one "
-                        "checkpoint tensor per expert and projection, as the Hub stores it)")
-    p.add_argument("--engines", default=",".join(ENGINES),
-                   help="what map+bind binds into, each in its own fresh processes: engine (the reference engine: "
-                        "names and shapes checked at bind, views made per layer on first use; its first forward is "
-                        "timed too) and/or transformers (every view and Parameter made at bind)")
+    p.add_argument(
+        "--synthetic",
+        action="store_true",
+        help="sparse checkpoints + arenas filled with a byte pattern, for ranks larger than the disk: "
+        "map+bind and keeper re-adoption of every case in --cases, at --size-gib each",
+    )
+    p.add_argument(
+        "--cases",
+        default="dense:5000,dense:20000,moe:100000",
+        help="--synthetic only: comma list of dense:TENSORS (Llama shape) or moe:TENSORS (Qwen3-MoE, one "
+        "checkpoint tensor per expert and projection, as the Hub stores it)",
+    )
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help="what map+bind binds into, each in its own fresh processes: engine (the reference engine: "
+        "names and shapes checked at bind, views made per layer on first use; its first forward is "
+        "timed too) and/or transformers (every view and Parameter made at bind)",
+    )
 
 
 def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
     """A Llama shape with about this many tensors and bf16 bytes (MLP 2.75× hidden, GQA 2:1)."""
     from .sample_checkpoints import ModelSpec  # imports torch: not at parser-building time
+
     layers = max(1, (tensors - 3) // TENSORS_PER_LAYER)
     vocab = 4096
     # bytes ≈ 2 · (layers · (3h² + 3 · 2.75h²) + 2 · vocab · h); solve the quadratic for h.
@@ -77,9 +87,19 @@ def spec_for(size_gib: float, tensors: int, fp8: bool = False) -> ModelSpec:
     hidden = (-b + math.sqrt(b * b - 4 * a * c)) / (2 * a)
     hidden = max(128, int(hidden // 128 * 128))
     inter = max(128, int(hidden * 2.75 // 128 * 128))
-    return ModelSpec(family="llama", hidden_size=hidden, intermediate_size=inter, num_layers=layers,
-                     num_heads=hidden // 64, num_kv_heads=max(1, hidden // 128), vocab_size=vocab,
-                     shards=max(1, int(size_gib * 2)), seed=7, tokenizer=False, fp8=fp8)
+    return ModelSpec(
+        family="llama",
+        hidden_size=hidden,
+        intermediate_size=inter,
+        num_layers=layers,
+        num_heads=hidden // 64,
+        num_kv_heads=max(1, hidden // 128),
+        vocab_size=vocab,
+        shards=max(1, int(size_gib * 2)),
+        seed=7,
+        tokenizer=False,
+        fp8=fp8,
+    )
 
 
 def moe_spec_for(size_gib: float, tensors: int) -> ModelSpec:
@@ -96,9 +116,20 @@ def moe_spec_for(size_gib: float, tensors: int) -> ModelSpec:
     attention = layers * (2 * hidden * hidden + 2 * kv_heads * 128 * hidden) * 2
     rest = size_gib * 2**30 - attention - 2 * vocab * hidden * 2
     inter = max(16, int(rest / (layers * experts * 3 * hidden * 2)) // 16 * 16)
-    return ModelSpec(family="qwen3_moe", hidden_size=hidden, intermediate_size=4 * hidden, num_layers=layers,
-                     num_heads=heads, num_kv_heads=kv_heads, vocab_size=vocab, seed=7, tokenizer=False,
-                     num_experts=experts, num_experts_per_tok=min(8, experts), moe_intermediate_size=inter)
+    return ModelSpec(
+        family="qwen3_moe",
+        hidden_size=hidden,
+        intermediate_size=4 * hidden,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        vocab_size=vocab,
+        seed=7,
+        tokenizer=False,
+        num_experts=experts,
+        num_experts_per_tok=min(8, experts),
+        moe_intermediate_size=inter,
+    )
 
 
 def _sparse(workdir: Path, spec: ModelSpec) -> Path:
@@ -177,21 +208,22 @@ def _child(argv: list[str]) -> None:
     t0 = time.perf_counter()
     import torch
 
+    from ..checkpoints.sharding import Layout
     from ..client.binding import bind
     from ..client.weights import expect, map_weights
     from ..engine.config import ModelConfig
     from ..engine.model import Model
     from ..engine.parallel import Group
     from .reference_hf import empty_hf_model
-    from ..checkpoints.sharding import Layout
 
     gpu = backend != "cpu-shm"
     if gpu:
         torch.cuda.init()
         torch.empty(1, device="cuda")  # an engine has its CUDA context before it loads weights
     imported = time.perf_counter()
-    expected = expect(model_dir, Layout(), dtype="bfloat16", backend=backend, quantization=quantization,
-                      revision=revision)
+    expected = expect(
+        model_dir, Layout(), dtype="bfloat16", backend=backend, quantization=quantization, revision=revision
+    )
     fingerprinted = time.perf_counter()
     skeleton = empty_hf_model(model_dir, "bfloat16") if engine == "transformers" and quantization != "fp8" else None
     cfg = ModelConfig.from_checkpoint(model_dir)
@@ -205,9 +237,16 @@ def _child(argv: list[str]) -> None:
     elif skeleton is not None:
         bind(skeleton, weights.tensors, weights.aliases)
     bound = time.perf_counter()
-    result = {"engine": engine, "imports": imported - t0, "fingerprint": fingerprinted - imported,
-              "map": mapped - started, "bind": bound - mapped, "map_bind": bound - started,
-              "tensors": len(weights.tensors), "views_at_bind": getattr(weights.tensors, "materialised", None)}
+    result = {
+        "engine": engine,
+        "imports": imported - t0,
+        "fingerprint": fingerprinted - imported,
+        "map": mapped - started,
+        "bind": bound - mapped,
+        "map_bind": bound - started,
+        "tensors": len(weights.tensors),
+        "views_at_bind": getattr(weights.tensors, "materialised", None),
+    }
     if model is not None:
         forwards = []
         for _ in range(2):  # the first makes every layer's views, the second is compute alone
@@ -222,15 +261,44 @@ def _child(argv: list[str]) -> None:
 
 
 class _Daemon:
-    def __init__(self, path: Path, socket_dir: str, name: str, backend: str, quantization: str, workers: int,
-                 synthetic: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        socket_dir: str,
+        name: str,
+        backend: str,
+        quantization: str,
+        workers: int,
+        synthetic: bool = False,
+    ) -> None:
         self.files = RankFiles(socket_dir, name, 0)
         self.launched = time.time()
         self.started = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon",
-                                      "--model", str(path), "--socket-dir", socket_dir, "--name", name,
-                                      "--dtype", "bfloat16", "--backend", backend, "--quantization", quantization,
-                                      "--load-workers", str(workers), *(["--synthetic-fill"] if synthetic else [])])
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "weightcache",
+                "--log-level",
+                "warning",
+                "daemon",
+                "--model",
+                str(path),
+                "--socket-dir",
+                socket_dir,
+                "--name",
+                name,
+                "--dtype",
+                "bfloat16",
+                "--backend",
+                backend,
+                "--quantization",
+                quantization,
+                "--load-workers",
+                str(workers),
+                *(["--synthetic-fill"] if synthetic else []),
+            ]
+        )
 
     def wait_ready(self) -> float:
         while True:
@@ -265,11 +333,16 @@ def run(args: argparse.Namespace) -> int:
     cold = _safetensors_load(path, cold=True, device=device)
     warm = _safetensors_load(path, cold=False, device=device)
     target = "GPU" if device != "cpu" else "memory"
-    rows = [("checkpoint", f"{gib:.2f} GiB on disk, {'block-fp8' if args.fp8 else 'bf16'}, "
-                           f"{len(list(path.glob('*.safetensors')))} shards"),
-            ("raw sequential read, cold", f"{raw:.3f} s  ({gib / raw:.2f} GiB/s)"),
-            (f"safetensors → {target}, cold page cache", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
-            (f"safetensors → {target}, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)")]
+    rows = [
+        (
+            "checkpoint",
+            f"{gib:.2f} GiB on disk, {'block-fp8' if args.fp8 else 'bf16'}, "
+            f"{len(list(path.glob('*.safetensors')))} shards",
+        ),
+        ("raw sequential read, cold", f"{raw:.3f} s  ({gib / raw:.2f} GiB/s)"),
+        (f"safetensors → {target}, cold page cache", f"{cold:.3f} s  ({gib / cold:.2f} GiB/s)"),
+        (f"safetensors → {target}, warm page cache", f"{warm:.3f} s  ({gib / warm:.2f} GiB/s)"),
+    ]
 
     socket_dir = str(workdir / "sockets")
     for backend in backends:
@@ -279,46 +352,89 @@ def run(args: argparse.Namespace) -> int:
             wall = daemon.wait_ready()
             ready = daemon.files.read_ready()
             assert ready is not None
-            runs = {engine: [_engine_run(path, socket_dir, "bench", backend, quantization, "", engine)
-                             for _ in range(args.runs)] for engine in engines}
+            runs = {
+                engine: [
+                    _engine_run(path, socket_dir, "bench", backend, quantization, "", engine) for _ in range(args.runs)
+                ]
+                for engine in engines
+            }
         finally:
             daemon.stop()
         _table(rows)  # partial results survive a run cut short
         first = next(iter(runs.values()))
         median = statistics.median(r["map_bind"] for r in first)
         rows += [
-            (f"[{backend}] daemon first load, cold", f"{ready.load_seconds:.3f} s loading ({gib / ready.load_seconds:.2f} "
-                                                     f"GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
-                                                     f"{wall:.3f} s to ready"),
-            (f"[{backend}] engine fingerprint (median)", f"{statistics.median(r['fingerprint'] for r in first) * 1000:.1f} ms"),
+            (
+                f"[{backend}] daemon first load, cold",
+                f"{ready.load_seconds:.3f} s loading ({gib / ready.load_seconds:.2f} "
+                f"GiB/s, {cold / ready.load_seconds:.2f}× safetensors cold); "
+                f"{wall:.3f} s to ready",
+            ),
+            (
+                f"[{backend}] engine fingerprint (median)",
+                f"{statistics.median(r['fingerprint'] for r in first) * 1000:.1f} ms",
+            ),
         ]
         for engine, engine_runs in runs.items():
-            rows.append((f"[{backend}] map+bind, {engine_runs[0]['tensors']} tensors, {_LABEL[engine]} "
-                         f"(median / max of {len(engine_runs)})", f"{_ms(r['map_bind'] for r in engine_runs)}  "
-                                                                  f"{_split(engine_runs)}"))
+            rows.append(
+                (
+                    f"[{backend}] map+bind, {engine_runs[0]['tensors']} tensors, {_LABEL[engine]} "
+                    f"(median / max of {len(engine_runs)})",
+                    f"{_ms(r['map_bind'] for r in engine_runs)}  {_split(engine_runs)}",
+                )
+            )
             if engine == "engine":
-                rows.append((f"[{backend}] first forward after map+bind, reference engine (median / max)",
-                             _forwards(engine_runs)))
-        rows.append((f"[{backend}] speed-up vs safetensors cold / warm ({_LABEL[next(iter(runs))]})",
-                     f"{cold / median:.0f}× / {warm / median:.0f}×"))
+                rows.append(
+                    (
+                        f"[{backend}] first forward after map+bind, reference engine (median / max)",
+                        _forwards(engine_runs),
+                    )
+                )
+        rows.append(
+            (
+                f"[{backend}] speed-up vs safetensors cold / warm ({_LABEL[next(iter(runs))]})",
+                f"{cold / median:.0f}× / {warm / median:.0f}×",
+            )
+        )
         if backend in ("cpu-shm", "cuda-vmm"):
-            rows.append((f"[{backend}] keeper re-adoption after daemon SIGKILL", _readopt(path, socket_dir, backend,
-                                                                                          quantization, args.load_workers)))
+            rows.append(
+                (
+                    f"[{backend}] keeper re-adoption after daemon SIGKILL",
+                    _readopt(path, socket_dir, backend, quantization, args.load_workers),
+                )
+            )
     _table(rows)
     return 0
 
 
-def _engine_run(path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str,
-                engine: str) -> dict:
-    out = subprocess.run([sys.executable, "-m", "weightcache.tools.bench", str(path), socket_dir, name, backend,
-                          quantization, revision, engine], capture_output=True, text=True)
+def _engine_run(
+    path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str, engine: str
+) -> dict:
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "weightcache.tools.bench",
+            str(path),
+            socket_dir,
+            name,
+            backend,
+            quantization,
+            revision,
+            engine,
+        ],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"engine process failed ({out.returncode}):\n{out.stderr[-4000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-_LABEL = {"engine": "reference engine, views made per layer on first use",
-          "transformers": "transformers, every view and Parameter at bind"}
+_LABEL = {
+    "engine": "reference engine, views made per layer on first use",
+    "transformers": "transformers, every view and Parameter at bind",
+}
 
 
 def _engines(args: argparse.Namespace) -> list[str]:
@@ -346,16 +462,18 @@ def _split(runs: list[dict]) -> str:
 
 def _forwards(runs: list[dict]) -> str:
     """The first forward, the layers' materialisation inside it, and a second forward (compute alone)."""
-    return (f"{_ms(r['first_forward'] for r in runs)}, of which materialising the layers' views "
-            f"{_median_ms(runs, 'materialise')} ms; second forward {_median_ms(runs, 'second_forward')} ms")
+    return (
+        f"{_ms(r['first_forward'] for r in runs)}, of which materialising the layers' views "
+        f"{_median_ms(runs, 'materialise')} ms; second forward {_median_ms(runs, 'second_forward')} ms"
+    )
 
 
 def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
     """Every case of ``--cases`` at ``--size-gib``: daemon start, map+bind in fresh engine processes,
     then the daemon SIGKILLed and a new one re-adopting the arena from the keeper; one table."""
+    from ..checkpoints.loader import SYNTHETIC_REVISION
     from ..client.weights import DaemonConnection
     from ..daemon.keeper import KeeperClient, keeper_socket
-    from ..checkpoints.loader import SYNTHETIC_REVISION
 
     backend = (args.backends or ("cuda-vmm" if gpu else "cpu-shm")).split(",")[0]
     if backend not in ("cpu-shm", "cuda-vmm"):
@@ -365,14 +483,26 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
     workdir = Path(args.workdir or os.path.join(tempfile.gettempdir(), "weightcache-bench"))
     socket_dir = str(workdir / "sockets")
     engines = _engines(args)
-    header = ("SYNTHETIC case", "checkpoint tensors → arena tensors", "GiB", "daemon start→ready", "bound into",
-              "map+bind median / max", "(map, bind; views made by then)",
-              "first forward median / max (materialise, in it; 2nd forward)", "re-adopt: adopting, start→ready, disk bytes")
+    header = (
+        "SYNTHETIC case",
+        "checkpoint tensors → arena tensors",
+        "GiB",
+        "daemon start→ready",
+        "bound into",
+        "map+bind median / max",
+        "(map, bind; views made by then)",
+        "first forward median / max (materialise, in it; 2nd forward)",
+        "re-adopt: adopting, start→ready, disk bytes",
+    )
     rows: list[tuple[str, ...]] = []
-    print(f"SYNTHETIC [{backend}]: arenas hold a byte pattern, from sparse checkpoints (real headers, no data); "
-          f"{args.runs} fresh engine processes per case; disk and first-load figures are not measured", flush=True)
-    keeper = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper",
-                               "--socket-dir", socket_dir])
+    print(
+        f"SYNTHETIC [{backend}]: arenas hold a byte pattern, from sparse checkpoints (real headers, no data); "
+        f"{args.runs} fresh engine processes per case; disk and first-load figures are not measured",
+        flush=True,
+    )
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", "--socket-dir", socket_dir]
+    )
     try:
         while not keeper_socket(socket_dir).exists():
             if keeper.poll() is not None:
@@ -390,8 +520,13 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
                 start_to_ready = first.wait_ready()
                 ready = first.files.read_ready()
                 assert ready is not None
-                runs = {engine: [_engine_run(path, socket_dir, "bench", backend, "none", SYNTHETIC_REVISION, engine)
-                                 for _ in range(args.runs)] for engine in engines}
+                runs = {
+                    engine: [
+                        _engine_run(path, socket_dir, "bench", backend, "none", SYNTHETIC_REVISION, engine)
+                        for _ in range(args.runs)
+                    ]
+                    for engine in engines
+                }
                 while True:  # the keeper holds the arena once the daemon deposited it
                     with DaemonConnection(first.files.socket) as conn:
                         if conn.status().deposited:
@@ -410,20 +545,35 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
             with KeeperClient(keeper_socket(socket_dir)) as k:
                 k.release("bench")  # frees the arena before the next case allocates its own
             assert info is not None
-            shape = (f"{spec.num_layers}L×{spec.num_experts}E" if kind == "moe" else f"{spec.num_layers}L")
-            case_cells = (f"{kind} {shape} h{spec.hidden_size}", f"{checkpoint_tensors} → {ready.tensor_count}",
-                          f"{ready.arena_bytes / 2**30:.1f}", f"{start_to_ready:.2f} s")
-            readopt = (f"{info.load_seconds * 1000:.1f} ms, {readopt_wall:.2f} s, {disk}"
-                       f"{'' if info.adopted else ' (NOT ADOPTED)'}")
+            shape = f"{spec.num_layers}L×{spec.num_experts}E" if kind == "moe" else f"{spec.num_layers}L"
+            case_cells = (
+                f"{kind} {shape} h{spec.hidden_size}",
+                f"{checkpoint_tensors} → {ready.tensor_count}",
+                f"{ready.arena_bytes / 2**30:.1f}",
+                f"{start_to_ready:.2f} s",
+            )
+            readopt = (
+                f"{info.load_seconds * 1000:.1f} ms, {readopt_wall:.2f} s, {disk}"
+                f"{'' if info.adopted else ' (NOT ADOPTED)'}"
+            )
             for i, (engine, engine_runs) in enumerate(runs.items()):
                 forward = ""
                 if engine == "engine":
-                    forward = (f"{_ms(r['first_forward'] for r in engine_runs)} ({_median_ms(engine_runs, 'materialise')};"
-                               f" {_median_ms(engine_runs, 'second_forward')} ms)")
+                    forward = (
+                        f"{_ms(r['first_forward'] for r in engine_runs)} ({_median_ms(engine_runs, 'materialise')};"
+                        f" {_median_ms(engine_runs, 'second_forward')} ms)"
+                    )
                 views = engine_runs[0]["views_at_bind"]
-                rows.append((*(case_cells if i == 0 else ("",) * 4), engine, _ms(r["map_bind"] for r in engine_runs),
-                             f"({_median_ms(engine_runs, 'map')}, {_median_ms(engine_runs, 'bind')}; {views})",
-                             forward or "-", readopt if i == 0 else ""))
+                rows.append(
+                    (
+                        *(case_cells if i == 0 else ("",) * 4),
+                        engine,
+                        _ms(r["map_bind"] for r in engine_runs),
+                        f"({_median_ms(engine_runs, 'map')}, {_median_ms(engine_runs, 'bind')}; {views})",
+                        forward or "-",
+                        readopt if i == 0 else "",
+                    )
+                )
             _grid(header, rows)  # partial results survive a run cut short
     finally:
         keeper.send_signal(signal.SIGTERM)
@@ -449,8 +599,9 @@ def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, worke
     from ..client.weights import DaemonConnection
     from ..daemon.keeper import KeeperClient, keeper_socket
 
-    keeper = subprocess.Popen([sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper",
-                               "--socket-dir", socket_dir])
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", "--socket-dir", socket_dir]
+    )
     try:
         while not keeper_socket(socket_dir).exists():
             time.sleep(0.01)
@@ -471,8 +622,10 @@ def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, worke
         with KeeperClient(keeper_socket(socket_dir)) as k:
             k.release("readopt")
         assert info is not None
-        return (f"{info.load_seconds * 1000:.1f} ms adopting, {wall:.2f} s process start to ready, "
-                f"adopted={info.adopted}, disk bytes read={disk}")
+        return (
+            f"{info.load_seconds * 1000:.1f} ms adopting, {wall:.2f} s process start to ready, "
+            f"adopted={info.adopted}, disk bytes read={disk}"
+        )
     finally:
         keeper.send_signal(signal.SIGTERM)
         keeper.wait(timeout=30)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -47,7 +48,9 @@ def bind_on_device(model: torch.nn.Module, weights: Weights) -> None:
                 module._buffers[name] = buffer.to(device)
 
 
-def dequantized_hf_model(model_dir: str | Path, weights: Weights, dtype: str, block: tuple[int, int]) -> torch.nn.Module:
+def dequantized_hf_model(
+    model_dir: str | Path, weights: Weights, dtype: str, block: tuple[int, int]
+) -> torch.nn.Module:
     """transformers' model bound to block-FP8 weights dequantized in full (a copy, in ``dtype``):
     the oracle for FP8 weights, which transformers has no block-FP8 kernel of its own to run. The
     other tensors are cast to ``dtype`` too (shared, not copied, when they already are)."""
@@ -91,8 +94,9 @@ def greedy(model: torch.nn.Module, input_ids: list[int], max_new_tokens: int) ->
     return generated
 
 
-def generate_report(model_dir: str, load: Callable[[], Weights], dtype: str, prompt: str, max_new_tokens: int,
-                    started: float) -> dict[str, Any]:
+def generate_report(
+    model_dir: str, load: Callable[[], Weights], dtype: str, prompt: str, max_new_tokens: int, started: float
+) -> dict[str, Any]:
     """Build the skeleton, then time weights (load or map) + bind separately, then generate."""
     build_started = time.perf_counter()
     model = empty_hf_model(model_dir, dtype)
@@ -103,10 +107,15 @@ def generate_report(model_dir: str, load: Callable[[], Weights], dtype: str, pro
     bind_on_device(model, weights)
     bound = time.perf_counter()
     tokens = greedy(model, tokenizer.encode(prompt), max_new_tokens)
-    return {**weights.report(), "build_seconds": round(load_started - build_started, 6),
-            "bind_seconds": round(bound - bind_started, 6), "weights_ready_seconds": round(bound - load_started, 6),
-            "process_seconds": round(time.perf_counter() - started, 3),
-            "completion": tokenizer.decode(tokens), "tokens": tokens}
+    return {
+        **weights.report(),
+        "build_seconds": round(load_started - build_started, 6),
+        "bind_seconds": round(bound - bind_started, 6),
+        "weights_ready_seconds": round(bound - load_started, 6),
+        "process_seconds": round(time.perf_counter() - started, 3),
+        "completion": tokenizer.decode(tokens),
+        "tokens": tokens,
+    }
 
 
 def dump(report: dict[str, Any]) -> str:

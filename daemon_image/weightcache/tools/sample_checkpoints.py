@@ -22,8 +22,12 @@ from ..checkpoints.quantization import DEFAULT_BLOCK, quantize_block_fp8, scale_
 from ..checkpoints.sharding import ArchitectureRules, rules_for
 from ..client.binding import empty_model
 
-FAMILIES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
-            "qwen3_moe": "Qwen3MoeForCausalLM"}
+FAMILIES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
 EOS = "<|endoftext|>"
 
 _CORPUS = (
@@ -64,17 +68,27 @@ def transformers_config(spec: ModelSpec) -> Any:
     arch = FAMILIES[spec.family]
     cls = getattr(transformers, arch.replace("ForCausalLM", "Config"))
     kwargs: dict[str, Any] = dict(
-        hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_kv_heads, vocab_size=spec.vocab_size,
-        max_position_embeddings=spec.max_position_embeddings, tie_word_embeddings=spec.tie_word_embeddings,
-        rms_norm_eps=1e-6, bos_token_id=0, eos_token_id=0,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_kv_heads,
+        vocab_size=spec.vocab_size,
+        max_position_embeddings=spec.max_position_embeddings,
+        tie_word_embeddings=spec.tie_word_embeddings,
+        rms_norm_eps=1e-6,
+        bos_token_id=0,
+        eos_token_id=0,
     )
     if spec.family in ("qwen3", "qwen3_moe"):
         kwargs["head_dim"] = spec.hidden_size // spec.num_heads
     if spec.family == "qwen3_moe":
-        kwargs.update(num_experts=spec.num_experts, num_experts_per_tok=spec.num_experts_per_tok,
-                      moe_intermediate_size=spec.moe_intermediate_size, norm_topk_prob=True)
+        kwargs.update(
+            num_experts=spec.num_experts,
+            num_experts_per_tok=spec.num_experts_per_tok,
+            moe_intermediate_size=spec.moe_intermediate_size,
+            norm_topk_prob=True,
+        )
     config = cls(**kwargs)
     config.architectures = [arch]
     config.dtype = spec.dtype
@@ -113,7 +127,9 @@ def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     return out
 
 
-def _per_expert(per_layer: dict[str, tuple[tuple[int, ...], torch.dtype]]) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+def _per_expert(
+    per_layer: dict[str, tuple[tuple[int, ...], torch.dtype]],
+) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """transformers' fused expert parameters as a Hub checkpoint stores them: one tensor per
     expert and projection (transformers stacks them back when it loads; so does the daemon)."""
     out = {}
@@ -149,7 +165,11 @@ def _write_config(out: Path, spec: ModelSpec) -> None:
     config_dict = transformers_config(spec).to_dict()
     if spec.fp8:
         config_dict["quantization_config"] = {
-            "quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": list(DEFAULT_BLOCK)}
+            "quant_method": "fp8",
+            "fmt": "e4m3",
+            "activation_scheme": "dynamic",
+            "weight_block_size": list(DEFAULT_BLOCK),
+        }
     (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
 
 
@@ -224,8 +244,9 @@ def write_sparse_checkpoint(out_dir: str | Path, spec: ModelSpec, shard_bytes: i
             fh.write(len(raw).to_bytes(8, "little") + raw)
             fh.truncate(8 + len(raw) + offset)
         total += offset
-    (out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": total},
-                                                                  "weight_map": weight_map}, indent=2))
+    (out / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2)
+    )
     return out
 
 
@@ -259,10 +280,22 @@ def write_tokenizer(out: Path, vocab_size: int) -> None:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=min(vocab_size, 512), special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False)
+        vocab_size=min(vocab_size, 512),
+        special_tokens=[EOS],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tokenizer.train_from_iterator([_CORPUS] * 4, trainer=trainer)
     tokenizer.save(str(out / "tokenizer.json"))
-    (out / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": EOS, "bos_token": EOS, "pad_token": EOS,
-        "model_max_length": 512}, indent=2))
+    (out / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "eos_token": EOS,
+                "bos_token": EOS,
+                "pad_token": EOS,
+                "model_max_length": 512,
+            },
+            indent=2,
+        )
+    )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
@@ -90,11 +89,12 @@ class Fingerprint(BaseModel):
         """Every field but the shards' node-local ones: equal on every node that holds the same
         weights from copies of the same checkpoint."""
         fields = self.model_dump(mode="json")
-        fields["shards"] = [{k: v for k, v in shard.items() if k not in NODE_LOCAL_SHARD_FIELDS}
-                            for shard in fields["shards"]]
+        fields["shards"] = [
+            {k: v for k, v in shard.items() if k not in NODE_LOCAL_SHARD_FIELDS} for shard in fields["shards"]
+        ]
         return _sha256(fields)
 
-    def differences(self, other: "Fingerprint") -> list[str]:
+    def differences(self, other: Fingerprint) -> list[str]:
         """Names of the fields that differ, environment fields as ``environment.<field>``."""
         ours, theirs = self.model_dump(mode="json"), other.model_dump(mode="json")
         fields = []
@@ -123,15 +123,19 @@ def environment_stamp(backend: str, device: int = 0, access: str = "read-only") 
         gpu = {"device_kind": "no-gpu"}
         if device < gpu_count():
             facts = gpu_facts(device)
-            gpu = {"device_kind": facts.name, "compute_capability": facts.compute_capability,
-                   "driver_version": facts.driver_version, "cuda_runtime": cuda_runtime}
+            gpu = {
+                "device_kind": facts.name,
+                "compute_capability": facts.compute_capability,
+                "driver_version": facts.driver_version,
+                "cuda_runtime": cuda_runtime,
+            }
     return EnvironmentStamp(torch_version=torch_version, backend=backend, access=access, **gpu)
 
 
 def compute(
-    checkpoint: "Checkpoint",
-    layout: "Layout",
-    quant: "QuantConfig",
+    checkpoint: Checkpoint,
+    layout: Layout,
+    quant: QuantConfig,
     dtype: str,
     *,
     revision: str,

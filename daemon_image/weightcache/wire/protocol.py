@@ -12,11 +12,10 @@ import socket
 import struct
 import time
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
-
 from weightcache_contract.errors import ProtocolError
 
 from ..checkpoints.manifest import Manifest
@@ -127,8 +126,16 @@ class Pong(_Message):
 class ErrorReply(_Message):
     type: Literal["error"] = "error"
     code: Literal[
-        "bad_frame", "bad_message", "out_of_order", "version_mismatch", "fingerprint_mismatch", "forbidden",
-        "busy", "internal", "not_found", "timeout",
+        "bad_frame",
+        "bad_message",
+        "out_of_order",
+        "version_mismatch",
+        "fingerprint_mismatch",
+        "forbidden",
+        "busy",
+        "internal",
+        "not_found",
+        "timeout",
     ]
     message: str
     fields: list[str] = []
@@ -194,10 +201,10 @@ class Holdings(_Message):
     entries: list[Holding]
 
 
-Request = Annotated[Union[Hello, QueryConfig, Fetch, Status, Ping], Field(discriminator="type")]
-KeeperRequest = Annotated[Union[Hello, Deposit, Withdraw, Release, ListHoldings, Ping], Field(discriminator="type")]
+Request = Annotated[Hello | QueryConfig | Fetch | Status | Ping, Field(discriminator="type")]
+KeeperRequest = Annotated[Hello | Deposit | Withdraw | Release | ListHoldings | Ping, Field(discriminator="type")]
 Reply = Annotated[
-    Union[HelloReply, ConfigReply, FetchReply, StatusReply, Pong, ErrorReply, KeeperAck, Withdrawn, Holdings],
+    HelloReply | ConfigReply | FetchReply | StatusReply | Pong | ErrorReply | KeeperAck | Withdrawn | Holdings,
     Field(discriminator="type"),
 ]
 REQUEST = TypeAdapter(Request)
@@ -223,7 +230,9 @@ def decode(adapter: TypeAdapter[Any], body: bytes) -> Any:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         if not where:  # the discriminator itself: no field to name
-            raise ProtocolError(f"invalid message: {first['msg']} (every message is a map whose 'type' names it)") from None
+            raise ProtocolError(
+                f"invalid message: {first['msg']} (every message is a map whose 'type' names it)"
+            ) from None
         raise ProtocolError(f"invalid message ({where}: {first['msg']})") from None
 
 
@@ -243,7 +252,8 @@ def _msgpack_error_text(exc: Exception) -> str:
 
 def _kind(value: object) -> str:
     return {list: "an array", str: "a string", bytes: "binary data", type(None): "nil"}.get(
-        type(value), f"a {type(value).__name__}")
+        type(value), f"a {type(value).__name__}"
+    )
 
 
 class PeerClosed(ProtocolError):
@@ -265,8 +275,9 @@ class Deadlines:
     hello_s: float = 0.0  # the hello allowance, for the error text
 
 
-def _recv_exact(sock: socket.socket, n: int, fds: list[int] | None, until: tuple[float, str] | None,
-                between_frames: bool = False) -> bytes:
+def _recv_exact(
+    sock: socket.socket, n: int, fds: list[int] | None, until: tuple[float, str] | None, between_frames: bool = False
+) -> bytes:
     """Exactly ``n`` bytes; ``until`` = (monotonic deadline, what to say when it passes)."""
     chunks, got = [], 0
     while got < n:
@@ -299,23 +310,34 @@ def _earliest(*limits: tuple[float, str] | None) -> tuple[float, str] | None:
     return min(present, key=lambda limit: limit[0]) if present else None
 
 
-def recv_frame(sock: socket.socket, max_bytes: int, fds: list[int] | None = None,
-               deadlines: Deadlines | None = None) -> bytes:
+def recv_frame(
+    sock: socket.socket, max_bytes: int, fds: list[int] | None = None, deadlines: Deadlines | None = None
+) -> bytes:
     """One frame's body; with ``fds`` given, any SCM_RIGHTS fds that arrive are appended to it.
 
     Without ``deadlines`` the socket's own timeout bounds each ``recv`` (what a client wants).
     """
     hello = None
     if deadlines is not None and deadlines.hello_by is not None:
-        hello = (deadlines.hello_by, f"no hello within {deadlines.hello_s:.1f} s of connecting; "
-                                     "a client must say hello first")
-    idle = None if deadlines is None else (time.monotonic() + deadlines.idle_s,
-                                           f"no request for {deadlines.idle_s:.1f} s; idle connections are closed")
+        hello = (
+            deadlines.hello_by,
+            f"no hello within {deadlines.hello_s:.1f} s of connecting; a client must say hello first",
+        )
+    idle = (
+        None
+        if deadlines is None
+        else (
+            time.monotonic() + deadlines.idle_s,
+            f"no request for {deadlines.idle_s:.1f} s; idle connections are closed",
+        )
+    )
     first = _recv_exact(sock, 1, fds, _earliest(idle, hello), between_frames=True)
     frame = None
     if deadlines is not None:
-        frame = (time.monotonic() + deadlines.frame_s,
-                 f"frame not complete within {deadlines.frame_s:.1f} s of its first byte; the peer sends too slowly")
+        frame = (
+            time.monotonic() + deadlines.frame_s,
+            f"frame not complete within {deadlines.frame_s:.1f} s of its first byte; the peer sends too slowly",
+        )
     until = _earliest(frame, hello)
     (length,) = _HEADER.unpack(first + _recv_exact(sock, _HEADER.size - 1, fds, until))
     if length > max_bytes:

@@ -16,7 +16,6 @@ import re
 from pathlib import Path
 
 from pydantic import BaseModel
-
 from weightcache_contract.errors import DaemonAlreadyRunning, WeightCacheError
 
 from .fingerprint import Fingerprint
@@ -126,4 +125,6 @@ class RankFiles:
 
 def default_socket_dir() -> str:
     """``$WEIGHTCACHE_SOCKET_DIR``, else ``$XDG_RUNTIME_DIR/weightcache``, else ``/tmp/weightcache``."""
-    return os.environ.get("WEIGHTCACHE_SOCKET_DIR") or str(Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "weightcache")
+    return os.environ.get("WEIGHTCACHE_SOCKET_DIR") or str(
+        Path(os.environ.get("XDG_RUNTIME_DIR", "/tmp")) / "weightcache"
+    )

@@ -40,8 +40,9 @@ from .layout import (
 )
 
 
-def daemon_daemonsets(cache: WeightCache, slots: list[list[str]], name: str | None = None,
-                      annotations: dict[str, str] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+def daemon_daemonsets(
+    cache: WeightCache, slots: list[list[str]], name: str | None = None, annotations: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """Every daemon DaemonSet ``cache`` needs; ``slots[k]`` are the nodes assigned slot ``k``
     (ignored with ``nodes = 1``). A slot without nodes gets no DaemonSet: nothing may run it.
     ``name`` and ``annotations``: see ``daemon_daemonset`` (with ``nodes > 1``, ``name`` is the
@@ -62,8 +63,13 @@ def blue_green_name(cache: WeightCache) -> str:
     return f"{CacheRef.of(cache).daemon_name}-{daemon_spec_hash(cache)[:10]}"
 
 
-def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[str] | None = None,
-                     name: str | None = None, annotations: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def daemon_daemonset(
+    cache: WeightCache,
+    slot: int | None = None,
+    nodes: list[str] | None = None,
+    name: str | None = None,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """The DaemonSet for ``cache``; with ``slot``, the one holding that slot's ranks on ``nodes``.
     ``name``: the DaemonSet's name when not the default (``blue_green_name``, or the name of the
     DaemonSet a node-by-node change updates in place; with ``slot``, the base ``-<slot>`` is
@@ -85,22 +91,32 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
     granted = ["--gpus-file", GPUS_FILE] if holder else []
 
     daemon_cmd = [
-        *CLI, "daemon", *model_args(cache),
-        "--backend", spec.daemon.backend,
-        "--tp-size", str(spec.parallelism.tensor),
-        "--pp-size", str(spec.parallelism.pipeline),
+        *CLI,
+        "daemon",
+        *model_args(cache),
+        "--backend",
+        spec.daemon.backend,
+        "--tp-size",
+        str(spec.parallelism.tensor),
+        "--pp-size",
+        str(spec.parallelism.pipeline),
         # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
         *(["--ep-size", str(spec.parallelism.expert)] if spec.parallelism.expert > 1 else []),
-        "--ranks", rank_range(ranks),
-        "--socket-dir", SOCKET_MOUNT,
-        "--name", ref.name,
-        "--keeper", "auto" if spec.daemon.backend in FD_BACKENDS else "off",
+        "--ranks",
+        rank_range(ranks),
+        "--socket-dir",
+        SOCKET_MOUNT,
+        "--name",
+        ref.name,
+        "--keeper",
+        "auto" if spec.daemon.backend in FD_BACKENDS else "off",
         # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
         # other network namespaces (hostNetwork pods) to find on every interface.
-        "--status-addr", f"$(POD_IP):{STATUS_PORT}",
+        "--status-addr",
+        f"$(POD_IP):{STATUS_PORT}",
         *granted,
         *spec.daemon.extra_args,
-    ]  # fmt: skip
+    ]
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
@@ -119,7 +135,7 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
             # (gates.py), so a slower verdict costs only new engines' start.
             "failureThreshold": 3,
         },
-    }  # fmt: skip
+    }
     resources = _daemon_resources(cache) if gpu or spec.daemon.resources else None
     if resources:
         daemon["resources"] = resources
@@ -136,13 +152,15 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
         # A sidecar, so the arena outlives a crashed daemon container in the same pod.
         containers.insert(
             0,
-            explain_exits({
-                "name": "keeper",
-                "image": spec.daemon.image,
-                "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
-                "volumeMounts": [dict(sock_mount)],
-            }),
-        )  # fmt: skip
+            explain_exits(
+                {
+                    "name": "keeper",
+                    "image": spec.daemon.image,
+                    "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
+                    "volumeMounts": [dict(sock_mount)],
+                }
+            ),
+        )
 
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
@@ -170,12 +188,18 @@ def daemon_daemonset(cache: WeightCache, slot: int | None = None, nodes: list[st
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": {
-            "selector": {"matchLabels": {k: labels[k] for k in ("weightcache.io/cache", "weightcache.io/component",
-                                                                 SLOT_LABEL) if k in labels}},
+            "selector": {
+                "matchLabels": {
+                    k: labels[k]
+                    for k in ("weightcache.io/cache", "weightcache.io/component", SLOT_LABEL)
+                    if k in labels
+                }
+            },
             # nodes = 1: the operator replaces daemon pods itself, node by node after draining the
             # node's engines (rollout.py); the DaemonSet controller would not wait for the drain.
             # Slot DaemonSets (engine groups) still roll by themselves.
-            "updateStrategy": {"type": "OnDelete"} if cache.spec.parallelism.nodes == 1
+            "updateStrategy": {"type": "OnDelete"}
+            if cache.spec.parallelism.nodes == 1
             else {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
             "template": {
                 "metadata": {

@@ -18,6 +18,7 @@ from ..spec import WeightCache
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
     CLAIM_ANNOTATION,
+    ENGINE_HASH_LABEL,
     GROUP_LABEL,
     MODEL_MOUNT,
     NODE_RANK_LABEL,
@@ -26,7 +27,6 @@ from .layout import (
     ROLE_LABEL,
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
-    ENGINE_HASH_LABEL,
     SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
@@ -48,9 +48,12 @@ def engine_template_hash(cache: WeightCache) -> str:
     engine = cache.spec.engine.model_dump(
         by_alias=True, mode="json", exclude={"replicas", "standbys_per_replica", "rollout", "failover"}
     )
-    canonical = json.dumps({"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True,
-                           separators=(",", ":"))  # fmt: skip
+    canonical = json.dumps(
+        {"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True, separators=(",", ":")
+    )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 DIST_PORT = 29500
 """The first port a multi-node engine's leader hosts the rendezvous of its ranks on. Each group of
 a cache gets its own (``Member.port``): torch's rendezvous store listens on every address, so two
@@ -127,8 +130,10 @@ def engine_pod(
         explain_exits(container)
         if claim is not None:
             resources = container.setdefault("resources", {})
-            resources["claims"] = [*(c for c in resources.get("claims", []) if c.get("name") != CLAIM_NAME),
-                                   *container_claims()]  # fmt: skip
+            resources["claims"] = [
+                *(c for c in resources.get("claims", []) if c.get("name") != CLAIM_NAME),
+                *container_claims(),
+            ]
     main = pod_spec["containers"][0]
     if member is None or member.node_rank == 0:
         main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])

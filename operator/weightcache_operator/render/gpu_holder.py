@@ -88,14 +88,18 @@ def gpu_holder_daemonset(cache: WeightCache, slots: list[list[str]]) -> dict[str
         "name": "gpu-holder",
         "image": cache.spec.daemon.image,
         "command": [*CLI, "gpu-holder", "--out", GPUS_FILE, "--expect", str(count)],
-        "env": [{"name": "POD_NAME", "valueFrom": field("metadata.name")},
-                {"name": "POD_UID", "valueFrom": field("metadata.uid")},
-                {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")}],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": field("metadata.name")},
+            {"name": "POD_UID", "valueFrom": field("metadata.uid")},
+            {"name": "NODE_NAME", "valueFrom": field("spec.nodeName")},
+        ],
         # Extended resources need request = limit. It sleeps: a sliver of CPU and memory.
-        "resources": {"limits": {GPU_RESOURCE: str(count)},
-                      "requests": {GPU_RESOURCE: str(count), "cpu": "10m", "memory": "64Mi"}},
+        "resources": {
+            "limits": {GPU_RESOURCE: str(count)},
+            "requests": {GPU_RESOURCE: str(count), "cpu": "10m", "memory": "64Mi"},
+        },
         "volumeMounts": [mount],
-    }  # fmt: skip
+    }
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 10,
@@ -137,8 +141,11 @@ def reads_grant(daemonset: dict[str, Any]) -> bool:
 def requests_own_gpus(pod: dict[str, Any]) -> bool:
     """Whether a daemon pod requests ``nvidia.com/gpu`` itself (one started before the holder
     existed): its GPUs are booked to it alone."""
-    return any(GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
-               for c in (pod.get("spec") or {}).get("containers") or [] for kind in ("limits", "requests"))  # fmt: skip
+    return any(
+        GPU_RESOURCE in ((c.get("resources") or {}).get(kind) or {})
+        for c in (pod.get("spec") or {}).get("containers") or []
+        for kind in ("limits", "requests")
+    )
 
 
 def stale_holder(cache: WeightCache, holder: dict[str, Any]) -> bool:
@@ -153,11 +160,15 @@ def blue_green_blocker(cache: WeightCache, daemons: list[dict[str, Any]], holder
     the holder pods."""
     for pod in sorted(daemons, key=lambda p: p["metadata"]["name"]):
         if requests_own_gpus(pod):
-            return (f"daemon pod {pod['metadata']['name']} requests {GPU_RESOURCE} itself (it predates the GPU holder),"
-                    " so no second daemon can be placed on its GPUs")  # fmt: skip
+            return (
+                f"daemon pod {pod['metadata']['name']} requests {GPU_RESOURCE} itself (it predates the GPU holder),"
+                " so no second daemon can be placed on its GPUs"
+            )
     for pod in sorted(holders, key=lambda p: p["metadata"]["name"]):
         if stale_holder(cache, pod):
             had = (pod["metadata"].get("annotations") or {}).get(GPUS_ANNOTATION, "?")
-            return (f"the GPUs per node change ({had} → {gpus_per_node(cache)}): the GPU holder pods must be replaced,"
-                    " which only a node-by-node change does")  # fmt: skip
+            return (
+                f"the GPUs per node change ({had} → {gpus_per_node(cache)}): the GPU holder pods must be replaced,"
+                " which only a node-by-node change does"
+            )
     return None

@@ -56,6 +56,8 @@ def explain_exits(container: dict[str, Any]) -> dict[str, Any]:
     if not any(e.get("name") == TERMINATION_ENV for e in env):
         env.append({"name": TERMINATION_ENV, "value": container["terminationMessagePath"]})
     return container
+
+
 MANAGED_BY = {"app.kubernetes.io/managed-by": "weightcache-operator"}
 
 CLI = ["python", "-m", "weightcache"]
@@ -154,8 +156,9 @@ def daemon_spec_hash(cache: WeightCache) -> str:
         "model": spec.model.model_dump(by_alias=True, mode="json"),
         # expert=1 left out: caches that predate the field keep their hash, so an operator upgrade
         # does not start a generation change for every one of them.
-        "parallelism": spec.parallelism.model_dump(by_alias=True, mode="json",
-                                                   exclude={"expert"} if spec.parallelism.expert == 1 else None),
+        "parallelism": spec.parallelism.model_dump(
+            by_alias=True, mode="json", exclude={"expert"} if spec.parallelism.expert == 1 else None
+        ),
         "placement": spec.placement.model_dump(by_alias=True, mode="json"),
         # How a change rolls out is not what the daemons hold: changing it must not start one.
         "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
@@ -181,8 +184,10 @@ def model_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
 def socket_volume(ref: CacheRef, daemon_hash: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """The host directory of the cache's daemons of spec hash ``daemon_hash``, holding
     ``<name>/rank-N.sock|.ready`` and ``keeper.sock``."""
-    volume = {"name": "weightcache-sockets",
-              "hostPath": {"path": ref.socket_host_dir(daemon_hash), "type": "DirectoryOrCreate"}}  # fmt: skip
+    volume = {
+        "name": "weightcache-sockets",
+        "hostPath": {"path": ref.socket_host_dir(daemon_hash), "type": "DirectoryOrCreate"},
+    }
     return volume, {"name": "weightcache-sockets", "mountPath": SOCKET_MOUNT}
 
 

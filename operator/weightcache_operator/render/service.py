@@ -8,7 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from ..spec import WeightCache
-from .layout import CACHE_LABEL, COMPONENT_LABEL, NODE_RANK_LABEL, ROLE_LABEL, SPEC_HASH_LABEL, CacheRef, daemon_spec_hash
+from .layout import (
+    CACHE_LABEL,
+    COMPONENT_LABEL,
+    NODE_RANK_LABEL,
+    ROLE_LABEL,
+    SPEC_HASH_LABEL,
+    CacheRef,
+    daemon_spec_hash,
+)
 
 
 def engine_service(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, Any]:

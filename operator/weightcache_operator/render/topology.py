@@ -47,8 +47,7 @@ def assign_slots(nodes: list[str], per_group: int) -> Topology:
 
 def selected(placement: Placement, node: dict[str, Any]) -> bool:
     """Whether a node object (as the API returns it) is admitted by ``placement``."""
-    labels = {**((node.get("metadata") or {}).get("labels") or {}),
-              HOSTNAME_LABEL: node["metadata"]["name"]}  # fmt: skip
+    labels = {**((node.get("metadata") or {}).get("labels") or {}), HOSTNAME_LABEL: node["metadata"]["name"]}
     if any(labels.get(k) != v for k, v in (placement.node_selector or {}).items()):
         return False
     node_affinity = (placement.affinity or {}).get("nodeAffinity") or {}
@@ -57,8 +56,11 @@ def selected(placement: Placement, node: dict[str, Any]) -> bool:
     if terms and not any(_term_matches(term, labels) for term in terms):
         return False
     taints = (node.get("spec") or {}).get("taints") or []
-    return all(_tolerated(taint, placement.tolerations or []) for taint in taints
-               if taint.get("effect") in ("NoSchedule", "NoExecute"))  # fmt: skip
+    return all(
+        _tolerated(taint, placement.tolerations or [])
+        for taint in taints
+        if taint.get("effect") in ("NoSchedule", "NoExecute")
+    )
 
 
 def _term_matches(term: dict[str, Any], labels: dict[str, str]) -> bool:

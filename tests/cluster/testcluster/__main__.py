@@ -29,9 +29,13 @@ def main() -> int:
     parser.add_argument("command", choices=["up", "down", "sample", "demo", "which"])
     parser.add_argument("tool", nargs="?", choices=["helm", "kubectl"], help="for `which`")
     parser.add_argument("--nodes", type=int, default=2)
-    parser.add_argument("--dir", type=Path, default=None,
-                        help=f"state directory (default: {DEFAULT_DIR} for --detach, down, sample and demo; "
-                             "a new temp dir for a foreground up)")  # fmt: skip
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help=f"state directory (default: {DEFAULT_DIR} for --detach, down, sample and demo; "
+        "a new temp dir for a foreground up)",
+    )
     parser.add_argument("--detach", action="store_true", help="up: leave the cluster running in the background")
     parser.add_argument("--node-grace", type=float, default=6.0, help="seconds until a silent node is NotReady")
     parser.add_argument("--keep", action="store_true", help="demo: leave the cluster running at the end")
@@ -48,7 +52,9 @@ def main() -> int:
     try:
         if options.command == "up" and not options.detach:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-            serve(options.dir or Path(tempfile.mkdtemp(prefix="weightcache-cluster-")), options.nodes, options.node_grace)
+            serve(
+                options.dir or Path(tempfile.mkdtemp(prefix="weightcache-cluster-")), options.nodes, options.node_grace
+            )
         elif options.command == "up":
             cluster = start_detached(directory, options.nodes)
             print(f"local cluster running (pid {cluster.pid}), state in {cluster.dir}\n{cluster.shell_setup()}")
@@ -64,11 +70,15 @@ def main() -> int:
 
             cluster = running(directory)
             if cluster is None:
-                raise LocalClusterError(f"no local cluster running from {directory}: start one with "
-                                        f"python -m testcluster up --detach --dir {directory}")  # fmt: skip
+                raise LocalClusterError(
+                    f"no local cluster running from {directory}: start one with "
+                    f"python -m testcluster up --detach --dir {directory}"
+                )
             prepare_sample(cluster)
-            print(f"The operator is installed and the nodes are ready for the sample. In a shell:\n{cluster.shell_setup()}\n"
-                  "kubectl apply -f examples/weightcache-cpu.yaml && kubectl get wc -w   (README: Try it locally, step 4)")  # fmt: skip
+            print(
+                f"The operator is installed and the nodes are ready for the sample. In a shell:\n{cluster.shell_setup()}\n"
+                "kubectl apply -f examples/weightcache-cpu.yaml && kubectl get wc -w   (README: Try it locally, step 4)"
+            )
         else:
             from .demo import run_demo
 

@@ -55,8 +55,10 @@ def _report_build(root: int, progress: Callable[[str], None], every: float, done
         if elapsed >= due:
             due += every
             doing = f"compiling {', '.join(sorted(compiling)[:2])}" if compiling else "resolving modules / linking"
-            progress(f"building the control plane: {int(elapsed) // 60}m{int(elapsed) % 60:02d}s, "
-                     f"{len(seen)} packages seen compiling; now {doing}")  # fmt: skip
+            progress(
+                f"building the control plane: {int(elapsed) // 60}m{int(elapsed) % 60:02d}s, "
+                f"{len(seen)} packages seen compiling; now {doing}"
+            )
 
 
 def _compiling(root: int) -> list[str]:

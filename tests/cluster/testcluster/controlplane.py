@@ -10,8 +10,8 @@ import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 
 import kubernetes.client
 import kubernetes.config

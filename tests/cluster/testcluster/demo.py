@@ -32,8 +32,20 @@ from typing import Any
 from .load import PROMPT, Attempt, OpenLoopLoad
 from .local import DEFAULT_DIR, LocalCluster, running, start_detached, stop
 from .rest import Kube
-from .sample import (CHART, ENGINES, NAME, REPO, SAMPLE, checkpoint_path, container_pid, daemon_facts,
-                     generate_checkpoint, node_labels, place_checkpoint, pods)  # fmt: skip
+from .sample import (
+    CHART,
+    ENGINES,
+    NAME,
+    REPO,
+    SAMPLE,
+    checkpoint_path,
+    container_pid,
+    daemon_facts,
+    generate_checkpoint,
+    node_labels,
+    place_checkpoint,
+    pods,
+)
 from .serviceproxy import ServiceProxy
 from .waiting import wait_for
 
@@ -41,11 +53,27 @@ NAMESPACE = "default"
 RELEASE = "weightcache"
 OPERATOR_NAMESPACE = "weightcache-system"
 WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NAMESPACE}/weightcaches/{NAME}"
-HELM_INSTALL = ["install", RELEASE, str(CHART.relative_to(REPO)), "--namespace", OPERATOR_NAMESPACE, "--create-namespace",
-                # One operator replica: two only matter for surviving a node's loss.
-                "--set", "replicaCount=1", "--wait", "--timeout", "180s"]  # fmt: skip
-UPGRADE_PATCH = [{"op": "add", "path": "/spec/engine/template/spec/containers/0/env/-",
-                  "value": {"name": "DEMO_REVISION", "value": "2"}}]  # fmt: skip
+HELM_INSTALL = [
+    "install",
+    RELEASE,
+    str(CHART.relative_to(REPO)),
+    "--namespace",
+    OPERATOR_NAMESPACE,
+    "--create-namespace",
+    # One operator replica: two only matter for surviving a node's loss.
+    "--set",
+    "replicaCount=1",
+    "--wait",
+    "--timeout",
+    "180s",
+]
+UPGRADE_PATCH = [
+    {
+        "op": "add",
+        "path": "/spec/engine/template/spec/containers/0/env/-",
+        "value": {"name": "DEMO_REVISION", "value": "2"},
+    }
+]
 # 5 requests/s, each retried once after 0.3 s: below what one engine serves on a loaded 2-core machine.
 LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT = 0.2, 0.3, 10.0
 
@@ -69,8 +97,10 @@ class ClientCount:
         return cls(len(first), len(failed_first), retried_ok, len(failed_first) - retried_ok)
 
     def __str__(self) -> str:
-        return (f"{self.sent} requests sent, {self.failed_first} failed on the first try, "
-                f"{self.retried_ok} of those succeeded on the retry, {self.failed} failed")  # fmt: skip
+        return (
+            f"{self.sent} requests sent, {self.failed_first} failed on the first try, "
+            f"{self.retried_ok} of those succeeded on the retry, {self.failed} failed"
+        )
 
 
 @dataclass
@@ -124,13 +154,22 @@ class Narrator:
             print(f"    {line}", flush=True)
 
 
-def tool(cluster: LocalCluster, name: str, args: list[str], narrator: Narrator, *, show: bool = True,
-         check: bool = True, timeout: float = 240) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def tool(
+    cluster: LocalCluster,
+    name: str,
+    args: list[str],
+    narrator: Narrator,
+    *,
+    show: bool = True,
+    check: bool = True,
+    timeout: float = 240,
+) -> subprocess.CompletedProcess[str]:
     """Runs kubectl or helm from the repository root, printing the command as a user types it."""
     narrator.command([name, *args])
     environment = {**os.environ, "KUBECONFIG": cluster.kubeconfig}
-    result = subprocess.run([getattr(cluster, name), *args], cwd=REPO, env=environment, capture_output=True,
-                            text=True, timeout=timeout)  # fmt: skip
+    result = subprocess.run(
+        [getattr(cluster, name), *args], cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout
+    )
     if show:
         narrator.say(result.stdout + result.stderr)
     if check and result.returncode != 0:
@@ -158,8 +197,12 @@ def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None) -> N
         labels = [f"{k}={v}" for k, v in node_labels().items()]
         tool(cluster, "kubectl", ["label", "nodes", "--all", "--overwrite", *labels], narrator)
         # What README's Helm section does on a real cluster: the daemons use hostPath.
-        tool(cluster, "kubectl", ["label", "namespace", NAMESPACE, "--overwrite",
-                                  "pod-security.kubernetes.io/enforce=privileged"], narrator)  # fmt: skip
+        tool(
+            cluster,
+            "kubectl",
+            ["label", "namespace", NAMESPACE, "--overwrite", "pod-security.kubernetes.io/enforce=privileged"],
+            narrator,
+        )
         narrator.command(f"python -m weightcache gen-checkpoint {made}")
         generated.result()
     roots = [cluster.node_root(node) for node in cluster.nodes]
@@ -173,8 +216,12 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
     is Ready."""
     narrator.command(["kubectl", "get", "wc", "-w"])
     applied = time.monotonic()
-    watch = subprocess.Popen([cluster.kubectl, "get", "wc", "-w"], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "KUBECONFIG": cluster.kubeconfig})  # fmt: skip
+    watch = subprocess.Popen(
+        [cluster.kubectl, "get", "wc", "-w"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "KUBECONFIG": cluster.kubeconfig},
+    )
     ready = threading.Event()
 
     def follow() -> None:
@@ -205,7 +252,9 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
     reader.start()
     try:
         if not ready.wait(timeout):
-            raise RuntimeError(f"{NAME} not Ready within {timeout:.0f}s; status: {cluster.kube().get(WC).get('status')}")
+            raise RuntimeError(
+                f"{NAME} not Ready within {timeout:.0f}s; status: {cluster.kube().get(WC).get('status')}"
+            )
     finally:
         watch.terminate()
         watch.wait()
@@ -216,28 +265,41 @@ def whole(kube: Kube) -> dict[str, Any] | None:
     """The status once the sample is Ready with its active engine and one Ready standby."""
     status = kube.get(WC).get("status") or {}
     engines = status.get("engines") or [{}]
-    return status if status.get("phase") == "Ready" and engines[0].get("active") and len(engines[0].get("standbys") or []) == 1 else None
+    return (
+        status
+        if status.get("phase") == "Ready" and engines[0].get("active") and len(engines[0].get("standbys") or []) == 1
+        else None
+    )
 
 
 def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -> None:
     host, port = proxy.address
-    narrator.say(f"(kube-proxy's part: the demo forwards {host}:{port} to the Service's ready endpoints, "
-                 "following its EndpointSlices)")  # fmt: skip
-    narrator.command(f"curl -s http://{host}:{port}/v1/completions -H 'Content-Type: application/json' "
-                     f"-d '{json.dumps(PROMPT)}'")  # fmt: skip
+    narrator.say(
+        f"(kube-proxy's part: the demo forwards {host}:{port} to the Service's ready endpoints, "
+        "following its EndpointSlices)"
+    )
+    narrator.command(
+        f"curl -s http://{host}:{port}/v1/completions -H 'Content-Type: application/json' -d '{json.dumps(PROMPT)}'"
+    )
     started = time.monotonic()
-    request = urllib.request.Request(f"http://{host}:{port}/v1/completions", data=json.dumps(PROMPT).encode(),
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        f"http://{host}:{port}/v1/completions",
+        data=json.dumps(PROMPT).encode(),
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=60) as response:
         body = json.loads(response.read())
     report.completion = body["choices"][0]["text"]
     report.completion_endpoint = proxy.ready_endpoints[0] if proxy.ready_endpoints else ""
-    narrator.say(f"{report.completion!r} from {report.completion_endpoint} in {(time.monotonic() - started) * 1000:.0f} ms "
-                 "(seeded random weights: gibberish, the same every time)")  # fmt: skip
+    narrator.say(
+        f"{report.completion!r} from {report.completion_endpoint} in {(time.monotonic() - started) * 1000:.0f} ms "
+        "(seeded random weights: gibberish, the same every time)"
+    )
 
 
-def failover(cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenLoopLoad, narrator: Narrator,
-             report: DemoReport) -> None:  # fmt: skip
+def failover(
+    cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenLoopLoad, narrator: Narrator, report: DemoReport
+) -> None:
     status = wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
     wait_for(lambda: len(proxy.ready_endpoints) == 1, 60)
     time.sleep(2.0)  # the client is served by the active before the kill
@@ -249,29 +311,46 @@ def failover(cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenL
     narrator.command(f"kill -KILL -{pid}   # the active engine's processes (containerID process://{pid})")
     report.killed_pod, report.killed_at = active, time.time()
     os.killpg(pid, signal.SIGKILL)
-    last = wait_for(lambda: (f := (kube.get(WC).get("status") or {}).get("lastFailover")) and f.get("time") != previous and f,
-                    120, interval=0.05, describe="no failover recorded in status.lastFailover")  # fmt: skip
-    first = wait_for(lambda: min((a for a in load.done() if a.ok and a.started >= report.killed_at),
-                                 key=lambda a: a.ended, default=None), 120, interval=0.02)  # fmt: skip
+    last = wait_for(
+        lambda: (f := (kube.get(WC).get("status") or {}).get("lastFailover")) and f.get("time") != previous and f,
+        120,
+        interval=0.05,
+        describe="no failover recorded in status.lastFailover",
+    )
+    first = wait_for(
+        lambda: min(
+            (a for a in load.done() if a.ok and a.started >= report.killed_at), key=lambda a: a.ended, default=None
+        ),
+        120,
+        interval=0.02,
+    )
     noticed = datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp()
     report.failover_from, report.failover_to = str(last.get("from", "")), str(last.get("to", ""))
     report.detection_seconds = round(noticed - report.killed_at, 3)
     report.promotion_ms = float(last.get("promotionMs", 0))
     report.client_first_ok_seconds = round(first.ended - report.killed_at, 3)
-    narrator.say(f"operator: {report.failover_from} → {report.failover_to} promoted; noticed {report.detection_seconds:.2f}s "
-                 f"after the kill, relabelled {report.promotion_ms:.0f} ms later (status.lastFailover)")  # fmt: skip
+    narrator.say(
+        f"operator: {report.failover_from} → {report.failover_to} promoted; noticed {report.detection_seconds:.2f}s "
+        f"after the kill, relabelled {report.promotion_ms:.0f} ms later (status.lastFailover)"
+    )
     narrator.say(f"client: first success {report.client_first_ok_seconds:.2f}s after the kill")
     wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
     end = time.time()
     report.failover_window = (report.killed_at, end)
     settle(load, end)
     report.failover_client = ClientCount.of(load.done(), report.killed_at, end)
-    narrator.say(f"client, from the kill until a new standby was Ready ({end - report.killed_at:.1f}s): {report.failover_client}")
+    narrator.say(
+        f"client, from the kill until a new standby was Ready ({end - report.killed_at:.1f}s): {report.failover_client}"
+    )
 
 
-def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport) -> None:
+def rolling_upgrade(
+    cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport
+) -> None:
     before = daemon_facts(kube, NAMESPACE)
-    report.rollout_revision_before = str(((kube.get(WC).get("status") or {}).get("rollout") or {}).get("engineTemplateHash", ""))
+    report.rollout_revision_before = str(
+        ((kube.get(WC).get("status") or {}).get("rollout") or {}).get("engineTemplateHash", "")
+    )
     started = time.time()
     tool(cluster, "kubectl", ["patch", "wc", NAME, "--type=json", "-p", json.dumps(UPGRADE_PATCH)], narrator)
 
@@ -279,11 +358,18 @@ def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narra
         rollout = (kube.get(WC).get("status") or {}).get("rollout") or {}
         if rollout.get("phase") == "Stalled":
             raise SystemExit(f"rollout stalled: {rollout}")
-        if rollout.get("phase") != "Complete" or rollout.get("engineTemplateHash") in (None, report.rollout_revision_before):
+        if rollout.get("phase") != "Complete" or rollout.get("engineTemplateHash") in (
+            None,
+            report.rollout_revision_before,
+        ):
             return None
         engines = [p for p in pods(kube, NAMESPACE, ENGINES) if not p["metadata"].get("deletionTimestamp")]
-        upgraded = [p for p in engines if p["metadata"]["labels"].get("weightcache.io/engine-hash") == rollout["engineTemplateHash"]
-                    and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))]  # fmt: skip
+        upgraded = [
+            p
+            for p in engines
+            if p["metadata"]["labels"].get("weightcache.io/engine-hash") == rollout["engineTemplateHash"]
+            and any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
+        ]
         return rollout if len(engines) == len(upgraded) == 2 else None
 
     rollout = wait_for(complete, 300, interval=0.2, describe=lambda: kube.get(WC).get("status"))
@@ -294,12 +380,18 @@ def rolling_upgrade(cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narra
     report.rollout_client = ClientCount.of(load.done(), started, end)
     after = daemon_facts(kube, NAMESPACE)
     report.disk_bytes_read = sum(after[p][2] for p in after) - sum(before[p][2] for p in before if p in after)
-    report.daemons_replaced = len(set(before) - set(after)) + sum(after[p][1] - before[p][1] for p in after if p in before)
-    narrator.say(f"rollout Complete in {report.rollout_seconds:.1f}s (status.rollout, engineTemplateHash {report.rollout_revision}): "
-                 "a new-version standby mapped the same arena, was promoted, the old engines drained")  # fmt: skip
+    report.daemons_replaced = len(set(before) - set(after)) + sum(
+        after[p][1] - before[p][1] for p in after if p in before
+    )
+    narrator.say(
+        f"rollout Complete in {report.rollout_seconds:.1f}s (status.rollout, engineTemplateHash {report.rollout_revision}): "
+        "a new-version standby mapped the same arena, was promoted, the old engines drained"
+    )
     narrator.say(f"client, during the rollout: {report.rollout_client}")
-    narrator.say(f"requests failed: {report.rollout_client.failed}; weight bytes read from disk: {report.disk_bytes_read}; "
-                 f"daemon pods replaced or restarted: {report.daemons_replaced}")  # fmt: skip
+    narrator.say(
+        f"requests failed: {report.rollout_client.failed}; weight bytes read from disk: {report.disk_bytes_read}; "
+        f"daemon pods replaced or restarted: {report.daemons_replaced}"
+    )
 
 
 def settle(load: OpenLoopLoad, until: float) -> None:
@@ -308,27 +400,33 @@ def settle(load: OpenLoopLoad, until: float) -> None:
 
 
 def keep_message(cluster: LocalCluster) -> str:
-    return "\n".join([
-        "The cluster keeps running. In a shell:",
-        *(f"  {line}" for line in cluster.shell_setup().splitlines()),
-        f"  (kubectl: {cluster.kubectl}; helm: {cluster.helm})",
-        "Three things to try:",
-        "  kubectl get wc,pods -o wide",
-        "  kubectl delete pod -l weightcache.io/role=active && kubectl get wc tiny-llama -o jsonpath='{.status.lastFailover}'",
-        "  kubectl get events --field-selector involvedObject.kind=WeightCache   # phases, failovers, rollouts",
-        f"Stop it with: make cluster-down   (python -m testcluster down --dir {cluster.dir}, from tests/cluster)",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "The cluster keeps running. In a shell:",
+            *(f"  {line}" for line in cluster.shell_setup().splitlines()),
+            f"  (kubectl: {cluster.kubectl}; helm: {cluster.helm})",
+            "Three things to try:",
+            "  kubectl get wc,pods -o wide",
+            "  kubectl delete pod -l weightcache.io/role=active && kubectl get wc tiny-llama -o jsonpath='{.status.lastFailover}'",
+            "  kubectl get events --field-selector involvedObject.kind=WeightCache   # phases, failovers, rollouts",
+            f"Stop it with: make cluster-down   (python -m testcluster down --dir {cluster.dir}, from tests/cluster)",
+        ]
+    )
 
 
 def run_demo(directory: Path, keep: bool = False, report_path: Path | None = None) -> int:
     if running(directory) is not None:
-        print(f"error: a local cluster is already running from {directory} (make cluster, make demo KEEP=1); "
-              "stop it first: make cluster-down")  # fmt: skip
+        print(
+            f"error: a local cluster is already running from {directory} (make cluster, make demo KEEP=1); "
+            "stop it first: make cluster-down"
+        )
         return 1
     narrator = Narrator(steps=7)
     report = DemoReport()
-    print("weightcache on a local Kubernetes cluster: a real control plane (kube-apiserver, controller-manager,\n"
-          "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend.")  # fmt: skip
+    print(
+        "weightcache on a local Kubernetes cluster: a real control plane (kube-apiserver, controller-manager,\n"
+        "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend."
+    )
     proxy: ServiceProxy | None = None
     load: OpenLoopLoad | None = None
     cluster: LocalCluster | None = None
@@ -347,8 +445,10 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
         proxy = ServiceProxy(kube, NAMESPACE, NAME, 8000).start()
         proxy.wait_for_ready(1, timeout=60)
         complete_once(proxy, narrator, report)
-        narrator.title(f"Kill the active engine while a client sends {1 / LOAD_INTERVAL:.0f} requests/s "
-                       f"(each retried once after {RETRY_DELAY}s)")  # fmt: skip
+        narrator.title(
+            f"Kill the active engine while a client sends {1 / LOAD_INTERVAL:.0f} requests/s "
+            f"(each retried once after {RETRY_DELAY}s)"
+        )
         load = OpenLoopLoad(proxy.address, LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT).start()
         failover(cluster, kube, proxy, load, narrator, report)
         narrator.title("Roll out a new engine version under the same client")
@@ -369,16 +469,25 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
             print(keep_message(cluster))
         elif cluster is not None:
             if ok:
-                tool(cluster, "kubectl", ["delete", "-f", str(SAMPLE.relative_to(REPO)), "--wait", "--timeout=60s"],
-                     narrator, check=False)  # fmt: skip
+                tool(
+                    cluster,
+                    "kubectl",
+                    ["delete", "-f", str(SAMPLE.relative_to(REPO)), "--wait", "--timeout=60s"],
+                    narrator,
+                    check=False,
+                )
             narrator.command("python -m testcluster down")
             left = stop(directory)
-            narrator.say(f"control plane, kubelet and every pod stopped; {directory} removed"
-                         + (f"; had to kill {len(left)} leftover processes: {left}" if left else "; no process left"))  # fmt: skip
+            narrator.say(
+                f"control plane, kubelet and every pod stopped; {directory} removed"
+                + (f"; had to kill {len(left)} leftover processes: {left}" if left else "; no process left")
+            )
         report.total_seconds = round(narrator.elapsed(), 1)
         if report_path is not None:
             report_path.write_text(json.dumps(asdict(report), indent=1))
-    print(f"\ndemo {'done' if ok else 'FAILED'} in {int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
-          f"(cluster start {report.cluster_seconds:.0f}s, Ready {report.ready_seconds:.0f}s after the apply, "
-          f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)")  # fmt: skip
+    print(
+        f"\ndemo {'done' if ok else 'FAILED'} in {int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
+        f"(cluster start {report.cluster_seconds:.0f}s, Ready {report.ready_seconds:.0f}s after the apply, "
+        f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)"
+    )
     return 0 if ok else 1

@@ -62,8 +62,9 @@ class SteadyLoad:
             time.sleep(self.pause_s)
 
     def _one(self) -> None:
-        request = urllib.request.Request(self.url, data=json.dumps(PROMPT).encode(),
-                                         headers={"Content-Type": "application/json"})  # fmt: skip
+        request = urllib.request.Request(
+            self.url, data=json.dumps(PROMPT).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
             body = json.loads(response.read())
         if not body.get("choices"):
@@ -122,8 +123,11 @@ class OpenLoopLoad:
     def _one(self, request: int, retry: bool) -> bool:
         started, error = time.time(), None
         try:
-            sent = urllib.request.Request(f"http://{self.address[0]}:{self.address[1]}/v1/completions",
-                                          data=json.dumps(self.prompt).encode(), headers={"Content-Type": "application/json"})  # fmt: skip
+            sent = urllib.request.Request(
+                f"http://{self.address[0]}:{self.address[1]}/v1/completions",
+                data=json.dumps(self.prompt).encode(),
+                headers={"Content-Type": "application/json"},
+            )
             with urllib.request.urlopen(sent, timeout=self.timeout) as response:
                 ok = response.status == 200 and bool(json.loads(response.read())["choices"][0]["text"] is not None)
         except urllib.error.HTTPError as failed:

@@ -73,31 +73,43 @@ def running(directory: Path = DEFAULT_DIR) -> LocalCluster | None:
     return cluster if _alive(cluster.pid, cluster.session) else None
 
 
-def start_detached(directory: Path = DEFAULT_DIR, nodes: int = 2, timeout: float = 120.0,
-                   say: Callable[[str], None] = print) -> LocalCluster:  # fmt: skip
+def start_detached(
+    directory: Path = DEFAULT_DIR, nodes: int = 2, timeout: float = 120.0, say: Callable[[str], None] = print
+) -> LocalCluster:
     """Starts a cluster in ``directory`` that keeps running after this process exits."""
     if os.geteuid() != 0:
         raise LocalClusterError(
             "the local cluster needs root: pods get IPs from 198.18.0.0/16, made local with `ip route`, and see "
-            "their volumes through mounts in private mount namespaces; run it as root (sudo make ...)")  # fmt: skip
+            "their volumes through mounts in private mount namespaces; run it as root (sudo make ...)"
+        )
     if (existing := running(directory)) is not None:
         raise LocalClusterError(
             f"a local cluster is already running from {directory} (pid {existing.pid}); "
-            f"use it, or stop it first: make cluster-down (python -m testcluster down --dir {directory})")  # fmt: skip
+            f"use it, or stop it first: make cluster-down (python -m testcluster down --dir {directory})"
+        )
     started = time.monotonic()
     binary = control_plane_binary(progress=say)
     tools = client_tools()
-    say(f"control plane binary {binary} ({time.monotonic() - started:.1f}s); kubectl and helm in {tools.kubectl.parent}")
+    say(
+        f"control plane binary {binary} ({time.monotonic() - started:.1f}s); kubectl and helm in {tools.kubectl.parent}"
+    )
     _remove(directory)
     directory.mkdir(parents=True)
     session = new_session_id()
-    environment = {**os.environ, MARKER: session,
-                   "PYTHONPATH": os.pathsep.join([str(CLUSTER_SOURCES), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    environment = {
+        **os.environ,
+        MARKER: session,
+        "PYTHONPATH": os.pathsep.join([str(CLUSTER_SOURCES), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
     with open(directory / "up.log", "w") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "testcluster", "up", "--dir", str(directory), "--nodes", str(nodes)],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=environment,
-            start_new_session=True)  # fmt: skip
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )
     # Reaped by a thread, so a stop() from this process sees the exit instead of a zombie.
     threading.Thread(target=process.wait, daemon=True, name="local-cluster-reaper").start()
     try:
@@ -157,23 +169,43 @@ def serve(directory: Path, nodes: int, node_grace: float) -> None:
     plane.start()
     names = [f"node-{i + 1}" for i in range(nodes)]
     kube = Kube.from_kubeconfig(plane.kubeconfig)
-    kubelet = ProcessKubelet(kube, plane.port, KubeletConfig(
-        root=directory / "kubelet", nodes=[NodeSpec(name) for name in names], serving_cert=plane.kubelet_serving_cert,
-        # Pods run this checkout's code (`python -m weightcache`, `python -m weightcache_operator`),
-        # as the images have both packages installed.
-        environment={MARKER: session, "PYTHONPATH": os.pathsep.join(
-            str(REPO / part) for part in ("contract", "daemon_image", "operator"))}))  # fmt: skip
+    kubelet = ProcessKubelet(
+        kube,
+        plane.port,
+        KubeletConfig(
+            root=directory / "kubelet",
+            nodes=[NodeSpec(name) for name in names],
+            serving_cert=plane.kubelet_serving_cert,
+            # Pods run this checkout's code (`python -m weightcache`, `python -m weightcache_operator`),
+            # as the images have both packages installed.
+            environment={
+                MARKER: session,
+                "PYTHONPATH": os.pathsep.join(str(REPO / part) for part in ("contract", "daemon_image", "operator")),
+            },
+        ),
+    )
     try:
         kubelet.start()
         wait_for(lambda: all(_node_ready(kube, name) for name in names), 60, describe="nodes never turned Ready")
-        cluster = LocalCluster(str(directory), os.getpid(), session, plane.server, str(plane.kubeconfig),
-                               str(plane.tools.kubectl), str(plane.tools.helm), names)  # fmt: skip
+        cluster = LocalCluster(
+            str(directory),
+            os.getpid(),
+            session,
+            plane.server,
+            str(plane.kubeconfig),
+            str(plane.tools.kubectl),
+            str(plane.tools.helm),
+            names,
+        )
         partial = directory / f"{INFO}.partial"
         partial.write_text(json.dumps(asdict(cluster)))
         os.replace(partial, directory / INFO)
         print(f"control plane up in {plane.start_seconds:.1f}s at {plane.server}", flush=True)
         print(cluster.shell_setup(), flush=True)
-        print(f"node roots (hostPath): {directory / 'kubelet' / 'nodes'}/<node>/root   Ctrl-C stops everything", flush=True)
+        print(
+            f"node roots (hostPath): {directory / 'kubelet' / 'nodes'}/<node>/root   Ctrl-C stops everything",
+            flush=True,
+        )
         stopping.wait()
     finally:
         kubelet.stop()

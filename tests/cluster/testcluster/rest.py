@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import ssl
 import urllib.parse
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterator, Mapping
 
 import urllib3
 import yaml

@@ -48,10 +48,18 @@ def checkpoint_path() -> str:
 
 def generate_checkpoint(target: Path) -> Path:
     """The sample's checkpoint (seeded random weights, so the same every time) written to ``target``."""
-    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [str(REPO / "contract"), str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    subprocess.run([sys.executable, "-m", "weightcache", "gen-checkpoint", str(target)], check=True,
-                   capture_output=True, env=environment)  # fmt: skip
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(
+            [str(REPO / "contract"), str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
+    }
+    subprocess.run(
+        [sys.executable, "-m", "weightcache", "gen-checkpoint", str(target)],
+        check=True,
+        capture_output=True,
+        env=environment,
+    )
     return target
 
 
@@ -80,8 +88,11 @@ def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, int]]:
         with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/status", timeout=10) as response:
             report = json.loads(response.read())
         restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))
-        facts[pod["metadata"]["name"]] = (pod["metadata"]["uid"], restarts,
-                                          sum(r["disk_bytes_read"] or 0 for r in report["ranks"]))  # fmt: skip
+        facts[pod["metadata"]["name"]] = (
+            pod["metadata"]["uid"],
+            restarts,
+            sum(r["disk_bytes_read"] or 0 for r in report["ranks"]),
+        )
     return facts
 
 

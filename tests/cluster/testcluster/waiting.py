@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import TypeVar
 from collections.abc import Callable
+from typing import TypeVar
 
 T = TypeVar("T")
 

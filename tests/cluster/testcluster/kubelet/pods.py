@@ -6,14 +6,14 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 from ..rest import ApiError, Kube, Object
-from .containers import Backoff, ContainerRunner, LaunchSpec, resolve_argv
 from . import termination
+from .containers import Backoff, ContainerRunner, LaunchSpec, resolve_argv
 from .devices import GpuPool, gpus_requested
 from .environment import MissingReference, container_environment
 from .nodes import now_rfc3339

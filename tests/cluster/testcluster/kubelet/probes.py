@@ -7,8 +7,8 @@ import socket
 import ssl
 import subprocess
 import threading
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..rest import Object
 

@@ -25,13 +25,12 @@ import shutil
 import signal
 import subprocess
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
 from ..strays import processes_with_environment
-from collections.abc import Sequence
-
 
 _SETPRIV = shutil.which("setpriv")
 _created_mount_points: set[Path] = set()

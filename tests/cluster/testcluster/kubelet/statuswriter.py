@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..rest import ApiError, Kube
 
