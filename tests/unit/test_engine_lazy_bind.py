@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from view_checks import same_view
 from weightcache.checkpoints.checkpoint import with_headers
 from weightcache.checkpoints.loader import load_to_memory, plan_rank
 from weightcache.checkpoints.manifest import Manifest, TensorEntry, tensor_views
@@ -50,16 +51,6 @@ def index_of(buffer: torch.Tensor, entries: list[TensorEntry], aliases: dict[str
     manifest = Manifest.build("x", buffer.numel(), entries, aliases)
     manifest.validate_bounds()
     return manifest.index(buffer)
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.data_ptr() == b.data_ptr()
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    )
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -7,6 +7,7 @@ import os
 import warnings
 
 import torch
+from view_checks import same_view
 from weightcache.checkpoints.manifest import Manifest, TensorEntry, contiguous_stride, tensor_views
 
 ENTRIES = [
@@ -19,16 +20,6 @@ ENTRIES = [
     TensorEntry(name="q", dtype="float8_e4m3fn", shape=(16,), stride=(1,), offset=1024, nbytes=16),
 ]
 ARENA = 1280
-
-
-def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (
-        a.data_ptr() == b.data_ptr()
-        and a.shape == b.shape
-        and a.stride() == b.stride()
-        and a.dtype == b.dtype
-        and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
-    )
 
 
 def test_a_materialised_view_is_the_eager_view_of_the_same_bytes() -> None:
