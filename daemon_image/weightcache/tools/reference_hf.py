@@ -90,8 +90,16 @@ def greedy(model: torch.nn.Module, input_ids: list[int], max_new_tokens: int) ->
     for _ in range(max_new_tokens):
         token = int(out.logits[0, -1].argmax())
         generated.append(token)
-        out = model(input_ids=torch.tensor([[token]], device=device), cache=out.cache, use_cache=True)
+        out = model(input_ids=torch.tensor([[token]], device=device), use_cache=True, **_next_cache(out))
     return generated
+
+
+def _next_cache(out: Any) -> dict[str, Any]:
+    """The model output's KV cache as the next call's keyword: ``cache`` in transformers 5.24 (the GPU
+    machine's), ``past_key_values`` in 5.19 (vLLM 0.32 requires <5.20)."""
+    if hasattr(out, "cache"):
+        return {"cache": out.cache}
+    return {"past_key_values": out.past_key_values}
 
 
 def generate_report(
