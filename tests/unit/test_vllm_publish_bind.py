@@ -6,7 +6,6 @@ import os
 
 import torch
 from torch import nn
-
 from weightcache.arenas.arena import map_arena
 from weightcache.vllm.bind import bind_arena, check_bound, outside_mapping
 from weightcache.vllm.publish import publish

@@ -178,22 +178,37 @@ def start_daemon(
 class Engine:
     """A running vLLM engine process (engine_process.py) answering greedy requests."""
 
-    def __init__(self, model: Path, args: list[str], *, tp: int = 1, cache: dict | None = None) -> None:
+    def __init__(
+        self, model: Path, args: list[str], *, tp: int = 1, cache: dict | None = None, log: Path | None = None
+    ) -> None:
         cmd = [sys.executable, str(ROOT / "tests" / "vllm_engine" / "engine_process.py"), str(model), json.dumps(args)]
         if cache is not None:
             cmd += ["--load-format", "weightcache", "--extra", json.dumps(cache)]
-        self.stderr = open(os.devnull, "w") if os.environ.get("WC_QUIET") else None  # noqa: SIM115
+        self.log = log
+        stderr = log.open("w") if log is not None else None
         self.proc = subprocess.Popen(
-            cmd, env=env(tp), cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True
+            cmd,
+            env=env(tp),
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
         )
-        self._expect("READY")
+        try:
+            self._expect("READY")
+        except BaseException:
+            self.close()
+            raise
 
     def _expect(self, prefix: str) -> str:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith(prefix):
                 return line.removeprefix(prefix).strip()
-        raise RuntimeError(f"vLLM engine exited with {self.proc.wait()} (its log is above)")
+        where = self.log.read_text()[-6000:] if self.log is not None else "(its log is above)"
+        raise RuntimeError(f"vLLM engine exited with {self.proc.wait()}: {where}")
 
     def request(self, body: dict) -> object:
         assert self.proc.stdin is not None

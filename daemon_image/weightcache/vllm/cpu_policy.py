@@ -34,7 +34,7 @@ def keep_plain_weights(model: nn.Module) -> int:
     """Mark every unquantized linear and embedding layer of ``model``; returns how many.
 
     Call after the model is built and before ``process_weights_after_loading``. Quantized
-    layers are left alone: their methods decide what they keep (see the spike notes)."""
+    layers are left alone: their methods decide what they keep (docs/vllm.md)."""
     marked = 0
     for module in model.modules():
         method = getattr(module, "quant_method", None)

@@ -95,7 +95,7 @@ class WeightcacheModelLoader(BaseModelLoader):
     def get_external_weight_memory(self, vllm_config: VllmConfig) -> int:
         """Bytes of this rank's weights held by the daemon (GPU workers take them out of the
         ``gpu_memory_utilization`` budget: they are mapped, not allocated); 0 when the load will
-        go to disk. vLLM's CPU worker never asks (see the spike notes on KV-cache sizing)."""
+        go to disk. vLLM's CPU worker never asks (docs/vllm.md, memory accounting)."""
         rank, want = self._expected(vllm_config)
         try:
             with DaemonConnection(
@@ -124,8 +124,14 @@ class WeightcacheModelLoader(BaseModelLoader):
             )
         except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
             if self.options.fallback == "error":
+                fix = (
+                    "give the daemon (--vllm-args) and the engine the same vLLM arguments"
+                    if isinstance(exc, FingerprintMismatch)
+                    else "start its daemon (weightcache daemon --profile vllm)"
+                )
                 raise WeightCacheError(
-                    f'weightcache {self.options.name!r} rank {rank}: {exc}; start its daemon or set "fallback": "disk"'
+                    f'weightcache {self.options.name!r} rank {rank}: {exc}; {fix}, or set "fallback": "disk" '
+                    "in --model-loader-extra-config to load from disk instead"
                 ) from None
             log.warning("weightcache %r rank %d: loading from disk: %s", self.options.name, rank, exc)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
