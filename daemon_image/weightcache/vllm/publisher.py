@@ -18,6 +18,7 @@ hands the arena back without a weight byte read, and the exec drops vLLM again.
 from __future__ import annotations
 
 import argparse
+import grp
 import logging
 import os
 import signal
@@ -55,7 +56,10 @@ def run(args: argparse.Namespace) -> int:
     fingerprint = rank_fingerprint(vllm_config, layout.tp_rank, layout.pp_rank, backend=args.backend)
     files = RankFiles(args.socket_dir, args.name, layout.rank)
     fields = {"cache": args.name, "rank": layout.rank, "fingerprint": fingerprint.digest[:16], "profile": "vllm"}
-    files.claim()
+    gid = grp.getgrnam(args.socket_group).gr_gid if args.socket_group else None
+    files.claim(dir_mode=0o750 if gid is not None else 0o700)
+    if gid is not None:
+        os.chown(files.dir, -1, gid)  # as the reference daemon does: the group's engines may enter
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop while loading: KeyboardInterrupt
     try:
         from .build import join_rank_group
