@@ -118,12 +118,24 @@ class Daemon:
 
     def wait_ready(self, timeout_s: float = 600) -> None:
         deadline = time.monotonic() + timeout_s
-        while not all(self.files(r).read_ready() for r in range(self.ranks)):
+        while not all(self._serving(r) for r in range(self.ranks)):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-6000:]}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"daemon not ready within {timeout_s} s:\n{self.log.read_text()[-6000:]}")
             time.sleep(0.5)
+
+    def _serving(self, rank: int) -> bool:
+        """The rank's ready file names a live process: a SIGKILLed daemon's file stays behind until
+        its successor claims the rank."""
+        info = self.files(rank).read_ready()
+        if info is None:
+            return False
+        try:
+            os.kill(info.pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
