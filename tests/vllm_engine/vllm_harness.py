@@ -112,6 +112,7 @@ class Daemon:
     name: str
     ranks: int
     log: Path
+    launched: float  # time.time() at start
 
     def files(self, rank: int) -> RankFiles:
         return RankFiles(self.socket_dir, self.name, rank)
@@ -126,16 +127,10 @@ class Daemon:
             time.sleep(0.5)
 
     def _serving(self, rank: int) -> bool:
-        """The rank's ready file names a live process: a SIGKILLed daemon's file stays behind until
-        its successor claims the rank."""
+        """The rank's ready file was written by this daemon: a SIGKILLed one's file stays behind
+        until its successor claims the rank (and its pid may still exist, as a zombie)."""
         info = self.files(rank).read_ready()
-        if info is None:
-            return False
-        try:
-            os.kill(info.pid, 0)
-        except ProcessLookupError:
-            return False
-        return True
+        return info is not None and info.started_at >= self.launched
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
@@ -175,6 +170,7 @@ def start_daemon(
         "auto",
         *extra,
     ]
+    launched = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             cmd,
@@ -184,7 +180,7 @@ def start_daemon(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return Daemon(proc, socket_dir, name, tp, log)
+    return Daemon(proc, socket_dir, name, tp, log, launched)
 
 
 class Engine:
