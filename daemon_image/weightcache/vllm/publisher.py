@@ -11,7 +11,8 @@ Re-adoption computes the fingerprint the same way, with vLLM's config code (``En
 weights) rather than from a torch-free copy of it: the settings that decide the bytes (vLLM's
 config overrides and defaults, quantization, kv-cache dtype, CPU ISA) are vLLM's to define and
 change between versions, and a second definition here could drift from the engine's. The cost is
-vLLM's import (~6–10 s on this CPU) on a restart instead of a fraction of a second; the keeper then
+vLLM's import and config on a restart (18 s to ready on the loaded 2-core CPU machine) instead of
+a fraction of a second; the keeper then
 hands the arena back without a weight byte read, and the exec drops vLLM again.
 """
 
