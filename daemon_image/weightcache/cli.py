@@ -35,7 +35,7 @@ COMMANDS: tuple[Command, ...] = (
         "daemon",
         "load a checkpoint once and serve it to engines",
         "weightcache.daemon.command:add_arguments",
-        "weightcache.daemon.command:run",
+        "weightcache.commands:daemon",
     ),
     Command(
         "gpu-holder",

@@ -17,6 +17,23 @@ from weightcache_contract.errors import WeightCacheError
 from .arguments import add_cache_args, add_checkpoint_args, add_model_args, add_peer_args, ranks
 
 
+def daemon(args: argparse.Namespace) -> int:
+    """``weightcache daemon``: a rank of the ``vllm`` profile loads through vLLM (``weightcache.vllm``
+    sits above ``daemon`` and may not be imported from it); everything else — the reference
+    profile, the ``--ranks`` launcher of either profile, and a publisher's handed-over arena — is
+    ``daemon.command``."""
+    from .daemon.command import run
+
+    launching = bool(args.ranks or args.status_addr)
+    if args.profile == "vllm" and not launching and not args.handoff_state:
+        from .vllm.publisher import run as publish_rank
+
+        return publish_rank(args)
+    if args.profile == "reference" and args.vllm_args is not None:
+        raise WeightCacheError("--vllm-args belongs to --profile vllm; add --profile vllm or drop --vllm-args")
+    return run(args)
+
+
 def gpu_holder_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="the grant file to write (gpus.json; gpus.lock goes beside it)")
     p.add_argument(

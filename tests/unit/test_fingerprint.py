@@ -214,3 +214,54 @@ def test_headers_opened_after_the_stamps_refuse_a_shard_that_changed_in_between(
     os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
     with pytest.raises(CheckpointError, match="changed since this process fingerprinted it; start it again"):
         with_headers(stamps)
+
+
+def test_a_fingerprint_without_an_engine_stamp_keeps_the_reference_profiles_digest(ckpt: Path) -> None:
+    import hashlib
+
+    base = fingerprint(ckpt)
+    fields = base.model_dump(mode="json")
+    del fields["engine"]
+    canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+    assert base.digest == hashlib.sha256(canonical).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("version", "0.33.0", "engine.version"),
+        ("load_profile", "other", "engine.load_profile"),
+        ("settings", {"platform": "cpu", "cpu_gemm": "vllm-default", "cpu_isa": "avx512f"}, "engine.settings.cpu_gemm"),
+        (
+            "settings",
+            {"platform": "cpu", "cpu_gemm": "plain-f-linear", "cpu_isa": "amx_tile"},
+            "engine.settings.cpu_isa",
+        ),
+        ("settings", {"platform": "cpu", "cpu_gemm": "plain-f-linear"}, "engine.settings.cpu_isa"),
+    ],
+)
+def test_an_engine_stamp_field_that_differs_changes_the_digest_and_is_named_with_its_path(
+    ckpt: Path, field: str, value: object, named: str
+) -> None:
+    from weightcache.wire.fingerprint import EngineStamp
+
+    stamp = EngineStamp(
+        engine="vllm",
+        version="0.32.0",
+        load_profile="vllm",
+        settings={"platform": "cpu", "cpu_gemm": "plain-f-linear", "cpu_isa": "avx512f"},
+    )
+    base = fingerprint(ckpt).model_copy(update={"engine": stamp})
+    other = base.model_copy(update={"engine": stamp.model_copy(update={field: value})})
+    assert other.digest != base.digest and other.weights_digest != base.weights_digest
+    assert base.differences(other) == [named]
+
+
+def test_an_engine_stamp_against_none_is_named_as_the_engine_field(ckpt: Path) -> None:
+    from weightcache.wire.fingerprint import EngineStamp
+
+    base = fingerprint(ckpt)
+    other = base.model_copy(
+        update={"engine": EngineStamp(engine="vllm", version="0", load_profile="vllm", settings={})}
+    )
+    assert base.differences(other) == ["engine"]

@@ -72,7 +72,18 @@ def test_the_check_sees_a_forbidden_import() -> None:
 
 # The data plane's packages, lowest first; a package may import only those before it (and the
 # top-level helpers). ``checkpoints`` and ``gpu`` are both at the bottom and import neither other.
-DATA_PLANE_ORDER = [{"checkpoints", "gpu"}, {"wire"}, {"arenas"}, {"client"}, {"daemon"}, {"engine"}, {"tools"}]
+# ``vllm`` (the vLLM publisher and load format) is the top: it uses the client, the wire, arenas
+# and the daemon's serving path, and nothing in the data plane may need vLLM.
+DATA_PLANE_ORDER = [
+    {"checkpoints", "gpu"},
+    {"wire"},
+    {"arenas"},
+    {"client"},
+    {"daemon"},
+    {"engine"},
+    {"tools"},
+    {"vllm"},
+]
 HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "__version__"}
 
 

@@ -167,6 +167,10 @@ class Manifest(BaseModel):
             if target not in names or alias in names:
                 raise ProtocolError(f"manifest alias {alias!r} → {target!r} is inconsistent")
 
+    def kinds_by_name(self) -> dict[str, str]:
+        """name → "parameter" or "buffer", without building row-form entries."""
+        return {name: KINDS[k] for name, k in zip(self.names, self._columns()["kinds"].tolist())}
+
     def entries(self) -> list[TensorEntry]:
         """Row form, for tests and tools; engines use ``views``."""
         cols = self._columns()

@@ -180,6 +180,7 @@ class Weights:
     fallback_reason: str | None = None
     device_uuid: str | None = None  # the GPU the mapped bytes live on (GPU backends)
     arena: MappedArena | None = field(default=None, repr=False)  # keeps the mapping alive
+    manifest: Manifest | None = field(default=None, repr=False)  # mapped weights: each tensor's kind and offset
 
     def report(self) -> dict[str, Any]:
         """Per-rank weight report; ``bytes_mapped`` is memory the engine must not count as its own free memory."""
@@ -196,22 +197,43 @@ class Weights:
 
 def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float = 10.0) -> Weights:
     """Map a rank's arena from its daemon; raises CacheUnavailable or FingerprintMismatch."""
+    return map_fingerprint(
+        expected.fingerprint,
+        expected.layout.rank,
+        socket_dir,
+        name,
+        backend=expected.backend,
+        access=expected.access,
+        timeout_s=timeout_s,
+    )
+
+
+def map_fingerprint(
+    want: Fingerprint,
+    rank: int,
+    socket_dir: str,
+    name: str,
+    *,
+    backend: str = "cpu-shm",
+    access: Access = "read-only",
+    timeout_s: float = 10.0,
+) -> Weights:
+    """Map rank ``rank``'s arena if its daemon holds exactly ``want``, whatever the load profile
+    (the vLLM loader computes its fingerprint from vLLM's config, not from an ``Expected``)."""
     started = time.perf_counter()
-    files = RankFiles(socket_dir, name, expected.layout.rank)
-    want = expected.fingerprint
+    files = RankFiles(socket_dir, name, rank)
     with DaemonConnection(files.socket, timeout_s) as conn:
         held = conn.query_config()
         if held.fingerprint.digest != want.digest or held.fingerprint_digest != want.digest:
             fields = want.differences(held.fingerprint) or ["digest"]
             raise FingerprintMismatch(
-                f"daemon for cache {name!r} rank {expected.layout.rank} holds different weights "
-                f"(differs in: {', '.join(fields)})",
+                f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)})",
                 fields,
             )
         reply, fd = conn.fetch(want.digest)
     try:
         manifest: Manifest = reply.manifest
-        if manifest.fingerprint_digest != want.digest or reply.backend != expected.backend:
+        if manifest.fingerprint_digest != want.digest or reply.backend != backend:
             raise FingerprintMismatch("the fetched manifest belongs to another fingerprint", ["digest"])
         manifest.validate_bounds()
         if reply.mapping_bytes < manifest.arena_bytes:
@@ -219,7 +241,7 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
                 f"mapping of {reply.mapping_bytes} bytes cannot hold a {manifest.arena_bytes}-byte arena"
             )
         arena = map_arena(
-            reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid, expected.access
+            reply.backend, manifest.arena_bytes, reply.mapping_bytes, fd, reply.ipc, reply.device_uuid, access
         )
     finally:
         if fd is not None:
@@ -234,6 +256,7 @@ def map_weights(expected: Expected, socket_dir: str, name: str, timeout_s: float
         bytes_mapped=reply.mapping_bytes,
         device_uuid=reply.device_uuid,
         arena=arena,
+        manifest=manifest,
     )
 
 

@@ -18,7 +18,18 @@ from weightcache_contract.backends import GPU_BACKENDS
 from ..arguments import add_cache_args, add_layout_args, add_model_args, add_peer_args, ranks
 
 LAUNCHER_FLAGS = frozenset(
-    {"ranks", "status_addr", "device", "local_index", "tp_size", "tp_rank", "pp_size", "pp_rank"}
+    {
+        "ranks",
+        "status_addr",
+        "device",
+        "local_index",
+        "tp_size",
+        "tp_rank",
+        "pp_size",
+        "pp_rank",
+        "vllm_dist_init",
+        "handoff_state",
+    }
 )
 """Flags a rank does not get from its launcher: the launcher's own, and the ones it sets per rank
 (``daemon.rank.launch_local_ranks``)."""
@@ -72,6 +83,29 @@ def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
             "so no engine expecting the real weights maps it",
         ),
         d.add_argument(
+            "--profile",
+            choices=["reference", "vllm"],
+            default="reference",
+            help="reference: weightcache's own loader (engines: the reference engine, transformers); "
+            "vllm: vLLM's loader and post-processing for this rank, for engines run with "
+            "--load-format weightcache (needs --vllm-args; see docs/vllm.md)",
+        ),
+        d.add_argument(
+            "--vllm-args",
+            default=None,
+            metavar="JSON",
+            help="--profile vllm: a JSON list of the vLLM engine arguments the engine gets after "
+            '`vllm serve MODEL` (e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'); '
+            "the arena's fingerprint comes from them",
+        ),
+        d.add_argument(
+            "--vllm-dist-init",
+            default=None,
+            metavar="tcp://HOST:PORT",
+            help=argparse.SUPPRESS,  # set by the --ranks launcher: the local ranks' gloo rendezvous
+        ),
+        d.add_argument("--handoff-state", default=None, help=argparse.SUPPRESS),  # set by handoff.exec_daemon
+        d.add_argument(
             "--local-index",
             type=int,
             default=0,
@@ -118,8 +152,11 @@ def run(args: argparse.Namespace) -> int:
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
         status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
         os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
+        child_args = rank_argv(args)
+        if args.profile == "vllm":
+            child_args += ["--vllm-dist-init", vllm_rendezvous(ranks, args.tp_size, args.pp_size)]
         return launch_local_ranks(
-            ranks, args.tp_size, args.pp_size, rank_argv(args), status_addr, args.socket_dir, args.name, args.gpus_file
+            ranks, args.tp_size, args.pp_size, child_args, status_addr, args.socket_dir, args.name, args.gpus_file
         )
     cfg = DaemonConfig(
         model=args.model,
@@ -141,5 +178,26 @@ def run(args: argparse.Namespace) -> int:
         gpus_file=args.gpus_file,
         local_index=args.local_index,
         synthetic_fill=args.synthetic_fill,
+        handoff_state=args.handoff_state,
     )
     return run_rank(cfg)
+
+
+def vllm_rendezvous(ranks: list[int], tp_size: int, pp_size: int) -> str:
+    """A loopback ``tcp://`` address where the pod's ``vllm``-profile ranks form one gloo world.
+
+    vLLM's layers read their tensor- and pipeline-parallel rank from its process groups while they
+    are built and loaded, so every rank of the world must join; a loopback port keeps them on this
+    node, so the pod must hold all of them."""
+    import socket
+
+    from weightcache_contract.errors import WeightCacheError
+
+    if sorted(ranks) != list(range(tp_size * pp_size)):
+        raise WeightCacheError(
+            f"--profile vllm loads all ranks of one engine together on one node, but --ranks lists {ranks} of "
+            f"a world of {tp_size * pp_size}; give this pod --ranks 0-{tp_size * pp_size - 1}"
+        )
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"

@@ -88,10 +88,15 @@ class DaemonConfig:
     synthetic_fill: bool = False
     """Benchmarks only: a byte pattern instead of the checkpoint's bytes (loader.synthetic_fill),
     under a revision no real engine expects."""
+    handoff_state: str | None = None
+    """Set by another load profile's publisher when it execs into this daemon (handoff.py): serve
+    the sealed arena it filled or withdrew, under the fingerprint it computed."""
 
 
 def run(cfg: DaemonConfig) -> int:
     """Load (or re-adopt) and serve one rank; returns the exit code. Input errors raise ``WeightCacheError``."""
+    if cfg.handoff_state:
+        return _serve_handed_over(cfg)
     if cfg.synthetic_fill:
         cfg = dataclasses.replace(cfg, revision=SYNTHETIC_REVISION + cfg.revision)
         log.warning(
@@ -160,9 +165,8 @@ def run(cfg: DaemonConfig) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     arena = None
-    link: KeeperLink | None = None
     try:
-        adopted = _adopt(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
+        adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
         if adopted is not None:
             arena, manifest, load_seconds = adopted
             disk_bytes = 0
@@ -211,6 +215,26 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
         )
+        return serve(cfg, files, gid, served, keeper_path, fields)
+    except KeyboardInterrupt:
+        if stop_requested:
+            log.info("stopped during load", extra={"fields": fields})
+            return 0
+        raise
+    finally:
+        files.release()
+        if arena is not None:
+            arena.close()
+
+
+def serve(
+    cfg: DaemonConfig, files: RankFiles, gid: int | None, served: Served, keeper_path: Path | None, fields: dict
+) -> int:
+    """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
+    ready file. Every load profile ends here, so engines, probes, the status endpoint and the
+    keeper see one kind of daemon. The caller holds ``files``' lock and closes the arena."""
+    link: KeeperLink | None = None
+    try:
         if keeper_path is not None:
             link = KeeperLink(keeper_path, served)
             link.start()
@@ -225,7 +249,7 @@ def run(cfg: DaemonConfig) -> int:
             REQUEST,
             DaemonService(served, stats),
             stats=stats,
-            identity=(cfg.name, rank),
+            identity=(cfg.name, served.rank),
             max_request_bytes=MAX_REQUEST_BYTES,
             socket_mode=0o660 if gid is not None else 0o600,
             socket_gid=gid,
@@ -236,17 +260,17 @@ def run(cfg: DaemonConfig) -> int:
             ReadyInfo(
                 pid=os.getpid(),
                 name=cfg.name,
-                rank=rank,
-                backend=cfg.backend,
+                rank=served.rank,
+                backend=served.arena.backend,
                 socket=str(files.socket),
-                fingerprint_digest=fingerprint.digest,
-                fingerprint=fingerprint,
-                arena_bytes=arena.mapping_bytes,
-                tensor_count=len(manifest),
-                load_seconds=load_seconds,
+                fingerprint_digest=served.fingerprint.digest,
+                fingerprint=served.fingerprint,
+                arena_bytes=served.arena.mapping_bytes,
+                tensor_count=len(served.manifest),
+                load_seconds=served.load_seconds,
                 started_at=time.time(),
-                device_uuid=arena.device_uuid,
-                adopted=adopted is not None,
+                device_uuid=served.arena.device_uuid,
+                adopted=served.adopted,
             )
         )
         log.info(
@@ -255,25 +279,46 @@ def run(cfg: DaemonConfig) -> int:
                 "fields": {
                     **fields,
                     "socket": str(files.socket),
-                    "load_seconds": f"{load_seconds:.3f}",
-                    "adopted": adopted is not None,
+                    "load_seconds": f"{served.load_seconds:.3f}",
+                    "adopted": served.adopted,
                 }
             },
         )
         server.serve_forever()
         log.info("stopped", extra={"fields": fields})
         return 0
-    except KeyboardInterrupt:
-        if stop_requested:
-            log.info("stopped during load", extra={"fields": fields})
-            return 0
-        raise
     finally:
         if link is not None:
             link.stop()
+
+
+def _serve_handed_over(cfg: DaemonConfig) -> int:
+    """Serve the arena a publisher handed over across ``exec`` (handoff.py): its lock and memfd
+    are inherited, its manifest and fingerprint come in the state file."""
+    from .handoff import read_state
+
+    state = read_state(cfg.handoff_state or "")
+    files = RankFiles(cfg.socket_dir, cfg.name, cfg.layout.rank)
+    files.adopt_lock(state.lock_fd)
+    arena = adopt_arena(cfg.backend, state.arena_fd, state.manifest.arena_bytes, state.mapping_bytes, None)
+    gid = grp.getgrnam(cfg.socket_group).gr_gid if cfg.socket_group else None
+    served = Served(
+        name=cfg.name,
+        rank=files.rank,
+        arena=arena,
+        manifest=state.manifest,
+        fingerprint=state.fingerprint,
+        load_seconds=state.load_seconds,
+        disk_bytes_read=state.disk_bytes_read,
+        adopted=state.adopted,
+    )
+    keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" else None
+    fields = {"cache": cfg.name, "rank": files.rank, "fingerprint": state.fingerprint.digest[:16], "profile": "handoff"}
+    try:
+        return serve(cfg, files, gid, served, keeper_path, fields)
+    finally:
         files.release()
-        if arena is not None:
-            arena.close()
+        arena.close()
 
 
 def _granted_device(cfg: DaemonConfig) -> int | None:
@@ -363,7 +408,9 @@ def arena_fd_backend(backend: str) -> bool:
     return backend in FD_BACKENDS
 
 
-def _adopt(keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict) -> tuple[Arena, Manifest, float] | None:
+def adopt_from_keeper(
+    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict
+) -> tuple[Arena, Manifest, float] | None:
     """Take the arena back from the keeper if it holds this fingerprint; release a stale one."""
     started = time.perf_counter()
     try:

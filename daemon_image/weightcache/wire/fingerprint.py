@@ -61,6 +61,20 @@ class EnvironmentStamp(BaseModel):
     protocol_version: int = PROTOCOL_VERSION
 
 
+class EngineStamp(BaseModel):
+    """What another engine's own post-processing makes of the weights (load profiles other than
+    the reference one, e.g. ``vllm``): the engine, its version, the profile, and every setting the
+    arena's bytes depend on beyond the checkpoint and the layout (platform, quantization config,
+    CPU GEMM policy, CPU ISA, ...)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    engine: str
+    version: str
+    load_profile: str
+    settings: dict[str, str]
+
+
 class Fingerprint(BaseModel):
     model_config = ConfigDict(frozen=True)
 
@@ -78,32 +92,49 @@ class Fingerprint(BaseModel):
     dtype: str
     layout_version: int
     environment: EnvironmentStamp
+    engine: EngineStamp | None = None  # None: the reference profile (weightcache's own loader)
+
+    def _fields(self) -> dict:
+        fields = self.model_dump(mode="json")
+        if fields["engine"] is None:
+            del fields["engine"]  # so the reference profile's digests do not depend on the field's existence
+        return fields
 
     @property
     def digest(self) -> str:
         """Every field: equal only for the same files on the same node (what mapping requires)."""
-        return _sha256(self.model_dump(mode="json"))
+        return _sha256(self._fields())
 
     @property
     def weights_digest(self) -> str:
         """Every field but the shards' node-local ones: equal on every node that holds the same
         weights from copies of the same checkpoint."""
-        fields = self.model_dump(mode="json")
+        fields = self._fields()
         fields["shards"] = [
             {k: v for k, v in shard.items() if k not in NODE_LOCAL_SHARD_FIELDS} for shard in fields["shards"]
         ]
         return _sha256(fields)
 
     def differences(self, other: Fingerprint) -> list[str]:
-        """Names of the fields that differ, environment fields as ``environment.<field>``."""
+        """Names of the fields that differ, environment fields as ``environment.<field>``, engine
+        fields as ``engine.<field>`` and ``engine.settings.<name>``."""
         ours, theirs = self.model_dump(mode="json"), other.model_dump(mode="json")
         fields = []
         for key in ours:
             if key == "environment":
                 fields += [f"environment.{k}" for k in ours[key] if ours[key][k] != theirs[key].get(k)]
+            elif key == "engine" and ours[key] is not None and theirs[key] is not None:
+                fields += _engine_differences(ours[key], theirs[key])
             elif ours[key] != theirs[key]:
                 fields.append(key)
         return fields
+
+
+def _engine_differences(ours: dict, theirs: dict) -> list[str]:
+    """``engine.<field>``, and ``engine.settings.<name>`` for each setting that differs."""
+    fields = [f"engine.{k}" for k in ours if k != "settings" and ours[k] != theirs[k]]
+    names = sorted(ours["settings"].keys() | theirs["settings"].keys())
+    return fields + [f"engine.settings.{n}" for n in names if ours["settings"].get(n) != theirs["settings"].get(n)]
 
 
 def _sha256(fields: dict) -> str:

@@ -100,6 +100,16 @@ class RankFiles:
         except (OSError, ValueError):
             return None
 
+    @property
+    def lock_fd(self) -> int | None:
+        """The flock'ed descriptor while this process holds the rank (to pass on across ``exec``)."""
+        return self._lock_fd
+
+    def adopt_lock(self, fd: int) -> None:
+        """Hold the rank's lock through ``fd``, an flock'ed descriptor of it inherited across ``exec``."""
+        os.set_inheritable(fd, False)
+        self._lock_fd = fd
+
     def release(self) -> None:
         """Clean shutdown: remove the ready file first so nobody connects to a closing socket."""
         self.ready.unlink(missing_ok=True)

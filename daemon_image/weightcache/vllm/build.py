@@ -1,0 +1,58 @@
+"""vLLM's own model construction and weight loading for one rank, with the plain-weights policy.
+
+Both the publisher (which copies the result into an arena) and the engine's disk fallback
+(which serves it directly) build through ``load_rank_model``, so a rank's tensors are the same
+either way. It is vLLM's ``BaseModelLoader.load_model`` split open so the policy can mark the
+layers between construction and post-processing (vLLM's own weight-cache daemon does the same).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import nn
+from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+from vllm.config.load import LoadConfig
+from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+from vllm.model_executor.model_loader import get_model_loader
+from vllm.model_executor.model_loader.utils import process_weights_after_loading
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import set_default_torch_dtype
+
+from .cpu_policy import keep_plain_weights
+
+
+def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str) -> None:
+    """Join the rank's world (all ranks of one publisher group call this) and carve the TP/PP groups.
+
+    vLLM's layers read their rank and world size from these groups while they are built and
+    loaded; the publisher runs no collective of its own."""
+    parallel = vllm_config.parallel_config
+    # The CPU communicator names its shared-memory segments after this; one group per publisher.
+    os.environ.setdefault("VLLM_DIST_IDENT", "weightcache-" + init_method.rsplit(":", 1)[-1])
+    init_distributed_environment(
+        world_size=parallel.world_size,
+        rank=rank,
+        distributed_init_method=init_method,
+        local_rank=rank,
+        backend=current_platform.dist_backend,
+    )
+    with set_current_vllm_config(vllm_config):
+        ensure_model_parallel_initialized(parallel.tensor_parallel_size, parallel.pipeline_parallel_size)
+
+
+def load_rank_model(
+    vllm_config: VllmConfig, model_config: ModelConfig, load_config: LoadConfig, prefix: str = ""
+) -> nn.Module:
+    """Build, load and post-process this rank's model with vLLM's loader for ``load_config``."""
+    loader = get_model_loader(load_config)
+    device = torch.device(vllm_config.device_config.device if load_config.device is None else load_config.device)
+    with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
+        with device:
+            model = loader.create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+        if current_platform.is_cpu():
+            keep_plain_weights(model)
+        loader.load_weights(model, model_config)
+        process_weights_after_loading(model, model_config, device)
+    return model.eval()

@@ -1,0 +1,168 @@
+"""The ``weightcache`` load format: vLLM maps its rank's post-processed weights from the cache.
+
+``vllm serve MODEL --load-format weightcache --model-loader-extra-config
+'{"name": "...", "socket_dir": "...", "fallback": "disk"}'``. The model is built on the meta
+device, every parameter and buffer is bound to a read-only view of the rank's mapped arena
+(bind.py), and ``process_weights_after_loading`` runs again in vLLM's "weights already
+processed" mode, which only rebuilds Python-side state. Quantization methods that cannot run in
+that mode are refused by vLLM itself, naming the layer and method.
+
+When the daemon is missing or holds other weights, ``fallback: disk`` loads with vLLM's own
+loader under the same CPU policy and logs why; ``fallback: error`` raises.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import torch
+from torch import nn
+from vllm.config import ModelConfig, VllmConfig
+from vllm.config.load import LoadConfig
+from vllm.distributed import get_dp_group, get_pp_group, get_tensor_model_parallel_rank
+from vllm.model_executor.model_loader.base_loader import BaseModelLoader
+from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+from vllm.model_executor.model_loader.utils import initialize_model, process_weights_after_loading
+from vllm.model_executor.utils import weights_already_processed
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import set_default_torch_dtype
+from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+
+from ..client.weights import DaemonConnection, Weights, map_fingerprint
+from ..wire.fingerprint import Fingerprint
+from ..wire.rankfiles import RankFiles, default_socket_dir
+from .bind import bind_arena, check_bound
+from .build import load_rank_model
+from .cpu_policy import keep_plain_weights
+from .stamp import rank_fingerprint
+
+log = logging.getLogger("weightcache.vllm.loader")
+OPTIONS = ("name", "socket_dir", "fallback", "timeout_s")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    name: str
+    socket_dir: str
+    fallback: str = "disk"
+    timeout_s: float = 10.0
+
+    @classmethod
+    def parse(cls, extra: dict[str, Any] | None) -> Options:
+        extra = dict(extra or {})
+        unknown = sorted(extra.keys() - set(OPTIONS))
+        if unknown:
+            raise ValueError(
+                f"--model-loader-extra-config has unknown key(s) {unknown} for --load-format "
+                f"weightcache; known: {', '.join(OPTIONS)}"
+            )
+        if not extra.get("name"):
+            raise ValueError(
+                "--load-format weightcache needs the cache's name: --model-loader-extra-config "
+                '\'{"name": "<WeightCache name>"}\''
+            )
+        fallback = extra.get("fallback", "disk")
+        if fallback not in ("disk", "error"):
+            raise ValueError(f"weightcache fallback must be 'disk' or 'error', got {fallback!r}")
+        return cls(
+            name=str(extra["name"]),
+            socket_dir=str(extra.get("socket_dir") or default_socket_dir()),
+            fallback=fallback,
+            timeout_s=float(extra.get("timeout_s", 10.0)),
+        )
+
+
+class WeightcacheModelLoader(BaseModelLoader):
+    def __init__(self, load_config: LoadConfig) -> None:
+        super().__init__(load_config)
+        self.options = Options.parse(load_config.model_loader_extra_config)
+        self.weights: Weights | None = None  # the mapped rank; holding it keeps the mapping alive
+
+    def _disk_config(self) -> LoadConfig:
+        return dataclasses.replace(self.load_config, load_format="auto", model_loader_extra_config={})
+
+    def download_model(self, model_config: ModelConfig) -> None:
+        DefaultModelLoader(self._disk_config()).download_model(model_config)
+
+    def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
+        raise WeightCacheError(
+            "weights mapped from weightcache are read-only and cannot be reloaded in place; "
+            "restart the engine, or serve with --load-format auto to reload weights"
+        )
+
+    def get_external_weight_memory(self, vllm_config: VllmConfig) -> int:
+        """Bytes of this rank's weights held by the daemon (GPU workers take them out of the
+        ``gpu_memory_utilization`` budget: they are mapped, not allocated); 0 when the load will
+        go to disk. vLLM's CPU worker never asks (docs/vllm.md, memory accounting)."""
+        rank, want = self._expected(vllm_config)
+        try:
+            with DaemonConnection(
+                RankFiles(self.options.socket_dir, self.options.name, rank).socket, self.options.timeout_s
+            ) as conn:
+                held = conn.query_config()
+        except (CacheUnavailable, ProtocolError):
+            return 0
+        return held.arena_bytes if held.fingerprint_digest == want.digest else 0
+
+    def _expected(self, vllm_config: VllmConfig) -> tuple[int, Fingerprint]:
+        """This worker's rank in the daemon's numbering and the fingerprint it expects there."""
+        tp_rank = get_tensor_model_parallel_rank()
+        pp = get_pp_group()
+        want = rank_fingerprint(vllm_config, tp_rank, pp.rank_in_group, get_dp_group().rank_in_group)
+        return pp.rank_in_group * vllm_config.parallel_config.tensor_parallel_size + tp_rank, want
+
+    def load_model(self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str = "") -> nn.Module:
+        if model_config is not vllm_config.model_config:
+            log.warning("weightcache caches the target model only; loading %s from disk", model_config.model)
+            return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
+        rank, want = self._expected(vllm_config)
+        try:
+            weights = map_fingerprint(
+                want, rank, self.options.socket_dir, self.options.name, timeout_s=self.options.timeout_s
+            )
+        except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
+            if self.options.fallback == "error":
+                fix = (
+                    "give the daemon (--vllm-args) and the engine the same vLLM arguments"
+                    if isinstance(exc, FingerprintMismatch)
+                    else "start its daemon (weightcache daemon --profile vllm)"
+                )
+                raise WeightCacheError(
+                    f'weightcache {self.options.name!r} rank {rank}: {exc}; {fix}, or set "fallback": "disk" '
+                    "in --model-loader-extra-config to load from disk instead"
+                ) from None
+            log.warning("weightcache %r rank %d: loading from disk: %s", self.options.name, rank, exc)
+            return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
+        model = bind_model(vllm_config, model_config, weights, prefix)
+        self.weights = weights
+        log.info(
+            "weightcache %r rank %d: mapped %d tensors (%d bytes) in %.3f s",
+            self.options.name,
+            rank,
+            len(weights.tensors),
+            weights.bytes_mapped,
+            weights.seconds,
+        )
+        return model
+
+
+def bind_model(vllm_config: VllmConfig, model_config: ModelConfig, weights: Weights, prefix: str = "") -> nn.Module:
+    """The rank's model on the meta device, bound to ``weights``, post-processed in pre-processed mode."""
+    assert weights.manifest is not None
+    kinds = weights.manifest.kinds_by_name()
+    device = torch.device(vllm_config.device_config.device)
+    with set_default_torch_dtype(model_config.dtype):
+        with torch.device("meta"):
+            model = initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+        if current_platform.is_cpu():
+            keep_plain_weights(model)
+        bound = bind_arena(model, weights.tensors, kinds, weights.aliases)
+        with weights_already_processed():
+            process_weights_after_loading(model, model_config, device)
+        check_bound(model)
+    # The mapping lives as long as the model: vLLM keeps the model, not the loader.
+    model._weightcache_weights = weights  # type: ignore[assignment]
+    model._weightcache_bound = bound  # type: ignore[assignment]
+    return model.eval()

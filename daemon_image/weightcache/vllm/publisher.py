@@ -1,0 +1,174 @@
+"""``weightcache daemon --profile vllm``, one rank: vLLM loads it, the arena is published, then the
+process execs into the reference daemon's serving path (``daemon.handoff``).
+
+Order, as for the reference daemon: everything that can refuse the input (``--vllm-args``, their
+parallel layout, vLLM's own config checks, the checkpoint's files) runs before the rank's lock is
+taken. Then the rank joins its local gloo world (vLLM's layers read their rank from it while they
+are built), and either withdraws its arena from the keeper or loads and publishes one.
+
+Re-adoption computes the fingerprint the same way, with vLLM's config code (``EngineArgs`` →
+``VllmConfig`` → ``stamp.rank_fingerprint``; it reads config.json and the shards' headers, no
+weights) rather than from a torch-free copy of it: the settings that decide the bytes (vLLM's
+config overrides and defaults, quantization, kv-cache dtype, CPU ISA) are vLLM's to define and
+change between versions, and a second definition here could drift from the engine's. The cost is
+vLLM's import and config on a restart (18 s to ready on the loaded 2-core CPU machine) instead of
+a fraction of a second; the keeper then
+hands the arena back without a weight byte read, and the exec drops vLLM again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import grp
+import logging
+import os
+import signal
+import socket
+import time
+
+from weightcache_contract.errors import WeightCacheError
+
+from ..checkpoints.sharding import Layout
+from ..daemon.command import LAUNCHER_FLAGS, rank_argv
+from ..daemon.handoff import HandoffState, exec_daemon
+from ..daemon.keeper import keeper_socket
+from ..daemon.rank import DaemonConfig, adopt_from_keeper
+from ..wire.rankfiles import RankFiles
+from .engine_args import engine_args, parse_list
+
+log = logging.getLogger("weightcache.vllm")
+
+
+def run(args: argparse.Namespace) -> int:
+    layout = Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size)
+    _refuse_reference_only_flags(args)
+    world = args.tp_size * args.pp_size
+    if world > 1 and not args.vllm_dist_init:
+        raise WeightCacheError(
+            f"--profile vllm with {world} ranks loads them together: start the daemon with --ranks 0-{world - 1} "
+            "(one process per rank, joined on a loopback port)"
+        )
+    vllm_args = parse_list(args.vllm_args)
+    vllm_config = engine_args(args.model, vllm_args, args.tp_size, args.pp_size).create_engine_config()
+
+    from .stamp import rank_fingerprint
+
+    # Before loading: vLLM's post-processing may rewrite the config's quantization section.
+    fingerprint = rank_fingerprint(vllm_config, layout.tp_rank, layout.pp_rank, backend=args.backend)
+    files = RankFiles(args.socket_dir, args.name, layout.rank)
+    fields = {"cache": args.name, "rank": layout.rank, "fingerprint": fingerprint.digest[:16], "profile": "vllm"}
+    gid = grp.getgrnam(args.socket_group).gr_gid if args.socket_group else None
+    files.claim(dir_mode=0o750 if gid is not None else 0o700)
+    if gid is not None:
+        os.chown(files.dir, -1, gid)  # as the reference daemon does: the group's engines may enter
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop while loading: KeyboardInterrupt
+    try:
+        from .build import join_rank_group
+
+        join_rank_group(vllm_config, layout.rank, args.vllm_dist_init or _own_rendezvous())
+        state = _withdraw(args, layout, fingerprint, fields) or _load_and_publish(
+            vllm_config, fingerprint, args, fields
+        )
+        assert files.lock_fd is not None
+        exec_daemon(state.model_copy(update={"lock_fd": files.lock_fd}), _serving_argv(args, layout))
+    except KeyboardInterrupt:
+        log.info("stopped during load", extra={"fields": fields})
+        return 0
+    finally:
+        files.release()  # reached only when the exec did not happen
+
+
+def _refuse_reference_only_flags(args: argparse.Namespace) -> None:
+    """Flags of the reference loader that vLLM takes from ``--vllm-args`` instead."""
+    if args.backend != "cpu-shm":
+        raise WeightCacheError(
+            f"--profile vllm publishes cpu-shm arenas only (vLLM's CPU build); got --backend {args.backend}. "
+            "Use --backend cpu-shm (GPU arenas for vLLM are not built yet, see docs/vllm.md)"
+        )
+    for flag, value, default in (
+        ("--dtype", args.dtype, "auto"),
+        ("--quantization", args.quantization, "none"),
+        ("--ep-size", args.ep_size, 1),
+    ):
+        if value != default:
+            raise WeightCacheError(
+                f"{flag} {value} is the reference loader's; with --profile vllm put vLLM's own flag into --vllm-args"
+            )
+    if args.synthetic_fill:
+        raise WeightCacheError("--synthetic-fill exists for the reference profile only")
+
+
+def _own_rendezvous() -> str:
+    """A world of one (TP=PP=1 without the launcher) still needs an address for vLLM's groups."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+
+def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dict) -> HandoffState | None:  # type: ignore[no-untyped-def]
+    """This rank's arena back from the keeper when it holds this fingerprint (no weight read)."""
+    if args.keeper != "auto":
+        return None
+    cfg = DaemonConfig(model=args.model, layout=layout, socket_dir=args.socket_dir, name=args.name, backend="cpu-shm")
+    adopted = adopt_from_keeper(keeper_socket(args.socket_dir), cfg, fingerprint.digest, fields)
+    if adopted is None:
+        return None
+    arena, manifest, seconds = adopted
+    return HandoffState(
+        fingerprint=fingerprint,
+        manifest=manifest,
+        arena_fd=arena.fd,  # type: ignore[attr-defined]  # cpu-shm: CpuShmArena
+        mapping_bytes=arena.mapping_bytes,
+        lock_fd=-1,
+        load_seconds=seconds,
+        disk_bytes_read=0,
+        adopted=True,
+    )
+
+
+def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields: dict) -> HandoffState:  # type: ignore[no-untyped-def]
+    from .build import load_rank_model
+    from .publish import publish
+
+    started = time.perf_counter()
+    model = load_rank_model(vllm_config, vllm_config.model_config, vllm_config.load_config)
+    rank = fields["rank"]
+    published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}")
+    seconds = time.perf_counter() - started
+    log.info(
+        "published",
+        extra={
+            "fields": {
+                **fields,
+                "tensors": len(published.manifest),
+                "arena_bytes": published.arena.size,
+                "seconds": f"{seconds:.2f}",
+            }
+        },
+    )
+    return HandoffState(
+        fingerprint=fingerprint,
+        manifest=published.manifest,
+        arena_fd=published.arena.fd,
+        mapping_bytes=published.arena.mapping_bytes,
+        lock_fd=-1,
+        load_seconds=seconds,
+        disk_bytes_read=_checkpoint_bytes(args.model),
+        adopted=False,
+    )
+
+
+def _checkpoint_bytes(model: str) -> int:
+    """What vLLM read: every safetensors file of the checkpoint (its loader reads them whole)."""
+    return sum(e.stat().st_size for e in os.scandir(model) if e.name.endswith(".safetensors"))
+
+
+def _serving_argv(args: argparse.Namespace, layout: Layout) -> list[str]:
+    """The rank's flags for the serving image: every daemon flag it was given, its layout included."""
+    assert {"tp_size", "tp_rank", "pp_size", "pp_rank"} <= LAUNCHER_FLAGS
+    return [
+        *rank_argv(args),
+        *("--tp-size", str(layout.tp_size), "--tp-rank", str(layout.tp_rank)),
+        *("--pp-size", str(layout.pp_size), "--pp-rank", str(layout.pp_rank)),
+        *("--device", str(args.device), "--local-index", str(args.local_index)),
+    ]

@@ -1,0 +1,46 @@
+"""What an engine's model maps from the cache, for ``LLM.apply_model`` (it must be importable)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from .bind import outside_mapping
+
+
+def zero_copy_report(model: nn.Module) -> dict[str, Any]:
+    """``mode`` and the worker's memory; for a mapped model also the arena's range and every
+    tensor whose bytes lie outside it."""
+    memory = _memory_kib()
+    weights = getattr(model, "_weightcache_weights", None)
+    if weights is None:
+        return {"mode": "disk", "memory_kib": memory}
+    start, end = weights.arena.address_range
+    bound = model._weightcache_bound
+    return {
+        "mode": "cache",
+        "arena_bytes": end - start,
+        "tensors": len(weights.tensors),
+        "aliases": len(weights.aliases),
+        "private": bound.private,
+        "private_bytes": bound.private_bytes,
+        "outside": outside_mapping(model, start, end),
+        "memory_kib": memory,
+    }
+
+
+def _memory_kib() -> dict[str, int]:
+    """RssAnon/RssShmem (what vLLM's CPU worker sees as its RSS) and Pss (this process's fair share)."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
+                out[key] = int(value.split()[0])
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("Pss", "Pss_Shmem"):
+                out[key] = int(value.split()[0])
+    return out

@@ -1,0 +1,92 @@
+"""The fingerprint of a ``vllm``-profile arena, from vLLM's own view of the model and the rank.
+
+The publisher and the engine's loader both compute it from the ``VllmConfig`` they run with,
+before any weight is loaded (vLLM's post-processing may rewrite the config's quantization
+section). Checkpoint identity and the parallel layout use the reference profile's fields; what
+vLLM's post-processing depends on beyond them goes into ``Fingerprint.engine``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from vllm.config import VllmConfig
+
+from ..checkpoints.checkpoint import open_checkpoint
+from ..checkpoints.manifest import LAYOUT_VERSION
+from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
+from . import LOAD_PROFILE
+from .cpu_policy import POLICY
+
+
+def rank_fingerprint(
+    vllm_config: VllmConfig, tp_rank: int, pp_rank: int = 0, dp_rank: int = 0, backend: str = "cpu-shm"
+) -> Fingerprint:
+    import vllm
+    from vllm.platforms import current_platform
+
+    model_config = vllm_config.model_config
+    parallel = vllm_config.parallel_config
+    checkpoint = open_checkpoint(model_config.model, stamps_only=True)
+    hf_config = model_config.hf_config
+    quant_config = getattr(hf_config, "quantization_config", None)
+    settings = {
+        "platform": current_platform.device_type,
+        "architecture": ",".join(getattr(hf_config, "architectures", None) or []),
+        "hf_config_sha256": _sha256(hf_config.to_dict()),  # config.json after vLLM's overrides
+        "quantization": str(model_config.quantization),
+        "quantization_config_sha256": _sha256(quant_config),
+        "kv_cache_dtype": str(vllm_config.cache_config.cache_dtype),
+        "dp_size": str(parallel.data_parallel_size),
+        "dp_rank": str(dp_rank),
+        "enable_expert_parallel": str(parallel.enable_expert_parallel),
+        "cpu_gemm": POLICY if current_platform.is_cpu() else "vllm-default",
+    }
+    if current_platform.is_cpu():
+        settings["cpu_isa"] = cpu_isa()
+    return Fingerprint(
+        model_path=str(checkpoint.path),
+        revision=model_config.revision or "",
+        config_sha256=checkpoint.config_sha256,
+        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
+        tp_size=parallel.tensor_parallel_size,
+        tp_rank=tp_rank,
+        pp_size=parallel.pipeline_parallel_size,
+        pp_rank=pp_rank,
+        ep_size=1,  # vLLM's expert placement is in settings (enable_expert_parallel, dp)
+        quantization=str(model_config.quantization or "none"),
+        quantization_sha256=_sha256(quant_config),
+        dtype=str(model_config.dtype).removeprefix("torch."),
+        layout_version=LAYOUT_VERSION,
+        environment=environment_stamp(backend),
+        engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=LOAD_PROFILE, settings=settings),
+    )
+
+
+# CPU features that change what vLLM's CPU post-processing writes: the MoE experts are packed for
+# the ISA they will run on (``vec`` or ``amx``), block-FP8 weights are VNNI-packed only on AMX, and
+# oneDNN/ATen pick bf16 kernels by AVX-512 BF16. An arena packed on one host must not be mapped
+# on a host with other kernels, so the engine compares these with the daemon's.
+ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
+
+
+def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The ``ISA_FLAGS`` this CPU has (first processor's flags), plus torch's CPU capability."""
+    import torch
+
+    flags: set[str] = set()
+    with open(cpuinfo) as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.partition(":")[2].split())
+                break
+    have = [flag for flag in ISA_FLAGS if flag in flags]
+    return ",".join([*have, f"torch={torch.backends.cpu.get_cpu_capability()}"])
+
+
+def _sha256(value: Any) -> str:
+    if value is not None and not isinstance(value, dict):
+        value = value.to_dict() if hasattr(value, "to_dict") else vars(value)
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

@@ -1,0 +1,54 @@
+"""A publisher of another load profile, without vLLM: publishes a small torch model into a sealed
+arena (``weightcache.vllm.publish``) and execs into the serving daemon (``daemon.handoff``), as
+``weightcache daemon --profile vllm`` does after vLLM's loader. ``python handoff_publisher.py
+CHECKPOINT SOCKET_DIR NAME``; the fingerprint is the checkpoint's with a test engine stamp."""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+from torch import nn
+from weightcache.checkpoints.checkpoint import open_checkpoint
+from weightcache.checkpoints.quantization import resolve
+from weightcache.checkpoints.sharding import Layout
+from weightcache.daemon.handoff import HandoffState, exec_daemon
+from weightcache.vllm.publish import publish
+from weightcache.wire.fingerprint import EngineStamp, compute
+from weightcache.wire.rankfiles import RankFiles
+
+STAMP = EngineStamp(engine="test", version="1", load_profile="test", settings={"what": "handoff"})
+
+
+def fingerprint(checkpoint: str):
+    ckpt = open_checkpoint(checkpoint, stamps_only=True)
+    base = compute(ckpt, Layout(), resolve("none", None, None), "float32", revision="", backend="cpu-shm")
+    return base.model_copy(update={"engine": STAMP})
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
+
+
+def main(checkpoint: str, socket_dir: str, name: str) -> None:
+    want = fingerprint(checkpoint)
+    files = RankFiles(socket_dir, name, 0)
+    files.claim()
+    published = publish(model(), want.digest, f"{name}/rank-0")
+    assert files.lock_fd is not None
+    state = HandoffState(
+        fingerprint=want,
+        manifest=published.manifest,
+        arena_fd=published.arena.fd,
+        mapping_bytes=published.arena.mapping_bytes,
+        lock_fd=files.lock_fd,
+        load_seconds=0.5,
+        disk_bytes_read=123,
+        adopted=False,
+    )
+    exec_daemon(state, ["--model", checkpoint, "--socket-dir", socket_dir, "--name", name, "--backend", "cpu-shm"])
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,62 @@
+"""A publisher hands its sealed arena to the serving daemon across ``exec``: the same pid serves it
+as an ordinary rank (ready file, lock, mapping by fingerprint, keeper deposit) without torch resident."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from handoff_publisher import fingerprint, model
+from weightcache.client.weights import DaemonConnection, map_fingerprint
+from weightcache.daemon.keeper import KeeperClient, keeper_socket
+from weightcache.wire.rankfiles import RankFiles
+
+HERE = Path(__file__).resolve().parent
+
+
+def wait_for(condition, timeout: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+    return value
+
+
+def test_the_handed_over_arena_is_served_by_the_same_pid_without_torch_and_deposited(
+    llama: Path, socket_dir: str, start_keeper, tmp_path: Path
+) -> None:
+    start_keeper()
+    log = tmp_path / "publisher.log"
+    proc = subprocess.Popen(
+        [sys.executable, str(HERE / "handoff_publisher.py"), str(llama), socket_dir, "handed"],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        files = RankFiles(socket_dir, "handed", 0)
+        ready = wait_for(lambda: files.read_ready() or (proc.poll() is not None and log.read_text()), what="ready")
+        assert not isinstance(ready, str), ready
+        assert ready.pid == proc.pid and files.lock_is_held()
+        assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()  # the exec dropped torch
+
+        want = fingerprint(str(llama))
+        weights = map_fingerprint(want, 0, socket_dir, "handed")
+        source = dict(model().named_parameters())
+        assert set(weights.tensors) == set(source)
+        for name, tensor in source.items():
+            assert torch.equal(weights.tensors[name], tensor.detach()), name
+
+        with DaemonConnection(files.socket) as conn:
+            wait_for(lambda: conn.status().deposited, what="the keeper deposit")
+            status = conn.status()
+        assert (status.disk_bytes_read, status.adopted) == (123, False)
+        with KeeperClient(keeper_socket(socket_dir)) as keeper:
+            [held] = keeper.holdings()
+        assert (held.name, held.fingerprint_digest) == ("handed", want.digest)
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, log.read_text()
+    assert files.read_ready() is None and not files.lock_is_held()

@@ -1,0 +1,79 @@
+"""``weightcache daemon --profile vllm``: what its command line refuses before vLLM is imported,
+and what its launcher passes on to each rank. No vLLM here (tests/vllm_engine runs the profile)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from weightcache.cli import build_parser, main
+from weightcache.daemon.command import rank_argv, vllm_rendezvous
+from weightcache.vllm.engine_args import parse_list
+from weightcache_contract.errors import WeightCacheError
+
+DAEMON = ["daemon", "--model", "/m", "--name", "q", "--socket-dir", "/run/wc", "--backend", "cpu-shm"]
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        (None, "--profile vllm needs --vllm-args"),
+        ("--dtype bfloat16", "is not JSON"),
+        ('{"dtype": "bfloat16"}', "must be a JSON list of strings"),
+        ('["--max-model-len", 512]', "must be a JSON list of strings"),
+        ('["--load-format", "auto"]', "contains --load-format"),
+        ('["--model=/other"]', "contains --model"),
+        ('["--model-loader-extra-config", "{}"]', "contains --model-loader-extra-config"),
+    ],
+)
+def test_vllm_args_that_are_not_a_plain_list_of_engine_flags_are_refused_by_name(
+    text: str | None, message: str
+) -> None:
+    with pytest.raises(WeightCacheError, match=message):
+        parse_list(text)
+
+
+def test_the_vllm_args_list_is_taken_as_given() -> None:
+    args = ["--dtype", "bfloat16", "--tensor-parallel-size", "2", "--max-model-len", "512"]
+    assert parse_list(json.dumps(args)) == args
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--vllm-args", "[]"], "--vllm-args belongs to --profile vllm"),
+        (["--profile", "vllm", "--vllm-args", "[]", "--dtype", "bfloat16"], "--dtype bfloat16 is the reference"),
+        (["--profile", "vllm", "--vllm-args", "[]", "--quantization", "fp8"], "--quantization fp8 is the reference"),
+        (["--profile", "vllm", "--vllm-args", "[]", "--tp-size", "2"], "start the daemon with --ranks 0-1"),
+        (["--profile", "vllm", "--vllm-args", "[]", "--ranks", "1", "--tp-size", "2"], "give this pod --ranks 0-1"),
+    ],
+)
+def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_loading_vllm(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*DAEMON, *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "LLM")  # refused before vLLM's import
+
+
+def test_a_vllm_profile_daemon_refuses_gpu_backends() -> None:
+    assert main([*DAEMON[:-2], "--backend", "cuda-vmm", "--profile", "vllm", "--vllm-args", "[]"]) == 2
+
+
+def test_each_launched_rank_gets_the_profile_and_the_vllm_args_but_not_the_launchers_rendezvous() -> None:
+    vllm_args = '["--dtype","bfloat16","--tensor-parallel-size","2"]'
+    args = build_parser().parse_args(
+        [*DAEMON, "--profile", "vllm", "--vllm-args", vllm_args, "--ranks", "0-1", "--tp-size", "2",
+         "--vllm-dist-init", "tcp://127.0.0.1:1", "--handoff-state", "/tmp/x"]
+    )  # fmt: skip
+    argv = rank_argv(args)
+    assert argv[argv.index("--profile") + 1] == "vllm"
+    assert argv[argv.index("--vllm-args") + 1] == vllm_args
+    assert "--vllm-dist-init" not in argv and "--handoff-state" not in argv
+
+
+def test_the_rendezvous_is_a_loopback_port_for_the_whole_world_only() -> None:
+    assert vllm_rendezvous([0, 1], 2, 1).startswith("tcp://127.0.0.1:")
+    with pytest.raises(WeightCacheError, match="--ranks 0-3"):
+        vllm_rendezvous([0, 1], 2, 2)

@@ -1,0 +1,32 @@
+"""``--vllm-args`` are parsed by vLLM's own parser: a list vLLM refuses, or whose parallel layout is not
+the daemon's, stops the daemon before it claims the rank, with the reason and the fix."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from vllm_harness import ROOT, env, qwen3_checkpoint, vllm_args
+
+
+@pytest.mark.parametrize(
+    "args, tp, message",
+    [
+        (vllm_args(tp=2), 1, "tensor parallel 2 and pipeline parallel 1, but the daemon was started with --tp-size 1"),
+        ([*vllm_args(), "--no-such-flag"], 1, "vLLM's engine-argument parser refused --vllm-args"),
+    ],
+)
+def test_vllm_args_vllm_refuses_or_that_disagree_with_the_daemons_layout_stop_it_before_the_claim(
+    tmp_path: Path, args: list[str], tp: int, message: str
+) -> None:
+    model = qwen3_checkpoint(tmp_path / "qwen3")
+    done = subprocess.run(
+        [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args),
+         "--model", str(model), "--backend", "cpu-shm", "--tp-size", str(tp), "--socket-dir",
+         str(tmp_path / "s"), "--name", "bad"],
+        env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert message in done.stderr
+    assert not (tmp_path / "s" / "bad").exists()  # refused before the rank's files
