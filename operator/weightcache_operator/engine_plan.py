@@ -3,9 +3,9 @@ and the rollout report out. Pure.
 
 Two planners meet here, one after the other, over one vocabulary:
 
-- the rollout (rollout.py for single-node engines, ``group_progress`` for engine groups) moves
-  replicas to the wanted engine template and daemon spec hash, and says which generation the
-  Service selects;
+- the rollout (``rollout.plan``, over engines of one pod or of ``parallelism.nodes`` pods alike)
+  moves replicas to the wanted engine template and daemon spec hash, reports how far it got, and
+  says which generation the Service selects; the steps of engine groups are ``plan_groups``'s;
 - scaling and failover (failover.py per replica, ``plan_groups`` for groups) keep exactly
   ``replicas`` actives and ``standbysPerReplica`` standbys per replica, promoting a standby over
   a failed active.
@@ -25,7 +25,7 @@ from datetime import datetime
 
 from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole, in_order
 from .failover import plan_replica
-from .group_plan import group_progress, plan_groups
+from .group_plan import plan_groups
 from .objects import Object, PodView, spec_hash, stamp
 from .placement import new_engine
 from .render.daemon import slot_base
@@ -95,17 +95,18 @@ def plan_engines(
     desired_nodes = sum(
         (ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or snapshot.daemon_daemonsets
     )
-    engines, serving = snapshot.engine_pods, snapshot.serving
-    grouped = cache.spec.parallelism.nodes > 1
-    if grouped:
-        # Engine groups roll through plan_groups; this only reports how far that got.
-        steps = group_progress(
-            want, engines, cache.spec.parallelism.nodes, now, snapshot.previous_rollout, serving, old_sets
-        )
-    else:
-        steps = plan(
-            want, engines, snapshot.daemon_pods, serving, now, snapshot.previous_rollout, desired_nodes, old_sets
-        )
+    engines, serving, size = snapshot.engine_pods, snapshot.serving, cache.spec.parallelism.nodes
+    steps = plan(
+        want,
+        engines,
+        snapshot.daemon_pods,
+        serving,
+        now,
+        snapshot.previous_rollout,
+        desired_nodes,
+        old_sets,
+        size=size,
+    )
     ready = snapshot.ready_daemons(want.daemon_hash)
     actions: list[Action] = [SetRole(name, "active") for name in steps.promote]
     if apply_service or serving != steps.serve_hash:
@@ -122,7 +123,7 @@ def plan_engines(
 
     after = [p for p in _after(engines, steps, now) if PodView(p).name not in steps.held]
     stranded: list[str] = []
-    if grouped:
+    if size > 1:
         actions += plan_groups(
             cache,
             after,

@@ -14,18 +14,17 @@ A new engine version (``engine_template_hash``: the engine template or the daemo
 changed) rolls through group by group as single-node engines do: a new-version standby group
 starts next to the old ones (a surge, not trimmed), is promoted once every member is Ready, and
 the old groups are then deleted with their grace period. Until then the old groups keep serving
-and remain the failover candidates. ``group_progress`` reports that rollout as ``plan`` does for
-single-node engines (status.rollout, the Progressing condition), including the stall of a new
-group not Ready within ``readyDeadlineSeconds``: the old groups keep serving, as they would anyway.
+and remain the failover candidates. ``rollout.plan`` reports that rollout for both kinds of engine
+(status.rollout, the Progressing condition, the Service's generation), including the stall of a
+new group not Ready within ``readyDeadlineSeconds``: the old groups keep serving, as they would
+anyway.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import datetime
-from typing import Any
 
 from .actions import Action, Create, Delete, Failover, SetRole
 from .engine_units import Unit, units
@@ -35,16 +34,6 @@ from .placement import new_engine
 from .render.dra import engine_claim_current
 from .render.engine import DIST_PORT, DIST_PORT_ANNOTATION, Member, Role, engine_template_hash
 from .render.layout import GROUP_LABEL, NODE_RANK_LABEL, daemon_spec_hash
-from .rollout import (
-    Desired,
-    EngineView,
-    Plan,
-    check_deadline,
-    replica_done,
-    retire_old_daemonsets,
-    serve_hash,
-    settle_phase,
-)
 from .spec import WeightCache
 
 
@@ -60,7 +49,7 @@ def plan_groups(
     ``unready_nodes``: as failover.unready_nodes (names the failure of a group on a dead node);
     ``serving``: the generation the Service selects after this pass. While it is not the current
     one (a blue/green generation change), a Ready new group is promoted next to the old active,
-    which keeps serving until the Service switches (``group_progress``) — a pass later."""
+    which keeps serving until the Service switches (``rollout.plan``) — a pass later."""
     spec = cache.spec.engine
     size = cache.spec.parallelism.nodes
     actions: list[Action] = []
@@ -155,8 +144,8 @@ def plan_groups(
                 Failover(
                     Promotion(
                         replica,
-                        _head(promoted),
-                        _head(failed) if failed else None,
+                        promoted.head,
+                        failed.head if failed else None,
                         failure or Failure("PodGone", None, why, True),
                     )
                 )
@@ -172,7 +161,7 @@ def plan_groups(
                 relabel(demoted, "standby")
                 standbys.append(demoted)
             if failure is not None:  # else it never got Ready: a swap, not a failover
-                actions.append(Failover(Promotion(replica, _head(promoted), _head(demoted), failure)))
+                actions.append(Failover(Promotion(replica, promoted.head, demoted.head, failure)))
         fresh = [u for u in standbys if current(u)]
         if actives and not current(actives[0]):
             if not (fresh and fresh[0].ready):
@@ -209,69 +198,6 @@ def plan_groups(
     return actions
 
 
-def group_progress(
-    want: Desired,
-    pods: list[Object],
-    size: int,
-    now: datetime,
-    previous: dict[str, Any] | None = None,
-    serving: str | None = None,
-    old_daemonsets: dict[str, str | None] | None = None,
-) -> Plan:
-    """The rollout of engine groups as a ``rollout.Plan`` whose only actions are the Service's
-    generation and the old DaemonSets to delete (``plan_groups`` does the rest): mode, phase,
-    current step, replicas updated and why it stalled, for ``rollout_status`` and
-    ``rollout_conditions``. ``previous``: the last ``status.rollout``; ``serving``: the
-    generation the live Service selects; ``old_daemonsets``: a blue/green change's old slot
-    DaemonSets (name → generation), deleted once the Service switched and their engines are gone.
-
-    The Service switches as for single-node engines (``rollout.serve_hash``), over groups:
-    once every replica has a Ready new-generation group already labelled active."""
-    found = units(pods, size)  # terminating pods included: a draining old group is not done yet
-
-    def current(unit: Unit) -> bool:
-        return all(PodView(p).engine_hash == want.engine_hash for p in unit.pods)
-
-    def view(unit: Unit) -> EngineView:
-        """The group as one engine: its leader's facts, its readiness, outdated if any pod is."""
-        hashes = [PodView(p).engine_hash for p in unit.pods]
-        return replace(
-            EngineView.of(_head(unit)),
-            ready=unit.ready,
-            deleting=unit.deleting,
-            engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash),
-        )
-
-    views = [view(u) for u in found if u.pods]
-    result = Plan(serve_hash=serve_hash(want, views, serving))
-    if old_daemonsets:
-        retire_old_daemonsets(want, [EngineView.of(p) for p in pods], result, old_daemonsets)
-
-    def done(replica: int) -> bool:
-        return replica_done(want, views, replica)
-
-    result.updated = sum(done(r) for r in range(want.replicas))
-    outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
-    if outdated:
-        generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
-        result.mode = "Generation" if generations - {want.daemon_hash} else "Engine"
-        turn = min(int(u.replica) for u in outdated)
-        fresh = sorted(
-            (u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
-            key=lambda u: (not u.ready, u.created, u.name),
-        )
-        waiting = [u for u in fresh if not u.ready]
-        if not fresh:
-            result.step = f"replica {turn}: starting a new-version standby group"
-        elif waiting and not any(u.ready for u in fresh):
-            result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
-            check_deadline(want, view(waiting[0]), now, result, group=True)
-        else:
-            result.step = f"replica {turn}: draining the old groups"
-    settle_phase(result, previous, next((r for r in range(want.replicas) if not done(r)), None), "groups")
-    return result
-
-
 def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Object]]) -> str | None:
     """Why a group must go whole, or None."""
     if unit.key.startswith("pod/"):
@@ -293,18 +219,14 @@ def _broken(unit: Unit, replicas: int, ready: dict[int, dict[str, Object]]) -> s
 def _group_failure(unit: Unit, pods: list[Object], unready_nodes: Mapping[str, datetime | None]) -> Failure | None:
     """The first failure among the group's pods, leader first, terminating ones included (a
     deleted member is the failure that names itself)."""
-    group = (_head(unit)["metadata"].get("labels") or {}).get(GROUP_LABEL)
+    group = (unit.head["metadata"].get("labels") or {}).get(GROUP_LABEL)
     members = [p for p in pods if group and (p["metadata"].get("labels") or {}).get(GROUP_LABEL) == group] or unit.pods
     members.sort(key=lambda p: (p["metadata"].get("labels") or {}).get(NODE_RANK_LABEL, ""))
     return next((f for p in members if (f := failure_of(p, unready_nodes)) is not None), None)
 
 
 def _daemon_hash(unit: Unit) -> str | None:
-    return PodView(_head(unit)).spec_hash
-
-
-def _head(unit: Unit) -> Object:
-    return unit.leader or unit.pods[0]
+    return PodView(unit.head).spec_hash
 
 
 def _port(pod: Object) -> int:

@@ -37,13 +37,14 @@ then the outdated one and is retired like any other.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.daemon_report import HOST_DEVICE, DaemonReport
 
+from .engine_units import Unit, units
 from .objects import Object, PodView, condition, stamp
 
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
@@ -152,33 +153,110 @@ def plan(
     previous: dict[str, Any] | None = None,
     desired_nodes: int = 0,
     old_daemonsets: dict[str, str | None] | None = None,
+    *,
+    size: int = 1,
 ) -> Plan:
-    """Decides the next actions. ``serving``: the generation the live Service selects (None when
-    there is no Service yet or it selects none); ``previous``: the last ``status.rollout``;
-    ``desired_nodes``: how many daemon pods the DaemonSet of the wanted generation should run;
-    ``old_daemonsets``: name → generation of DaemonSets kept for another generation next to it
-    (a blue/green change's old side)."""
-    pods = [EngineView.of(p) for p in engines]
-    nodes = [DaemonView.of(p) for p in daemons]
+    """Decides the next actions and reports the rollout. ``serving``: the generation the live
+    Service selects (None when there is no Service yet or it selects none); ``previous``: the
+    last ``status.rollout``; ``desired_nodes``: how many daemon pods the DaemonSet of the wanted
+    generation should run; ``old_daemonsets``: name → generation of DaemonSets kept for another
+    generation next to it (a blue/green change's old side); ``size``: pods per engine
+    (``parallelism.nodes``).
+
+    Engines are units (engine_units.py), each seen as one ``EngineView``: which generation the
+    Service selects, which replicas are whole and when the rollout is done are decided over those
+    views alike for every size. Single-pod engines roll here (surge, promote, drain, daemon
+    replacement); engine groups roll in ``group_plan.plan_groups``, and for them this only says
+    how far that got (the step, the stall) and which old DaemonSets to delete."""
+    pods = engine_views(want, engines, size)
     result = Plan(serve_hash=serve_hash(want, pods, serving))
-    outdated = [p for p in pods if p.engine_hash != want.engine_hash]
     old_sets = old_daemonsets or {}
+    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
+    if size > 1:
+        _report_groups(want, engines, size, result, now, old_sets)
+    else:
+        _plan_pods(want, pods, [DaemonView.of(p) for p in daemons], result, now, desired_nodes, old_sets)
+    undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
+    settle_phase(result, previous, undone, "groups" if size > 1 else "engines")
+    return result
+
+
+def engine_views(want: Desired, engines: list[Object], size: int) -> list[EngineView]:
+    """One view per engine unit, terminating pods included (a draining old engine is not done
+    yet). A unit of one is its pod's view, in the order the pods are given (a replica's first
+    active among them is the one a single-pod rollout keeps)."""
+    if size == 1:
+        return [EngineView.of(p) for p in engines]
+    return [unit_view(want, u) for u in units(engines, size)]
+
+
+def unit_view(want: Desired, unit: Unit) -> EngineView:
+    """An engine unit as one engine: its head pod's facts, the unit's readiness and deletion, and
+    outdated if any of its pods is."""
+    hashes = [PodView(p).engine_hash for p in unit.pods]
+    return replace(
+        EngineView.of(unit.head),
+        ready=unit.ready,
+        deleting=unit.deleting,
+        engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash),
+    )
+
+
+def _plan_pods(
+    want: Desired,
+    pods: list[EngineView],
+    nodes: list[DaemonView],
+    result: Plan,
+    now: datetime,
+    desired_nodes: int,
+    old_sets: dict[str, str | None],
+) -> None:
+    """Single-pod engines: a generation change (any daemon, engine or kept DaemonSet of another
+    generation) or an engine rollout (an engine of another template)."""
     generation_change = (
         bool(old_sets)
         or any(d.daemon_hash != want.daemon_hash for d in nodes)
         or any(p.daemon_hash != want.daemon_hash for p in pods)
     )
-    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
         result.mode = "Generation"
         _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets)
-    elif outdated:
+    elif any(p.engine_hash != want.engine_hash for p in pods):
         result.mode = "Engine"
         _plan_engine(want, pods, result, now)
-    settle_phase(
-        result, previous, next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None), "engines"
+
+
+def _report_groups(
+    want: Desired, engines: list[Object], size: int, result: Plan, now: datetime, old_sets: dict[str, str | None]
+) -> None:
+    """Engine groups: the old slot DaemonSets a blue/green change leaves go once the Service has
+    switched and none of their engines is left; the mode (a generation change when an outdated
+    group maps another generation), the replica whose turn it is, and its step."""
+    found = units(engines, size)
+    if old_sets:
+        retire_old_daemonsets(want, [EngineView.of(p) for p in engines], result, old_sets)
+
+    def current(unit: Unit) -> bool:
+        return all(PodView(p).engine_hash == want.engine_hash for p in unit.pods)
+
+    outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
+    if not outdated:
+        return
+    generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
+    result.mode = "Generation" if generations - {want.daemon_hash} else "Engine"
+    turn = min(int(u.replica) for u in outdated)
+    fresh = sorted(
+        (u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
+        key=lambda u: (not u.ready, u.created, u.name),
     )
-    return result
+    waiting = [u for u in fresh if not u.ready]
+    if not fresh:
+        result.step = f"replica {turn}: starting a new-version standby group"
+    elif waiting and not any(u.ready for u in fresh):
+        result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
+        check_deadline(want, unit_view(want, waiting[0]), now, result, group=True)
+    else:
+        result.step = f"replica {turn}: draining the old groups"
 
 
 def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None, what: str) -> None:

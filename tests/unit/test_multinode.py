@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from test_render import NOW, container, env_of, make
+from weightcache_operator import rollout
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_units import units
-from weightcache_operator.group_plan import group_progress, plan_groups
+from weightcache_operator.group_plan import plan_groups
 from weightcache_operator.render import (
     SPEC_HASH_ANNOTATION,
     daemon_spec_hash,
@@ -410,7 +411,7 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
 
 
 def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes() -> None:
-    """status.rollout for engine groups: what group_progress tells rollout_status at each stage."""
+    """status.rollout for engine groups: what rollout.plan tells rollout_status at each stage."""
     old_cache = make(**TWO)
     new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
     want = Desired(
@@ -418,9 +419,11 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     )
     at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=UTC)  # noqa: E731  (pods: 10:00)
     old = complete_groups(old_cache)
-    assert group_progress(want, complete_groups(new_cache), 2, at(1)).phase is None, "nothing to roll, nothing rolled"
+    assert rollout.plan(want, complete_groups(new_cache), [], None, at(1), size=2).phase is None, (
+        "nothing to roll, nothing rolled"
+    )
 
-    started = group_progress(want, old, 2, at(1))
+    started = rollout.plan(want, old, [], None, at(1), size=2)
     assert (started.mode, started.phase, started.updated) == ("Engine", "Progressing", 0)
     assert started.step == "replica 0: starting a new-version standby group"
 
@@ -431,10 +434,10 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
         for a in plan_groups(new_cache, [*old, leader], READY, ids())
         if isinstance(a, Create)
     ]
-    waiting = group_progress(want, [*old, leader, member], 2, at(5))
+    waiting = rollout.plan(want, [*old, leader, member], [], None, at(5), size=2)
     assert waiting.phase == "Progressing"
     assert waiting.step == f"replica 0: waiting for group {leader['metadata']['name']} to turn Ready"
-    stalled = group_progress(want, [*old, leader, member], 2, at(11))
+    stalled = rollout.plan(want, [*old, leader, member], [], None, at(11), size=2)
     assert stalled.phase == "Stalled" and stalled.stalled is not None
     assert leader["metadata"]["name"] in stalled.stalled and "readyDeadlineSeconds is 600" in stalled.stalled
     status = rollout_status(stalled, want, at(11), rollout_status(started, want, at(1), None))
@@ -447,16 +450,19 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     draining = copy.deepcopy(old)
     for pod in draining:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T10:12:00Z"
-    assert group_progress(want, [*draining, *ready_group], 2, at(12)).step == "replica 0: draining the old groups"
+    assert (
+        rollout.plan(want, [*draining, *ready_group], [], None, at(12), size=2).step
+        == "replica 0: draining the old groups"
+    )
     previous = {"phase": "Progressing", "mode": "Engine"}
-    restoring = group_progress(want, ready_group, 2, at(13), previous)
+    restoring = rollout.plan(want, ready_group, [], None, at(13), previous, size=2)
     assert (restoring.phase, restoring.updated) == ("Progressing", 0), "no Ready new standby group yet"
     standby = [copy.deepcopy(p) for p in ready_group]
     for pod, name in zip(standby, ("tiny-0-gz-0", "tiny-0-gz-1")):
         pod["metadata"]["name"] = name
         pod["metadata"]["labels"]["weightcache.io/role"] = "standby"
         pod["metadata"]["labels"]["weightcache.io/engine-group"] = "gz"
-    done = group_progress(want, [*ready_group, *standby], 2, at(14), previous)
+    done = rollout.plan(want, [*ready_group, *standby], [], None, at(14), previous, size=2)
     assert (done.phase, done.mode, done.updated, done.step) == ("Complete", "Engine", 1, "every replica updated")
 
 
@@ -493,7 +499,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     )
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
-    progress = group_progress(want, [*old, *fresh], 2, at, None, old_gen, old_sets)
+    progress = rollout.plan(want, [*old, *fresh], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == old_gen and progress.retire_daemonsets == []
     plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_hash)
     assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
@@ -503,7 +509,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     for pod in promoted:
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
-    progress = group_progress(want, [*old, *promoted], 2, at, None, old_gen, old_sets)
+    progress = rollout.plan(want, [*old, *promoted], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == [
@@ -519,7 +525,9 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     ]
     assert "SetRole:standby" in steps and steps.index("ApplyService") < steps.index("SetRole:standby")
     # The old engines are gone: their slot DaemonSets go too.
-    done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)
+    done = rollout.plan(
+        want, promoted, [], new_gen, at, {"phase": "Progressing", "mode": "Generation"}, 0, old_sets, size=2
+    )
     assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
     # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.
     assert any(isinstance(a, Delete) for a in plan_groups(new_cache, [*old, *fresh], READY, ids()))
