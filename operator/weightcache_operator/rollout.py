@@ -1,5 +1,10 @@
 """Rollout decisions: observed pods + the desired versions → what to do next. Pure.
 
+Engines are units (engine_units.py): one pod, or a group of ``parallelism.nodes`` pods. The
+rollout's report — which replicas are done, the stall, the phase, the generation the Service
+selects — is decided over one view per unit for both. The steps below are those of single-pod
+engines; engine groups take theirs in group_plan.py (docs/operator.md lists where they differ).
+
 Two kinds of change reach running engines:
 
 - **Engine rollout** (the engine template changed, the daemons did not): replicas roll one at a
