@@ -107,14 +107,14 @@ def plan_engines(
         old_sets,
         size=size,
     )
-    ready = snapshot.ready_daemons(want.daemon_hash)
+    ready = snapshot.ready_daemons_by_slot(want.daemon_hash, size)
     actions: list[Action] = [SetRole(name, "active") for name in steps.promote]
     if apply_service or serving != steps.serve_hash:
         actions.append(ApplyService(steps.serve_hash))
     actions += [Delete(name, "rolled out") for name in steps.retire]
     load = Counter(PodView(p).node for p in engines if not PodView(p).deleting)
     for replica in steps.create:
-        pod = new_engine(cache, replica, "standby", ready, load)
+        pod = new_engine(cache, replica, "standby", ready.get(0, {}), load)
         if pod is not None:
             actions.append(Create(pod))
     if steps.replace_daemon:
@@ -127,13 +127,13 @@ def plan_engines(
         actions += plan_groups(
             cache,
             after,
-            snapshot.ready_daemons_by_slot(want.daemon_hash),
+            ready,
             new_group,
             snapshot.unready_nodes(),
             steps.serve_hash,
         )
     else:
-        scaled, stranded = _scale(cache, after, ready, snapshot.unready_nodes(), unresponsive)
+        scaled, stranded = _scale(cache, after, ready.get(0, {}), snapshot.unready_nodes(), unresponsive)
         actions += scaled
     return EnginePlan(in_order(actions), steps, stranded, desired_nodes)
 
