@@ -60,6 +60,16 @@ class Unit:
     def created(self) -> str:
         return str(self.head["metadata"].get("creationTimestamp") or "")
 
+    @property
+    def lost(self) -> str | None:
+        """Why the unit can never serve again while none of it is being deleted: a pod of it
+        exited for good, or (a group) its leader is gone — the other ranks dial the leader."""
+        for pod in self.pods:
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Failed", "Succeeded"):
+                return f"{pod['metadata']['name']} is {phase}"
+        return None if self.leader is not None else "the group's leader is gone"
+
 
 def units(pods: list[Object], nodes: int) -> list[Unit]:
     """Groups engine pods into units, in a stable order. With ``nodes = 1`` every pod is its own

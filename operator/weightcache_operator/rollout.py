@@ -1,9 +1,9 @@
 """Rollout decisions: observed pods + the desired versions → what to do next. Pure.
 
-Engines are units (engine_units.py): one pod, or a group of ``parallelism.nodes`` pods. The
-rollout's report — which replicas are done, the stall, the phase, the generation the Service
-selects — is decided over one view per unit for both. The steps below are those of single-pod
-engines; engine groups take theirs in group_plan.py (docs/operator.md lists where they differ).
+Engines are units (engine_units.py): one pod, or a group of ``parallelism.nodes`` pods — a
+single-pod engine is a group of one. The rollout's steps and its report (which replicas are
+done, the stall, the phase, the generation the Service selects) are decided over one view per
+unit, alike for every size; the steps name units by their head pod and apply to all its pods.
 
 Two kinds of change reach running engines:
 
@@ -129,13 +129,13 @@ class Plan:
 
     serve_hash: str
     promote: list[str] = field(default_factory=list)
-    """Pods to relabel active."""
+    """Units (their head pods) to relabel active."""
     retire: list[str] = field(default_factory=list)
-    """Old pods to delete with their grace period (drain)."""
+    """Old units (their head pods) to delete with their grace period (drain)."""
     create: list[int] = field(default_factory=list)
-    """Replicas that get a new-version standby (a surge pod)."""
+    """Replicas that get a new-version standby (a surge unit)."""
     held: set[str] = field(default_factory=set)
-    """Surge pods the ordinary scaling must neither count nor trim."""
+    """Surge units (their head pods) the ordinary scaling must neither count nor trim."""
     replace_daemon: str | None = None
     """A drained node's old-generation daemon pod to delete (the DaemonSet recreates it)."""
     retire_daemonsets: list[str] = field(default_factory=list)
@@ -168,21 +168,17 @@ def plan(
     generation next to it (a blue/green change's old side); ``size``: pods per engine
     (``parallelism.nodes``).
 
-    Engines are units (engine_units.py), each seen as one ``EngineView``: which generation the
-    Service selects, which replicas are whole and when the rollout is done are decided over those
-    views alike for every size. Single-pod engines roll here (surge, promote, drain, daemon
-    replacement); engine groups roll in ``group_plan.plan_groups``, and for them this only says
-    how far that got (the step, the stall) and which old DaemonSets to delete."""
+    Engines are units (engine_units.py), each seen as one ``EngineView``: every decision (surge,
+    promote, drain, which generation the Service selects, which replicas are whole, the stall) is
+    made over those views alike for every size. Only replacing daemon pods node by node is for
+    single-pod engines: slot DaemonSets roll their own pods."""
     pods = engine_views(want, engines, size)
     result = Plan(serve_hash=serve_hash(want, pods, serving))
-    old_sets = old_daemonsets or {}
     result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
-    if size > 1:
-        _report_groups(want, engines, size, result, now, old_sets)
-    else:
-        _plan_pods(want, pods, [DaemonView.of(p) for p in daemons], result, now, desired_nodes, old_sets)
+    nodes = [DaemonView.of(p) for p in daemons]
+    _plan_steps(want, pods, nodes, result, now, desired_nodes, old_daemonsets or {}, size)
     undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
-    settle_phase(result, previous, undone, "groups" if size > 1 else "engines")
+    settle_phase(result, previous, undone)
     return result
 
 
@@ -207,7 +203,7 @@ def unit_view(want: Desired, unit: Unit) -> EngineView:
     )
 
 
-def _plan_pods(
+def _plan_steps(
     want: Desired,
     pods: list[EngineView],
     nodes: list[DaemonView],
@@ -215,9 +211,10 @@ def _plan_pods(
     now: datetime,
     desired_nodes: int,
     old_sets: dict[str, str | None],
+    size: int,
 ) -> None:
-    """Single-pod engines: a generation change (any daemon, engine or kept DaemonSet of another
-    generation) or an engine rollout (an engine of another template)."""
+    """A generation change (any daemon, engine or kept DaemonSet of another generation) or an
+    engine rollout (an engine of another template)."""
     generation_change = (
         bool(old_sets)
         or any(d.daemon_hash != want.daemon_hash for d in nodes)
@@ -225,56 +222,23 @@ def _plan_pods(
     )
     if generation_change:
         result.mode = "Generation"
-        _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets)
+        _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
     elif any(p.engine_hash != want.engine_hash for p in pods):
         result.mode = "Engine"
-        _plan_engine(want, pods, result, now)
+        _plan_engine(want, pods, result, now, size)
 
 
-def _report_groups(
-    want: Desired, engines: list[Object], size: int, result: Plan, now: datetime, old_sets: dict[str, str | None]
-) -> None:
-    """Engine groups: the old slot DaemonSets a blue/green change leaves go once the Service has
-    switched and none of their engines is left; the mode (a generation change when an outdated
-    group maps another generation), the replica whose turn it is, and its step."""
-    found = units(engines, size)
-    if old_sets:
-        retire_old_daemonsets(want, [EngineView.of(p) for p in engines], result, old_sets)
-
-    def current(unit: Unit) -> bool:
-        return all(PodView(p).engine_hash == want.engine_hash for p in unit.pods)
-
-    outdated = [u for u in found if not current(u) and u.replica.isdigit() and int(u.replica) < want.replicas]
-    if not outdated:
-        return
-    generations = {PodView(p).spec_hash for u in outdated for p in u.pods}
-    result.mode = "Generation" if generations - {want.daemon_hash} else "Engine"
-    turn = min(int(u.replica) for u in outdated)
-    fresh = sorted(
-        (u for u in found if u.replica == str(turn) and current(u) and not u.deleting),
-        key=lambda u: (not u.ready, u.created, u.name),
-    )
-    waiting = [u for u in fresh if not u.ready]
-    if not fresh:
-        result.step = f"replica {turn}: starting a new-version standby group"
-    elif waiting and not any(u.ready for u in fresh):
-        result.step = f"replica {turn}: waiting for group {waiting[0].name} to turn Ready"
-        check_deadline(want, unit_view(want, waiting[0]), now, result, group=True)
-    else:
-        result.step = f"replica {turn}: draining the old groups"
-
-
-def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None, what: str) -> None:
+def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None) -> None:
     """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
     rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
-    replica is whole again (``undone``: the first that is not; ``what`` it waits for: engines or
-    groups), then Complete, which stays until the next rollout."""
+    replica is whole again (``undone``: the first that is not), then Complete, which stays until
+    the next rollout."""
     was = (previous or {}).get("phase")
     if result.mode is not None:
         result.phase = "Stalled" if result.stalled else "Progressing"
     elif was in ("Progressing", "Stalled"):
         result.phase = "Progressing" if undone is not None else "Complete"
-        result.step = f"replica {undone}: restoring Ready {what}" if undone is not None else "every replica updated"
+        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
         result.mode = (previous or {}).get("mode")
     elif was == "Complete":
         result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
@@ -306,16 +270,16 @@ def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> st
     return want.daemon_hash if new_everywhere or (not old_serves and ready_new) else serving
 
 
-def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
+def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime, size: int) -> None:
     turn = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     if turn is None:
         # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
         result.step = "removing pods of scaled-down replicas"
         return
-    _roll_replica(want, pods, turn, result, now)
+    _roll_replica(want, pods, turn, result, now, size)
 
 
-def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime) -> None:
+def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime, size: int) -> None:
     """One replica's next step: surge → wait Ready → promote + drain the old active → old
     standbys out, new ones in (created by the ordinary scaling) → Ready."""
     mine = [p for p in pods if p.replica == replica]
@@ -335,7 +299,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         result.held.add(surge.name)
         if not surge.ready:
             result.step = f"replica {replica}: waiting for {surge.name} to turn Ready"
-            check_deadline(want, surge, now, result)
+            check_deadline(want, surge, now, result, size > 1)
             return
         result.promote.append(surge.name)
         result.held.discard(surge.name)  # active from now on: the scaler must see it
@@ -351,7 +315,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         waiting = [p for p in new if not p.ready]
         result.step = f"replica {replica}: waiting for new standbys to turn Ready"
         for pod in waiting:
-            check_deadline(want, pod, now, result)
+            check_deadline(want, pod, now, result, size > 1)
 
 
 def _plan_generation(
@@ -362,6 +326,7 @@ def _plan_generation(
     now: datetime,
     desired_nodes: int,
     old_sets: dict[str, str | None],
+    size: int,
 ) -> None:
     """New-generation engines next to Ready new-generation daemons; the Service switches once
     every replica has a Ready new-generation engine; then the old engines drain. Node by node
@@ -390,7 +355,7 @@ def _plan_generation(
             continue
         result.held.add(new[0].name)
         if not new[0].ready:
-            check_deadline(want, new[0], now, result)
+            check_deadline(want, new[0], now, result, size > 1)
             continue
         result.promote.append(new[0].name)
         if switched:  # the old generation serves nothing: no reason to wait a pass
@@ -400,6 +365,12 @@ def _plan_generation(
         return
     if old_sets:
         retire_old_daemonsets(want, pods, result, old_sets)
+    if size > 1:
+        # Slot DaemonSets roll their pods by themselves: every group spans every slot, so no node
+        # can be drained while the others serve, and there is no node to pick here.
+        if not old_sets:
+            result.step = result.step or "the slot DaemonSets replace their daemons; moving engine groups over"
+        return
     # What the DaemonSet updated in place still runs of an older generation (none with blue/green).
     in_place = [d for d in nodes if d.owner not in old_sets]
     old = [d for d in in_place if d.daemon_hash != want.daemon_hash]
