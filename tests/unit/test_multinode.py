@@ -10,7 +10,7 @@ from typing import Any
 from test_render import NOW, container, env_of, make
 from weightcache_operator import rollout
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
-from weightcache_operator.engine_plan import desired, plan_engines
+from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
 from weightcache_operator.engine_units import units
 from weightcache_operator.render import (
     SPEC_HASH_ANNOTATION,
@@ -185,17 +185,19 @@ def ids() -> Any:
     return lambda: f"g{next(counter)}"
 
 
-def plan_groups(
+def engine_plan(
     cache: Any,
     pods: list[dict[str, Any]],
     ready: dict[int, dict[str, dict[str, Any]]],
     new_group: Any,
     unready_nodes: dict[str, None] | None = None,
     serving: str | None = None,
-) -> list[Any]:
-    """The one planner's engine actions (the Service's left out) for a cache whose slot ``k``
-    daemons are Ready on the nodes of ``ready[k]``, with ``unready_nodes`` NotReady and the
-    Service on ``serving`` (default: the current generation)."""
+    unresponsive: dict[str, datetime] | None = None,
+    now: datetime = NOW,
+) -> EnginePlan:
+    """The one planner's plan for a cache whose slot ``k`` daemons are Ready on the nodes of
+    ``ready[k]``, with ``unready_nodes`` NotReady and the Service on ``serving`` (default: the
+    current generation)."""
     daemons = []
     for slot in ready.values():
         for pod in slot.values():
@@ -216,7 +218,21 @@ def plan_groups(
         engine_pods=list(pods),
         service=engine_service(cache, serving or daemon_spec_hash(cache)),
     )
-    plan = plan_engines(cache, state, desired(cache), NOW, apply_service=False, new_group=new_group)
+    return plan_engines(
+        cache, state, desired(cache), now, apply_service=False, unresponsive=unresponsive, new_group=new_group
+    )
+
+
+def plan_groups(
+    cache: Any,
+    pods: list[dict[str, Any]],
+    ready: dict[int, dict[str, dict[str, Any]]],
+    new_group: Any,
+    unready_nodes: dict[str, None] | None = None,
+    serving: str | None = None,
+) -> list[Any]:
+    """``engine_plan``'s engine actions (the Service's left out)."""
+    plan = engine_plan(cache, pods, ready, new_group, unready_nodes, serving)
     return [a for a in plan.actions if not isinstance(a, ApplyService)]
 
 
