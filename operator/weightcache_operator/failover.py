@@ -243,6 +243,8 @@ def plan_replica(
         node = PodView(failed.head).node if failed is not None else None
         candidates.sort(key=lambda u: (not u.ready, PodView(u.head).node != node, u.created, u.name))
         best = candidates[0] if candidates else None
+        # A starting standby takes over only from an active gone for good: it serves sooner than
+        # a unit created now, while an active that may recover is still the best there is.
         take_over = best is not None and (best.ready or active is None or (failure is not None and failure.final))
         if take_over:
             assert best is not None
@@ -253,6 +255,8 @@ def plan_replica(
             plan.promotion = Promotion(replica, best.head, failed.head if failed else None, failure)
             standbys.remove(best)
             if active is not None:
+                # Deleted (a group whole) and replaced rather than kept as a standby: a failed
+                # unit may fail again as the replica's only standby, a fresh one is known good.
                 if failure is None or not failure.retire:  # never Ready yet, or maybe only slow
                     plan.demote.append(active)
                     standbys.append(active)

@@ -271,6 +271,9 @@ def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> st
 
 
 def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime, size: int) -> None:
+    # One replica at a time, for every size: a rollout never holds more than one extra engine
+    # (for a group, ``nodes`` pods' worth of node capacity), and a template that does not work
+    # stalls after one surge instead of one per replica.
     turn = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     if turn is None:
         # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
@@ -362,6 +365,8 @@ def _plan_generation(
             result.held.discard(new[0].name)
             result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
     if result.stalled:
+        # Nothing more moves while stalled, for every size: the old generation's DaemonSets stay
+        # the way back if the spec is changed back.
         return
     if old_sets:
         retire_old_daemonsets(want, pods, result, old_sets)

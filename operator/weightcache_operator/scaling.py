@@ -139,6 +139,9 @@ def plan_scaling(
         if step.promotion is not None:
             promoted = next(u for u in found if u.head is step.promotion.promoted)
             relabel(promoted, "active")
+            # Every promotion is a Failover action, with or without a failure: the reporter
+            # records, counts and posts only those over a failure, and logs a swap for an
+            # active that never got Ready, so no promotion goes unlogged.
             actions.append(Failover(step.promotion))
         for unit in step.demote:
             relabel(unit, "standby")
