@@ -1,38 +1,37 @@
 """The engines' plan for one pass: a snapshot and what the spec asks for in, actions (actions.py)
 and the rollout report out. Pure.
 
-Two planners meet here, one after the other, over one vocabulary:
+One planner for engines of every size (a single-pod engine is a group of one: engine_units.py),
+in two steps over one vocabulary:
 
-- the rollout (rollout.py for single-node engines, ``group_progress`` for engine groups) moves
-  replicas to the wanted engine template and daemon spec hash, and says which generation the
-  Service selects;
-- scaling and failover (failover.py per replica, ``plan_groups`` for groups) keep exactly
-  ``replicas`` actives and ``standbysPerReplica`` standbys per replica, promoting a standby over
-  a failed active.
+- the rollout (``rollout.plan``) moves replicas to the wanted engine template and daemon spec
+  hash — surge, promote, drain, replace a daemon — reports how far it got, and says which
+  generation the Service selects;
+- scaling and failover (scaling.py, ``failover.plan_replica`` per replica) keep exactly
+  ``replicas`` active units and ``standbysPerReplica`` standby units per replica, promoting a
+  standby over a failed active, and create the rollout's surge units.
 
-Scaling plans over the engines as the rollout's relabels and deletions leave them, minus the
-rollout's surge pods (``Plan.held``), which it must neither count nor trim. Pods the rollout
-creates are not seen by it: they count from the next pass on, once the rollout has placed them.
+The rollout names units by their head pod; its relabels and deletions apply to every pod of a
+unit. Scaling plans over the engines as those leave them, minus the rollout's surge units
+(``Plan.held``), which it must neither count nor trim. Units created in this pass are not seen
+by it: they count from the next pass on.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole, in_order
-from .failover import plan_replica
-from .group_plan import group_progress, plan_groups
+from .actions import Action, ApplyService, Delete, DeleteDaemonSet, ReplaceDaemon, SetRole, in_order
+from .engine_units import units
 from .objects import Object, PodView, spec_hash, stamp
-from .placement import new_engine
 from .render.daemon import slot_base
-from .render.dra import engine_claim_current
-from .render.engine import Role, engine_template_hash
-from .render.layout import GROUP_LABEL, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL, daemon_spec_hash
+from .render.engine import engine_template_hash
+from .render.layout import ROLE_LABEL, SLOT_LABEL, daemon_spec_hash
 from .rollout import Desired, Plan, plan
+from .scaling import plan_scaling
 from .snapshot import Snapshot
 from .spec import WeightCache
 
@@ -95,107 +94,61 @@ def plan_engines(
     desired_nodes = sum(
         (ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or snapshot.daemon_daemonsets
     )
-    engines, serving = snapshot.engine_pods, snapshot.serving
-    grouped = cache.spec.parallelism.nodes > 1
-    if grouped:
-        # Engine groups roll through plan_groups; this only reports how far that got.
-        steps = group_progress(
-            want, engines, cache.spec.parallelism.nodes, now, snapshot.previous_rollout, serving, old_sets
-        )
-    else:
-        steps = plan(
-            want, engines, snapshot.daemon_pods, serving, now, snapshot.previous_rollout, desired_nodes, old_sets
-        )
-    ready = snapshot.ready_daemons(want.daemon_hash)
-    actions: list[Action] = [SetRole(name, "active") for name in steps.promote]
+    engines, serving, size = snapshot.engine_pods, snapshot.serving, cache.spec.parallelism.nodes
+    steps = plan(
+        want,
+        engines,
+        snapshot.daemon_pods,
+        serving,
+        now,
+        snapshot.previous_rollout,
+        desired_nodes,
+        old_sets,
+        size=size,
+    )
+    # The rollout names engine units by their head pod; their actions apply to every pod of them.
+    members = {u.name: [PodView(p).name for p in u.pods] for u in units(engines, size)}
+
+    def pods_of(names: list[str] | set[str]) -> list[str]:
+        return [pod for name in names for pod in members.get(name, [name])]
+
+    ready = snapshot.ready_daemons_by_slot(want.daemon_hash, size)
+    actions: list[Action] = [SetRole(name, "active") for name in pods_of(steps.promote)]
     if apply_service or serving != steps.serve_hash:
         actions.append(ApplyService(steps.serve_hash))
-    actions += [Delete(name, "rolled out") for name in steps.retire]
-    load = Counter(PodView(p).node for p in engines if not PodView(p).deleting)
-    for replica in steps.create:
-        pod = new_engine(cache, replica, "standby", ready, load)
-        if pod is not None:
-            actions.append(Create(pod))
+    retire = pods_of(steps.retire)
+    actions += [Delete(name, "rolled out") for name in retire if not _deleting(engines, name)]
     if steps.replace_daemon:
         actions.append(ReplaceDaemon(steps.replace_daemon))
     actions += [DeleteDaemonSet(name) for name in steps.retire_daemonsets]
 
-    after = [p for p in _after(engines, steps, now) if PodView(p).name not in steps.held]
-    stranded: list[str] = []
-    if grouped:
-        actions += plan_groups(
-            cache,
-            after,
-            snapshot.ready_daemons_by_slot(want.daemon_hash),
-            new_group,
-            snapshot.unready_nodes(),
-            steps.serve_hash,
-        )
-    else:
-        scaled, stranded = _scale(cache, after, ready, snapshot.unready_nodes(), unresponsive)
-        actions += scaled
+    after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
+    scaled, stranded = plan_scaling(
+        cache,
+        after,
+        ready,
+        new_group,
+        snapshot.unready_nodes(),
+        unresponsive,
+        held=set(pods_of(steps.held)),
+        surge=steps.create,
+    )
+    actions += scaled
     return EnginePlan(in_order(actions), steps, stranded, desired_nodes)
 
 
-def _after(engines: list[Object], steps: Plan, now: datetime) -> list[Object]:
+def _deleting(engines: list[Object], name: str) -> bool:
+    return any(PodView(p).name == name and PodView(p).deleting for p in engines)
+
+
+def _after(engines: list[Object], promote: set[str], retire: set[str], now: datetime) -> list[Object]:
     """The engine pods as the rollout's relabels and deletions leave them (copies)."""
     out = []
     for pod in engines:
         name = PodView(pod).name
-        if name in steps.promote:
+        if name in promote:
             pod = {**pod, "metadata": {**pod["metadata"], "labels": {**PodView(pod).labels, ROLE_LABEL: "active"}}}
-        if name in steps.retire and not PodView(pod).deleting:
+        if name in retire and not PodView(pod).deleting:
             pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(now)}}
         out.append(pod)
     return out
-
-
-def _scale(
-    cache: WeightCache,
-    pods: list[Object],
-    ready: Mapping[str, Object],
-    unready: Mapping[str, datetime | None],
-    unresponsive: Mapping[str, datetime] | None,
-) -> tuple[list[Action], list[str]]:
-    """Single-node engines: exactly ``replicas`` actives and ``standbysPerReplica`` standbys per
-    replica, each replica's decisions (failover included) failover.plan_replica's. New pods go
-    only to nodes whose daemon is Ready (``ready``); while there is none, nothing is created."""
-    spec = cache.spec.engine
-    actions: list[Action] = []
-    gone: set[str] = set()
-    for raw in pods:
-        pod = PodView(raw)
-        if pod.deleting:
-            continue
-        label = pod.labels.get(REPLICA_LABEL, "")
-        if not label.isdigit() or int(label) >= spec.replicas:
-            why = "scaled down" if label.isdigit() else "no replica label"
-        elif GROUP_LABEL in pod.labels:
-            why = "part of a multi-node engine; parallelism.nodes is 1 now"
-        elif pod.node is not None and pod.node in ready and not engine_claim_current(raw, ready[pod.node]):
-            why = "its node's daemon was replaced: the engine's ResourceClaim is stale"
-        else:
-            continue
-        actions.append(Delete(pod.name, why))
-        gone.add(pod.name)
-    kept = [p for p in pods if PodView(p).name not in gone]
-    load = Counter(PodView(p).node for p in kept if not PodView(p).deleting)
-    stranded: list[str] = []
-    for replica in range(spec.replicas):
-        mine = [p for p in kept if PodView(p).replica == replica]
-        step = plan_replica(replica, mine, spec.standbys_per_replica, daemon_spec_hash(cache), unready, unresponsive)
-        if step.promotion is not None:
-            actions += [SetRole(PodView(step.promotion.promoted).name, "active"), Failover(step.promotion)]
-        actions += [SetRole(PodView(p).name, "standby") for p in step.demote]
-        actions += [Delete(PodView(p).name, why) for p, why in step.delete]
-        if step.stranded:
-            stranded.append(step.stranded)
-        if not ready:
-            continue
-        roles: list[Role] = ["active"] if step.create_active else []
-        roles += ["standby"] * step.create_standbys
-        for role in roles:
-            new = new_engine(cache, replica, role, ready, load)
-            if new is not None:
-                actions.append(Create(new))
-    return actions, stranded

@@ -31,15 +31,18 @@ class Unit:
         return [self.members[k] for k in sorted(self.members)]
 
     @property
+    def head(self) -> Object:
+        """The pod that speaks for the unit: its leader, or while it has none its first member."""
+        return self.leader or self.pods[0]
+
+    @property
     def name(self) -> str:
         """The leader's pod name names the unit (what ``status.engines`` lists)."""
-        pod = self.leader or self.pods[0]
-        return str(pod["metadata"]["name"])
+        return str(self.head["metadata"]["name"])
 
     @property
     def role(self) -> str | None:
-        pod = self.leader or self.pods[0]
-        return (pod["metadata"].get("labels") or {}).get(ROLE_LABEL)
+        return (self.head["metadata"].get("labels") or {}).get(ROLE_LABEL)
 
     @property
     def complete(self) -> bool:
@@ -55,8 +58,17 @@ class Unit:
 
     @property
     def created(self) -> str:
-        pod = self.leader or self.pods[0]
-        return str(pod["metadata"].get("creationTimestamp") or "")
+        return str(self.head["metadata"].get("creationTimestamp") or "")
+
+    @property
+    def lost(self) -> str | None:
+        """Why the unit can never serve again while none of it is being deleted: a pod of it
+        exited for good, or (a group) its leader is gone — the other ranks dial the leader."""
+        for pod in self.pods:
+            phase = (pod.get("status") or {}).get("phase")
+            if phase in ("Failed", "Succeeded"):
+                return f"{pod['metadata']['name']} is {phase}"
+        return None if self.leader is not None else "the group's leader is gone"
 
 
 def units(pods: list[Object], nodes: int) -> list[Unit]:

@@ -1,7 +1,9 @@
-"""Failover decisions for one engine replica: the pods as the API server shows them → what to do.
+"""Failover decisions for one engine replica: its engine units (one pod, or a group of
+``parallelism.nodes`` pods: engine_units.py) as the API server shows them → what to do. One
+planner for every engine size: a single-pod engine is a group of one.
 
 Pure: no API calls and no clock, so every signal and every half-finished failover (an operator
-killed between two patches) is a unit test. engine_plan.py turns the plan into actions, which
+killed between two patches) is a unit test. scaling.py turns the plan into actions, which
 executor.py carries out in the order that keeps the Service serving (actions.ORDER): promote the
 standby first, then retire the failed active, then create what is missing.
 
@@ -12,11 +14,12 @@ active without its standby) and finishes the job; nothing depends on remembering
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from .engine_units import Unit
 from .objects import NodeView, Object, PodView, parse_time, pod_ready, spec_hash
 from .render.layout import READY_GATE
 from .spec import FailoverSignal
@@ -133,14 +136,24 @@ class Promotion:
     failure: Failure | None
 
 
+def unit_failure(
+    unit: Unit, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None = None
+) -> Failure | None:
+    """The failure of an engine unit: the first of its pods' failures, leader first (a unit of
+    one: its pod's). A group cannot serve with any rank failed, so one failed pod fails it."""
+    members = sorted(unit.members.items(), key=lambda kv: (kv[0] < 0, kv[0]))
+    return next((f for _, p in members if (f := failure_of(p, unready_nodes, unresponsive)) is not None), None)
+
+
 @dataclass
 class ReplicaPlan:
-    """What to do for one replica, in this order: promote, demote, delete, create."""
+    """What to do for one replica's engine units, in this order: promote, demote, delete, create."""
 
     promotion: Promotion | None = None
-    demote: list[Object] = field(default_factory=list)
+    demote: list[Unit] = field(default_factory=list)
     """Relabel to standby: surplus actives, and an active that never got Ready."""
-    delete: list[tuple[Object, str]] = field(default_factory=list)
+    delete: list[tuple[Unit, str]] = field(default_factory=list)
+    """Units whose pods that are not being deleted yet go, and why."""
     create_active: bool = False
     create_standbys: int = 0
     stranded: str | None = None
@@ -149,36 +162,47 @@ class ReplicaPlan:
 
 def plan_replica(
     replica: int,
-    pods: list[Object],
+    found: list[Unit],
     standbys_wanted: int,
     current_hash: str,
     unready_nodes: Mapping[str, datetime | None],
     unresponsive: Mapping[str, datetime] | None = None,
+    removed: Sequence[tuple[Unit, str]] = (),
 ) -> ReplicaPlan:
-    """The plan for one replica's engine pods (terminating ones included: a deleted active is
-    the failure that names itself). ``unresponsive``: see ``failure_of``; a standby that does not
-    answer never takes over, and an active that does not answer is demoted, not deleted.
+    """The plan for one replica's engine units (engine_units.py: one pod, or a group of
+    ``parallelism.nodes`` pods), terminating ones included: a deleted active is the failure that
+    names itself. ``unresponsive``: see ``failure_of`` (a group answers through its leader); a
+    standby that does not answer never takes over, and an active that does not answer is
+    demoted, not deleted. ``removed``: units of the replica the caller deletes for reasons of
+    its own (scaled down, a stale claim), with why: a removed active is a failed one.
 
     Promotion picks, among standbys mapping the failed active's weights (its daemon spec hash;
-    the current one when there is no failed pod to read it from) and not failed themselves, a
+    the current one when there is no failed unit to read it from) and not failed themselves, a
     Ready one on the failed active's node first (same daemon, same arena), then any Ready one;
-    the oldest wins ties so two passes pick the same pod. With none Ready, the failed active
+    the oldest wins ties so two passes pick the same unit. With none Ready, the failed active
     stays (the best there is) unless it is gone for good, in which case a still starting standby
-    is promoted — it will serve before a pod created now would."""
+    is promoted — it will serve before a unit created now would."""
     plan = ReplicaPlan()
-    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-    for pod in live:
-        if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
-            plan.delete.append((pod, f"pod is {pod['status']['phase']}"))
-    serving = [p for p in live if (p.get("status") or {}).get("phase") not in ("Failed", "Succeeded")]
+    live = [u for u in found if not u.deleting]
+    for unit in found:
+        if unit.deleting and any(not p["metadata"].get("deletionTimestamp") for p in unit.pods):
+            # A group with a pod being deleted cannot serve: its other pods go with it.
+            plan.delete.append((unit, "another pod of its engine group is being deleted"))
+    serving = []
+    for unit in live:
+        lost = unit.lost
+        if lost is not None:
+            plan.delete.append((unit, lost))
+        else:
+            serving.append(unit)
     silent = unresponsive or {}
-    serving.sort(key=lambda p: (not pod_ready(p), _name(p) in silent, p["metadata"]["creationTimestamp"], _name(p)))
-    actives = [p for p in serving if _role(p) == "active"]
-    standbys = [p for p in serving if _role(p) != "active"]
+    serving.sort(key=lambda u: (not u.ready, u.name in silent, u.created, u.name))
+    actives = [u for u in serving if u.role == "active"]
+    standbys = [u for u in serving if u.role != "active"]
     # Surplus actives (an operator stopped between a promotion and the retirement): keep the
     # Ready, oldest one; retire the failed ones as the interrupted failover would have.
     for extra in actives[1:]:
-        failure = failure_of(extra, unready_nodes, unresponsive)
+        failure = unit_failure(extra, unready_nodes, unresponsive)
         if failure is None or not failure.retire:
             plan.demote.append(extra)
             standbys.append(extra)
@@ -186,54 +210,60 @@ def plan_replica(
             plan.delete.append((extra, f"failed ({failure.signal}): {failure.detail}"))
     active = actives[0] if actives else None
 
-    failed: Object | None
+    failed: Unit | None
     if active is not None:
-        failed, failure = active, failure_of(active, unready_nodes, unresponsive)
-        trouble = failure is not None or not pod_ready(active)
+        failed, failure = active, unit_failure(active, unready_nodes, unresponsive)
+        trouble = failure is not None or not active.ready
     else:
-        # No live active: the failure is the most recent active that is gone or terminal.
+        # No live active: the failure is the most recent active that is gone, lost or removed.
+        kept = {id(u) for u in serving}
+        why_removed = {id(u): why for u, why in removed}
         gone = sorted(
-            (p for p in pods if _role(p) == "active" and p not in serving),
-            key=lambda p: p["metadata"]["creationTimestamp"],
+            [
+                *(u for u in found if u.role == "active" and id(u) not in kept),
+                *(u for u, _ in removed if u.role == "active"),
+            ],
+            key=lambda u: u.created,
         )
         failed = gone[-1] if gone else None
-        failure = failure_of(failed, unready_nodes, unresponsive) if failed else None
+        failure = unit_failure(failed, unready_nodes, unresponsive) if failed else None
+        if failed is not None and failure is None and id(failed) in why_removed:
+            failure = Failure("PodGone", None, f"{failed.name}: {why_removed[id(failed)]}", True)
         trouble = True
 
     if trouble:
         # The weights the failed active served: during a generation change the Service still
         # selects the old generation, and an old-generation standby is what can take over there.
-        weights = (spec_hash(failed) if failed is not None else None) or current_hash
+        weights = (spec_hash(failed.head) if failed is not None else None) or current_hash
         candidates = [
-            p for p in standbys if p not in plan.demote and _may_take_over(p, weights, unready_nodes, unresponsive)
+            u
+            for u in standbys
+            if all(u is not d for d in plan.demote) and _may_take_over(u, weights, unready_nodes, unresponsive)
         ]
-        node = (failed or {}).get("spec", {}).get("nodeName")
-        candidates.sort(
-            key=lambda p: (
-                not pod_ready(p),
-                p["spec"].get("nodeName") != node,
-                p["metadata"]["creationTimestamp"],
-                p["metadata"]["name"],
-            )
-        )
+        node = PodView(failed.head).node if failed is not None else None
+        candidates.sort(key=lambda u: (not u.ready, PodView(u.head).node != node, u.created, u.name))
         best = candidates[0] if candidates else None
-        take_over = best is not None and (pod_ready(best) or active is None or (failure is not None and failure.final))
+        # A starting standby takes over only from an active gone for good: it serves sooner than
+        # a unit created now, while an active that may recover is still the best there is.
+        take_over = best is not None and (best.ready or active is None or (failure is not None and failure.final))
         if take_over:
             assert best is not None
             if active is None and failure is None:
                 # The active vanished while no operator watched (deleted and gone before a restart):
                 # still a failover, with no timestamp to measure detection from.
-                failure = Failure("PodGone", None, f"replica {replica} has no active engine pod", True)
-            plan.promotion = Promotion(replica, best, failed, failure)
+                failure = Failure("PodGone", None, f"replica {replica} has no active engine", True)
+            plan.promotion = Promotion(replica, best.head, failed.head if failed else None, failure)
             standbys.remove(best)
             if active is not None:
+                # Deleted (a group whole) and replaced rather than kept as a standby: a failed
+                # unit may fail again as the replica's only standby, a fresh one is known good.
                 if failure is None or not failure.retire:  # never Ready yet, or maybe only slow
                     plan.demote.append(active)
                     standbys.append(active)
                 else:
                     plan.delete.append((active, f"failed ({failure.signal}): {failure.detail}"))
-            if not pod_ready(best):
-                plan.stranded = f"replica {replica}: promoted {_name(best)}, which is not Ready yet"
+            if not best.ready:
+                plan.stranded = f"replica {replica}: promoted {best.name}, which is not Ready yet"
         elif active is None:
             plan.create_active = True
             if failure is not None:
@@ -244,7 +274,7 @@ def plan_replica(
                 "take over; keeping it"
             )
 
-    standbys.sort(key=lambda p: (not pod_ready(p), p["metadata"]["creationTimestamp"], p["metadata"]["name"]))
+    standbys.sort(key=lambda u: (not u.ready, u.created, u.name))
     for extra in standbys[standbys_wanted:][::-1]:
         plan.delete.append((extra, "too many standbys"))
     plan.create_standbys = max(0, standbys_wanted - len(standbys))
@@ -252,12 +282,12 @@ def plan_replica(
 
 
 def _may_take_over(
-    pod: Object, weights: str, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None
+    unit: Unit, weights: str, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None
 ) -> bool:
     """A standby may become active only while it maps the same weights as the active it
     replaces (the same daemon spec hash: never another model behind the Service) and has not
     failed itself (answering its readiness endpoint included)."""
-    return spec_hash(pod) == weights and failure_of(pod, unready_nodes, unresponsive) is None
+    return spec_hash(unit.head) == weights and unit_failure(unit, unready_nodes, unresponsive) is None
 
 
 def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:
@@ -288,10 +318,6 @@ def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime)
         if failure.since is not None:
             entry["detectionMs"] = max(0.0, round((noticed - failure.since).total_seconds() * 1000, 1))
     return {k: v for k, v in entry.items() if v is not None}
-
-
-def _role(pod: Object) -> str | None:
-    return PodView(pod).role
 
 
 def _name(pod: Object) -> str:

@@ -200,12 +200,13 @@ class Reconciler:
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:
         """Points the operator's own probes at the cache's Ready engines (none unless
-        ``unresponsiveAfterMilliseconds`` is set) and returns those found silent. Engine groups
-        (``parallelism.nodes > 1``) are left to the kubelet: a group fails over as a whole."""
+        ``unresponsiveAfterMilliseconds`` is set) and returns those found silent. An engine group
+        is probed through its leader, the one pod with a readiness endpoint (it answers for every
+        rank), and fails over as a whole."""
         key = (snapshot.namespace, snapshot.name)
         timeout_ms = cache.spec.engine.failover.unresponsive_after_milliseconds
         urls: dict[str, str] = {}
-        if timeout_ms and cache.spec.parallelism.nodes == 1:
+        if timeout_ms:
             for raw in snapshot.engine_pods:
                 pod = PodView(raw)
                 if pod.ready and (url := probe_url(raw)):

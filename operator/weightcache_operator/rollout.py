@@ -1,5 +1,10 @@
 """Rollout decisions: observed pods + the desired versions → what to do next. Pure.
 
+Engines are units (engine_units.py): one pod, or a group of ``parallelism.nodes`` pods — a
+single-pod engine is a group of one. The rollout's steps and its report (which replicas are
+done, the stall, the phase, the generation the Service selects) are decided over one view per
+unit, alike for every size; the steps name units by their head pod and apply to all its pods.
+
 Two kinds of change reach running engines:
 
 - **Engine rollout** (the engine template changed, the daemons did not): replicas roll one at a
@@ -37,13 +42,14 @@ then the outdated one and is retired like any other.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.daemon_report import HOST_DEVICE, DaemonReport
 
+from .engine_units import Unit, units
 from .objects import Object, PodView, condition, stamp
 
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
@@ -123,13 +129,13 @@ class Plan:
 
     serve_hash: str
     promote: list[str] = field(default_factory=list)
-    """Pods to relabel active."""
+    """Units (their head pods) to relabel active."""
     retire: list[str] = field(default_factory=list)
-    """Old pods to delete with their grace period (drain)."""
+    """Old units (their head pods) to delete with their grace period (drain)."""
     create: list[int] = field(default_factory=list)
-    """Replicas that get a new-version standby (a surge pod)."""
+    """Replicas that get a new-version standby (a surge unit)."""
     held: set[str] = field(default_factory=set)
-    """Surge pods the ordinary scaling must neither count nor trim."""
+    """Surge units (their head pods) the ordinary scaling must neither count nor trim."""
     replace_daemon: str | None = None
     """A drained node's old-generation daemon pod to delete (the DaemonSet recreates it)."""
     retire_daemonsets: list[str] = field(default_factory=list)
@@ -152,46 +158,87 @@ def plan(
     previous: dict[str, Any] | None = None,
     desired_nodes: int = 0,
     old_daemonsets: dict[str, str | None] | None = None,
+    *,
+    size: int = 1,
 ) -> Plan:
-    """Decides the next actions. ``serving``: the generation the live Service selects (None when
-    there is no Service yet or it selects none); ``previous``: the last ``status.rollout``;
-    ``desired_nodes``: how many daemon pods the DaemonSet of the wanted generation should run;
-    ``old_daemonsets``: name → generation of DaemonSets kept for another generation next to it
-    (a blue/green change's old side)."""
-    pods = [EngineView.of(p) for p in engines]
-    nodes = [DaemonView.of(p) for p in daemons]
+    """Decides the next actions and reports the rollout. ``serving``: the generation the live
+    Service selects (None when there is no Service yet or it selects none); ``previous``: the
+    last ``status.rollout``; ``desired_nodes``: how many daemon pods the DaemonSet of the wanted
+    generation should run; ``old_daemonsets``: name → generation of DaemonSets kept for another
+    generation next to it (a blue/green change's old side); ``size``: pods per engine
+    (``parallelism.nodes``).
+
+    Engines are units (engine_units.py), each seen as one ``EngineView``: every decision (surge,
+    promote, drain, which generation the Service selects, which replicas are whole, the stall) is
+    made over those views alike for every size. Only replacing daemon pods node by node is for
+    single-pod engines: slot DaemonSets roll their own pods."""
+    pods = engine_views(want, engines, size)
     result = Plan(serve_hash=serve_hash(want, pods, serving))
-    outdated = [p for p in pods if p.engine_hash != want.engine_hash]
-    old_sets = old_daemonsets or {}
+    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
+    nodes = [DaemonView.of(p) for p in daemons]
+    _plan_steps(want, pods, nodes, result, now, desired_nodes, old_daemonsets or {}, size)
+    undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
+    settle_phase(result, previous, undone)
+    return result
+
+
+def engine_views(want: Desired, engines: list[Object], size: int) -> list[EngineView]:
+    """One view per engine unit, terminating pods included (a draining old engine is not done
+    yet). A unit of one is its pod's view, in the order the pods are given (a replica's first
+    active among them is the one a single-pod rollout keeps)."""
+    if size == 1:
+        return [EngineView.of(p) for p in engines]
+    return [unit_view(want, u) for u in units(engines, size)]
+
+
+def unit_view(want: Desired, unit: Unit) -> EngineView:
+    """An engine unit as one engine: its head pod's facts, the unit's readiness and deletion, and
+    outdated if any of its pods is."""
+    hashes = [PodView(p).engine_hash for p in unit.pods]
+    return replace(
+        EngineView.of(unit.head),
+        ready=unit.ready,
+        deleting=unit.deleting,
+        engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash),
+    )
+
+
+def _plan_steps(
+    want: Desired,
+    pods: list[EngineView],
+    nodes: list[DaemonView],
+    result: Plan,
+    now: datetime,
+    desired_nodes: int,
+    old_sets: dict[str, str | None],
+    size: int,
+) -> None:
+    """A generation change (any daemon, engine or kept DaemonSet of another generation) or an
+    engine rollout (an engine of another template)."""
     generation_change = (
         bool(old_sets)
         or any(d.daemon_hash != want.daemon_hash for d in nodes)
         or any(p.daemon_hash != want.daemon_hash for p in pods)
     )
-    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     if generation_change:
         result.mode = "Generation"
-        _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets)
-    elif outdated:
+        _plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
+    elif any(p.engine_hash != want.engine_hash for p in pods):
         result.mode = "Engine"
-        _plan_engine(want, pods, result, now)
-    settle_phase(
-        result, previous, next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None), "engines"
-    )
-    return result
+        _plan_engine(want, pods, result, now, size)
 
 
-def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None, what: str) -> None:
+def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None) -> None:
     """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
     rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
-    replica is whole again (``undone``: the first that is not; ``what`` it waits for: engines or
-    groups), then Complete, which stays until the next rollout."""
+    replica is whole again (``undone``: the first that is not), then Complete, which stays until
+    the next rollout."""
     was = (previous or {}).get("phase")
     if result.mode is not None:
         result.phase = "Stalled" if result.stalled else "Progressing"
     elif was in ("Progressing", "Stalled"):
         result.phase = "Progressing" if undone is not None else "Complete"
-        result.step = f"replica {undone}: restoring Ready {what}" if undone is not None else "every replica updated"
+        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
         result.mode = (previous or {}).get("mode")
     elif was == "Complete":
         result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
@@ -223,16 +270,19 @@ def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> st
     return want.daemon_hash if new_everywhere or (not old_serves and ready_new) else serving
 
 
-def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime) -> None:
+def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime, size: int) -> None:
+    # One replica at a time, for every size: a rollout never holds more than one extra engine
+    # (for a group, ``nodes`` pods' worth of node capacity), and a template that does not work
+    # stalls after one surge instead of one per replica.
     turn = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     if turn is None:
         # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
         result.step = "removing pods of scaled-down replicas"
         return
-    _roll_replica(want, pods, turn, result, now)
+    _roll_replica(want, pods, turn, result, now, size)
 
 
-def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime) -> None:
+def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime, size: int) -> None:
     """One replica's next step: surge → wait Ready → promote + drain the old active → old
     standbys out, new ones in (created by the ordinary scaling) → Ready."""
     mine = [p for p in pods if p.replica == replica]
@@ -252,7 +302,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         result.held.add(surge.name)
         if not surge.ready:
             result.step = f"replica {replica}: waiting for {surge.name} to turn Ready"
-            check_deadline(want, surge, now, result)
+            check_deadline(want, surge, now, result, size > 1)
             return
         result.promote.append(surge.name)
         result.held.discard(surge.name)  # active from now on: the scaler must see it
@@ -268,7 +318,7 @@ def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: P
         waiting = [p for p in new if not p.ready]
         result.step = f"replica {replica}: waiting for new standbys to turn Ready"
         for pod in waiting:
-            check_deadline(want, pod, now, result)
+            check_deadline(want, pod, now, result, size > 1)
 
 
 def _plan_generation(
@@ -279,6 +329,7 @@ def _plan_generation(
     now: datetime,
     desired_nodes: int,
     old_sets: dict[str, str | None],
+    size: int,
 ) -> None:
     """New-generation engines next to Ready new-generation daemons; the Service switches once
     every replica has a Ready new-generation engine; then the old engines drain. Node by node
@@ -307,16 +358,24 @@ def _plan_generation(
             continue
         result.held.add(new[0].name)
         if not new[0].ready:
-            check_deadline(want, new[0], now, result)
+            check_deadline(want, new[0], now, result, size > 1)
             continue
         result.promote.append(new[0].name)
         if switched:  # the old generation serves nothing: no reason to wait a pass
             result.held.discard(new[0].name)
             result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
     if result.stalled:
+        # Nothing more moves while stalled, for every size: the old generation's DaemonSets stay
+        # the way back if the spec is changed back.
         return
     if old_sets:
         retire_old_daemonsets(want, pods, result, old_sets)
+    if size > 1:
+        # Slot DaemonSets roll their pods by themselves: every group spans every slot, so no node
+        # can be drained while the others serve, and there is no node to pick here.
+        if not old_sets:
+            result.step = result.step or "the slot DaemonSets replace their daemons; moving engine groups over"
+        return
     # What the DaemonSet updated in place still runs of an older generation (none with blue/green).
     in_place = [d for d in nodes if d.owner not in old_sets]
     old = [d for d in in_place if d.daemon_hash != want.daemon_hash]

@@ -79,8 +79,12 @@ class Snapshot:
                 found[pod.node] = raw
         return found
 
-    def ready_daemons_by_slot(self, daemon_hash: str) -> dict[int, dict[str, Object]]:
-        """Slot → node → its Ready daemon pod holding ``daemon_hash`` (``parallelism.nodes > 1``)."""
+    def ready_daemons_by_slot(self, daemon_hash: str, size: int) -> dict[int, dict[str, Object]]:
+        """Slot → node → its Ready daemon pod holding ``daemon_hash``: where node rank ``k`` of an
+        engine of ``size`` pods may run. With ``size`` 1 (no slot DaemonSets) slot 0 is every node."""
+        if size == 1:
+            ready = self.ready_daemons(daemon_hash)
+            return {0: ready} if ready else {}
         by_slot: dict[int, dict[str, Object]] = {}
         for node, daemon in self.ready_daemons(daemon_hash).items():
             slot = (daemon["metadata"].get("labels") or {}).get(SLOT_LABEL, "")

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
-from weightcache_operator.failover import Promotion, failover_status, failure_of, plan_replica, unready_nodes
+from weightcache_operator.engine_units import Unit, units
+from weightcache_operator.failover import Promotion, ReplicaPlan, failover_status, failure_of, unready_nodes
+from weightcache_operator.failover import plan_replica as plan_units
 from weightcache_operator.metrics import OperatorMetrics
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
 from weightcache_operator.spec import WeightCacheStatus
@@ -57,8 +59,13 @@ def pod(
     }
 
 
-def names(pods: list[dict[str, Any]]) -> list[str]:
-    return [p["metadata"]["name"] for p in pods]
+def names(pods: list[Any]) -> list[str]:
+    return [p.name if isinstance(p, Unit) else p["metadata"]["name"] for p in pods]
+
+
+def plan_replica(replica: int, pods: list[dict[str, Any]], *args: Any) -> ReplicaPlan:
+    """The plan for single-pod engines: each pod a unit of one."""
+    return plan_units(replica, units(pods, 1), *args)
 
 
 # --- signals -------------------------------------------------------------------------------------

@@ -8,9 +8,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from test_render import NOW, container, env_of, make
+from weightcache_operator import rollout
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
+from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
 from weightcache_operator.engine_units import units
-from weightcache_operator.group_plan import group_progress, plan_groups
 from weightcache_operator.render import (
     SPEC_HASH_ANNOTATION,
     daemon_spec_hash,
@@ -22,6 +23,7 @@ from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonse
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
 from weightcache_operator.rollout import Desired, rollout_status
+from weightcache_operator.snapshot import Snapshot
 from weightcache_operator.spec import Placement
 from weightcache_operator.status import Observed, aggregate
 
@@ -183,6 +185,57 @@ def ids() -> Any:
     return lambda: f"g{next(counter)}"
 
 
+def engine_plan(
+    cache: Any,
+    pods: list[dict[str, Any]],
+    ready: dict[int, dict[str, dict[str, Any]]],
+    new_group: Any,
+    unready_nodes: dict[str, None] | None = None,
+    serving: str | None = None,
+    unresponsive: dict[str, datetime] | None = None,
+    now: datetime = NOW,
+) -> EnginePlan:
+    """The one planner's plan for a cache whose slot ``k`` daemons are Ready on the nodes of
+    ``ready[k]``, with ``unready_nodes`` NotReady and the Service on ``serving`` (default: the
+    current generation)."""
+    daemons = []
+    for slot in ready.values():
+        for pod in slot.values():
+            pod = copy.deepcopy(pod)
+            pod["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
+            pod["status"] = {**pod["status"], "conditions": [{"type": "Ready", "status": "True"}]}
+            daemons.append(pod)
+    nodes = [
+        {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
+        for name in unready_nodes or {}
+    ]
+    body = {"metadata": {"name": cache.metadata["name"], "namespace": "ns"}, "status": {}}
+    state = Snapshot(
+        body,
+        cache,
+        nodes=nodes,
+        daemon_pods=daemons,
+        engine_pods=list(pods),
+        service=engine_service(cache, serving or daemon_spec_hash(cache)),
+    )
+    return plan_engines(
+        cache, state, desired(cache), now, apply_service=False, unresponsive=unresponsive, new_group=new_group
+    )
+
+
+def plan_groups(
+    cache: Any,
+    pods: list[dict[str, Any]],
+    ready: dict[int, dict[str, dict[str, Any]]],
+    new_group: Any,
+    unready_nodes: dict[str, None] | None = None,
+    serving: str | None = None,
+) -> list[Any]:
+    """``engine_plan``'s engine actions (the Service's left out)."""
+    plan = engine_plan(cache, pods, ready, new_group, unready_nodes, serving)
+    return [a for a in plan.actions if not isinstance(a, ApplyService)]
+
+
 def test_groups_start_leader_first_then_followers_dial_its_ip() -> None:
     cache = make(**TWO)  # 1 replica + 1 standby
     first = plan_groups(cache, [], READY, ids())
@@ -256,11 +309,12 @@ def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> N
     exited = copy.deepcopy(pods)
     exited[1]["status"]["phase"] = "Failed"
     assert failovers(plan_groups(cache, exited, READY, ids())) == [("tiny-0-gb-0", "tiny-0-ga-0", "PodFailed")]
-    # The leader is being deleted: it names the failure, though only its follower is left to delete.
+    # The leader is being deleted: it names the failure and the group; its follower goes with it.
     deleted = copy.deepcopy(pods)
     deleted[0]["metadata"]["deletionTimestamp"] = "2026-11-29T10:01:00Z"
     plan = plan_groups(cache, deleted, READY, ids())
-    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-1", "PodDeleted")]
+    assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "PodDeleted")]
+    assert [a.name for a in plan if isinstance(a, Delete)] == ["tiny-0-ga-1"]
     assert [a.promotion.failure.since for a in plan if isinstance(a, Failover)][0] is not None
     # A member's node turned NotReady (its pods still look Ready): over at once, the group retired
     # and a new standby group asked for. Here both groups span node-2, so only with a third node.
@@ -284,8 +338,10 @@ def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> N
         ]
     plan = plan_groups(cache, frozen, READY, ids())
     assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "ReadinessFailed")]
-    # A group that never got Ready swapped for a Ready one is no failover; a converged one has none.
-    assert failovers(plan_groups(cache, complete_groups(cache, ready_active=False), READY, ids())) == []
+    # A group that never got Ready swapped for a Ready one is a promotion with no failure (logged,
+    # not counted: report.failover); a converged one has none.
+    swap = plan_groups(cache, complete_groups(cache, ready_active=False), READY, ids())
+    assert failovers(swap) == [("tiny-0-gb-0", "tiny-0-ga-0", None)]
     assert failovers(plan_groups(cache, pods, READY, ids())) == []
 
 
@@ -410,7 +466,7 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
 
 
 def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes() -> None:
-    """status.rollout for engine groups: what group_progress tells rollout_status at each stage."""
+    """status.rollout for engine groups: what rollout.plan tells rollout_status at each stage."""
     old_cache = make(**TWO)
     new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
     want = Desired(
@@ -418,11 +474,13 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     )
     at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=UTC)  # noqa: E731  (pods: 10:00)
     old = complete_groups(old_cache)
-    assert group_progress(want, complete_groups(new_cache), 2, at(1)).phase is None, "nothing to roll, nothing rolled"
+    assert rollout.plan(want, complete_groups(new_cache), [], None, at(1), size=2).phase is None, (
+        "nothing to roll, nothing rolled"
+    )
 
-    started = group_progress(want, old, 2, at(1))
+    started = rollout.plan(want, old, [], None, at(1), size=2)
     assert (started.mode, started.phase, started.updated) == ("Engine", "Progressing", 0)
-    assert started.step == "replica 0: starting a new-version standby group"
+    assert started.step == "replica 0: starting a new-version standby"
 
     [surge] = [a.pod for a in plan_groups(new_cache, old, READY, ids()) if isinstance(a, Create)]
     leader = run(surge, "node-1", ip="198.18.1.7")
@@ -431,12 +489,13 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
         for a in plan_groups(new_cache, [*old, leader], READY, ids())
         if isinstance(a, Create)
     ]
-    waiting = group_progress(want, [*old, leader, member], 2, at(5))
+    waiting = rollout.plan(want, [*old, leader, member], [], None, at(5), size=2)
     assert waiting.phase == "Progressing"
-    assert waiting.step == f"replica 0: waiting for group {leader['metadata']['name']} to turn Ready"
-    stalled = group_progress(want, [*old, leader, member], 2, at(11))
+    assert waiting.step == f"replica 0: waiting for {leader['metadata']['name']} to turn Ready"
+    stalled = rollout.plan(want, [*old, leader, member], [], None, at(11), size=2)
     assert stalled.phase == "Stalled" and stalled.stalled is not None
-    assert leader["metadata"]["name"] in stalled.stalled and "readyDeadlineSeconds is 600" in stalled.stalled
+    assert f"engine group {leader['metadata']['name']}" in stalled.stalled
+    assert "readyDeadlineSeconds is 600" in stalled.stalled
     status = rollout_status(stalled, want, at(11), rollout_status(started, want, at(1), None))
     assert status is not None and (status["phase"], status["startedAt"]) == ("Stalled", "2026-11-29T10:01:00Z")
     assert status["message"] == stalled.stalled
@@ -447,16 +506,19 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     draining = copy.deepcopy(old)
     for pod in draining:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T10:12:00Z"
-    assert group_progress(want, [*draining, *ready_group], 2, at(12)).step == "replica 0: draining the old groups"
+    assert (
+        rollout.plan(want, [*draining, *ready_group], [], None, at(12), size=2).step
+        == "replica 0: waiting for old engines to finish draining"
+    )
     previous = {"phase": "Progressing", "mode": "Engine"}
-    restoring = group_progress(want, ready_group, 2, at(13), previous)
+    restoring = rollout.plan(want, ready_group, [], None, at(13), previous, size=2)
     assert (restoring.phase, restoring.updated) == ("Progressing", 0), "no Ready new standby group yet"
     standby = [copy.deepcopy(p) for p in ready_group]
     for pod, name in zip(standby, ("tiny-0-gz-0", "tiny-0-gz-1")):
         pod["metadata"]["name"] = name
         pod["metadata"]["labels"]["weightcache.io/role"] = "standby"
         pod["metadata"]["labels"]["weightcache.io/engine-group"] = "gz"
-    done = group_progress(want, [*ready_group, *standby], 2, at(14), previous)
+    done = rollout.plan(want, [*ready_group, *standby], [], None, at(14), previous, size=2)
     assert (done.phase, done.mode, done.updated, done.step) == ("Complete", "Engine", 1, "every replica updated")
 
 
@@ -493,7 +555,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     )
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
-    progress = group_progress(want, [*old, *fresh], 2, at, None, old_gen, old_sets)
+    progress = rollout.plan(want, [*old, *fresh], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == old_gen and progress.retire_daemonsets == []
     plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_hash)
     assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
@@ -503,7 +565,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     for pod in promoted:
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
-    progress = group_progress(want, [*old, *promoted], 2, at, None, old_gen, old_sets)
+    progress = rollout.plan(want, [*old, *promoted], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == [
@@ -513,13 +575,12 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
         "tiny-0-gb-1",
     ]
     # The old active group leaves the Service only after the Service selects the new generation.
-    steps = [
-        type(a).__name__ + (f":{a.role}" if isinstance(a, SetRole) else "")
-        for a in in_order([ApplyService(new_gen), *plan])
-    ]
-    assert "SetRole:standby" in steps and steps.index("ApplyService") < steps.index("SetRole:standby")
+    steps = [type(a).__name__ for a in in_order([ApplyService(new_gen), *plan])]
+    assert steps.index("ApplyService") < steps.index("Delete")
     # The old engines are gone: their slot DaemonSets go too.
-    done = group_progress(want, promoted, 2, at, {"phase": "Progressing", "mode": "Generation"}, new_gen, old_sets)
+    done = rollout.plan(
+        want, promoted, [], new_gen, at, {"phase": "Progressing", "mode": "Generation"}, 0, old_sets, size=2
+    )
     assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
     # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.
     assert any(isinstance(a, Delete) for a in plan_groups(new_cache, [*old, *fresh], READY, ids()))

@@ -8,14 +8,17 @@ from typing import Any
 
 import pytest
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
+from weightcache_operator.engine_units import units
 from weightcache_operator.rollout import (
     Desired,
     EngineView,
+    engine_views,
     generation_strategy,
     plan,
     rollout_conditions,
     rollout_status,
     serve_hash,
+    unit_view,
 )
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
@@ -67,6 +70,24 @@ DAEMONS = [daemon("d1", "node-1"), daemon("d2", "node-2")]
 
 def old_pair(replica: int, version: str = "old") -> list[dict[str, Any]]:
     return [engine(f"a{replica}", replica, "active", version), engine(f"s{replica}", replica, "standby", version)]
+
+
+# --- engines as units ---------------------------------------------------------------------------
+
+
+def test_an_engine_of_one_pod_is_seen_as_a_unit_of_one_whose_view_is_its_pod_s() -> None:
+    pods = [
+        engine("a0", 0, "active", "old", deleting=True),
+        engine("n0", 0, "standby", ready=False),
+        engine("s0", 0, "standby"),
+        engine("x0", 0, "standby", "old", ready=False, node="node-2"),
+    ]
+    as_units = [unit_view(WANT, u) for u in units(pods, 1)]
+    assert [u.name for u in units(pods, 1)] == ["a0", "n0", "s0", "x0"]
+    assert sorted(as_units, key=lambda v: v.name) == [EngineView.of(p) for p in pods]
+    assert engine_views(WANT, list(reversed(pods)), 1) == [EngineView.of(p) for p in reversed(pods)], (
+        "pods keep the order they are given"
+    )
 
 
 # --- engine rollout -----------------------------------------------------------------------------

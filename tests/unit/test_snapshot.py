@@ -33,7 +33,10 @@ def test_ready_daemons_are_the_ready_ones_of_the_wanted_spec_by_node_and_slot() 
         ],
     )
     assert sorted(snap.ready_daemons(HASH)) == ["n1", "n2"]
-    assert {k: sorted(v) for k, v in snap.ready_daemons_by_slot(HASH).items()} == {0: ["n1"], 1: ["n2"]}
+    assert {k: sorted(v) for k, v in snap.ready_daemons_by_slot(HASH, 2).items()} == {0: ["n1"], 1: ["n2"]}
+    assert {k: sorted(v) for k, v in snap.ready_daemons_by_slot(HASH, 1).items()} == {0: ["n1", "n2"]}, (
+        "an engine of one pod is a group of one: its slot 0 is every node"
+    )
 
 
 def test_the_service_selection_is_none_without_a_service() -> None:
