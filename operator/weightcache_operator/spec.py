@@ -362,8 +362,10 @@ class Engine(ApiModel):
     )
     vllm: Vllm | None = Field(
         default=None,
-        description="Set: the engines are vLLM and the daemons hold vLLM's layout (see Vllm); unset: the"
-        " reference engine (or another engine using the weightcache client) with the daemons' own layout.",
+        description="Set: the engines run vLLM (vllm serve, its first container's command rendered by the"
+        " operator) and the daemons hold vLLM's own layout, built by vLLM's loader; one list of vLLM arguments,"
+        " derived from the spec and followed by args, goes to both. Unset: the reference engine (or another"
+        " engine using the weightcache client) over the daemons' own layout.",
     )
     rollout: EngineRollout = Field(default_factory=EngineRollout, json_schema_extra=default_object(EngineRollout))
     failover: EngineFailover = Field(default_factory=EngineFailover, json_schema_extra=default_object(EngineFailover))
