@@ -85,9 +85,10 @@ def vllm_args(cache: WeightCache) -> list[str]:
     if parallelism.expert > 1:  # validation allows only expert == tensor: vLLM's EP spans all TP ranks
         args.append("--enable-expert-parallel")
     if spec.model.quantization.method == "fp8":
-        # A block-FP8 checkpoint says so in config.json, which vLLM reads; naming it keeps an
-        # unquantized checkpoint from being served unquantized when the spec asked for FP8 (vLLM
-        # would quantize it online, which the plug-in refuses by name).
+        # Named so that a spec asking for FP8 never serves an unquantized checkpoint as it is: vLLM
+        # checks the method against config.json (a block-FP8 checkpoint matches; its block size
+        # comes from there), and on an unquantized one would quantize online, which the plug-in
+        # refuses by name.
         args += ["--quantization", "fp8"]
     if spec.model.revision:
         args += ["--revision", spec.model.revision]
