@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1.7
-# Two images from one file:
+# Three images from one file:
 #   operator: the kopf control plane, small: weightcache_operator and weightcache_contract only, no torch
 #             and no data plane (weightcache) package.
 #   daemon:   torch + CUDA runtime, the weightcache package; runs daemons, the keeper and the reference engine.
+#   vllm:     vLLM's official image plus the weightcache package; runs vllm-profile daemons, the keeper and
+#             vLLM engines (spec.engine.vllm).
 # Base images are pinned by tag; pin by digest in your registry mirror for reproducible builds.
 
 FROM python:3.11.11-slim-bookworm AS operator
@@ -40,6 +42,30 @@ COPY daemon_image/ daemon_image/
 COPY operator/ operator/
 RUN pip install --no-cache-dir --no-deps . \
     && useradd --uid 10001 --no-create-home --shell /usr/sbin/nologin weightcache
+USER 10001
+ENTRYPOINT ["weightcache"]
+CMD ["--help"]
+
+FROM vllm/vllm-openai:v0.32.0 AS vllm
+LABEL org.opencontainers.image.title="weightcache-vllm" \
+      org.opencontainers.image.description="vLLM with weightcache: vllm-profile daemons, the keeper, vLLM engines that map the cache" \
+      org.opencontainers.image.licenses="Apache-2.0"
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY contract/ contract/
+COPY daemon_image/ daemon_image/
+COPY operator/ operator/
+# vLLM's image holds torch, transformers and the rest at the versions vLLM was built against, so the
+# project goes in without its dependencies (whose lock pins other versions): only those vLLM's image
+# may lack are added, never torch. Installing the project registers its entry points: the weightcache
+# command and the vLLM plug-in (vllm.general_plugins) that provides --load-format weightcache. The
+# operator runs `python -m weightcache` in daemon pods; vLLM's image names its interpreter python3.
+# The user gets a home: vLLM keeps its compile and usage caches under ~/.cache and ~/.config.
+RUN python3 -m pip install --no-cache-dir "safetensors>=0.4.3" "pydantic>=2.6" "msgpack>=1.0" "numpy>=1.26" \
+       "pyyaml>=6.0" "cuda-bindings>=12.6" \
+    && python3 -m pip install --no-cache-dir --no-deps . \
+    && if ! command -v python >/dev/null; then ln -s "$(command -v python3)" /usr/local/bin/python; fi \
+    && useradd --uid 10001 --create-home --shell /usr/sbin/nologin weightcache
 USER 10001
 ENTRYPOINT ["weightcache"]
 CMD ["--help"]

@@ -307,6 +307,42 @@ class Dra(ApiModel):
     )
 
 
+class Vllm(ApiModel):
+    """The engines are vLLM: ``vllm serve`` maps an arena in vLLM's own layout, which the daemons
+    build with vLLM's loader (their ``vllm`` profile). The operator derives one list of vLLM
+    arguments from the spec (``--dtype``, ``--tensor-parallel-size``, ``--pipeline-parallel-size``,
+    ``--enable-expert-parallel``, ``--quantization``, ``--revision``, ``--max-model-len``, then
+    ``args``) and gives the very same list to the daemons and the engines, so that both compute
+    the same fingerprint. The engine template still supplies image, resources and env; its first
+    container's command is rendered here."""
+
+    args: list[str] = Field(
+        default=[],
+        description="vLLM arguments that shape the weights or the model (for example --kv-cache-dtype, "
+        "--hf-overrides, --enforce-eager), given to daemons and engines alike after the ones derived from the "
+        "spec. Changing them is a daemon generation change.",
+    )
+    engine_args: list[str] = Field(
+        default=[],
+        description="vLLM arguments for the engines only: serving options that leave the weights alone (for "
+        "example --served-model-name, --max-num-seqs, --gpu-memory-utilization). Changing them rolls the "
+        "engines, not the daemons.",
+    )
+    max_model_len: int | None = Field(
+        default=None, ge=1, description="vLLM's --max-model-len; unset: the model's own context length."
+    )
+    kv_cache_space_gib: int | None = Field(
+        default=None,
+        ge=1,
+        alias="kvCacheSpaceGiB",
+        description="Required on CPU (daemon.backend cpu-shm), refused elsewhere: each engine's KV cache in GiB"
+        " (VLLM_CPU_KVCACHE_SPACE). vLLM's automatic CPU sizing subtracts the worker's resident memory, which"
+        " counts every mapped weight page as the engine's own, so two engines would each pay for the one"
+        " shared copy. On GPUs size the KV cache with --gpu-memory-utilization in engineArgs"
+        " (docs/operator.md).",
+    )
+
+
 class Engine(ApiModel):
     """Engine pods: per replica one active engine behind the Service and hot standbys that map
     the same weights (KV-cache memory, not a second copy of the model)."""
@@ -323,6 +359,13 @@ class Engine(ApiModel):
     dra: Dra | None = Field(default=None, description="Used with gpuAccess dra; its defaults apply when unset.")
     weight_fallback: WeightFallback = Field(
         default="disk", description="When cached weights cannot be used: load from disk (saying why) or fail."
+    )
+    vllm: Vllm | None = Field(
+        default=None,
+        description="Set: the engines run vLLM (vllm serve, its first container's command rendered by the"
+        " operator) and the daemons hold vLLM's own layout, built by vLLM's loader; one list of vLLM arguments,"
+        " derived from the spec and followed by args, goes to both. Unset: the reference engine (or another"
+        " engine using the weightcache client) over the daemons' own layout.",
     )
     rollout: EngineRollout = Field(default_factory=EngineRollout, json_schema_extra=default_object(EngineRollout))
     failover: EngineFailover = Field(default_factory=EngineFailover, json_schema_extra=default_object(EngineFailover))

@@ -56,6 +56,22 @@ def test_gpu_sample_is_accepted_as_written(
     assert stored["spec"]["model"]["quantization"] == {"method": "fp8", "weightBlockSize": [128, 128]}
 
 
+@pytest.mark.parametrize("example", ["weightcache-vllm-cpu.yaml", "weightcache-vllm-gpu.yaml"])
+def test_vllm_examples_are_stored_as_written_with_the_models_defaults(
+    cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str, example: str
+) -> None:
+    """The vLLM examples pass the API server's schema, and what it stores (spec.engine.vllm with
+    its defaults) parses back into the same model."""
+    text = SAMPLE_PATH.with_name(example).read_text()
+    cluster.apply(text, namespace=namespace)
+    stored = kube.get(f"{collection(namespace)}/{yaml.safe_load(text)['metadata']['name']}")
+    parsed = WeightCache.model_validate(stored)
+    assert stored["spec"] == parsed.spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    assert parsed.spec.engine.vllm is not None and stored["spec"]["engine"][
+        "vllm"
+    ] == parsed.spec.engine.vllm.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
 def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str) -> None:
     cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
     header = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()[0].split()

@@ -116,6 +116,8 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.gpuAccess": "visibleDevices",
     ".spec.engine.dra.deviceClassName": "gpu.nvidia.com",
     ".spec.engine.weightFallback": "disk",
+    ".spec.engine.vllm.args": [],
+    ".spec.engine.vllm.engineArgs": [],
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
     ".spec.engine.rollout.readyDeadlineSeconds": 600,
     ".spec.engine.failover": {"daemonOutageGraceSeconds": 30, "unresponsiveAfterMilliseconds": 0},

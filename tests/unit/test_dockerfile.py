@@ -47,13 +47,13 @@ def test_hadolint_does_catch_problems() -> None:
     assert result.returncode != 0 and "DL3007" in result.stdout
 
 
-def test_both_targets_exist_and_run_as_non_root() -> None:
+def test_every_target_exists_and_runs_as_non_root() -> None:
     text = DOCKERFILE.read_text()
-    assert set(stages()) == {"operator", "daemon"}
-    assert text.count("USER 10001") == 2
+    assert set(stages()) == {"operator", "daemon", "vllm"}
+    assert text.count("USER 10001") == 3
 
 
-@pytest.mark.parametrize("target", ["operator", "daemon"])
+@pytest.mark.parametrize("target", ["operator", "daemon", "vllm"])
 def test_entry_points_exist(target: str) -> None:
     command = stages()[target]
     if command[:2] == ["python", "-m"]:
@@ -115,3 +115,20 @@ def test_daemon_image_copies_every_package_root_it_installs() -> None:
     roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["where"]
     copied = {line.split()[1].rstrip("/") for line in stage_lines("daemon") if line.startswith("COPY")}
     assert set(roots) <= copied, f"the daemon stage does not copy {sorted(set(roots) - copied)}"
+
+
+def test_vllm_image_is_vllms_official_image_plus_the_project_without_replacing_vllms_packages() -> None:
+    """The vllm target starts from vLLM's own image and installs this project with --no-deps (its
+    lock pins a torch and transformers other than vLLM's), adding every other dependency the
+    project declares, so the weightcache command and the vLLM plug-in entry point both work."""
+    text = DOCKERFILE.read_text()
+    assert "FROM vllm/vllm-openai:v0.32.0 AS vllm" in text
+    lines = stage_lines("vllm")
+    installs = " ".join(line for line in lines if line.startswith("RUN"))
+    assert "--no-deps ." in installs and "requirements.lock" not in installs, installs
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    missing = [d for d in declared if not d.startswith("torch") and f'"{d}"' not in installs]
+    assert not missing, f"the vllm stage does not install {missing}"
+    roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["where"]
+    copied = {line.split()[1].rstrip("/") for line in lines if line.startswith("COPY")}
+    assert set(roots) <= copied, f"the vllm stage does not copy {sorted(set(roots) - copied)}"

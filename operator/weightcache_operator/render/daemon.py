@@ -38,6 +38,7 @@ from .layout import (
     rank_range,
     socket_volume,
 )
+from .vllm import daemon_env, daemon_profile_args, uses_vllm
 
 
 def daemon_daemonsets(
@@ -115,13 +116,17 @@ def daemon_daemonset(
         "--status-addr",
         f"$(POD_IP):{STATUS_PORT}",
         *granted,
+        *(daemon_profile_args(cache) if uses_vllm(cache) else []),
         *spec.daemon.extra_args,
     ]
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
         "command": daemon_cmd,
-        "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            *(daemon_env(cache) if uses_vllm(cache) else []),
+        ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
         "readinessProbe": {

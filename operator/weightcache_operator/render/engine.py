@@ -36,6 +36,9 @@ from .layout import (
     placement_fields,
     socket_volume,
 )
+from .vllm import engine_command as vllm_engine_command
+from .vllm import engine_env as vllm_engine_env
+from .vllm import engine_probes, uses_vllm
 
 Role = Literal["active", "standby"]
 
@@ -45,9 +48,10 @@ def engine_template_hash(cache: WeightCache) -> str:
     except what differs between pods of one version (replica, role, nodes, claim, group) and
     what only says how to roll or fail over (replicas, standbys, rollout and failover settings). It covers the daemon spec
     hash too (engines map those weights), so a generation change is also a new version."""
-    engine = cache.spec.engine.model_dump(
-        by_alias=True, mode="json", exclude={"replicas", "standbys_per_replica", "rollout", "failover"}
-    )
+    excluded = {"replicas", "standbys_per_replica", "rollout", "failover"}
+    if cache.spec.engine.vllm is None:
+        excluded.add("vllm")  # so that the hash of a cache without it is what it was before the field existed
+    engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=excluded)
     canonical = json.dumps(
         {"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True, separators=(",", ":")
     )
@@ -121,7 +125,7 @@ def engine_pod(
 
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
-    env = _client_env(cache, ref) + _member_env(cache, member)
+    env = _client_env(cache, ref) + _member_env(cache, member) + (vllm_engine_env(cache) if uses_vllm(cache) else [])
     for container in pod_spec["containers"]:
         names = {e.get("name") for e in container.get("env", [])}
         container["env"] = [*(copy.deepcopy(e) for e in env if e["name"] not in names), *container.get("env", [])]
@@ -135,6 +139,11 @@ def engine_pod(
                 *container_claims(),
             ]
     main = pod_spec["containers"][0]
+    if uses_vllm(cache):
+        # Validation refuses a template that sets the first container's command or args itself.
+        main["command"] = vllm_engine_command(cache)
+        for probe, value in engine_probes(spec.engine.port).items():
+            main.setdefault(probe, value)
     if member is None or member.node_rank == 0:
         main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
         main.setdefault(

@@ -152,7 +152,7 @@ def daemon_spec_hash(cache: WeightCache) -> str:
     gated on daemons carrying this hash, so an engine never turns Ready against daemons of an
     older spec (model, dtype, quantization, layout, image, backend, args)."""
     spec = cache.spec
-    relevant = {
+    relevant: dict[str, Any] = {
         "model": spec.model.model_dump(by_alias=True, mode="json"),
         # expert=1 left out: caches that predate the field keep their hash, so an operator upgrade
         # does not start a generation change for every one of them.
@@ -163,6 +163,12 @@ def daemon_spec_hash(cache: WeightCache) -> str:
         # How a change rolls out is not what the daemons hold: changing it must not start one.
         "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
     }
+    if spec.engine.vllm is not None:
+        # The daemons' vLLM profile and the vLLM arguments they load with (absent for other caches,
+        # whose hash stays as it was). The engine-only fields are left out: they roll engines only.
+        relevant["vllm"] = spec.engine.vllm.model_dump(
+            by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib"}
+        )
     canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 

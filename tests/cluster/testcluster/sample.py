@@ -1,9 +1,11 @@
-"""What examples/weightcache-cpu.yaml needs from a cluster of process-kubelet nodes, and how to read
-what it runs: shared by the demo, the e2e tests and the CPU benchmarks.
+"""What the CPU examples need from a cluster of process-kubelet nodes, and how to read what they
+run: shared by the demo, the e2e tests and the CPU benchmarks.
 
-The sample selects nodes by a label and loads its checkpoint from a hostPath; on the process
-kubelet a node's "/" is a directory (``node_root``), so the checkpoint is generated once and
-copied to that path under every node's root.
+examples/weightcache-cpu.yaml (the sample, the default everywhere here) serves a tiny Llama to the
+reference engine; examples/weightcache-vllm-cpu.yaml (``VLLM_SAMPLE``) a tiny Qwen3 to vLLM. Each
+selects nodes by a label and loads its checkpoint from a hostPath; on the process kubelet a node's
+"/" is a directory (``node_root``), so the checkpoint is generated once and copied to that path
+under every node's root.
 """
 
 from __future__ import annotations
@@ -25,29 +27,40 @@ from .rest import Kube
 
 REPO = CLUSTER_SOURCES.parent.parent
 SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
+VLLM_SAMPLE = REPO / "examples" / "weightcache-vllm-cpu.yaml"
+CHECKPOINT_ARGS: dict[Path, list[str]] = {
+    SAMPLE: [],  # `weightcache gen-checkpoint`'s default: a tiny Llama
+    # A tiny Qwen3 whose head size (256 / 4 = 64) vLLM's CPU attention kernels support, in the
+    # example's dtype.
+    VLLM_SAMPLE: [
+        *("--family", "qwen3", "--hidden-size", "256", "--intermediate-size", "512"),
+        *("--heads", "4", "--kv-heads", "2", "--dtype", "bfloat16"),
+    ],
+}
+"""How ``weightcache gen-checkpoint`` makes each example's checkpoint."""
 CHART = REPO / "charts" / "weightcache"
 NAME = "tiny-llama"
 ENGINES = f"weightcache.io/cache={NAME},weightcache.io/component=engine"
 DAEMONS = f"weightcache.io/cache={NAME},weightcache.io/component=daemon"
 
 
-def sample() -> dict[str, Any]:
-    """examples/weightcache-cpu.yaml as a dict, to change before applying."""
-    return dict(yaml.safe_load(SAMPLE.read_text()))
+def sample(example: Path = SAMPLE) -> dict[str, Any]:
+    """An example (the CPU sample unless named) as a dict, to change before applying."""
+    return dict(yaml.safe_load(example.read_text()))
 
 
-def node_labels() -> dict[str, str]:
-    """The labels the sample's nodes must carry (its spec.placement.nodeSelector)."""
-    return dict(sample()["spec"]["placement"]["nodeSelector"])
+def node_labels(example: Path = SAMPLE) -> dict[str, str]:
+    """The labels the example's nodes must carry (its spec.placement.nodeSelector)."""
+    return dict(sample(example)["spec"]["placement"]["nodeSelector"])
 
 
-def checkpoint_path() -> str:
-    """Where on a node the sample reads its checkpoint (spec.model.source.hostPath.path)."""
-    return str(sample()["spec"]["model"]["source"]["hostPath"]["path"])
+def checkpoint_path(example: Path = SAMPLE) -> str:
+    """Where on a node the example reads its checkpoint (spec.model.source.hostPath.path)."""
+    return str(sample(example)["spec"]["model"]["source"]["hostPath"]["path"])
 
 
-def generate_checkpoint(target: Path) -> Path:
-    """The sample's checkpoint (seeded random weights, so the same every time) written to ``target``."""
+def generate_checkpoint(target: Path, example: Path = SAMPLE) -> Path:
+    """The example's checkpoint (seeded random weights, so the same every time) written to ``target``."""
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
@@ -55,7 +68,7 @@ def generate_checkpoint(target: Path) -> Path:
         ),
     }
     subprocess.run(
-        [sys.executable, "-m", "weightcache", "gen-checkpoint", str(target)],
+        [sys.executable, "-m", "weightcache", "gen-checkpoint", str(target), *CHECKPOINT_ARGS[example]],
         check=True,
         capture_output=True,
         env=environment,
@@ -63,12 +76,12 @@ def generate_checkpoint(target: Path) -> Path:
     return target
 
 
-def place_checkpoint(made: Path, node_roots: Iterable[Path]) -> list[Path]:
-    """Copies a generated checkpoint to the sample's hostPath under each node root (replacing
+def place_checkpoint(made: Path, node_roots: Iterable[Path], example: Path = SAMPLE) -> list[Path]:
+    """Copies a generated checkpoint to the example's hostPath under each node root (replacing
     what was there); returns the copies."""
     copies = []
     for root in node_roots:
-        target = root / checkpoint_path().lstrip("/")
+        target = root / checkpoint_path(example).lstrip("/")
         if target.exists():
             shutil.rmtree(target)
         shutil.copytree(made, target)
