@@ -208,3 +208,16 @@ def test_a_kv_cache_size_on_gpus_is_refused_for_gpu_memory_utilization() -> None
         "spec.engine.vllm.kvCacheSpaceGiB sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove it and "
         "size the KV cache with --gpu-memory-utilization in spec.engine.vllm.engineArgs"
     ]
+
+
+@pytest.mark.parametrize("example", ["weightcache-vllm-cpu.yaml"])
+def test_the_rendered_daemon_command_passes_the_vllm_daemons_own_checks(example: str) -> None:
+    from weightcache.cli import build_parser
+    from weightcache.vllm.engine_args import parse_list
+    from weightcache.vllm.publisher import refuse_reference_only_flags
+
+    command = daemon_command(cache_of(body(example)))
+    assert command[:3] == ["python", "-m", "weightcache"]
+    args = build_parser().parse_args(command[3:])
+    refuse_reference_only_flags(args)
+    assert parse_list(args.vllm_args) == shared_list(command)

@@ -41,7 +41,7 @@ log = logging.getLogger("weightcache.vllm")
 
 def run(args: argparse.Namespace) -> int:
     layout = Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size)
-    _refuse_reference_only_flags(args)
+    refuse_reference_only_flags(args)
     world = args.tp_size * args.pp_size
     if world > 1 and not args.vllm_dist_init:
         raise WeightCacheError(
@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         files.release()  # reached only when the exec did not happen
 
 
-def _refuse_reference_only_flags(args: argparse.Namespace) -> None:
+def refuse_reference_only_flags(args: argparse.Namespace) -> None:
     """Flags of the reference loader that vLLM takes from ``--vllm-args`` instead."""
     if args.backend != "cpu-shm":
         raise WeightCacheError(

@@ -21,6 +21,7 @@ from .dra import container_claims, daemon_claim_fields, uses_dra
 from .gpu_holder import GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
 from .layout import (
     CLI,
+    MODEL_MOUNT,
     SLOT_LABEL,
     SOCKET_MOUNT,
     SPEC_HASH_ANNOTATION,
@@ -90,11 +91,14 @@ def daemon_daemonset(
     gpu = spec.daemon.backend in GPU_BACKENDS
     holder = uses_gpu_holder(cache)
     granted = ["--gpus-file", GPUS_FILE] if holder else []
+    vllm = uses_vllm(cache)
 
     daemon_cmd = [
         *CLI,
         "daemon",
-        *model_args(cache),
+        # A vLLM daemon takes dtype, quantization, revision and expert parallelism from the shared
+        # vLLM list (daemon_profile_args) and refuses the reference loader's flags for them.
+        *(["--model", MODEL_MOUNT] if vllm else model_args(cache)),
         "--backend",
         spec.daemon.backend,
         "--tp-size",
@@ -102,7 +106,7 @@ def daemon_daemonset(
         "--pp-size",
         str(spec.parallelism.pipeline),
         # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
-        *(["--ep-size", str(spec.parallelism.expert)] if spec.parallelism.expert > 1 else []),
+        *(["--ep-size", str(spec.parallelism.expert)] if spec.parallelism.expert > 1 and not vllm else []),
         "--ranks",
         rank_range(ranks),
         "--socket-dir",
@@ -116,7 +120,7 @@ def daemon_daemonset(
         "--status-addr",
         f"$(POD_IP):{STATUS_PORT}",
         *granted,
-        *(daemon_profile_args(cache) if uses_vllm(cache) else []),
+        *(daemon_profile_args(cache) if vllm else []),
         *spec.daemon.extra_args,
     ]
     daemon: dict[str, Any] = {
@@ -125,7 +129,7 @@ def daemon_daemonset(
         "command": daemon_cmd,
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            *(daemon_env(cache) if uses_vllm(cache) else []),
+            *(daemon_env(cache) if vllm else []),
         ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
