@@ -7,6 +7,10 @@
 #             vLLM engines (spec.engine.vllm).
 # Base images are pinned by tag; pin by digest in your registry mirror for reproducible builds.
 
+# The vllm target's base: vLLM's CUDA image by default; for CPU nodes pass a CPU build of vLLM
+# (--build-arg VLLM_IMAGE=<an image of vLLM built for its cpu target>).
+ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0
+
 FROM python:3.11.11-slim-bookworm AS operator
 LABEL org.opencontainers.image.title="weightcache-operator" \
       org.opencontainers.image.description="Kubernetes operator for weightcache" \
@@ -46,7 +50,7 @@ USER 10001
 ENTRYPOINT ["weightcache"]
 CMD ["--help"]
 
-FROM vllm/vllm-openai:v0.32.0 AS vllm
+FROM ${VLLM_IMAGE} AS vllm
 LABEL org.opencontainers.image.title="weightcache-vllm" \
       org.opencontainers.image.description="vLLM with weightcache: vllm-profile daemons, the keeper, vLLM engines that map the cache" \
       org.opencontainers.image.licenses="Apache-2.0"

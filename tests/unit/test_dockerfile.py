@@ -122,7 +122,7 @@ def test_vllm_image_is_vllms_official_image_plus_the_project_without_replacing_v
     lock pins a torch and transformers other than vLLM's), adding every other dependency the
     project declares, so the weightcache command and the vLLM plug-in entry point both work."""
     text = DOCKERFILE.read_text()
-    assert "FROM vllm/vllm-openai:v0.32.0 AS vllm" in text
+    assert "ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0" in text and "FROM ${VLLM_IMAGE} AS vllm" in text
     lines = stage_lines("vllm")
     installs = " ".join(line for line in lines if line.startswith("RUN"))
     assert "--no-deps ." in installs and "requirements.lock" not in installs, installs
