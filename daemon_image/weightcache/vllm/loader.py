@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from typing import Any
 
 import torch
@@ -38,7 +39,9 @@ from .build import load_rank_model
 from .cpu_policy import keep_plain_weights
 from .stamp import rank_fingerprint
 
-log = logging.getLogger("weightcache.vllm.loader")
+# A child of vLLM's "vllm" logger: vLLM's logging configuration prints these lines (the phase
+# timings beside its own "Loading weights took"), where a logger of our own would stay silent.
+log = logging.getLogger("vllm.weightcache")
 OPTIONS = ("name", "socket_dir", "fallback", "timeout_s")
 
 
@@ -135,34 +138,51 @@ class WeightcacheModelLoader(BaseModelLoader):
                 ) from None
             log.warning("weightcache %r rank %d: loading from disk: %s", self.options.name, rank, exc)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
-        model = bind_model(vllm_config, model_config, weights, prefix)
+        model, phases = bind_model(vllm_config, model_config, weights, prefix)
         self.weights = weights
         log.info(
-            "weightcache %r rank %d: mapped %d tensors (%d bytes) in %.3f s",
+            "Mapping and binding weights took %.3f seconds (weightcache %r rank %d: %d tensors, %d bytes; "
+            "map %.3f s, bind %.3f s; model on the meta device %.3f s, post-processing %.3f s)",
+            weights.seconds + phases["bind"],
             self.options.name,
             rank,
             len(weights.tensors),
             weights.bytes_mapped,
             weights.seconds,
+            phases["bind"],
+            phases["build"],
+            phases["post_process"],
         )
         return model
 
 
-def bind_model(vllm_config: VllmConfig, model_config: ModelConfig, weights: Weights, prefix: str = "") -> nn.Module:
-    """The rank's model on the meta device, bound to ``weights``, post-processed in pre-processed mode."""
+def bind_model(
+    vllm_config: VllmConfig, model_config: ModelConfig, weights: Weights, prefix: str = ""
+) -> tuple[nn.Module, dict[str, float]]:
+    """The rank's model on the meta device, bound to ``weights``, post-processed in pre-processed
+    mode; with the seconds each phase took (build, bind, post_process)."""
     assert weights.manifest is not None
     kinds = weights.manifest.kinds_by_name()
     device = torch.device(vllm_config.device_config.device)
+    clock = [time.perf_counter()]
+
+    def lap() -> float:
+        clock.append(time.perf_counter())
+        return clock[-1] - clock[-2]
+
     with set_default_torch_dtype(model_config.dtype):
         with torch.device("meta"):
             model = initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
         if current_platform.is_cpu():
             keep_plain_weights(model)
+        build = lap()
         bound = bind_arena(model, weights.tensors, kinds, weights.aliases)
+        bind = lap()
         with weights_already_processed():
             process_weights_after_loading(model, model_config, device)
         check_bound(model)
+        post_process = lap()
     # The mapping lives as long as the model: vLLM keeps the model, not the loader.
     model._weightcache_weights = weights  # type: ignore[assignment]
     model._weightcache_bound = bound  # type: ignore[assignment]
-    return model.eval()
+    return model.eval(), {"build": build, "bind": bind, "post_process": post_process}
