@@ -174,7 +174,7 @@ def main() -> int:
                 if kind == "disk, cold page cache":
                     drop_page_cache(model)
                 cached = kind == "weight cache"
-                log = workdir / f"vllm-{kind.split(',')[0].replace(' ', '-')}-{run}.log"
+                log = workdir / f"vllm-{re.sub(r'[^a-z]+', '-', kind)}-{run}.log"
                 fmt, opts = ("weightcache", extra) if cached else ("auto", {})
                 results[kind].append(run_start(model, fmt, opts, args.dtype, log))
                 r = results[kind][-1]
@@ -187,10 +187,9 @@ def main() -> int:
     print(f"\ncheckpoint: {model} ({size / 2**30:.2f} GiB); daemon ready in {daemon_s:.1f} s (vLLM load + publish)")
     print(f"first greedy token identical across all starts: {len(tokens) == 1} ({sorted(tokens)})")
     print(f"medians of {args.runs} starts, seconds:\n")
-    cols = ("model_load", "vllm_loading_weights", "imports", "engine", "first_request")
-    print(
-        "| start | model load (get_model) | of it: vLLM 'Loading weights' | imports | rest of LLM() | first request |"
-    )
+    (workdir / "results.json").write_text(json.dumps(results, indent=1))
+    cols = ("model_load", "weights_phase", "imports", "engine", "first_request")
+    print("| start | model load (get_model) | of it: the weights | imports | rest of LLM() | first request |")
     print("| --- | --- | --- | --- | --- | --- |")
     med: dict[str, dict[str, float]] = {}
     for kind, rs in results.items():
