@@ -1,8 +1,9 @@
 """Two vLLM engines mapping one daemon's arena, and the daemon, hold one copy of the weights between
-them: each engine's worker has the whole arena resident as shared memory (RssShmem), the fair
-shares of that shared memory (Pss_Shmem) of all three add up to about one arena, and neither
-engine's private (anonymous) memory holds a copy: it is about one arena smaller than that of the
-same engine loading from disk. The checkpoint is ~65 MB, so one copy more or less is unambiguous."""
+them: each engine's worker has the arena's pages it touched resident as shared memory (RssShmem:
+all but the embedding rows no prompt looked up), the fair shares of that shared memory
+(Pss_Shmem) of all three add up to one engine's RssShmem, not two, and neither engine's private
+(anonymous) memory holds a copy: it is about one arena smaller than that of the same engine
+loading from disk. The checkpoint is ~65 MB, so one copy more or less is unambiguous."""
 
 from pathlib import Path
 
@@ -37,9 +38,9 @@ def test_two_engines_and_the_daemon_share_one_copy_of_the_weights(tmp_path: Path
         shared = sum(m["Pss_Shmem"] for m in [*engines, held])
         print(f"\narena {arena_kib} KiB; disk engine {disk['memory_kib']}")
         print(f"daemon {held}\nengine a {engines[0]}\nengine b {engines[1]}\nPss_Shmem total {shared} KiB")
-        for m in engines:
-            assert m["RssShmem"] >= 0.95 * arena_kib  # the whole arena is resident in each engine...
-        assert 0.95 * arena_kib <= shared <= 1.2 * arena_kib  # ...once, shared by all three
+        for m in engines:  # the weights each engine read (the embedding only the rows it looked up)...
+            assert 0.7 * arena_kib <= m["RssShmem"] <= arena_kib
+        assert abs(shared - max(m["RssShmem"] for m in engines)) <= 0.02 * arena_kib  # ...held once by all three
         for m in engines:  # and no engine holds a private copy
             assert disk["memory_kib"]["RssAnon"] - m["RssAnon"] >= 0.8 * arena_kib
     finally:

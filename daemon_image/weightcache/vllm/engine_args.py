@@ -88,4 +88,4 @@ def _vllm_reason(exc: ValueError) -> str:
     """The first error, without the list of every supported architecture vLLM appends."""
     errors = getattr(exc, "errors", None)  # pydantic.ValidationError
     text = str(errors()[0].get("msg", exc)) if callable(errors) and errors() else str(exc)
-    return text.removeprefix("Value error, ").split(" Supported architectures:")[0].strip()
+    return text.removeprefix("Value error, ").split(" Supported architectures:")[0].strip().rstrip(".")

@@ -5,7 +5,8 @@
 device, every parameter and buffer is bound to a read-only view of the rank's mapped arena
 (bind.py), and ``process_weights_after_loading`` runs again in vLLM's "weights already
 processed" mode, which only rebuilds Python-side state. Quantization methods that cannot run in
-that mode are refused by vLLM itself, naming the layer and method.
+that mode are refused by vLLM itself, naming the layer and method (and by the daemon before it
+loads them, ``build.refuse_unpublishable``).
 
 When the daemon is missing or holds other weights, ``fallback: disk`` loads with vLLM's own
 loader under the same CPU policy and logs why; ``fallback: error`` raises.
@@ -157,7 +158,7 @@ def _fix(exc: WeightCacheError, files: RankFiles) -> str:
         ready = files.read_ready()
         dead = f" (pid {ready.pid}, its ready file says)" if ready is not None else ""
         return (
-            f"{files.socket} is left behind by a daemon that no longer runs{dead}: restart the daemon "
+            f"the socket file is left behind by a daemon that no longer runs{dead}: restart the daemon "
             "(weightcache daemon --profile vllm with the same --name and --socket-dir), which claims the rank "
             "and replaces the stale files"
         )
