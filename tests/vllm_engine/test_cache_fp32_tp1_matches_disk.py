@@ -10,7 +10,7 @@ from vllm_harness import Engine, assert_zero_copy, cache_config, from_disk, qwen
 def test_float32_vllm_from_the_cache_gives_the_greedy_tokens_of_vllms_onednn_path_from_disk(tmp_path: Path) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args(tp=1, dtype="float32")
     expected = from_disk(model, args, tp=1)
-    daemon = start_daemon(model, tmp_path / "sockets", "fp32-tp1", args, tp=1)
+    daemon = start_daemon(model, tmp_path / "sockets", "fp32-tp1", args, logs=tmp_path, tp=1)
     try:
         daemon.wait_ready()
         with Engine(model, args, tp=1, cache=cache_config(daemon)) as engine:

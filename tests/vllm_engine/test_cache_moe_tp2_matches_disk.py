@@ -17,7 +17,7 @@ from vllm_harness import (
 def test_moe_ranks_map_vllms_fused_experts_and_vllm_answers_as_from_disk(tmp_path: Path) -> None:
     model, args = qwen3_moe_checkpoint(tmp_path / "qwen3-moe"), vllm_args(tp=2, dtype="bfloat16")
     expected = from_disk(model, args, tp=2)
-    daemon = start_daemon(model, tmp_path / "sockets", "moe-tp2", args, tp=2)
+    daemon = start_daemon(model, tmp_path / "sockets", "moe-tp2", args, logs=tmp_path, tp=2)
     try:
         daemon.wait_ready()
         with Engine(model, args, tp=2, cache=cache_config(daemon)) as engine:

@@ -10,7 +10,7 @@ def test_tied_embeddings_are_mapped_once_and_vllm_answers_as_from_disk(tmp_path:
     expected = from_disk(model, args)
     # The checkpoint is scaled so that greedy decoding is not one repeated token (vllm_harness).
     assert all(len(set(ids)) > 2 for ids in expected), expected
-    daemon = start_daemon(model, tmp_path / "sockets", "tied", args)
+    daemon = start_daemon(model, tmp_path / "sockets", "tied", args, logs=tmp_path)
     try:
         daemon.wait_ready()
         with Engine(model, args, cache=cache_config(daemon)) as engine:

@@ -30,7 +30,7 @@ def test_a_killed_daemon_leaves_the_engine_serving_and_its_successor_readopts_fr
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
     sockets = Path(socket_dir)
     start_keeper()
-    first = start_daemon(model, sockets, "qwen3", args)
+    first = start_daemon(model, sockets, "qwen3", args, logs=tmp_path)
     second = None
     try:
         first.wait_ready()
@@ -42,7 +42,7 @@ def test_a_killed_daemon_leaves_the_engine_serving_and_its_successor_readopts_fr
             first.proc.wait()
             assert engine.generate() == before  # the engine's mapping outlives the daemon
 
-            second = start_daemon(model, sockets, "qwen3", args)
+            second = start_daemon(model, sockets, "qwen3", args, logs=tmp_path)
             second.wait_ready()
             st = status(second)
             assert st.adopted and st.disk_bytes_read == 0, second.log.read_text()[-3000:]

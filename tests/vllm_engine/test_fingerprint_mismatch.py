@@ -13,7 +13,7 @@ from vllm_harness import Engine, cache_config, qwen3_checkpoint, start_daemon, v
 def test_a_differing_engine_setting_falls_back_to_disk_with_the_reason_or_refuses_with_error(tmp_path: Path) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
     other = [*args, "--hf-overrides", json.dumps({"rms_norm_eps": 1e-5})]
-    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", args)
+    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", args, logs=tmp_path)
     try:
         daemon.wait_ready()
         log = tmp_path / "engine-disk.log"

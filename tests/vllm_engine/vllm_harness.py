@@ -51,24 +51,18 @@ def env(tp: int = 1, **extra: str) -> dict[str, str]:
     }
 
 
-def qwen3_checkpoint(out: Path, tie: bool = False) -> Path:
+def qwen3_checkpoint(out: Path, tie: bool = False, **sizes: int) -> Path:
     """A tiny Qwen3 whose head size vLLM's CPU attention supports (64).
 
     Tied: the generated embedding (std 1) is scaled to std 0.02, as trained tied embeddings are
     small. At std 1 the residual stream is dominated by the input token's own row, so the nearest
     row of the (tied) lm_head is the input's and greedy output repeats one token, which would
-    prove little about the binding of lm_head."""
+    prove little about the binding of lm_head. ``sizes`` override ModelSpec's (keep the head size
+    hidden_size / num_heads at 64)."""
+    shape = {"hidden_size": 256, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 512, **sizes}
     path = write_checkpoint(
         out,
-        ModelSpec(
-            family="qwen3",
-            hidden_size=256,
-            num_heads=4,
-            num_kv_heads=2,
-            intermediate_size=512,
-            tie_word_embeddings=tie,
-            dtype="bfloat16",
-        ),
+        ModelSpec(family="qwen3", tie_word_embeddings=tie, dtype="bfloat16", **shape),  # type: ignore[arg-type]
     )
     if tie:
         _scale_tensor(path, "model.embed_tokens.weight", 0.02)
@@ -139,19 +133,20 @@ class Daemon:
 
 
 def start_daemon(
-    model: Path, socket_dir: Path, name: str, args: list[str], tp: int = 1, log: Path | None = None, *extra: str
+    model: Path, socket_dir: Path, name: str, args: list[str], *extra: str, logs: Path, tp: int = 1
 ) -> Daemon:
-    """``weightcache daemon --profile vllm`` for all ``tp`` ranks (the launcher); not waited for."""
-    log = log or socket_dir.parent / f"daemon-{name}-{time.monotonic_ns()}.log"
+    """``weightcache daemon --profile vllm`` for all ``tp`` ranks (the launcher); not waited for.
+
+    Its output goes to a new file in ``logs`` (the test's temporary directory). ``args=[]`` with
+    ``--profile reference`` in ``extra`` starts the reference profile instead (no ``--vllm-args``)."""
+    log = logs / f"daemon-{name}-{time.monotonic_ns()}.log"
+    profile = ["--profile", "vllm", "--vllm-args", json.dumps(args)] if "--profile" not in extra else []
     cmd = [
         sys.executable,
         "-m",
         "weightcache",
         "daemon",
-        "--profile",
-        "vllm",
-        "--vllm-args",
-        json.dumps(args),
+        *profile,
         "--model",
         str(model),
         "--backend",

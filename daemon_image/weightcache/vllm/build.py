@@ -9,16 +9,19 @@ layers between construction and post-processing (vLLM's own weight-cache daemon 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 from torch import nn
 from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
 from vllm.config.load import LoadConfig
 from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
+from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.model_loader import get_model_loader
 from vllm.model_executor.model_loader.utils import process_weights_after_loading
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
+from weightcache_contract.errors import WeightCacheError
 
 from .cpu_policy import keep_plain_weights
 
@@ -43,9 +46,14 @@ def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str) -> Non
 
 
 def load_rank_model(
-    vllm_config: VllmConfig, model_config: ModelConfig, load_config: LoadConfig, prefix: str = ""
+    vllm_config: VllmConfig,
+    model_config: ModelConfig,
+    load_config: LoadConfig,
+    prefix: str = "",
+    check: Callable[[nn.Module], None] | None = None,
 ) -> nn.Module:
-    """Build, load and post-process this rank's model with vLLM's loader for ``load_config``."""
+    """Build, load and post-process this rank's model with vLLM's loader for ``load_config``;
+    ``check`` sees the built model before a weight is loaded (and may refuse it)."""
     loader = get_model_loader(load_config)
     device = torch.device(vllm_config.device_config.device if load_config.device is None else load_config.device)
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
@@ -53,6 +61,32 @@ def load_rank_model(
             model = loader.create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
         if current_platform.is_cpu():
             keep_plain_weights(model)
+        if check is not None:
+            check(model)
         loader.load_weights(model, model_config)
         process_weights_after_loading(model, model_config, device)
     return model.eval()
+
+
+def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:
+    """Refuse, by name, quantization methods an engine could not rebuild from published tensors.
+
+    The engine re-runs post-processing in vLLM's "weights already processed" mode, which only
+    methods declaring ``supports_pre_processed_weights`` can do (their post-processed state is
+    tensors only); the others (online quantization, opaque kernel handles) would fail there, or
+    hold state outside the arena. Run on the built model before a byte is loaded (``load_rank_model``'s ``check``), so
+    nothing is published."""
+    refused: dict[str, str] = {}  # method → first layer using it
+    for name, module in model.named_modules():
+        method = getattr(module, "quant_method", None)
+        if isinstance(method, QuantizeMethodBase) and not method.supports_pre_processed_weights:
+            refused.setdefault(type(method).__name__, name or "<root>")
+    if refused:
+        methods = ", ".join(f"{m} (e.g. layer {layer})" for m, layer in refused.items())
+        raise WeightCacheError(
+            f"quantization {model_config.quantization or 'none'!r} cannot be served from the weight cache: "
+            f"vLLM's {methods} cannot rebuild its state from pre-processed weights, so an engine could not "
+            "map what the daemon publishes. Use a checkpoint quantized ahead of time in a method vLLM can "
+            "serve pre-processed (e.g. block-FP8 weights in the checkpoint) or drop --quantization from "
+            "--vllm-args; engines that need this method load from disk (--load-format auto)"
+        )

@@ -58,3 +58,34 @@ def engine_args(model: str, vllm_args: list[str], tp_size: int, pp_size: int):  
             f"{pp_size}; make them agree (the engine gets the same list, so its ranks must be the daemon's)"
         )
     return args
+
+
+def engine_config(model: str, vllm_args: list[str], tp_size: int, pp_size: int):  # type: ignore[no-untyped-def]
+    """vLLM's ``VllmConfig`` for ``vllm serve model <vllm_args>``: what the engine will run.
+
+    vLLM's config checks (an architecture it does not know, a setting the model refuses) raise
+    ``ValueError`` (pydantic's ``ValidationError`` is one); they become one line naming the
+    problem and the fix instead of a traceback."""
+    args = engine_args(model, vllm_args, tp_size, pp_size)
+    try:
+        return args.create_engine_config()
+    except ValueError as exc:
+        reason = _vllm_reason(exc)
+        if "architectures" in reason:
+            import vllm
+
+            fix = (
+                f"serve a checkpoint whose config.json names an architecture this vLLM ({vllm.__version__}) supports "
+                "(vllm.ModelRegistry.get_supported_archs()), or a vLLM version that supports this one in both "
+                "the daemon's and the engine's image"
+            )
+        else:
+            fix = "fix --vllm-args or the checkpoint (the engine would refuse the same list)"
+        raise WeightCacheError(f"vLLM cannot build an engine for {model}: {reason}; {fix}") from None
+
+
+def _vllm_reason(exc: ValueError) -> str:
+    """The first error, without the list of every supported architecture vLLM appends."""
+    errors = getattr(exc, "errors", None)  # pydantic.ValidationError
+    text = str(errors()[0].get("msg", exc)) if callable(errors) and errors() else str(exc)
+    return text.removeprefix("Value error, ").split(" Supported architectures:")[0].strip().rstrip(".")

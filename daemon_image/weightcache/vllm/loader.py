@@ -5,7 +5,8 @@
 device, every parameter and buffer is bound to a read-only view of the rank's mapped arena
 (bind.py), and ``process_weights_after_loading`` runs again in vLLM's "weights already
 processed" mode, which only rebuilds Python-side state. Quantization methods that cannot run in
-that mode are refused by vLLM itself, naming the layer and method.
+that mode are refused by vLLM itself, naming the layer and method (and by the daemon before it
+loads them, ``build.refuse_unpublishable``).
 
 When the daemon is missing or holds other weights, ``fallback: disk`` loads with vLLM's own
 loader under the same CPU policy and logs why; ``fallback: error`` raises.
@@ -101,13 +102,14 @@ class WeightcacheModelLoader(BaseModelLoader):
         go to disk. vLLM's CPU worker never asks (docs/vllm.md, memory accounting)."""
         rank, want = self._expected(vllm_config)
         try:
-            with DaemonConnection(
-                RankFiles(self.options.socket_dir, self.options.name, rank).socket, self.options.timeout_s
-            ) as conn:
+            with DaemonConnection(self._files(rank).socket, self.options.timeout_s) as conn:
                 held = conn.query_config()
         except (CacheUnavailable, ProtocolError):
             return 0
         return held.arena_bytes if held.fingerprint_digest == want.digest else 0
+
+    def _files(self, rank: int) -> RankFiles:
+        return RankFiles(self.options.socket_dir, self.options.name, rank)
 
     def _expected(self, vllm_config: VllmConfig) -> tuple[int, Fingerprint]:
         """This worker's rank in the daemon's numbering and the fingerprint it expects there."""
@@ -126,17 +128,12 @@ class WeightcacheModelLoader(BaseModelLoader):
                 want, rank, self.options.socket_dir, self.options.name, timeout_s=self.options.timeout_s
             )
         except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
+            reason = f"weightcache {self.options.name!r} rank {rank}: {exc}; {_fix(exc, self._files(rank))}"
             if self.options.fallback == "error":
-                fix = (
-                    "give the daemon (--vllm-args) and the engine the same vLLM arguments"
-                    if isinstance(exc, FingerprintMismatch)
-                    else "start its daemon (weightcache daemon --profile vllm)"
-                )
                 raise WeightCacheError(
-                    f'weightcache {self.options.name!r} rank {rank}: {exc}; {fix}, or set "fallback": "disk" '
-                    "in --model-loader-extra-config to load from disk instead"
+                    f'{reason}, or set "fallback": "disk" in --model-loader-extra-config to load from disk instead'
                 ) from None
-            log.warning("weightcache %r rank %d: loading from disk: %s", self.options.name, rank, exc)
+            log.warning("loading from disk: %s", reason)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
         model, phases = bind_model(vllm_config, model_config, weights, prefix)
         self.weights = weights
@@ -154,6 +151,26 @@ class WeightcacheModelLoader(BaseModelLoader):
             phases["post_process"],
         )
         return model
+
+
+def _fix(exc: WeightCacheError, files: RankFiles) -> str:
+    """What to do about a rank the engine could not map."""
+    if isinstance(exc, FingerprintMismatch):
+        if {"engine", "engine.engine", "engine.load_profile"} & set(exc.fields):
+            return (
+                "that daemon publishes another load profile than vLLM's post-processed layout: start it with "
+                "`weightcache daemon --profile vllm --vllm-args '<this engine's vLLM arguments as JSON>'`"
+            )
+        return "give the daemon (--vllm-args) and the engine the same vLLM arguments"
+    if isinstance(exc, CacheUnavailable) and files.socket.exists():
+        ready = files.read_ready()
+        dead = f" (pid {ready.pid}, its ready file says)" if ready is not None else ""
+        return (
+            f"the socket file is left behind by a daemon that no longer runs{dead}: restart the daemon "
+            "(weightcache daemon --profile vllm with the same --name and --socket-dir), which claims the rank "
+            "and replaces the stale files"
+        )
+    return "start its daemon (weightcache daemon --profile vllm)"
 
 
 def bind_model(

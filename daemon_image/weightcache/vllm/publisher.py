@@ -34,7 +34,7 @@ from ..daemon.handoff import HandoffState, exec_daemon
 from ..daemon.keeper import keeper_socket
 from ..daemon.rank import DaemonConfig, adopt_from_keeper
 from ..wire.rankfiles import RankFiles
-from .engine_args import engine_args, parse_list
+from .engine_args import engine_config, parse_list
 
 log = logging.getLogger("weightcache.vllm")
 
@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
             "(one process per rank, joined on a loopback port)"
         )
     vllm_args = parse_list(args.vllm_args)
-    vllm_config = engine_args(args.model, vllm_args, args.tp_size, args.pp_size).create_engine_config()
+    vllm_config = engine_config(args.model, vllm_args, args.tp_size, args.pp_size)
 
     from .stamp import rank_fingerprint
 
@@ -127,11 +127,16 @@ def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dic
 
 
 def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields: dict) -> HandoffState:  # type: ignore[no-untyped-def]
-    from .build import load_rank_model
+    from .build import load_rank_model, refuse_unpublishable
     from .publish import publish
 
     started = time.perf_counter()
-    model = load_rank_model(vllm_config, vllm_config.model_config, vllm_config.load_config)
+    model_config = vllm_config.model_config
+    # What an engine could not map is refused before a byte is loaded. A withdrawn arena passed
+    # this check when it was published (the quantization is in its fingerprint).
+    model = load_rank_model(
+        vllm_config, model_config, vllm_config.load_config, check=lambda m: refuse_unpublishable(m, model_config)
+    )
     rank = fields["rank"]
     published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}")
     seconds = time.perf_counter() - started

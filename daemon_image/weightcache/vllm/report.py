@@ -12,7 +12,7 @@ from .bind import outside_mapping
 def zero_copy_report(model: nn.Module) -> dict[str, Any]:
     """``mode`` and the worker's memory; for a mapped model also the arena's range and every
     tensor whose bytes lie outside it."""
-    memory = _memory_kib()
+    memory = memory_kib()
     weights = getattr(model, "_weightcache_weights", None)
     if weights is None:
         return {"mode": "disk", "memory_kib": memory}
@@ -30,15 +30,17 @@ def zero_copy_report(model: nn.Module) -> dict[str, Any]:
     }
 
 
-def _memory_kib() -> dict[str, int]:
-    """RssAnon/RssShmem (what vLLM's CPU worker sees as its RSS) and Pss (this process's fair share)."""
+def memory_kib(pid: int | str = "self") -> dict[str, int]:
+    """A process's VmRSS split into RssAnon (private) / RssFile / RssShmem (the arena's pages it
+    touched: what vLLM's CPU worker sees as its RSS), and Pss / Pss_Shmem (its fair share of pages
+    other processes map too), in KiB."""
     out = {}
-    with open("/proc/self/status") as f:
+    with open(f"/proc/{pid}/status") as f:
         for line in f:
             key, _, value = line.partition(":")
             if key in ("VmRSS", "RssAnon", "RssFile", "RssShmem"):
                 out[key] = int(value.split()[0])
-    with open("/proc/self/smaps_rollup") as f:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
         for line in f:
             key, _, value = line.partition(":")
             if key in ("Pss", "Pss_Shmem"):
