@@ -12,7 +12,7 @@ from torch import nn
 from weightcache.checkpoints.checkpoint import open_checkpoint
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
-from weightcache.daemon.handoff import HandoffState, exec_daemon
+from weightcache.daemon.handoff import exec_daemon, handoff_state
 from weightcache.vllm.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
@@ -37,11 +37,10 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
     files.claim()
     published = publish(model(), want.digest, f"{name}/rank-0")
     assert files.lock_fd is not None
-    state = HandoffState(
-        fingerprint=want,
-        manifest=published.manifest,
-        arena_fd=published.arena.fd,
-        mapping_bytes=published.arena.mapping_bytes,
+    state = handoff_state(
+        published.arena,
+        published.manifest,
+        want,
         lock_fd=files.lock_fd,
         load_seconds=0.5,
         disk_bytes_read=123,
