@@ -5,6 +5,7 @@ CHECKPOINT SOCKET_DIR NAME``; the fingerprint is the checkpoint's with a test en
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -31,6 +32,10 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
 
 
+def leak_probe(socket_dir: str) -> str:
+    return os.path.join(socket_dir, "inheritable-probe")
+
+
 def main(checkpoint: str, socket_dir: str, name: str) -> None:
     want = fingerprint(checkpoint)
     files = RankFiles(socket_dir, name, 0)
@@ -46,6 +51,9 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
         disk_bytes_read=123,
         adopted=False,
     )
+    # A descriptor a library left inheritable (as the CUDA driver and process groups do): the
+    # exec must close it.
+    os.set_inheritable(os.open(leak_probe(socket_dir), os.O_RDONLY | os.O_CREAT), True)
     exec_daemon(state, ["--model", checkpoint, "--socket-dir", socket_dir, "--name", name, "--backend", "cpu-shm"])
 
 
