@@ -9,7 +9,6 @@ Marked ``gpu``: skipped without CUDA, run on the device machine with ``make gpu`
 from __future__ import annotations
 
 import gc
-import os
 import signal
 import subprocess
 import sys
@@ -95,11 +94,9 @@ def test_a_gpu_published_arena_is_served_across_exec_bound_zero_copy_and_readopt
         uuid = f"GPU-{torch.cuda.get_device_properties(0).uuid}"
         assert (ready.backend, ready.device_uuid, ready.adopted) == ("cuda-vmm", uuid, False)
         assert files.lock_is_held()
-        # The exec dropped torch and closed the CUDA driver's files: the publisher's context died
-        # with its image, and only the arena is left on the GPU.
+        # The exec dropped torch, and the publisher's CUDA context (its copy of the model included)
+        # died with its image: only the arena is left on the GPU, held by the exported fd.
         assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()
-        fds = [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")]
-        assert not [fd for fd in fds if fd.startswith("/dev/nvidia")], fds
         wait_for(
             lambda: torch.cuda.mem_get_info(0)[0] >= free_before - ready.arena_bytes - (64 << 20),
             timeout=30,

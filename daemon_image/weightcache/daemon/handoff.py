@@ -92,9 +92,9 @@ def exec_daemon(state: HandoffState, daemon_argv: list[str]) -> NoReturn:
 
 
 def _close_on_exec_all_but(keep: set[int]) -> None:
-    """Mark every other open descriptor close-on-exec. Libraries open some without the flag (the
-    CUDA driver's device files, process-group sockets); one inherited ``/dev/nvidia*`` fd would
-    keep the publisher's CUDA context, and with it the model it loaded, alive in the new image."""
+    """Mark every other open descriptor close-on-exec. A library may open one without the flag
+    (a process group's socket, a driver's file); an inherited ``/dev/nvidia*`` fd would keep the
+    publisher's CUDA context, and with it the model it loaded, alive in the new image."""
     for name in os.listdir("/proc/self/fd"):
         fd = int(name)
         if fd in keep:
