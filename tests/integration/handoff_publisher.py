@@ -5,6 +5,7 @@ CHECKPOINT SOCKET_DIR NAME``; the fingerprint is the checkpoint's with a test en
 
 from __future__ import annotations
 
+import os
 import sys
 
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 from weightcache.checkpoints.checkpoint import open_checkpoint
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
-from weightcache.daemon.handoff import HandoffState, exec_daemon
+from weightcache.daemon.handoff import exec_daemon, handoff_state
 from weightcache.vllm.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
@@ -31,22 +32,28 @@ def model() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.Linear(32, 8))
 
 
+def leak_probe(socket_dir: str) -> str:
+    return os.path.join(socket_dir, "inheritable-probe")
+
+
 def main(checkpoint: str, socket_dir: str, name: str) -> None:
     want = fingerprint(checkpoint)
     files = RankFiles(socket_dir, name, 0)
     files.claim()
     published = publish(model(), want.digest, f"{name}/rank-0")
     assert files.lock_fd is not None
-    state = HandoffState(
-        fingerprint=want,
-        manifest=published.manifest,
-        arena_fd=published.arena.fd,
-        mapping_bytes=published.arena.mapping_bytes,
+    state = handoff_state(
+        published.arena,
+        published.manifest,
+        want,
         lock_fd=files.lock_fd,
         load_seconds=0.5,
         disk_bytes_read=123,
         adopted=False,
     )
+    # A descriptor a library left inheritable (as the CUDA driver and process groups do): the
+    # exec must close it.
+    os.set_inheritable(os.open(leak_probe(socket_dir), os.O_RDONLY | os.O_CREAT), True)
     exec_daemon(state, ["--model", checkpoint, "--socket-dir", socket_dir, "--name", name, "--backend", "cpu-shm"])
 
 

@@ -1,14 +1,15 @@
 """A publisher hands its sealed arena to the serving daemon across ``exec``: the same pid serves it
 as an ordinary rank (ready file, lock, mapping by fingerprint, keeper deposit) without torch resident."""
 
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import torch
-from handoff_publisher import fingerprint, model
-from weightcache.client.weights import DaemonConnection, map_fingerprint
+from handoff_publisher import fingerprint, leak_probe, model
+from weightcache.client.weights import DaemonConnection, held_bytes, map_fingerprint
 from weightcache.daemon.keeper import KeeperClient, keeper_socket
 from weightcache.wire.rankfiles import RankFiles
 
@@ -41,6 +42,8 @@ def test_the_handed_over_arena_is_served_by_the_same_pid_without_torch_and_depos
         assert not isinstance(ready, str), ready
         assert ready.pid == proc.pid and files.lock_is_held()
         assert "libtorch" not in Path(f"/proc/{proc.pid}/maps").read_text()  # the exec dropped torch
+        fds = [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{proc.pid}/fd")]
+        assert leak_probe(socket_dir) not in fds  # only the arena and the lock cross the exec
 
         want = fingerprint(str(llama))
         weights = map_fingerprint(want, 0, socket_dir, "handed")
@@ -53,6 +56,9 @@ def test_the_handed_over_arena_is_served_by_the_same_pid_without_torch_and_depos
             wait_for(lambda: conn.status().deposited, what="the keeper deposit")
             status = conn.status()
         assert (status.disk_bytes_read, status.adopted) == (123, False)
+        # What a vLLM GPU worker takes out of its budget: the allocation for its own fingerprint only.
+        assert held_bytes(want, 0, socket_dir, "handed") == status.arena_bytes > 0
+        assert held_bytes(want.model_copy(update={"dtype": "bfloat16"}), 0, socket_dir, "handed") == 0
         with KeeperClient(keeper_socket(socket_dir)) as keeper:
             [held] = keeper.holdings()
         assert (held.name, held.fingerprint_digest) == ("handed", want.digest)

@@ -123,3 +123,9 @@ def test_data_plane_packages_import_only_lower_ones() -> None:
 def test_the_layer_check_sees_every_package() -> None:
     packages = {p.name for p in (ROOT / "daemon_image" / "weightcache").iterdir() if (p / "__init__.py").exists()}
     assert packages == set().union(*DATA_PLANE_ORDER)
+
+
+def test_publishing_binding_and_the_handoff_import_no_vllm() -> None:
+    """A GPU host without vLLM's CUDA build (and tests/gpu) publishes, hands over and binds with these."""
+    modules = ["weightcache.vllm.publish", "weightcache.vllm.bind", "weightcache.vllm.publisher"]
+    assert not forbidden_imports([*modules, "weightcache.daemon.handoff"], ["vllm"])

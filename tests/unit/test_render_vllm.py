@@ -210,7 +210,7 @@ def test_a_kv_cache_size_on_gpus_is_refused_for_gpu_memory_utilization() -> None
     ]
 
 
-@pytest.mark.parametrize("example", ["weightcache-vllm-cpu.yaml"])
+@pytest.mark.parametrize("example", ["weightcache-vllm-cpu.yaml", "weightcache-vllm-gpu.yaml"])
 def test_the_rendered_daemon_command_passes_the_vllm_daemons_own_checks(example: str) -> None:
     from weightcache.cli import build_parser
     from weightcache.vllm.engine_args import parse_list

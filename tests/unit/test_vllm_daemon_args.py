@@ -57,8 +57,20 @@ def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_l
     assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "LLM")  # refused before vLLM's import
 
 
-def test_a_vllm_profile_daemon_refuses_gpu_backends() -> None:
-    assert main([*DAEMON[:-2], "--backend", "cuda-vmm", "--profile", "vllm", "--vllm-args", "[]"]) == 2
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--backend", "cuda-ipc"], "cannot publish cuda-ipc arenas: a legacy CUDA IPC handle names memory of the"),
+        (["--backend", "cpu-shm", "--engine-access", "read-write"], "arenas are mapped read-only"),
+        (["--backend", "cuda-vmm"], "backend cuda-vmm needs a CUDA GPU (device 0) and 0 are visible"),
+    ],
+)
+def test_a_vllm_profile_daemon_refuses_gpu_arenas_it_cannot_hand_over_or_place_before_loading_vllm(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*DAEMON[:-2], *flags, "--profile", "vllm", "--vllm-args", "[]"]) == 2
+    assert message in capsys.readouterr().err
+    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "LLM")
 
 
 def test_each_launched_rank_gets_the_profile_and_the_vllm_args_but_not_the_launchers_rendezvous() -> None:

@@ -4,11 +4,13 @@ No vLLM here: publishing and binding only move tensors; tests/vllm_engine runs t
 
 import os
 
+import pytest
 import torch
 from torch import nn
 from weightcache.arenas.arena import map_arena
 from weightcache.vllm.bind import bind_arena, check_bound, outside_mapping
 from weightcache.vllm.publish import publish
+from weightcache_contract.errors import WeightCacheError
 
 
 class Tiny(nn.Module):
@@ -44,3 +46,12 @@ def test_published_tensors_bind_as_views_of_the_mapping_with_ties_kept_and_writt
     assert (bound.private, bound.private_bytes) == (1, 4)
     assert outside_mapping(target, *mapping.address_range) == ["_k_scale"]
     published.arena.close()
+
+
+def test_publishing_refuses_cuda_ipc_and_tensors_of_another_device_by_name() -> None:
+    with pytest.raises(WeightCacheError, match="cuda-ipc handle names memory of this process's CUDA context"):
+        publish(Tiny(), "digest", "test/rank-0", backend="cuda-ipc")
+    with torch.device("meta"):
+        on_meta = Tiny()
+    with pytest.raises(WeightCacheError, match="embed.weight is on meta; a cpu-shm arena on cpu holds"):
+        publish(on_meta, "digest", "test/rank-0")

@@ -68,6 +68,14 @@ class Arena(abc.ABC):
     def export(self) -> Export:
         """A fresh fd (closed by the caller after sending) or an IPC handle."""
 
+    def handoff_fd(self) -> int:
+        """The fd that alone keeps this arena's memory alive (no mapping, no CUDA context needed),
+        for a process that passes the arena on across ``exec`` (daemon/handoff.py)."""
+        raise WeightCacheError(
+            f"a {self.backend} arena has no fd that outlives this process's CUDA context; "
+            "it cannot be handed across exec (use cpu-shm or cuda-vmm)"
+        )
+
     @abc.abstractmethod
     def close(self) -> None: ...
 
@@ -110,6 +118,9 @@ class CpuShmArena(Arena):
         seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
         fcntl.fcntl(self.fd, fcntl.F_ADD_SEALS, seals)
 
+    def handoff_fd(self) -> int:
+        return self.fd
+
     def export(self) -> Export:
         # A read-only open of the same memfd: an engine cannot even ask for a writable mapping.
         return Export(fd=os.open(f"/proc/self/fd/{self.fd}", os.O_RDONLY | os.O_CLOEXEC))
@@ -143,6 +154,9 @@ class HeldFdArena(Arena):
 
     def export(self) -> Export:
         return Export(fd=os.dup(self._fd))
+
+    def handoff_fd(self) -> int:
+        return self._fd
 
     def close(self) -> None:
         os.close(self._fd)

@@ -175,6 +175,11 @@ class CudaVmmArena(Arena):
     def export(self) -> Export:
         return Export(fd=os.dup(self._fd))
 
+    def handoff_fd(self) -> int:
+        # The exported POSIX fd references the physical allocation by itself: it outlives this
+        # process's context (the keeper holds arenas the same way).
+        return self._fd
+
     def close(self) -> None:
         torch.cuda.synchronize(self.ordinal)
         self._buffer = None  # type: ignore[assignment]

@@ -217,9 +217,11 @@ def map_fingerprint(
     backend: str = "cpu-shm",
     access: Access = "read-only",
     timeout_s: float = 10.0,
+    gpu_uuid: str | None = None,
 ) -> Weights:
     """Map rank ``rank``'s arena if its daemon holds exactly ``want``, whatever the load profile
-    (the vLLM loader computes its fingerprint from vLLM's config, not from an ``Expected``)."""
+    (the vLLM loader computes its fingerprint from vLLM's config, not from an ``Expected``).
+    ``gpu_uuid``: the GPU the engine computes on; an arena on another GPU is refused before mapping."""
     started = time.perf_counter()
     files = RankFiles(socket_dir, name, rank)
     with DaemonConnection(files.socket, timeout_s) as conn:
@@ -229,6 +231,11 @@ def map_fingerprint(
             raise FingerprintMismatch(
                 f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)})",
                 fields,
+            )
+        if gpu_uuid is not None and held.device_uuid != gpu_uuid:
+            raise CacheUnavailable(
+                f"daemon for cache {name!r} rank {rank} holds its arena on GPU {held.device_uuid}, this engine "
+                f"computes on {gpu_uuid}; give the engine the daemon's GPU for this rank"
             )
         reply, fd = conn.fetch(want.digest)
     try:
@@ -258,6 +265,17 @@ def map_fingerprint(
         arena=arena,
         manifest=manifest,
     )
+
+
+def held_bytes(want: Fingerprint, rank: int, socket_dir: str, name: str, *, timeout_s: float = 10.0) -> int:
+    """Bytes rank ``rank``'s daemon has allocated for exactly ``want`` (what an engine mapping it
+    must not count as its own memory); 0 when no daemon answers or it holds other weights."""
+    try:
+        with DaemonConnection(RankFiles(socket_dir, name, rank).socket, timeout_s) as conn:
+            status = conn.status()
+    except (CacheUnavailable, ProtocolError):
+        return 0
+    return status.arena_bytes if status.fingerprint_digest == want.digest else 0
 
 
 def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:

@@ -136,7 +136,8 @@ def rank_argv(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.backend in GPU_BACKENDS:
+    if args.backend in GPU_BACKENDS and not args.handoff_state:
+        # (A handed-over arena comes with its GPU's identity: the serving image never touches CUDA.)
         # cuInit takes ~0.2 s on an H200; it runs while the imports below do (it drops the GIL).
         from ..gpu.gpu_identity import gpu_count
 

@@ -1,4 +1,4 @@
-"""Hand a sealed ``cpu-shm`` arena from a publisher process to a torch-free daemon, across ``exec``.
+"""Hand a sealed arena from a publisher process to a torch-free daemon, across ``exec``.
 
 A publisher that ran a whole engine to fill an arena (the ``vllm`` profile runs vLLM's loader)
 keeps that engine's libraries resident: ~1 GB for vLLM on CPU, whatever the model. Instead of
@@ -8,6 +8,14 @@ pid, so the lock is never free and no second daemon can slip in), the manifest a
 travel in the state file, and the new image serves through the reference daemon's path
 (``rank.serve``): ready file, peer checks, keeper deposit, status. Measured with vLLM 0.32: ~1 GB
 RSS before the exec, 34 MB after.
+
+The arena travels as the one fd that keeps its memory alive without a mapping
+(``Arena.handoff_fd``): the memfd for ``cpu-shm``; for ``cuda-vmm`` the cuMem allocation's
+exported POSIX fd, which outlives the publisher's CUDA context as it outlives a daemon's when the
+keeper holds it. Every other descriptor is closed by the exec, the CUDA driver's device files
+included, so the publisher's context, its model copy and its process groups die with the old
+image. ``cuda-ipc`` has no such fd (a legacy IPC handle names memory of the exporting context)
+and is refused.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import NoReturn
 import msgpack
 from pydantic import BaseModel
 
+from ..arenas.arena import Arena
 from ..checkpoints.manifest import Manifest
 from ..wire.fingerprint import Fingerprint
 
@@ -29,12 +38,39 @@ HANDOFF_FLAG = "--handoff-state"
 class HandoffState(BaseModel):
     fingerprint: Fingerprint
     manifest: Manifest
+    backend: str
     arena_fd: int
     mapping_bytes: int
+    device_uuid: str | None  # GPU backends: the GPU the allocation lives on
     lock_fd: int
     load_seconds: float
     disk_bytes_read: int
     adopted: bool  # withdrawn from the keeper rather than loaded
+
+
+def handoff_state(
+    arena: Arena,
+    manifest: Manifest,
+    fingerprint: Fingerprint,
+    *,
+    lock_fd: int,
+    load_seconds: float,
+    disk_bytes_read: int,
+    adopted: bool,
+) -> HandoffState:
+    """What the serving image needs of ``arena`` (filled and sealed, or withdrawn from the keeper)."""
+    return HandoffState(
+        fingerprint=fingerprint,
+        manifest=manifest,
+        backend=arena.backend,
+        arena_fd=arena.handoff_fd(),
+        mapping_bytes=arena.mapping_bytes,
+        device_uuid=arena.device_uuid,
+        lock_fd=lock_fd,
+        load_seconds=load_seconds,
+        disk_bytes_read=disk_bytes_read,
+        adopted=adopted,
+    )
 
 
 def exec_daemon(state: HandoffState, daemon_argv: list[str]) -> NoReturn:
@@ -47,11 +83,26 @@ def exec_daemon(state: HandoffState, daemon_argv: list[str]) -> NoReturn:
     fd, path = tempfile.mkstemp(prefix="weightcache-handoff-", suffix=".msgpack")
     with os.fdopen(fd, "wb") as f:
         f.write(msgpack.packb(state.model_dump(mode="python")))
+    _close_on_exec_all_but({0, 1, 2, state.arena_fd, state.lock_fd})
     os.set_inheritable(state.arena_fd, True)
     os.set_inheritable(state.lock_fd, True)
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, [sys.executable, "-m", "weightcache", "daemon", *daemon_argv, HANDOFF_FLAG, path])
+
+
+def _close_on_exec_all_but(keep: set[int]) -> None:
+    """Mark every other open descriptor close-on-exec. A library may open one without the flag
+    (a process group's socket, a driver's file); an inherited ``/dev/nvidia*`` fd would keep the
+    publisher's CUDA context, and with it the model it loaded, alive in the new image."""
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd in keep:
+            continue
+        try:
+            os.set_inheritable(fd, False)
+        except OSError:
+            pass  # the directory's own fd, closed by now
 
 
 def read_state(path: str) -> HandoffState:

@@ -108,17 +108,10 @@ def run(cfg: DaemonConfig) -> int:
         raise WeightCacheError(
             f"--engine-access read-write exists only for cuda-vmm; {cfg.backend} arenas are read-only"
         )
-    if cfg.gpus_file:
-        device = _granted_device(cfg)
-        if device is None:
-            return 0  # stopped while waiting
-        cfg = dataclasses.replace(cfg, device=device)
-    if cfg.backend in GPU_BACKENDS and cfg.device >= gpu_count():
-        # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
-        raise WeightCacheError(
-            f"backend {cfg.backend} needs a CUDA GPU (device {cfg.device}) and {gpu_count()} "
-            "are visible; use --backend cpu-shm or give the pod a GPU"
-        )
+    device = rank_device(cfg)
+    if device is None:
+        return 0  # stopped while waiting for the GPU holder
+    cfg = dataclasses.replace(cfg, device=device)
     # Stamps first: enough to fingerprint, and all a re-adoption needs (see open_checkpoint).
     checkpoint = open_checkpoint(cfg.model, stamps_only=True)
     quant = resolve(cfg.quantization, checkpoint.quantization_config, cfg.weight_block_size)
@@ -300,7 +293,16 @@ def _serve_handed_over(cfg: DaemonConfig) -> int:
     state = read_state(cfg.handoff_state or "")
     files = RankFiles(cfg.socket_dir, cfg.name, cfg.layout.rank)
     files.adopt_lock(state.lock_fd)
-    arena = adopt_arena(cfg.backend, state.arena_fd, state.manifest.arena_bytes, state.mapping_bytes, None)
+    if state.backend != cfg.backend:
+        os.close(state.arena_fd)
+        files.release()
+        raise WeightCacheError(
+            f"the publisher handed over a {state.backend} arena to a daemon started with --backend {cfg.backend}; "
+            "pass the serving daemon the publisher's own flags"
+        )
+    arena = adopt_arena(
+        state.backend, state.arena_fd, state.manifest.arena_bytes, state.mapping_bytes, state.device_uuid
+    )
     gid = grp.getgrnam(cfg.socket_group).gr_gid if cfg.socket_group else None
     served = Served(
         name=cfg.name,
@@ -319,6 +321,25 @@ def _serve_handed_over(cfg: DaemonConfig) -> int:
     finally:
         files.release()
         arena.close()
+
+
+def rank_device(cfg: DaemonConfig) -> int | None:
+    """The rank's CUDA ordinal: ``cfg.device``, or with ``--gpus-file`` its GPU of the holder's
+    grant (waiting for it; None when SIGTERM/SIGINT came first). Refuses a GPU backend without
+    that GPU. Every load profile resolves its device here."""
+    device = cfg.device
+    if cfg.gpus_file:
+        granted = _granted_device(cfg)
+        if granted is None:
+            return None
+        device = granted
+    if cfg.backend in GPU_BACKENDS and device >= gpu_count():
+        # Checked through the driver API, not torch: a re-adopting daemon never imports torch.
+        raise WeightCacheError(
+            f"backend {cfg.backend} needs a CUDA GPU (device {device}) and {gpu_count()} "
+            "are visible; use --backend cpu-shm or give the pod a GPU"
+        )
+    return device
 
 
 def _granted_device(cfg: DaemonConfig) -> int | None:

@@ -26,19 +26,24 @@ from weightcache_contract.errors import WeightCacheError
 from .cpu_policy import keep_plain_weights
 
 
-def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str) -> None:
+def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str, device: int = 0) -> None:
     """Join the rank's world (all ranks of one publisher group call this) and carve the TP/PP groups.
 
     vLLM's layers read their rank and world size from these groups while they are built and
-    loaded; the publisher runs no collective of its own."""
+    loaded; the publisher runs no collective of its own. On a GPU the rank's model is loaded onto
+    CUDA ordinal ``device``: vLLM's groups take their device from the local rank, so it is that."""
     parallel = vllm_config.parallel_config
+    local_rank = rank
+    if current_platform.is_cuda():
+        torch.cuda.set_device(device)
+        local_rank = device
     # The CPU communicator names its shared-memory segments after this; one group per publisher.
     os.environ.setdefault("VLLM_DIST_IDENT", "weightcache-" + init_method.rsplit(":", 1)[-1])
     init_distributed_environment(
         world_size=parallel.world_size,
         rank=rank,
         distributed_init_method=init_method,
-        local_rank=rank,
+        local_rank=local_rank,
         backend=current_platform.dist_backend,
     )
     with set_current_vllm_config(vllm_config):

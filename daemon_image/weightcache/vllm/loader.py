@@ -30,15 +30,17 @@ from vllm.model_executor.model_loader.utils import initialize_model, process_wei
 from vllm.model_executor.utils import weights_already_processed
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
+from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
 
-from ..client.weights import DaemonConnection, Weights, map_fingerprint
+from ..client.weights import Weights, held_bytes, map_fingerprint
+from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
 from ..wire.rankfiles import RankFiles, default_socket_dir
 from .bind import bind_arena, check_bound
 from .build import load_rank_model
 from .cpu_policy import keep_plain_weights
-from .stamp import rank_fingerprint
+from .stamp import platform_backend, rank_fingerprint
 
 # A child of vLLM's "vllm" logger: vLLM's logging configuration prints these lines (the phase
 # timings beside its own "Loading weights took"), where a logger of our own would stay silent.
@@ -78,6 +80,14 @@ class Options:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class _Expected:
+    rank: int
+    fingerprint: Fingerprint
+    backend: str
+    gpu_uuid: str | None
+
+
 class WeightcacheModelLoader(BaseModelLoader):
     def __init__(self, load_config: LoadConfig) -> None:
         super().__init__(load_config)
@@ -100,32 +110,50 @@ class WeightcacheModelLoader(BaseModelLoader):
         """Bytes of this rank's weights held by the daemon (GPU workers take them out of the
         ``gpu_memory_utilization`` budget: they are mapped, not allocated); 0 when the load will
         go to disk. vLLM's CPU worker never asks (docs/vllm.md, memory accounting)."""
-        rank, want = self._expected(vllm_config)
-        try:
-            with DaemonConnection(self._files(rank).socket, self.options.timeout_s) as conn:
-                held = conn.query_config()
-        except (CacheUnavailable, ProtocolError):
-            return 0
-        return held.arena_bytes if held.fingerprint_digest == want.digest else 0
+        expected = self._expected(vllm_config)
+        return held_bytes(
+            expected.fingerprint,
+            expected.rank,
+            self.options.socket_dir,
+            self.options.name,
+            timeout_s=self.options.timeout_s,
+        )
 
     def _files(self, rank: int) -> RankFiles:
         return RankFiles(self.options.socket_dir, self.options.name, rank)
 
-    def _expected(self, vllm_config: VllmConfig) -> tuple[int, Fingerprint]:
-        """This worker's rank in the daemon's numbering and the fingerprint it expects there."""
+    def _expected(self, vllm_config: VllmConfig) -> _Expected:
+        """This worker's rank in the daemon's numbering, the fingerprint it expects there, and on a
+        GPU the device it computes on (vLLM made it current before loading)."""
         tp_rank = get_tensor_model_parallel_rank()
         pp = get_pp_group()
-        want = rank_fingerprint(vllm_config, tp_rank, pp.rank_in_group, get_dp_group().rank_in_group)
-        return pp.rank_in_group * vllm_config.parallel_config.tensor_parallel_size + tp_rank, want
+        backend = platform_backend()
+        device = torch.cuda.current_device() if backend in GPU_BACKENDS else 0
+        want = rank_fingerprint(
+            vllm_config, tp_rank, pp.rank_in_group, get_dp_group().rank_in_group, backend=backend, device=device
+        )
+        return _Expected(
+            rank=pp.rank_in_group * vllm_config.parallel_config.tensor_parallel_size + tp_rank,
+            fingerprint=want,
+            backend=backend,
+            gpu_uuid=gpu_facts(device).uuid if backend in GPU_BACKENDS else None,
+        )
 
     def load_model(self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str = "") -> nn.Module:
         if model_config is not vllm_config.model_config:
             log.warning("weightcache caches the target model only; loading %s from disk", model_config.model)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
-        rank, want = self._expected(vllm_config)
+        expected = self._expected(vllm_config)
+        rank = expected.rank
         try:
             weights = map_fingerprint(
-                want, rank, self.options.socket_dir, self.options.name, timeout_s=self.options.timeout_s
+                expected.fingerprint,
+                rank,
+                self.options.socket_dir,
+                self.options.name,
+                backend=expected.backend,
+                timeout_s=self.options.timeout_s,
+                gpu_uuid=expected.gpu_uuid,
             )
         except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
             reason = f"weightcache {self.options.name!r} rank {rank}: {exc}; {_fix(exc, self._files(rank))}"

@@ -1,9 +1,13 @@
-"""A post-processed vLLM model → one sealed ``cpu-shm`` arena and its manifest.
+"""A post-processed vLLM model → one sealed arena and its manifest.
 
 Every parameter and buffer (non-persistent ones included: rotary caches, attention scales) is
 copied once, under vLLM's names, shapes, dtypes and strides. One tensor object reachable under
 several names (tied embeddings, the rotary cache that layers share) is stored once and listed as
 aliases, so the engine re-ties them.
+
+The arena is ``cpu-shm`` for a model on the CPU and ``cuda-vmm`` for a model on a GPU (the copy
+stays on the device). Either way the layout and the manifest are the same; a cuda-vmm arena is
+read-only to engines through their mapping's access (``PROT_READ``), as the reference daemon's are.
 """
 
 from __future__ import annotations
@@ -13,16 +17,17 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import WeightCacheError
 
-from ..arenas.arena import CpuShmArena
+from ..arenas.arena import Arena, create_arena
 from ..checkpoints import dtypes
 from ..checkpoints.manifest import Manifest, TensorEntry, align, tensor_views
 
 
 @dataclass
 class Published:
-    arena: CpuShmArena
+    arena: Arena
     manifest: Manifest
 
 
@@ -42,14 +47,30 @@ def model_tensors(model: nn.Module) -> tuple[dict[str, tuple[torch.Tensor, str]]
     return tensors, aliases
 
 
-def publish(model: nn.Module, fingerprint_digest: str, label: str) -> Published:
-    """Copy the model's tensors into a fresh arena, seal it, and describe it."""
+def publish(
+    model: nn.Module, fingerprint_digest: str, label: str, backend: str = "cpu-shm", device: int = 0
+) -> Published:
+    """Copy the model's tensors into a fresh ``backend`` arena (on GPU ``device`` for cuda-vmm),
+    seal it, and describe it."""
+    if backend not in ("cpu-shm", "cuda-vmm"):
+        raise WeightCacheError(
+            f"the vllm profile publishes cpu-shm or cuda-vmm arenas, not {backend}"
+            + (
+                ": a cuda-ipc handle names memory of this process's CUDA context, which the exec into the "
+                "serving daemon destroys; use --backend cuda-vmm"
+                if backend == "cuda-ipc"
+                else ""
+            )
+        )
+    want = torch.device("cuda", device) if backend in GPU_BACKENDS else torch.device("cpu")
     tensors, aliases = model_tensors(model)
     entries: list[TensorEntry] = []
     cursor = 0
     for name, (tensor, kind) in tensors.items():
-        if tensor.device.type != "cpu":
-            raise WeightCacheError(f"{name} is on {tensor.device}; the cpu-shm arena holds CPU tensors only")
+        if tensor.device != want:
+            raise WeightCacheError(
+                f"{name} is on {tensor.device}; a {backend} arena on {want} holds tensors of that device only"
+            )
         try:
             dtype = dtypes.to_name(tensor.dtype)
         except ValueError as exc:
@@ -73,21 +94,26 @@ def publish(model: nn.Module, fingerprint_digest: str, label: str) -> Published:
             )
         )
         cursor = offset + nbytes
-    arena = CpuShmArena(max(align(cursor), 1), label)
+    arena = create_arena(backend, max(align(cursor), 1), label, device)
     try:
         flat = arena.buffer()
         views = tensor_views(flat, entries)
         with torch.no_grad():  # some of vLLM's parameters keep requires_grad=True
             for name, (tensor, _) in tensors.items():
                 views[name].copy_(tensor)
-        entries = [
-            e.model_copy(update={"checksum": zlib.crc32(flat[e.offset : e.offset + e.nbytes].numpy())}) for e in entries
-        ]
+        if flat.is_cuda:
+            torch.cuda.synchronize(flat.device)  # every copy done before the exec ends this context
+        entries = [e.model_copy(update={"checksum": _crc32(flat[e.offset : e.offset + e.nbytes])}) for e in entries]
         arena.seal()
     except BaseException:
         arena.close()
         raise
     return Published(arena, Manifest.build(fingerprint_digest, arena.size, entries, aliases))
+
+
+def _crc32(raw: torch.Tensor) -> int:
+    """The manifest's checksum of one tensor's bytes (a GPU arena's are read back one tensor at a time)."""
+    return zlib.crc32(raw.cpu().numpy())
 
 
 def _dense(tensor: torch.Tensor) -> bool:

@@ -1,6 +1,11 @@
 """``weightcache daemon --profile vllm``, one rank: vLLM loads it, the arena is published, then the
 process execs into the reference daemon's serving path (``daemon.handoff``).
 
+The arena's backend follows vLLM's platform: its CPU build loads onto the CPU and publishes a
+``cpu-shm`` arena, its CUDA build loads onto the rank's GPU (``--device`` or ``--gpus-file``, as
+for the reference daemon) and publishes a ``cuda-vmm`` arena on that GPU, whose exported fd
+carries it across the exec. ``cuda-ipc`` is refused: nothing of it survives the exec.
+
 Order, as for the reference daemon: everything that can refuse the input (``--vllm-args``, their
 parallel layout, vLLM's own config checks, the checkpoint's files) runs before the rank's lock is
 taken. Then the rank joins its local gloo world (vLLM's layers read their rank from it while they
@@ -30,9 +35,9 @@ from weightcache_contract.errors import WeightCacheError
 
 from ..checkpoints.sharding import Layout
 from ..daemon.command import LAUNCHER_FLAGS, rank_argv
-from ..daemon.handoff import HandoffState, exec_daemon
+from ..daemon.handoff import HandoffState, exec_daemon, handoff_state
 from ..daemon.keeper import keeper_socket
-from ..daemon.rank import DaemonConfig, adopt_from_keeper
+from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device
 from ..wire.rankfiles import RankFiles
 from .engine_args import engine_config, parse_list
 
@@ -49,12 +54,21 @@ def run(args: argparse.Namespace) -> int:
             "(one process per rank, joined on a loopback port)"
         )
     vllm_args = parse_list(args.vllm_args)
+    device = rank_device(_daemon_config(args, layout))
+    if device is None:
+        return 0  # stopped while waiting for the GPU holder
+    args.device = device
     vllm_config = engine_config(args.model, vllm_args, args.tp_size, args.pp_size)
 
-    from .stamp import rank_fingerprint
+    from .stamp import platform_backend, rank_fingerprint
 
+    if args.backend != platform_backend():
+        raise WeightCacheError(
+            f"--backend {args.backend} does not fit this vLLM build: its CPU build loads onto the CPU (cpu-shm "
+            f"arenas), its CUDA build onto the GPU (cuda-vmm arenas); use --backend {platform_backend()}"
+        )
     # Before loading: vLLM's post-processing may rewrite the config's quantization section.
-    fingerprint = rank_fingerprint(vllm_config, layout.tp_rank, layout.pp_rank, backend=args.backend)
+    fingerprint = rank_fingerprint(vllm_config, layout.tp_rank, layout.pp_rank, backend=args.backend, device=device)
     files = RankFiles(args.socket_dir, args.name, layout.rank)
     fields = {"cache": args.name, "rank": layout.rank, "fingerprint": fingerprint.digest[:16], "profile": "vllm"}
     gid = grp.getgrnam(args.socket_group).gr_gid if args.socket_group else None
@@ -65,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from .build import join_rank_group
 
-        join_rank_group(vllm_config, layout.rank, args.vllm_dist_init or _own_rendezvous())
+        join_rank_group(vllm_config, layout.rank, args.vllm_dist_init or _own_rendezvous(), device)
         state = _withdraw(args, layout, fingerprint, fields) or _load_and_publish(
             vllm_config, fingerprint, args, fields
         )
@@ -80,10 +94,16 @@ def run(args: argparse.Namespace) -> int:
 
 def refuse_reference_only_flags(args: argparse.Namespace) -> None:
     """Flags of the reference loader that vLLM takes from ``--vllm-args`` instead."""
-    if args.backend != "cpu-shm":
+    if args.backend == "cuda-ipc":
         raise WeightCacheError(
-            f"--profile vllm publishes cpu-shm arenas only (vLLM's CPU build); got --backend {args.backend}. "
-            "Use --backend cpu-shm (GPU arenas for vLLM are not built yet, see docs/vllm.md)"
+            "--profile vllm cannot publish cuda-ipc arenas: a legacy CUDA IPC handle names memory of the "
+            "publisher's CUDA context, which the exec into the torch-free serving daemon destroys, and the "
+            "keeper cannot hold it; use --backend cuda-vmm"
+        )
+    if args.engine_access != "read-only":
+        raise WeightCacheError(
+            "--profile vllm arenas are mapped read-only (vLLM's in-place writes get private copies, "
+            "docs/vllm.md); drop --engine-access read-write"
         )
     for flag, value, default in (
         ("--dtype", args.dtype, "auto"),
@@ -109,20 +129,28 @@ def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dic
     """This rank's arena back from the keeper when it holds this fingerprint (no weight read)."""
     if args.keeper != "auto":
         return None
-    cfg = DaemonConfig(model=args.model, layout=layout, socket_dir=args.socket_dir, name=args.name, backend="cpu-shm")
-    adopted = adopt_from_keeper(keeper_socket(args.socket_dir), cfg, fingerprint.digest, fields)
+    adopted = adopt_from_keeper(
+        keeper_socket(args.socket_dir), _daemon_config(args, layout), fingerprint.digest, fields
+    )
     if adopted is None:
         return None
     arena, manifest, seconds = adopted
-    return HandoffState(
-        fingerprint=fingerprint,
-        manifest=manifest,
-        arena_fd=arena.fd,  # type: ignore[attr-defined]  # cpu-shm: CpuShmArena
-        mapping_bytes=arena.mapping_bytes,
-        lock_fd=-1,
-        load_seconds=seconds,
-        disk_bytes_read=0,
-        adopted=True,
+    return handoff_state(
+        arena, manifest, fingerprint, lock_fd=-1, load_seconds=seconds, disk_bytes_read=0, adopted=True
+    )
+
+
+def _daemon_config(args: argparse.Namespace, layout: Layout) -> DaemonConfig:
+    """The reference daemon's view of this rank: its GPU, and what the keeper is asked for."""
+    return DaemonConfig(
+        model=args.model,
+        layout=layout,
+        socket_dir=args.socket_dir,
+        name=args.name,
+        backend=args.backend,
+        device=args.device,
+        gpus_file=args.gpus_file,
+        local_index=args.local_index,
     )
 
 
@@ -138,7 +166,8 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
         vllm_config, model_config, vllm_config.load_config, check=lambda m: refuse_unpublishable(m, model_config)
     )
     rank = fields["rank"]
-    published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}")
+    published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}", args.backend, args.device)
+    del model  # the arena holds the bytes now; on a GPU the exec frees the loaded copy in any case
     seconds = time.perf_counter() - started
     log.info(
         "published",
@@ -151,11 +180,10 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
             }
         },
     )
-    return HandoffState(
-        fingerprint=fingerprint,
-        manifest=published.manifest,
-        arena_fd=published.arena.fd,
-        mapping_bytes=published.arena.mapping_bytes,
+    return handoff_state(
+        published.arena,
+        published.manifest,
+        fingerprint,
         lock_fd=-1,
         load_seconds=seconds,
         disk_bytes_read=_checkpoint_bytes(args.model),

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from vllm.config import VllmConfig
+from weightcache_contract.errors import WeightCacheError
 
 from ..checkpoints.checkpoint import open_checkpoint
 from ..checkpoints.manifest import LAYOUT_VERSION
@@ -21,9 +22,30 @@ from . import LOAD_PROFILE
 from .cpu_policy import POLICY
 
 
+def platform_backend() -> str:
+    """The arena backend of vLLM's platform: where its kernels read the weights from."""
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        return "cpu-shm"
+    if current_platform.is_cuda():
+        return "cuda-vmm"
+    raise WeightCacheError(
+        f"weightcache has no arena for vLLM's {current_platform.device_type} platform (cpu-shm on CPU, "
+        "cuda-vmm on NVIDIA GPUs)"
+    )
+
+
 def rank_fingerprint(
-    vllm_config: VllmConfig, tp_rank: int, pp_rank: int = 0, dp_rank: int = 0, backend: str = "cpu-shm"
+    vllm_config: VllmConfig,
+    tp_rank: int,
+    pp_rank: int = 0,
+    dp_rank: int = 0,
+    backend: str = "cpu-shm",
+    device: int = 0,
 ) -> Fingerprint:
+    """``device``: the CUDA ordinal whose GPU the arena is on (GPU backends; the environment stamp
+    names its kind, compute capability and driver)."""
     import vllm
     from vllm.platforms import current_platform
 
@@ -60,7 +82,7 @@ def rank_fingerprint(
         quantization_sha256=_sha256(quant_config),
         dtype=str(model_config.dtype).removeprefix("torch."),
         layout_version=LAYOUT_VERSION,
-        environment=environment_stamp(backend),
+        environment=environment_stamp(backend, device),
         engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=LOAD_PROFILE, settings=settings),
     )
 
