@@ -199,7 +199,7 @@ def main() -> int:
             med[kind][col] = statistics.median(values) if values else float("nan")
         rest = med[kind]["engine"] - med[kind]["model_load"]
         loading = med[kind]["weights_phase"]
-        cells = [f"{med[kind]['model_load']:.3f}", "—" if loading != loading else f"{loading:.2f}"]
+        cells = [f"{med[kind]['model_load']:.3f}", "—" if loading != loading else f"{loading:.3f}"]
         cells += [f"{med[kind]['imports']:.2f}", f"{rest:.2f}", f"{med[kind]['first_request']:.3f}"]
         print(f"| {kind} | " + " | ".join(cells) + " |")
     print("\nthe weights: from disk vLLM's 'Loading weights took'; from the cache the loader's 'Mapping and binding")
