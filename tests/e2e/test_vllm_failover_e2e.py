@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_failover_e2e import Cache, engine_pgid
-from test_operator_e2e import operator, start_operator  # noqa: F401 - fixtures
+from test_operator_e2e import operator, start_operator, wait_phase  # noqa: F401 - fixtures
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
@@ -30,8 +30,8 @@ def test_vllm_active_engine_killed_promotes_its_standby_and_answers_go_on(
     service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:
     apply_example(cluster, namespace)
+    wait_phase(kube, namespace, operator, "Ready", timeout=480, name=NAME)
     cache = Cache(kube, kubelet, cluster, namespace, operator, service_proxy(namespace, NAME, 8000), name=NAME)
-    cache.roles()  # Ready, with a Ready standby
     cache.proxy.wait_for_ready(1)
     answer = served_token_ids(cache.proxy)
 
