@@ -37,6 +37,7 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import MERGE, Kube
+from testcluster.sample import NAME, engines_of
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -99,9 +100,11 @@ class Cache:
         namespace: str,
         operator: subprocess.Popen,
         proxy,
+        name: str = NAME,
     ) -> None:  # type: ignore[no-untyped-def]
         self.kube, self.kubelet, self.cluster, self.namespace = kube, kubelet, cluster, namespace
         self.operator, self.proxy = operator, proxy
+        self.name, self.engines = name, engines_of(name)
         self.promotions = 0  # by every operator of this test, as seen in status and events
 
     def roles(self, gone: str | None = None) -> tuple[str, str]:
@@ -111,6 +114,7 @@ class Cache:
             self.namespace,
             self.operator,
             "Ready",
+            name=self.name,
             also=lambda s: (
                 len(s["engines"][0]["standbys"]) == 1
                 and gone not in (s["engines"][0]["active"], *s["engines"][0]["standbys"])
@@ -146,9 +150,9 @@ class Cache:
         counted, events = failovers(self.operator, self.namespace), failover_events(self.kube, self.namespace)
         inject(active, standby)
         wait_for(
-            lambda: by_role(self.kube, self.namespace)["active"] == [standby],
+            lambda: by_role(self.kube, self.namespace, self.engines)["active"] == [standby],
             60,
-            describe=lambda: by_role(self.kube, self.namespace),
+            describe=lambda: by_role(self.kube, self.namespace, self.engines),
         )
         wait_for(
             lambda: self.proxy.ready_endpoints == (f"{standby_ip}:8000",),
@@ -164,6 +168,7 @@ class Cache:
             self.namespace,
             self.operator,
             "Ready",
+            name=self.name,
             also=lambda s: (
                 s["engines"][0]["active"] == standby
                 and len(s["engines"][0]["standbys"]) == 1
@@ -178,7 +183,7 @@ class Cache:
                 active
                 not in [
                     p["metadata"]["name"]
-                    for p in pods(self.kube, self.namespace, ENGINES)
+                    for p in pods(self.kube, self.namespace, self.engines)
                     if not p["metadata"].get("deletionTimestamp")
                 ]
             ),

@@ -23,7 +23,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.processes import CONTAINER_MARKER
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import DAEMONS, ENGINES, SAMPLE, generate_checkpoint, place_checkpoint, pods
+from testcluster.sample import DAEMONS, ENGINES, NAME, SAMPLE, generate_checkpoint, place_checkpoint, pods
 from testcluster.strays import MARKER, processes_with_environment
 from testcluster.waiting import wait_for
 
@@ -280,10 +280,11 @@ def wait_phase(
     want: str,
     timeout: float = 300,
     also: Callable[[dict], bool] = lambda status: True,
+    name: str = NAME,
 ) -> dict:
-    """Waits for ``status.phase == want`` (and ``also(status)``): the status written after a
-    change, not a stale one from before it."""
-    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
+    """Waits for ``status.phase == want`` (and ``also(status)``) of the WeightCache ``name``: the
+    status written after a change, not a stale one from before it."""
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/{name}"
 
     def status() -> dict | None:
         assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
@@ -293,9 +294,10 @@ def wait_phase(
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
 
 
-def by_role(kube: Kube, namespace: str) -> dict[str, list[str]]:
+def by_role(kube: Kube, namespace: str, engines: str = ENGINES) -> dict[str, list[str]]:
+    """The engine pods (``engines``: their label selector) not being deleted, by role."""
     found: dict[str, list[str]] = {"active": [], "standby": []}
-    for pod in pods(kube, namespace, ENGINES):
+    for pod in pods(kube, namespace, engines):
         if not pod["metadata"].get("deletionTimestamp"):
             found[pod["metadata"]["labels"]["weightcache.io/role"]].append(pod["metadata"]["name"])
     return found

@@ -32,6 +32,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import Kube
+from testcluster.sample import NAME
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -64,8 +65,10 @@ def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, list[i
     return facts
 
 
-def rollout(kube: Kube, namespace: str) -> dict:
-    return (kube.get(WC.format(ns=namespace)).get("status") or {}).get("rollout") or {}
+def rollout(kube: Kube, namespace: str, name: str = NAME) -> dict:
+    """status.rollout of the WeightCache ``name``."""
+    wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/{name}"
+    return (kube.get(wc).get("status") or {}).get("rollout") or {}
 
 
 def reported(status: dict) -> bool:

@@ -132,7 +132,9 @@ def test_cpu_engines_get_an_explicit_kv_cache_and_loopback_queues_and_the_templa
     cache = cache_of(body())
     env = env_of(main_container(cache))
     assert (env["VLLM_CPU_KVCACHE_SPACE"], env["VLLM_HOST_IP"]) == ("1", "127.0.0.1")
-    assert "VLLM_CPU_OMP_THREADS_BIND" not in env  # one rank: vLLM's own binding works
+    # Every engine of a node, one rank or more, leaves its threads to the OS: vLLM's own binding
+    # would pin the active, its standbys and a rollout's new engine to the same cores.
+    assert env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     two = cache_of(changed(body(), parallelism={"tensor": 2}))
     assert env_of(main_container(two))["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     obj = body()

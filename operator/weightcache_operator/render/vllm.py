@@ -145,11 +145,12 @@ def engine_env(cache: WeightCache) -> list[dict[str, Any]]:
     if spec.daemon.backend not in GPU_BACKENDS:
         assert spec.engine.vllm.kv_cache_space_gib is not None, "validation requires kvCacheSpaceGiB on CPU"
         values["VLLM_CPU_KVCACHE_SPACE"] = str(spec.engine.vllm.kv_cache_space_gib)
-        if spec.parallelism.ranks > 1:
-            # vLLM's automatic binding gives each CPU worker a NUMA node of its own and refuses
-            # more workers than nodes; the operator cannot see a node's NUMA layout, so the OS
-            # schedules the threads (a template env can bind them: VLLM_CPU_OMP_THREADS_BIND).
-            values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        # vLLM's automatic binding pins each CPU worker's threads to the cores of a NUMA node of
+        # its own and refuses more workers than nodes; it cannot see the other engines of the
+        # node, so an active, its standbys and a rollout's new engine would all pin the same
+        # cores (a busy active starves a starting engine). The OS schedules the threads instead;
+        # a template env can bind them (VLLM_CPU_OMP_THREADS_BIND).
+        values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     return [{"name": k, "value": v} for k, v in values.items()]
 
 

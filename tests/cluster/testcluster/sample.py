@@ -40,8 +40,20 @@ CHECKPOINT_ARGS: dict[Path, list[str]] = {
 """How ``weightcache gen-checkpoint`` makes each example's checkpoint."""
 CHART = REPO / "charts" / "weightcache"
 NAME = "tiny-llama"
-ENGINES = f"weightcache.io/cache={NAME},weightcache.io/component=engine"
-DAEMONS = f"weightcache.io/cache={NAME},weightcache.io/component=daemon"
+
+
+def engines_of(name: str) -> str:
+    """The label selector of a WeightCache's engine pods."""
+    return f"weightcache.io/cache={name},weightcache.io/component=engine"
+
+
+def daemons_of(name: str) -> str:
+    """The label selector of a WeightCache's daemon pods."""
+    return f"weightcache.io/cache={name},weightcache.io/component=daemon"
+
+
+ENGINES = engines_of(NAME)
+DAEMONS = daemons_of(NAME)
 
 
 def sample(example: Path = SAMPLE) -> dict[str, Any]:
@@ -93,11 +105,11 @@ def pods(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
     return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"])
 
 
-def daemon_facts(kube: Kube, namespace: str) -> dict[str, tuple[str, int, int]]:
-    """Daemon pod → (uid, container restarts, checkpoint bytes its ranks read, per the daemon's
-    own status endpoint)."""
+def daemon_facts(kube: Kube, namespace: str, daemons: str = DAEMONS) -> dict[str, tuple[str, int, int]]:
+    """Daemon pod (``daemons``: their label selector) → (uid, container restarts, checkpoint bytes
+    its ranks read, per the daemon's own status endpoint)."""
     facts = {}
-    for pod in pods(kube, namespace, DAEMONS):
+    for pod in pods(kube, namespace, daemons):
         with urllib.request.urlopen(f"http://{pod['status']['podIP']}:9400/status", timeout=10) as response:
             report = json.loads(response.read())
         restarts = sum(c.get("restartCount", 0) for c in pod["status"].get("containerStatuses", []))

@@ -1,0 +1,106 @@
+"""What the vLLM e2e scenarios share: examples/weightcache-vllm-cpu.yaml applied as written (a
+tiny Qwen3 served by ``vllm serve --load-format weightcache`` over daemons of the ``vllm``
+profile), its checkpoint on every node, the greedy token ids of vLLM loading that checkpoint from
+disk, the same request through the Service, and how an engine got its weights: the daemons count
+the arena maps they served (their status endpoint), and an engine that falls back to reading the
+checkpoint says so in its log."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from test_operator_e2e import http_json, pods
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import Kube
+from testcluster.sample import (
+    VLLM_SAMPLE,
+    daemons_of,
+    engines_of,
+    generate_checkpoint,
+    place_checkpoint,
+    sample,
+)
+from testcluster.serviceproxy import ServiceProxy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm_engine"))
+
+from vllm_harness import Engine  # noqa: E402
+
+NAME = str(sample(VLLM_SAMPLE)["metadata"]["name"])
+ENGINES = engines_of(NAME)
+DAEMONS = daemons_of(NAME)
+PROMPT_IDS = [1, 17, 300, 42, 9]
+MAX_TOKENS = 8
+FROM_DISK = f"weightcache {NAME!r} rank 0: loading from disk"
+"""The plug-in's warning when an engine falls back to reading the checkpoint."""
+
+
+@pytest.fixture(scope="module")
+def vllm_checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example's checkpoint at its hostPath (/models/tiny-qwen3) on every node."""
+    made = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / NAME, VLLM_SAMPLE)
+    place_checkpoint(made, [kubelet.node_root(node.name) for node in kubelet.config.nodes], VLLM_SAMPLE)
+    return made
+
+
+def rendered_vllm_args() -> list[str]:
+    """The vLLM arguments the operator renders for the example, daemons and engines alike."""
+    from weightcache_operator.render.vllm import vllm_args
+    from weightcache_operator.validation import parse
+
+    body = sample(VLLM_SAMPLE)
+    body["metadata"].update(namespace="e2e", uid="e2e", generation=1)
+    cache, problems = parse(body)
+    assert cache is not None and problems == [], problems
+    return vllm_args(cache)
+
+
+@pytest.fixture(scope="module")
+def disk_token_ids(vllm_checkpoint: Path) -> list[int]:
+    """vLLM's greedy ids for PROMPT_IDS with its default loader (``--load-format auto``) on the same
+    checkpoint and the same vLLM arguments the engines get (a small KV cache: engine-only)."""
+    args = [*rendered_vllm_args(), "--kv-cache-memory-bytes", str(64 * 2**20)]
+    with Engine(vllm_checkpoint, args) as engine:
+        assert [r["mode"] for r in engine.report()] == ["disk"]
+        [ids] = engine.generate([PROMPT_IDS], MAX_TOKENS)
+    return ids
+
+
+def apply_example(cluster: ControlPlane, namespace: str) -> None:
+    """examples/weightcache-vllm-cpu.yaml exactly as the file is written."""
+    cluster.kubectl("apply", "-n", namespace, "-f", str(VLLM_SAMPLE))
+
+
+def served_token_ids(proxy: ServiceProxy) -> list[int]:
+    """The greedy completion of PROMPT_IDS through the Service, as token ids."""
+    host, port = proxy.address
+    body = {
+        "prompt": PROMPT_IDS,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+    return list(http_json(f"http://{host}:{port}/v1/completions", body)["choices"][0]["token_ids"])
+
+
+def engine_log(kubelet: ProcessKubelet, namespace: str, pod: str) -> str:
+    return kubelet.logs(namespace, pod, "engine")
+
+
+def read_from_disk(kubelet: ProcessKubelet, namespace: str, pod: str) -> bool:
+    """The engine fell back to loading the checkpoint instead of mapping the arena."""
+    return FROM_DISK in engine_log(kubelet, namespace, pod)
+
+
+def maps_served(kube: Kube, namespace: str) -> int:
+    """Arena maps the cache's daemons handed to engines (every rank of every node), per the
+    daemons' own status endpoint: one per engine rank that mapped the weights."""
+    total = 0
+    for pod in pods(kube, namespace, DAEMONS):
+        report = http_json(f"http://{pod['status']['podIP']}:9400/status", timeout=10)
+        total += sum(rank["maps_served"] for rank in report["ranks"])
+    return total
