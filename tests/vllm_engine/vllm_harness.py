@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -188,14 +189,16 @@ class Engine:
         if cache is not None:
             cmd += ["--load-format", "weightcache", "--extra", json.dumps(cache)]
         self.log = log
-        stderr = log.open("w") if log is not None else None
+        # vLLM logs to stdout (the plug-in's lines through vLLM's handler too), where the protocol's
+        # lines also go: everything else read from stdout is copied into the log beside stderr.
+        self._sink = log.open("w") if log is not None else None
         self.proc = subprocess.Popen(
             cmd,
             env=env(tp),
             cwd=ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            stderr=stderr,
+            stderr=self._sink,
             text=True,
             start_new_session=True,
         )
@@ -210,6 +213,7 @@ class Engine:
         for line in self.proc.stdout:
             if line.startswith(prefix):
                 return line.removeprefix(prefix).strip()
+            self._keep(line)
         where = self.log.read_text()[-6000:] if self.log is not None else "(its log is above)"
         raise RuntimeError(f"vLLM engine exited with {self.proc.wait()}: {where}")
 
@@ -225,14 +229,25 @@ class Engine:
     def report(self) -> list[dict]:
         return self.request({"report": True})  # type: ignore[return-value]
 
+    def _keep(self, line: str) -> None:
+        if self._sink is not None:
+            self._sink.write(line)
+            self._sink.flush()
+
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
+        # What it logs while shutting down is read as it comes (a full pipe would block its exit).
+        drain = threading.Thread(target=lambda: [self._keep(line) for line in self.proc.stdout or []], daemon=True)
+        drain.start()
         try:
             self.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        drain.join(timeout=10)
+        if self._sink is not None:
+            self._sink.close()
 
     def __enter__(self) -> Engine:
         return self
