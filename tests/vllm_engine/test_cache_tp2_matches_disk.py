@@ -2,17 +2,9 @@
 
 from pathlib import Path
 
-from vllm_harness import Engine, assert_zero_copy, cache_config, from_disk, qwen3_checkpoint, start_daemon, vllm_args
+from vllm_harness import assert_cache_matches_disk, qwen3_checkpoint, vllm_args
 
 
 def test_each_tensor_parallel_rank_maps_its_own_arena_and_vllm_answers_as_from_disk(tmp_path: Path) -> None:
-    model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args(tp=2, dtype="bfloat16")
-    expected = from_disk(model, args, tp=2)
-    daemon = start_daemon(model, tmp_path / "sockets", "tp2", args, logs=tmp_path, tp=2)
-    try:
-        daemon.wait_ready()
-        with Engine(model, args, tp=2, cache=cache_config(daemon)) as engine:
-            assert engine.generate() == expected
-            assert_zero_copy(engine.report(), tp=2)
-    finally:
-        daemon.stop()
+    model = qwen3_checkpoint(tmp_path / "qwen3")
+    assert_cache_matches_disk(tmp_path, model, vllm_args(tp=2, dtype="bfloat16"), "tp2", tp=2)

@@ -273,3 +273,19 @@ def assert_zero_copy(reports: list[dict], tp: int) -> None:
     for rank in reports:
         assert rank["tensors"] > 0
         assert {name.rpartition(".")[2] for name in rank["outside"]} <= WRITTEN_IN_PLACE, rank["outside"]
+
+
+def assert_cache_matches_disk(tmp_path: Path, model: Path, args: list[str], name: str, tp: int = 1) -> list[dict]:
+    """vLLM from a ``vllm``-profile daemon gives vLLM-from-disk's greedy ids with zero copies on every
+    rank; returns the ranks' reports for what a scenario checks beyond that."""
+    expected = from_disk(model, args, tp=tp)
+    daemon = start_daemon(model, tmp_path / "sockets", name, args, logs=tmp_path, tp=tp)
+    try:
+        daemon.wait_ready()
+        with Engine(model, args, tp=tp, cache=cache_config(daemon)) as engine:
+            assert engine.generate() == expected
+            reports = engine.report()
+            assert_zero_copy(reports, tp=tp)
+            return reports
+    finally:
+        daemon.stop()
