@@ -4,15 +4,36 @@ and what its launcher passes on to each rank. No vLLM here (tests/vllm_engine ru
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
-from weightcache.cli import build_parser, main
+from weightcache.cli import build_parser
 from weightcache.daemon.command import rank_argv, vllm_rendezvous
 from weightcache.vllm.engine_args import parse_list
 from weightcache_contract.errors import WeightCacheError
 
 DAEMON = ["daemon", "--model", "/m", "--name", "q", "--socket-dir", "/run/wc", "--backend", "cpu-shm"]
+
+
+@pytest.fixture
+def run_without_vllm(tmp_path: Path) -> Callable[[list[str]], subprocess.CompletedProcess[str]]:
+    """Runs ``weightcache`` in a fresh process in which ``import vllm`` raises: a refusal that
+    comes back with its own message was made before vLLM was imported (another test module in the
+    same pytest process may already have imported vLLM, so ``sys.modules`` here proves nothing)."""
+    (tmp_path / "vllm").mkdir()
+    (tmp_path / "vllm" / "__init__.py").write_text("raise ImportError('vllm imported before the refusal')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+
+    def run(argv: list[str]) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "weightcache", *argv], capture_output=True, text=True, timeout=120, env=env
+        )
+
+    return run
 
 
 @pytest.mark.parametrize(
@@ -50,11 +71,10 @@ def test_the_vllm_args_list_is_taken_as_given() -> None:
     ],
 )
 def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_loading_vllm(
-    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    flags: list[str], message: str, run_without_vllm: Callable[[list[str]], subprocess.CompletedProcess[str]]
 ) -> None:
-    assert main([*DAEMON, *flags]) == 2
-    assert message in capsys.readouterr().err
-    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "LLM")  # refused before vLLM's import
+    refused = run_without_vllm([*DAEMON, *flags])
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 @pytest.mark.parametrize(
@@ -66,11 +86,10 @@ def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_l
     ],
 )
 def test_a_vllm_profile_daemon_refuses_gpu_arenas_it_cannot_hand_over_or_place_before_loading_vllm(
-    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    flags: list[str], message: str, run_without_vllm: Callable[[list[str]], subprocess.CompletedProcess[str]]
 ) -> None:
-    assert main([*DAEMON[:-2], *flags, "--profile", "vllm", "--vllm-args", "[]"]) == 2
-    assert message in capsys.readouterr().err
-    assert "vllm" not in sys.modules or not hasattr(sys.modules["vllm"], "LLM")
+    refused = run_without_vllm([*DAEMON[:-2], *flags, "--profile", "vllm", "--vllm-args", "[]"])
+    assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 def test_each_launched_rank_gets_the_profile_and_the_vllm_args_but_not_the_launchers_rendezvous() -> None:
