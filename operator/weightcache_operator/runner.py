@@ -49,7 +49,7 @@ class PassRunner:
     def run(self, key: Hashable, apply: bool, pass_: Callable[[bool], T]) -> T | None:
         """One pass for ``key`` with ``apply``, or, while another runs and this trigger need not
         apply, a promise that the running one goes round once more. Returns the result of the
-        last pass this call ran; None when it ran none."""
+        last pass this call ran, or raises its error; None when it ran none."""
         with self._changed:
             state = self._keys.setdefault(key, _Key())
             if state.running and not apply:
@@ -62,20 +62,29 @@ class PassRunner:
                 state.waiting -= 1
             state.running = True
         result: T | None = None
+        error: Exception | None = None
         try:
             while True:
                 with self._changed:
                     state.pending = False
-                result = pass_(apply)  # a rerun applies when this call's pass did
+                try:
+                    result, error = pass_(apply), None  # a rerun applies when this call's pass did
+                except Exception as failed:
+                    # A trigger recorded during the failed pass returned at once, trusting this
+                    # owner with its pass: it is still owed, so the loop goes round before raising.
+                    error = failed
                 with self._changed:
                     if not state.pending or state.waiting:
                         # The decision and the release under one lock: no trigger falls between.
                         self._release(key, state)
-                        return result
+                        break
         except BaseException:
             with self._changed:
                 self._release(key, state)
             raise
+        if error is not None:
+            raise error  # the call's outcome is its last pass's: an earlier failure a rerun made good is not
+        return result
 
     def _release(self, key: Hashable, state: _Key) -> None:
         state.running = False

@@ -168,3 +168,40 @@ def test_a_failed_pass_releases_the_cache_for_the_next_trigger() -> None:
     except RuntimeError:
         pass
     assert runner.run(KEY, False, lambda apply: "ran") == "ran"
+
+
+def test_a_trigger_recorded_during_a_pass_that_fails_still_gets_its_pass() -> None:
+    runner = PassRunner()
+    passes: list[bool] = []
+
+    def failing_first(apply: bool) -> str:
+        passes.append(apply)
+        if len(passes) == 1:
+            thread = started(lambda: runner.run(KEY, False, failing_first))  # a pod event: returns at once
+            thread.join(TIMEOUT)
+            assert not thread.is_alive()
+            raise RuntimeError("API down")
+        return "rerun"
+
+    assert runner.run(KEY, False, failing_first) == "rerun", "the failure a rerun made good was still raised"
+    assert passes == [False, False], "the pod event recorded during the failed pass never got its pass"
+
+
+def test_a_call_whose_last_pass_fails_raises_that_failure_after_the_owed_rerun() -> None:
+    runner = PassRunner()
+    passes: list[bool] = []
+
+    def always_failing(apply: bool) -> None:
+        passes.append(apply)
+        if len(passes) == 1:
+            started(lambda: runner.run(KEY, False, always_failing)).join(TIMEOUT)
+        raise RuntimeError(f"API down ({len(passes)})")
+
+    try:
+        runner.run(KEY, True, always_failing)
+    except RuntimeError as error:
+        assert str(error) == "API down (2)"
+    else:
+        raise AssertionError("a failing pass returned normally")
+    assert passes == [True, True]
+    assert runner.run(KEY, False, lambda apply: "ran") == "ran"
