@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from .applying import apply_if_different
 from .daemon_status import DaemonStatusReader
 from .engine_plan import old_side, set_name
 from .kubeapi import KubeApi
@@ -31,7 +32,7 @@ log = logging.getLogger("weightcache_operator.daemonsets")
 
 
 def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_status: DaemonStatusReader) -> None:
-    """Server-side applies the daemon DaemonSets and deletes this cache's DaemonSets that are no
+    """Applies (where they differ) the daemon DaemonSets and deletes this cache's DaemonSets that are no
     longer wanted; with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs
     from, on other GPU backends first the GPU holder DaemonSet that books their GPUs (deleted
     once no daemon DaemonSet reads its grant). The snapshot follows."""
@@ -45,6 +46,7 @@ def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_s
         templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
         api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
     listed = list(snapshot.daemonsets)
+    live = {View(ds).name: ds for ds in listed}
     existing = snapshot.daemon_daemonsets
     grouped = cache.spec.parallelism.nodes > 1
     mine = [ds for ds in existing if (SLOT_LABEL in View(ds).labels) == grouped]
@@ -53,9 +55,11 @@ def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_s
     holder = gpu_holder_daemonset(cache, slots)
     if holder is not None:
         # Before the daemons: they wait for its grant.
-        snapshot.daemonset_applied(api.apply(f"{base}/{holder['metadata']['name']}", holder))
+        holder_at = holder["metadata"]["name"]
+        snapshot.daemonset_applied(apply_if_different(api, f"{base}/{holder_at}", holder, live.get(holder_at)))
     for ds in wanted:
-        snapshot.daemonset_applied(api.apply(f"{base}/{ds['metadata']['name']}", ds))
+        at = ds["metadata"]["name"]
+        snapshot.daemonset_applied(apply_if_different(api, f"{base}/{at}", ds, live.get(at)))
     names = {ds["metadata"]["name"] for ds in wanted}
     kept = list(wanted)
     for ds in existing:

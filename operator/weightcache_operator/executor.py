@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole
+from .applying import apply_if_different
 from .kubeapi import KubeApi
 from .objects import PodView
 from .render.gpu_holder import stale_holder, uses_gpu_holder
@@ -37,8 +38,11 @@ def execute(
             failover = reporter.failover(snapshot.body, action.promotion, noticed) or failover
         elif isinstance(action, ApplyService):
             service = engine_service(cache, action.serve)
-            snapshot.service = api.apply(
-                f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}", service
+            snapshot.service = apply_if_different(
+                api,
+                f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
+                service,
+                snapshot.service,
             )
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")
