@@ -71,7 +71,7 @@ class Reconciler:
     # --- entry points ----------------------------------------------------------------------------
 
     def reconcile(self, namespace: str, name: str, apply: bool = True) -> str | None:
-        """One pass for the cache; ``apply`` also server-side-applies DaemonSet and Service (on
+        """One pass for the cache; ``apply`` also applies DaemonSets and Service where they differ (on
         spec changes and the periodic resync; pod events skip it). Returns the phase written,
         None when the cache is gone or this trigger was folded into the running pass."""
 
