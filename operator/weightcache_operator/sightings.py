@@ -14,10 +14,11 @@ showed the pod failing:
 - for ``Unresponsive``, the send of the first probe the engine left unanswered (``Failure.seen``);
 - otherwise the pass that first saw it (a readiness gate the pass closed itself).
 
-A sighting lasts while the pod keeps failing: a pass that sees it serving again drops it (one
-recorded before that pass read the cluster: a later one may be newer than what it read), and so
-does a watch event that shows the pod Ready again, for the sightings events made. A pod gone from
-a pass's reading is dropped likewise. Held in memory only: an operator that starts, or takes over
+A sighting lasts while the pod keeps failing, so a pod that recovers and fails again is timed
+afresh: a pass that sees it failing no more drops it (if recorded before that pass read the
+cluster: a later one may be newer than what it read), and so does a watch event that shows the pod
+Ready and failing no more, for the sightings events made. A pod gone from a pass's reading is
+dropped likewise. Held in memory only: an operator that starts, or takes over
 through peering, after a failure first sees it at its own start; ``failureApiSecond`` tells how
 old the failure already was then. Thread-safe: kopf's handler threads and the passes share it.
 """
