@@ -17,8 +17,10 @@ moment. A freeze is heard by the operator's own probes (``--unresponsive-ms``, d
 frozen active is demoted and kept) or, with 0, by the kubelet's readiness probe alone (the frozen
 active is retired). Per kill:
 
-- detection: the kill → the operator noticing it (``status.lastFailover.time``; same host clock);
-- promotion: noticing → the standby's relabel patched (``status.lastFailover.promotionMs``);
+- detection: the kill → the start of the operator's pass that promoted (``status.lastFailover.time``;
+  same host clock): more than the status's own ``detectionMs``, which starts at the operator's
+  first sight of the failure, after the kubelet and the watch;
+- promotion: that pass's start → the standby's relabel patched (``status.lastFailover.promotionMs``);
 - endpoint: the kill → the proxy routing to the new active;
 - first success: the kill → the earliest end of a request (first attempt or retry) sent after
   the kill that succeeded.

@@ -26,7 +26,8 @@ def execute(
     api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
 ) -> dict[str, Any] | None:
     """Carries out ``actions``; returns the ``status.lastFailover`` entry of the last failover
-    among them, if any. ``noticed``: when the pass started (what detection is measured to)."""
+    among them, if any. ``noticed``: when the pass started, after reading the cluster (what
+    detection is measured to and promotion from)."""
     pods = f"/api/v1/namespaces/{snapshot.namespace}/pods"
     failover = None
     for action in actions:

@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from .engine_units import Unit
-from .objects import NodeView, Object, PodView, parse_time, pod_ready, spec_hash
+from .objects import NodeView, Object, PodView, parse_time, pod_ready, spec_hash, stamp
 from .render.layout import READY_GATE
 from .spec import FailoverSignal
 
@@ -33,12 +33,15 @@ _SAME_INCIDENT = timedelta(seconds=2)
 
 @dataclass(frozen=True)
 class Failure:
-    """Why an engine pod can no longer serve, and since when as the API server shows it."""
+    """Why an engine pod can no longer serve, and since when."""
 
     signal: Signal
     since: datetime | None
-    """The failure's own timestamp (deletion requested, container finished, condition or node
-    condition transition); None when the API shows none (a node object that is gone)."""
+    """The failure's timestamp as the API server recorded it (deletion requested, container
+    finished, condition or node condition transition). The API keeps these to the whole second,
+    truncated: good for how old a failure is in seconds, never for how fast it was seen (that is
+    measured from the operator's own first sight: sightings.py). None when the API shows none (a
+    node object that is gone) or the signal is the operator's own (``Unresponsive``)."""
     detail: str
     final: bool
     """The pod will not serve again (deleted, terminal, on a NotReady node): promoting any
@@ -47,6 +50,9 @@ class Failure:
     """Delete the pod once a standby has taken over. False for the one verdict that may be wrong
     (``Unresponsive``: slow looks like hung from outside): the pod is demoted to standby instead,
     so it finishes what it serves and a wrong verdict costs a role swap, not an engine."""
+    seen: datetime | None = None
+    """The operator's own sub-second instant of the failure, where the signal itself carries one:
+    for ``Unresponsive``, when the first probe the engine left unanswered was sent."""
 
 
 def failure_of(
@@ -95,11 +101,12 @@ def failure_of(
             return None
         return Failure(
             "Unresponsive",
-            silent,
+            None,
             f"{name} has answered no readiness request since "
             f"{silent.astimezone(UTC).isoformat(timespec='milliseconds')}",
             False,
             retire=False,
+            seen=silent,
         )
     ready = PodView(pod).condition("Ready")
     ready_since = parse_time(ready.get("lastTransitionTime")) if ready else None
@@ -134,6 +141,9 @@ class Promotion:
     promoted: Object
     failed: Object | None
     failure: Failure | None
+    failed_pods: tuple[Object, ...] = ()
+    """Every pod of the failed unit (``failed`` is its head): the failure was first seen when the
+    first of them was (a group fails with any of its pods)."""
 
 
 def unit_failure(
@@ -252,7 +262,9 @@ def plan_replica(
                 # The active vanished while no operator watched (deleted and gone before a restart):
                 # still a failover, with no timestamp to measure detection from.
                 failure = Failure("PodGone", None, f"replica {replica} has no active engine", True)
-            plan.promotion = Promotion(replica, best.head, failed.head if failed else None, failure)
+            plan.promotion = Promotion(
+                replica, best.head, failed.head if failed else None, failure, tuple(failed.pods) if failed else ()
+            )
             standbys.remove(best)
             if active is not None:
                 # Deleted (a group whole) and replaced rather than kept as a standby: a failed
@@ -296,11 +308,17 @@ def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:
     return {n.name: n.ready_changed for n in views if not n.ready}
 
 
-def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime) -> dict[str, Any]:
-    """``status.lastFailover`` for a promotion patched at ``promoted``, noticed at ``noticed``
-    (the start of the pass that acted). Detection is measured from the API's timestamp of the
-    failure, which has one-second resolution: it can overstate by up to a second, never
-    understate by more than the clock skew between the operator and the API server."""
+def failover_status(
+    promotion: Promotion, noticed: datetime, promoted: datetime, seen: datetime | None
+) -> dict[str, Any]:
+    """``status.lastFailover`` for a promotion, every duration on the operator's own clock:
+    ``noticed``, the start of the pass that acted; ``promoted``, when its relabel was patched;
+    ``seen``, the operator's first sight of the failure (sightings.py; None: never seen failing).
+
+    Detection runs from ``seen`` to ``noticed``, never from the failure's API timestamp: that is
+    truncated to the second, so "API stamp → noticed" reads up to a second more than the operator
+    took (a deletion at .9 s stamped .0). The stamp is kept apart, as whole seconds, in
+    ``failureApiSecond``."""
     failure = promotion.failure
     entry: dict[str, Any] = {
         "time": noticed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
@@ -315,8 +333,11 @@ def failover_status(promotion: Promotion, noticed: datetime, promoted: datetime)
     if failure is not None:
         entry["signal"] = failure.signal
         entry["reason"] = failure.detail[:1024]
+        if seen is not None:
+            # Never negative (the CRD says ge=0): a pass records its own start as a sighting.
+            entry["detectionMs"] = max(0.0, round((noticed - seen).total_seconds() * 1000, 1))
         if failure.since is not None:
-            entry["detectionMs"] = max(0.0, round((noticed - failure.since).total_seconds() * 1000, 1))
+            entry["failureApiSecond"] = stamp(failure.since.astimezone(UTC))
     return {k: v for k, v in entry.items() if v is not None}
 
 

@@ -3,7 +3,8 @@
 - create / update / resume of a WeightCache, and a periodic resync timer: a full pass
   (server-side apply of the DaemonSet and Service, engines, readiness gates, status);
 - any event of a pod labelled ``weightcache.io/cache``: a pass without the applies, which
-  recreates deleted engines, promotes standbys and flips readiness gates within one watch event;
+  recreates deleted engines, promotes standbys and flips readiness gates within one watch event
+  (its arrival, and a node event's, is the operator's first sight of a failure: sightings.py);
 - a node's Ready condition changing: a pass (without the applies) for every cache with an engine
   on it, so a node that goes NotReady fails its active engines over at once, before the node
   lifecycle controller gets round to marking their pods not ready;
@@ -125,7 +126,9 @@ def resync(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> None:
 
 
 @kopf.on.event("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
-def on_pod(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
+def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> None:
+    # The event's arrival, before any wait for a running pass: what failover detection is timed from.
+    reconciler().sightings.pod_event((_ns(namespace), labels[CACHE_LABEL]), dict(body), reconciler().clock())
     try:
         reconciler().reconcile(_ns(namespace), labels[CACHE_LABEL], apply=False)
     except ApiError as error:
@@ -140,6 +143,7 @@ _node_ready: dict[str, bool] = {}
 def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
     """Acts only when Ready flips (or a node is first seen not Ready, as after an operator
     restart): nodes post status every few seconds, and those heartbeats change nothing here."""
+    arrived = reconciler().clock()
     if type == "DELETED":
         _node_ready.pop(name, None)
         ready = False
@@ -147,6 +151,7 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
         ready = conditions_ready(status.get("conditions"))
     before = _node_ready.get(name)
     _node_ready[name] = ready
+    reconciler().sightings.node_event(name, None if type == "DELETED" else ready, arrived)
     if before == ready or (before is None and ready):
         return
     for namespace, cache in reconciler().caches_on_node(name, watched_namespaces(os.environ)):

@@ -8,10 +8,11 @@
 - ``weightcache_operator_engines{namespace,cache,role}``: Ready engines by role (active, standby).
 - ``weightcache_operator_failovers_total{namespace,cache,signal}``: standbys promoted over a
   failed active, by the signal that showed the failure (see failover.py).
-- ``weightcache_operator_failover_promotion_seconds{namespace,cache}``: noticing a failure →
-  the promoted standby's relabel patched (histogram).
-- ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the failure's API
-  timestamp (one-second resolution) → the operator noticing it (histogram).
+- ``weightcache_operator_failover_promotion_seconds{namespace,cache}``: the start of the pass
+  that acted → the promoted standby's relabel patched (histogram; ``lastFailover.promotionMs``).
+- ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the operator's
+  first sight of the failure → the start of the pass that acted, on its own clock
+  (histogram; ``lastFailover.detectionMs``, which says what first sight is).
 
 The writer is ``weightcache_contract.prometheus`` (standard library only), so no new dependency.
 """
@@ -51,12 +52,12 @@ class OperatorMetrics:
         m.describe(
             "weightcache_operator_failover_promotion_seconds",
             "histogram",
-            "failure noticed to the promoted standby's relabel patched",
+            "start of the pass that acted to the promoted standby's relabel patched",
         )
         m.describe(
             "weightcache_operator_failover_detection_seconds",
             "histogram",
-            "failure timestamp in the API (one-second resolution) to the operator noticing it",
+            "operator's first sight of the failure to the start of the pass that acted",
         )
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby

@@ -35,6 +35,7 @@ from .render.layout import CACHE_LABEL, COMPONENT_LABEL
 from .report import Reporter, strategy_decision, with_failover
 from .responsiveness import ResponsivenessWatch, probe_url
 from .runner import PassRunner
+from .sightings import Sightings
 from .snapshot import Snapshot, observe
 from .spec import WeightCache
 from .status import Observed, aggregate, invalid_status
@@ -58,7 +59,10 @@ class Reconciler:
         self.clock = clock
         self.daemon_status = daemon_status or DaemonStatusReader()
         self.metrics = metrics or OperatorMetrics()
-        self.reporter = Reporter(api, clock, self.metrics)
+        self.sightings = Sightings()
+        """The operator's first sight of each engine failure (what failover detection is timed from):
+        the kopf handlers report watch events' arrival, passes what they saw."""
+        self.reporter = Reporter(api, clock, self.metrics, self.sightings)
         self._runner = PassRunner()
         self._guard = threading.Lock()
         self.alarms = Alarms(self._woken)
@@ -102,6 +106,7 @@ class Reconciler:
         if not on:
             self.alarms.cancel(key)
             self.responsiveness.forget(key)
+            self.sightings.forget(key)  # events are not handled while paused: what we saw may be stale
 
     def finalize(self, namespace: str, name: str) -> None:
         """finalizer.finalize: raises ``StillTerminating`` until the cache's pods are gone."""
@@ -142,6 +147,7 @@ class Reconciler:
 
     def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
         key = (namespace, name)
+        started = self.clock()
         snapshot = observe(self.api, namespace, name)
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)
@@ -165,6 +171,7 @@ class Reconciler:
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
         self._gates(key, snapshot, grace)
+        self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
         plan = plan_engines(cache, snapshot, want, self.clock(), apply_service=apply, unresponsive=unresponsive)
         failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed)
@@ -218,4 +225,5 @@ class Reconciler:
         self.daemon_status.forget(key)
         self.alarms.cancel(key)
         self.responsiveness.forget(key)
+        self.sightings.forget(key)
         self.metrics.cache_status(key[0], key[1], None)

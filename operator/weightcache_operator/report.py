@@ -15,6 +15,7 @@ from .objects import Object, stamp
 from .reasons import failure_events
 from .render.layout import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .rollout import Desired, Plan, Strategy, rollout_conditions, rollout_status
+from .sightings import Sightings
 from .snapshot import cache_path
 from .spec import FailoverStatus
 
@@ -24,10 +25,13 @@ FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_f
 
 
 class Reporter:
-    def __init__(self, api: KubeApi, clock: Callable[[], datetime], metrics: OperatorMetrics) -> None:
+    def __init__(
+        self, api: KubeApi, clock: Callable[[], datetime], metrics: OperatorMetrics, sightings: Sightings
+    ) -> None:
         self.api = api
         self.clock = clock
         self.metrics = metrics
+        self.sightings = sightings
 
     def write_status(self, body: Object, status: dict[str, Any]) -> None:
         """Patches ``status`` unless every field already says so; Events for a new phase and for
@@ -108,7 +112,8 @@ class Reporter:
         """The ``status.lastFailover`` entry of a promotion just patched, its Event and metrics;
         None when it was no failover (an active that never got Ready swapped for a Ready one)."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-        record = failover_status(promotion, noticed, self.clock())
+        seen = self.sightings.first((namespace, name), promotion.failed_pods)
+        record = failover_status(promotion, noticed, self.clock(), seen)
         log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
         if promotion.failure is None:
             return None

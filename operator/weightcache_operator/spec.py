@@ -480,12 +480,13 @@ class RolloutStatus(ApiModel):
 
 class FailoverStatus(ApiModel):
     """The latest failover: which engine failed, how the operator learned it, which standby took
-    over and how fast. Detection runs from the failure's timestamp as the API server shows it
-    (deletion requested, container finished, condition or node condition transition; one-second
-    resolution) to the operator's pass noticing it; promotion from noticing to the relabel
-    being patched."""
+    over and how fast. Every duration is measured on the operator's own clock, to the
+    microsecond: never from the API server's timestamps, which have one-second resolution."""
 
-    time: datetime = Field(description="When the operator noticed the failure.")
+    time: datetime = Field(
+        description="When the operator's pass that promoted the standby began (after reading the cluster), "
+        "on the operator's clock, to the microsecond."
+    )
     replica: int = Field(ge=0)
     from_: str | None = Field(default=None, alias="from", description="The failed active engine pod.")
     from_node: str | None = None
@@ -493,8 +494,28 @@ class FailoverStatus(ApiModel):
     to_node: str | None = None
     signal: FailoverSignal | None = None
     reason: str | None = Field(default=None, max_length=1024)
-    detection_ms: float | None = Field(default=None, ge=0)
-    promotion_ms: float = Field(ge=0)
+    detection_ms: float | None = Field(
+        default=None,
+        ge=0,
+        description="From the operator's first sight of the failure to `time`, on the operator's clock. First sight: "
+        "the arrival of the first watch event showing the failed pod (any pod of a failed engine group) failing; for "
+        "NodeNotReady, of its node's event showing it not Ready; for Unresponsive, the send of the first probe the "
+        "engine left unanswered (so it includes unresponsiveAfterMilliseconds); otherwise the start of the first pass "
+        "that saw it. It includes any wait for a Ready standby. It does not include the time from the failure itself "
+        "to the API server's event (the kubelet noticing it, the watch delivering it), which the operator cannot time: "
+        "after an operator restart first sight is the restart, see failureApiSecond. Absent when the failed pod was "
+        "never seen failing (PodGone).",
+    )
+    promotion_ms: float = Field(
+        ge=0, description="From `time` to the promoted standby's relabel patched, on the operator's clock."
+    )
+    failure_api_second: datetime | None = Field(
+        default=None,
+        description="The failure's timestamp as the API server recorded it (deletionTimestamp less its grace period, "
+        "the containers' finishedAt, the condition's lastTransitionTime), which the API keeps to the whole second, "
+        "truncated: it says how old a failure already was when the operator first saw it (one that came while no "
+        "operator watched), never how fast it was detected. Absent when the API has none (Unresponsive, PodGone).",
+    )
 
 
 class WeightCacheStatus(ApiModel):

@@ -15,7 +15,9 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -73,6 +75,12 @@ def container_pgid(kubelet: ProcessKubelet, namespace: str, name: str, container
     runner = next(r for r in worker.runners if r.name == container)
     assert runner.process is not None, f"{name}/{container} runs no process"
     return runner.process.pid
+
+
+def first_sight(last: dict) -> float:
+    """When the operator first saw the failure (epoch seconds): ``time`` less ``detectionMs``, both
+    on the operator's clock, which here is the test's."""
+    return datetime.fromisoformat(last["time"].replace("Z", "+00:00")).timestamp() - last["detectionMs"] / 1000
 
 
 def gate_condition(pod: dict) -> dict:
@@ -148,6 +156,7 @@ class Cache:
         active, standby = self.roles()
         standby_ip = pod(self.kube, self.namespace, standby)["status"]["podIP"]
         counted, events = failovers(self.operator, self.namespace), failover_events(self.kube, self.namespace)
+        injected = time.time()
         inject(active, standby)
         wait_for(
             lambda: by_role(self.kube, self.namespace, self.engines)["active"] == [standby],
@@ -177,7 +186,10 @@ class Cache:
         )
         last = status["lastFailover"]
         assert (last["from"], last["to"], last["signal"], last["replica"]) == (active, standby, expected, 0), last
-        assert last["promotionMs"] >= 0 and last.get("detectionMs", 0) >= 0
+        assert last["promotionMs"] >= 0 and last["detectionMs"] >= 0
+        # Timed from the operator's own sight of it, never from a stamp truncated to the second,
+        # which can come up to a second before the failure itself.
+        assert first_sight(last) >= injected - 0.002, (injected, last)
         wait_for(
             lambda: (
                 active
@@ -225,6 +237,8 @@ class Cache:
                 describe=lambda: self.kube.get(wc)["status"].get("lastFailover"),
             )
             assert (last["from"], last["to"], last["signal"]) == (active, standby, "Unresponsive"), last
+            # Timed from the first probe it left unanswered: the silence the verdict waits for is in it.
+            assert last["detectionMs"] >= after_ms and "failureApiSecond" not in last, last
             frozen = pod(self.kube, self.namespace, active)
             assert frozen["metadata"]["uid"] == uid and not frozen["metadata"].get("deletionTimestamp")
             assert frozen["metadata"]["labels"]["weightcache.io/role"] == "standby"

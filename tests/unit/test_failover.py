@@ -156,7 +156,8 @@ def test_a_false_gate_names_the_daemon() -> None:
 def test_a_silent_pod_the_kubelet_still_calls_ready_is_unresponsive_and_kept() -> None:
     silent = {"a": T0 + timedelta(seconds=70, milliseconds=250)}
     failure = failure_of(pod("a", "active"), {}, silent)
-    assert failure is not None and failure.signal == "Unresponsive" and failure.since == silent["a"]
+    assert failure is not None and failure.signal == "Unresponsive" and failure.seen == silent["a"]
+    assert failure.since is None, "the API has no timestamp for it: the probe's own clock is the operator's"
     assert "10:01:10.250" in failure.detail and not failure.final and not failure.retire
     # Once the kubelet has its own verdict, its signal is the one recorded.
     failure = failure_of(pod("a", "active", ready=False, ready_since=80), {}, silent)
@@ -345,7 +346,8 @@ def test_last_failover_entry_and_metrics() -> None:
     plan = plan_replica(0, [active, pod("s", "standby", node="node-2", created=1)], 1, HASH, {})
     assert plan.promotion is not None
     noticed = T0 + timedelta(seconds=60, milliseconds=250)
-    entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12))
+    seen = noticed - timedelta(milliseconds=3)
+    entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12), seen)
     assert entry == {
         "time": "2026-11-29T10:01:00.250000Z",
         "replica": 0,
@@ -355,8 +357,9 @@ def test_last_failover_entry_and_metrics() -> None:
         "toNode": "node-2",
         "signal": "ContainerRestarted",
         "reason": "container engine of a restarted",
-        "detectionMs": 250.0,
+        "detectionMs": 3.0,
         "promotionMs": 12.0,
+        "failureApiSecond": "2026-11-29T10:01:00Z",
     }
     parsed = WeightCacheStatus.model_validate({"lastFailover": entry})
     assert parsed.last_failover is not None and parsed.last_failover.from_ == "a"
@@ -375,5 +378,5 @@ def test_last_failover_entry_and_metrics() -> None:
 
 def test_a_promotion_without_a_failed_pod_has_no_from() -> None:
     promotion = Promotion(2, pod("s", "standby"), None, None)
-    entry = failover_status(promotion, T0, T0)
+    entry = failover_status(promotion, T0, T0, None)
     assert "from" not in entry and "signal" not in entry and entry["to"] == "s" and entry["promotionMs"] == 0.0

@@ -316,6 +316,9 @@ def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> N
     assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "PodDeleted")]
     assert [a.name for a in plan if isinstance(a, Delete)] == ["tiny-0-ga-1"]
     assert [a.promotion.failure.since for a in plan if isinstance(a, Failover)][0] is not None
+    # Every pod of the failed group goes with the promotion: the failure was first seen with the first of them.
+    failed_pods = [a.promotion.failed_pods for a in plan if isinstance(a, Failover)][0]
+    assert [p["metadata"]["name"] for p in failed_pods] == ["tiny-0-ga-0", "tiny-0-ga-1"]
     # A member's node turned NotReady (its pods still look Ready): over at once, the group retired
     # and a new standby group asked for. Here both groups span node-2, so only with a third node.
     dead = copy.deepcopy(pods)
