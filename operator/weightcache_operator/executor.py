@@ -11,6 +11,7 @@ from typing import Any
 from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole
 from .kubeapi import KubeApi
 from .objects import PodView
+from .render.budget import engine_budget
 from .render.gpu_holder import stale_holder, uses_gpu_holder
 from .render.layout import ROLE_LABEL
 from .render.service import engine_service
@@ -39,6 +40,12 @@ def execute(
             service = engine_service(cache, action.serve)
             snapshot.service = api.apply(
                 f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}", service
+            )
+            # The budget follows the Service: it protects exactly what the Service sends traffic to.
+            budget = engine_budget(cache, action.serve)
+            api.apply(
+                f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
+                budget,
             )
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")
