@@ -11,6 +11,7 @@ No request fails after one retry, the drain completes, and the cache is Ready on
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -97,6 +98,7 @@ def test_a_drain_of_the_active_engines_node_waits_for_a_standby_elsewhere_and_fa
 
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/{NAME}"
     load = SteadyLoad(*proxy.address).start()
+    started = time.monotonic()
     try:
         with ThreadPoolExecutor(1) as pool:
             drain = pool.submit(
@@ -123,6 +125,7 @@ def test_a_drain_of_the_active_engines_node_waits_for_a_standby_elsewhere_and_fa
             assert "kubectl drain" in blocked["message"] and active in blocked["message"], blocked["message"]
             assert by_role(kube, namespace)["active"] == [active]
             result = drain.result(timeout=620)
+            took = time.monotonic() - started
         assert result.returncode == 0, result.stdout + result.stderr
     finally:
         served = load.stop()
@@ -131,6 +134,8 @@ def test_a_drain_of_the_active_engines_node_waits_for_a_standby_elsewhere_and_fa
     assert "disruption budget" in said, said
     assert f"pod/{active} evicted" in said, said
     assert served.failed == [] and served.ok > 0, served
+    refusals = said.count("disruption budget")
+    print(f"drain: {took:.1f} s, {refusals} refused evictions; requests {served.ok} ok, {served.retried} retried")
 
     # Whole again on the other node: a standby started there took over, the old pods are gone.
     status = wait_phase(
