@@ -7,8 +7,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_failover import pod, stamp
 from test_failover import plan_replica as plan_pods
+from test_failover import pod, stamp
 from test_group_failover import FOUR_NODES, group, names
 from test_multinode import TWO, engine_plan, failovers, ids, node
 from test_render import make
