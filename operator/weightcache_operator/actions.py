@@ -38,7 +38,8 @@ class Failover:
 
 @dataclass(frozen=True)
 class ApplyService:
-    """Server-side apply the engine Service, selecting the engines of daemon spec hash ``serve``."""
+    """Server-side apply the engine Service, selecting the engines of daemon spec hash ``serve``,
+    and the PodDisruptionBudget over the same engines (render/budget.py)."""
 
     serve: str
 

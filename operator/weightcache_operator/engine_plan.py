@@ -26,6 +26,7 @@ from datetime import datetime
 
 from .actions import Action, ApplyService, Delete, DeleteDaemonSet, ReplaceDaemon, SetRole, in_order
 from .engine_units import units
+from .failover import cordoned_nodes
 from .objects import Object, PodView, spec_hash, stamp
 from .render.daemon import slot_base
 from .render.engine import engine_template_hash
@@ -132,6 +133,7 @@ def plan_engines(
         unresponsive,
         held=set(pods_of(steps.held)),
         surge=steps.create,
+        cordoned=cordoned_nodes(snapshot.nodes),
     )
     actions += scaled
     return EnginePlan(in_order(actions), steps, stranded, desired_nodes)

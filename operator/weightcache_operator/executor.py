@@ -12,6 +12,7 @@ from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Fail
 from .applying import apply_if_different
 from .kubeapi import KubeApi
 from .objects import PodView
+from .render.budget import engine_budget
 from .render.gpu_holder import stale_holder, uses_gpu_holder
 from .render.layout import ROLE_LABEL
 from .render.service import engine_service
@@ -44,6 +45,12 @@ def execute(
                 f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
                 service,
                 snapshot.service,
+            )
+            # The budget follows the Service: it protects exactly what the Service sends traffic to.
+            budget = engine_budget(cache, action.serve)
+            api.apply(
+                f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
+                budget,
             )
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")

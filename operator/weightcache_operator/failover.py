@@ -14,7 +14,7 @@ active without its standby) and finishes the job; nothing depends on remembering
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -56,12 +56,17 @@ class Failure:
 
 
 def failure_of(
-    pod: Object, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None = None
+    pod: Object,
+    unready_nodes: Mapping[str, datetime | None],
+    unresponsive: Mapping[str, datetime] | None = None,
+    cordoned: Collection[str] = frozenset(),
 ) -> Failure | None:
     """The failure of an engine pod, or None while it is Ready or has never been Ready yet
     (starting: not a failure, so it is never deleted for it). ``unresponsive``: pod name → when
     it stopped answering its readiness endpoint (responsiveness.py), for pods the kubelet still
-    calls Ready: the operator's own probe sees a hang before the kubelet's does."""
+    calls Ready: the operator's own probe sees a hang before the kubelet's does. ``cordoned``:
+    nodes marked unschedulable (``cordoned_nodes``); a pod there that has failed in no other way
+    has ``NodeCordoned``."""
     meta, status = pod["metadata"], pod.get("status") or {}
     name = meta["name"]
     if meta.get("deletionTimestamp"):
@@ -86,6 +91,18 @@ def failure_of(
     node = (pod.get("spec") or {}).get("nodeName")
     if node and node in unready_nodes:
         return Failure("NodeNotReady", unready_nodes[node], f"node {node} of {name} is not Ready", True)
+    disruption = PodView(pod).condition("DisruptionTarget")
+    if disruption and disruption.get("status") == "True":
+        # The API marks a pod it is about to evict, preempt or stop; its deletion follows, so any
+        # healthy standby beats it. Demoted rather than deleted: whoever marked it deletes it,
+        # and a disruption that does not come costs a role swap, not an engine.
+        return Failure(
+            "DisruptionTarget",
+            parse_time(disruption.get("lastTransitionTime")),
+            f"{name} is about to be disrupted ({disruption.get('reason')}: {disruption.get('message', '')})",
+            True,
+            retire=False,
+        )
     gate = PodView(pod).condition(READY_GATE)
     if gate and gate.get("status") == "False":
         # Ahead of Ready: the operator sets the gate, and the kubelet drops Ready only after it.
@@ -98,7 +115,7 @@ def failure_of(
     if pod_ready(pod):
         silent = (unresponsive or {}).get(name)
         if silent is None:
-            return None
+            return _cordoned(name, node, cordoned)
         return Failure(
             "Unresponsive",
             None,
@@ -130,7 +147,24 @@ def failure_of(
     )
     if ready_since and started and ready_since > started:
         return Failure("ReadinessFailed", ready_since, f"{name} fails its readiness probe", False)
-    return None
+    return _cordoned(name, node, cordoned)
+
+
+def _cordoned(name: str, node: str | None, cordoned: Collection[str]) -> Failure | None:
+    """A pod that is fine on a node that is cordoned: ``kubectl drain`` cordons a node before it
+    evicts its pods, and the disruption budget (render/budget.py) refuses to evict an active, so
+    the remedy is a Ready standby on a schedulable node taking over and the pod demoted — then
+    the drain's next eviction of it goes through. Not final (it serves until then, and the node
+    may be uncordoned); the API gives no time for a cordon, so there is none to measure from."""
+    if node is None or node not in cordoned:
+        return None
+    return Failure(
+        "NodeCordoned",
+        None,
+        f"node {node} of {name} is cordoned (unschedulable: drained, or about to be)",
+        False,
+        retire=False,
+    )
 
 
 @dataclass(frozen=True)
@@ -147,12 +181,22 @@ class Promotion:
 
 
 def unit_failure(
-    unit: Unit, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None = None
+    unit: Unit,
+    unready_nodes: Mapping[str, datetime | None],
+    unresponsive: Mapping[str, datetime] | None = None,
+    cordoned: Collection[str] = frozenset(),
 ) -> Failure | None:
     """The failure of an engine unit: the first of its pods' failures, leader first (a unit of
     one: its pod's). A group cannot serve with any rank failed, so one failed pod fails it."""
     members = sorted(unit.members.items(), key=lambda kv: (kv[0] < 0, kv[0]))
-    return next((f for _, p in members if (f := failure_of(p, unready_nodes, unresponsive)) is not None), None)
+    return next(
+        (f for _, p in members if (f := failure_of(p, unready_nodes, unresponsive, cordoned)) is not None), None
+    )
+
+
+def on_cordoned(unit: Unit, cordoned: Collection[str]) -> bool:
+    """Whether any pod of the unit runs on a cordoned node (a drain takes the whole unit)."""
+    return any(PodView(p).node in cordoned for p in unit.pods)
 
 
 @dataclass
@@ -178,6 +222,7 @@ def plan_replica(
     unready_nodes: Mapping[str, datetime | None],
     unresponsive: Mapping[str, datetime] | None = None,
     removed: Sequence[tuple[Unit, str]] = (),
+    cordoned: Collection[str] = frozenset(),
 ) -> ReplicaPlan:
     """The plan for one replica's engine units (engine_units.py: one pod, or a group of
     ``parallelism.nodes`` pods), terminating ones included: a deleted active is the failure that
@@ -185,6 +230,8 @@ def plan_replica(
     standby that does not answer never takes over, and an active that does not answer is
     demoted, not deleted. ``removed``: units of the replica the caller deletes for reasons of
     its own (scaled down, a stale claim), with why: a removed active is a failed one.
+    ``cordoned``: unschedulable nodes; an active there (a group: any pod) hands over to a Ready
+    standby elsewhere and is demoted, so a drain can evict it; a standby there is promoted last.
 
     Promotion picks, among standbys mapping the failed active's weights (its daemon spec hash;
     the current one when there is no failed unit to read it from) and not failed themselves, a
@@ -206,13 +253,13 @@ def plan_replica(
         else:
             serving.append(unit)
     silent = unresponsive or {}
-    serving.sort(key=lambda u: (not u.ready, u.name in silent, u.created, u.name))
+    serving.sort(key=lambda u: (not u.ready, u.name in silent, on_cordoned(u, cordoned), u.created, u.name))
     actives = [u for u in serving if u.role == "active"]
     standbys = [u for u in serving if u.role != "active"]
     # Surplus actives (an operator stopped between a promotion and the retirement): keep the
     # Ready, oldest one; retire the failed ones as the interrupted failover would have.
     for extra in actives[1:]:
-        failure = unit_failure(extra, unready_nodes, unresponsive)
+        failure = unit_failure(extra, unready_nodes, unresponsive, cordoned)
         if failure is None or not failure.retire:
             plan.demote.append(extra)
             standbys.append(extra)
@@ -222,7 +269,7 @@ def plan_replica(
 
     failed: Unit | None
     if active is not None:
-        failed, failure = active, unit_failure(active, unready_nodes, unresponsive)
+        failed, failure = active, unit_failure(active, unready_nodes, unresponsive, cordoned)
         trouble = failure is not None or not active.ready
     else:
         # No live active: the failure is the most recent active that is gone, lost or removed.
@@ -236,7 +283,7 @@ def plan_replica(
             key=lambda u: u.created,
         )
         failed = gone[-1] if gone else None
-        failure = unit_failure(failed, unready_nodes, unresponsive) if failed else None
+        failure = unit_failure(failed, unready_nodes, unresponsive, cordoned) if failed else None
         if failed is not None and failure is None and id(failed) in why_removed:
             failure = Failure("PodGone", None, f"{failed.name}: {why_removed[id(failed)]}", True)
         trouble = True
@@ -248,14 +295,23 @@ def plan_replica(
         candidates = [
             u
             for u in standbys
-            if all(u is not d for d in plan.demote) and _may_take_over(u, weights, unready_nodes, unresponsive)
+            if all(u is not d for d in plan.demote)
+            and _may_take_over(u, weights, unready_nodes, unresponsive, cordoned)
         ]
         node = PodView(failed.head).node if failed is not None else None
-        candidates.sort(key=lambda u: (not u.ready, PodView(u.head).node != node, u.created, u.name))
+        candidates.sort(
+            key=lambda u: (not u.ready, on_cordoned(u, cordoned), PodView(u.head).node != node, u.created, u.name)
+        )
         best = candidates[0] if candidates else None
         # A starting standby takes over only from an active gone for good: it serves sooner than
-        # a unit created now, while an active that may recover is still the best there is.
-        take_over = best is not None and (best.ready or active is None or (failure is not None and failure.final))
+        # a unit created now, while an active that may recover is still the best there is. From
+        # an active on a cordoned node only a standby off cordoned nodes: the drain takes the other too.
+        drained = failure is not None and failure.signal == "NodeCordoned"
+        take_over = (
+            best is not None
+            and (best.ready or active is None or (failure is not None and failure.final))
+            and not (drained and on_cordoned(best, cordoned))
+        )
         if take_over:
             assert best is not None
             if active is None and failure is None:
@@ -280,6 +336,14 @@ def plan_replica(
             plan.create_active = True
             if failure is not None:
                 plan.stranded = f"replica {replica}: active engine failed ({failure.detail}) and no standby exists"
+        elif failure is not None and drained:
+            assert active is not None
+            plan.stranded = (
+                f"replica {replica}: {failure.detail}, and no Ready standby on a schedulable node can take "
+                f"over: {active.name} keeps serving and its eviction (kubectl drain) waits until one is Ready "
+                "(the cache's PodDisruptionBudget admits none). Standbys start only on schedulable nodes with "
+                "a Ready daemon; if there is none, uncordon the node or add one"
+            )
         elif failure is not None:
             plan.stranded = (
                 f"replica {replica}: active engine failed ({failure.detail}) and no Ready standby can "
@@ -294,18 +358,29 @@ def plan_replica(
 
 
 def _may_take_over(
-    unit: Unit, weights: str, unready_nodes: Mapping[str, datetime | None], unresponsive: Mapping[str, datetime] | None
+    unit: Unit,
+    weights: str,
+    unready_nodes: Mapping[str, datetime | None],
+    unresponsive: Mapping[str, datetime] | None,
+    cordoned: Collection[str],
 ) -> bool:
     """A standby may become active only while it maps the same weights as the active it
     replaces (the same daemon spec hash: never another model behind the Service) and has not
-    failed itself (answering its readiness endpoint included)."""
-    return spec_hash(unit.head) == weights and unit_failure(unit, unready_nodes, unresponsive) is None
+    failed itself (answering its readiness endpoint included); one on a cordoned node serves as
+    well as any, and is ranked last."""
+    failure = unit_failure(unit, unready_nodes, unresponsive, cordoned)
+    return spec_hash(unit.head) == weights and (failure is None or failure.signal == "NodeCordoned")
 
 
 def unready_nodes(nodes: list[dict[str, Any]]) -> dict[str, datetime | None]:
     """Node name → when its Ready condition left True, for every node that is not Ready."""
     views = [NodeView(n) for n in nodes]
     return {n.name: n.ready_changed for n in views if not n.ready}
+
+
+def cordoned_nodes(nodes: list[dict[str, Any]]) -> frozenset[str]:
+    """The nodes marked unschedulable (``kubectl cordon``, the first step of ``kubectl drain``)."""
+    return frozenset(v.name for v in map(NodeView, nodes) if v.cordoned)
 
 
 def failover_status(

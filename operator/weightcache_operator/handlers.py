@@ -7,7 +7,8 @@
   (its arrival, and a node event's, is the operator's first sight of a failure: sightings.py);
 - a node's Ready condition changing: a pass (without the applies) for every cache with an engine
   on it, so a node that goes NotReady fails its active engines over at once, before the node
-  lifecycle controller gets round to marking their pods not ready;
+  lifecycle controller gets round to marking their pods not ready; and a node's cordon (set or
+  lifted: ``spec.unschedulable``), so the actives of a node being drained hand over first;
 - deletion: the finalizer kopf adds for the delete handler stays until every pod is gone.
 
 Besides these, a pass that keeps an engine's readiness gate through a daemon outage asks for one
@@ -136,23 +137,26 @@ def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
 
 
-_node_ready: dict[str, bool] = {}
+_node_state: dict[str, tuple[bool, bool]] = {}
+"""Node name → (Ready, cordoned) as last seen."""
 
 
 @kopf.on.event("", "v1", "nodes")
-def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
-    """Acts only when Ready flips (or a node is first seen not Ready, as after an operator
-    restart): nodes post status every few seconds, and those heartbeats change nothing here."""
+def on_node(name: str, status: kopf.Status, spec: kopf.Spec, type: str | None, **_: Any) -> None:
+    """Acts only when Ready or ``spec.unschedulable`` flips (or a node is first seen not Ready or
+    cordoned, as after an operator restart): nodes post status every few seconds, and those
+    heartbeats change nothing here. A cordon is how ``kubectl drain`` starts: the actives there
+    hand over before the drain can evict them."""
     arrived = reconciler().clock()
     if type == "DELETED":
-        _node_ready.pop(name, None)
-        ready = False
+        _node_state.pop(name, None)
+        state = (False, False)
     else:
-        ready = conditions_ready(status.get("conditions"))
-    before = _node_ready.get(name)
-    _node_ready[name] = ready
-    reconciler().sightings.node_event(name, None if type == "DELETED" else ready, arrived)
-    if before == ready or (before is None and ready):
+        state = (conditions_ready(status.get("conditions")), bool(spec.get("unschedulable")))
+    before = _node_state.get(name)
+    _node_state[name] = state
+    reconciler().sightings.node_event(name, None if type == "DELETED" else state[0], arrived)
+    if before == state or (before is None and state == (True, False)):
         return
     for namespace, cache in reconciler().caches_on_node(name, watched_namespaces(os.environ)):
         try:

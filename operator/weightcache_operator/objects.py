@@ -192,6 +192,11 @@ class NodeView(View):
         found = self.condition("Ready")
         return parse_time(found.get("lastTransitionTime")) if found else None
 
+    @property
+    def cordoned(self) -> bool:
+        """``spec.unschedulable``: what ``kubectl cordon`` (and ``kubectl drain``, first) sets."""
+        return bool((self.raw.get("spec") or {}).get("unschedulable"))
+
 
 class DaemonSetView(View):
     __slots__ = ()

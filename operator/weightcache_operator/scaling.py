@@ -23,7 +23,7 @@ here; their missing ranks are still created.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
 from .actions import Action, Create, Delete, Failover, SetRole
@@ -46,13 +46,15 @@ def plan_scaling(
     unresponsive: Mapping[str, datetime] | None = None,
     held: frozenset[str] | set[str] = frozenset(),
     surge: list[int] | None = None,
+    cordoned: Collection[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
     """The actions for ``pods`` (terminating ones included) and the replicas left stranded (an
     active failed with no Ready standby to take over: the Degraded condition). ``ready[k]``:
     node → current Ready daemon pod, for the nodes holding slot ``k``; ``unready_nodes``: as
     failover.unready_nodes; ``unresponsive``: engines the operator's own probes found silent;
     ``held``: pod names of the rollout's surge units; ``surge``: replicas that get a new surge
-    unit (a standby of the new version) from the rollout."""
+    unit (a standby of the new version) from the rollout; ``cordoned``: unschedulable nodes, where
+    no new pod goes (a drain would evict it) and an active hands over (failover.plan_replica)."""
     spec = cache.spec.engine
     size = cache.spec.parallelism.nodes
     unready = unready_nodes or {}
@@ -77,14 +79,17 @@ def plan_scaling(
     def delete(unit: Unit, why: str) -> None:
         actions.extend(Delete(PodView(p).name, why) for p in unit.pods if not PodView(p).deleting)
 
+    # Where new pods may go: a node with a Ready daemon that is not cordoned.
+    placeable = {k: {n: d for n, d in nodes.items() if n not in cordoned} for k, nodes in ready.items()}
+
     def create(replica: int, role: Role, member: Member | None = None) -> None:
         rank = member.node_rank if member is not None else 0
-        pod = new_engine(cache, replica, role, ready.get(rank, {}), load, member)
+        pod = new_engine(cache, replica, role, placeable.get(rank, {}), load, member)
         if pod is not None:
             actions.append(Create(pod))
 
     def new_unit(replica: int, role: Role) -> None:
-        if not all(ready.get(k) for k in range(size)):
+        if not all(placeable.get(k) for k in range(size)):
             return
         if size == 1:
             create(replica, role)
@@ -135,6 +140,7 @@ def plan_scaling(
             unready,
             unresponsive,
             removed.get(replica, ()),
+            cordoned,
         )
         if step.promotion is not None:
             promoted = next(u for u in found if u.head is step.promotion.promoted)

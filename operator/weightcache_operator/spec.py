@@ -46,6 +46,8 @@ FailoverSignal = Literal[
     "DaemonNotReady",
     "ReadinessFailed",
     "Unresponsive",
+    "NodeCordoned",
+    "DisruptionTarget",
 ]
 
 FreeForm = dict[str, Any]

@@ -169,6 +169,7 @@ def daemon(node_name: str, slot: int) -> dict[str, Any]:
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
+READY_CONDITION = {"type": "Ready", "status": "True"}
 
 
 def run(pod: dict[str, Any], node_name: str, ip: str | None = None, ready: bool = False) -> dict[str, Any]:
@@ -194,10 +195,11 @@ def engine_plan(
     serving: str | None = None,
     unresponsive: dict[str, datetime] | None = None,
     now: datetime = NOW,
+    cordoned: list[str] | tuple[str, ...] = (),
 ) -> EnginePlan:
     """The one planner's plan for a cache whose slot ``k`` daemons are Ready on the nodes of
-    ``ready[k]``, with ``unready_nodes`` NotReady and the Service on ``serving`` (default: the
-    current generation)."""
+    ``ready[k]``, with ``unready_nodes`` NotReady, ``cordoned`` nodes unschedulable and the
+    Service on ``serving`` (default: the current generation)."""
     daemons = []
     for slot in ready.values():
         for pod in slot.values():
@@ -208,6 +210,9 @@ def engine_plan(
     nodes = [
         {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
         for name in unready_nodes or {}
+    ] + [
+        {"metadata": {"name": name}, "spec": {"unschedulable": True}, "status": {"conditions": [READY_CONDITION]}}
+        for name in cordoned
     ]
     body = {"metadata": {"name": cache.metadata["name"], "namespace": "ns"}, "status": {}}
     state = Snapshot(

@@ -19,17 +19,23 @@ from .layout import (
 )
 
 
+def serving_engines(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, str]:
+    """The labels of the engine pods that serve: active, of generation ``daemon_hash`` (every pod
+    of an engine group, followers included: the leader cannot serve without them)."""
+    return {
+        CACHE_LABEL: CacheRef.of(cache).name,
+        COMPONENT_LABEL: "engine",
+        ROLE_LABEL: "active",
+        SPEC_HASH_LABEL: daemon_hash or daemon_spec_hash(cache),
+    }
+
+
 def engine_service(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, Any]:
     """``daemon_hash``: the daemon spec hash to serve; the current one unless a generation change
     is still moving engines over (rollout.serve_hash decides)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
-    selector = {
-        CACHE_LABEL: ref.name,
-        COMPONENT_LABEL: "engine",
-        ROLE_LABEL: "active",
-        SPEC_HASH_LABEL: daemon_hash or daemon_spec_hash(cache),
-    }
+    selector = serving_engines(cache, daemon_hash)
     if spec.parallelism.nodes > 1:
         selector[NODE_RANK_LABEL] = "0"
     return {

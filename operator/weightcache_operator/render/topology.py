@@ -3,7 +3,8 @@
 The mapping (also in docs/operator.md):
 
 1. The *selected* nodes are those the placement admits (``selected``): nodeSelector, the
-   required node-affinity terms, and NoSchedule/NoExecute taints against the tolerations.
+   required node-affinity terms, and NoSchedule/NoExecute taints against the tolerations (not
+   the cordon's, which DaemonSet pods tolerate: a node being drained keeps its slot).
 2. They are sorted by name and cut into groups of ``nodes``; group ``g`` is nodes
    ``[g·nodes, (g+1)·nodes)``. A trailing incomplete group is idle (no daemon runs there).
 3. Node ``k`` of a group has *slot* ``k`` and holds global ranks ``[k·rpn, (k+1)·rpn)``, with
@@ -24,6 +25,9 @@ from typing import Any
 from ..spec import Placement
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
+"""The taint a cordoned node gets. Every DaemonSet pod tolerates it (the DaemonSet controller adds
+the toleration), so a cordon moves no daemon: a node being drained keeps its slot and its ranks."""
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ def selected(placement: Placement, node: dict[str, Any]) -> bool:
     return all(
         _tolerated(taint, placement.tolerations or [])
         for taint in taints
-        if taint.get("effect") in ("NoSchedule", "NoExecute")
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and taint.get("key") != CORDON_TAINT
     )
 
 
