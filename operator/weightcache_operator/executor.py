@@ -48,9 +48,11 @@ def execute(
             )
             # The budget follows the Service: it protects exactly what the Service sends traffic to.
             budget = engine_budget(cache, action.serve)
-            api.apply(
+            snapshot.budget = apply_if_different(
+                api,
                 f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
                 budget,
+                snapshot.budget,
             )
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")

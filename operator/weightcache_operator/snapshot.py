@@ -13,6 +13,7 @@ from datetime import datetime
 from .failover import unready_nodes
 from .kubeapi import ApiError, KubeApi
 from .objects import Object, PodView, spec_hash, stamp
+from .render.budget import budget_name
 from .render.gpu_holder import HOLDER_COMPONENT
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
 from .spec import GROUP, PLURAL, VERSION, WeightCache
@@ -38,6 +39,8 @@ class Snapshot:
     holder_pods: list[Object] = field(default_factory=list)
     service: Object | None = None
     """The live engine Service; None while there is none."""
+    budget: Object | None = None
+    """The live disruption budget over the serving engines; None while there is none."""
 
     @property
     def namespace(self) -> str:
@@ -144,9 +147,19 @@ def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
     snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
     snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
     snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
+    snapshot.service = _get_if_exists(
+        api, f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}"
+    )
+    snapshot.budget = _get_if_exists(
+        api, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(ref)}"
+    )
+    return snapshot
+
+
+def _get_if_exists(api: KubeApi, path: str) -> Object | None:
     try:
-        snapshot.service = api.get(f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}")
+        return api.get(path)
     except ApiError as error:
         if error.status != 404:
             raise
-    return snapshot
+        return None

@@ -1,5 +1,5 @@
 """applying.apply_if_different against the real API server: what the operator renders for every
-shipped example (daemon DaemonSets, GPU holder, engine Service), once applied and read back with
+shipped example (daemon DaemonSets, GPU holder, engine Service, disruption budget), once applied and read back with
 the API server's defaults, counts as up to date, so a resync of an unchanged cache writes
 nothing; a field edited by hand or no longer rendered is applied again."""
 
@@ -15,6 +15,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.rest import MERGE, Kube
 from weightcache_operator.applying import apply_if_different, up_to_date
 from weightcache_operator.kubeapi import KubeApi
+from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.daemon import daemon_daemonsets
 from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
 from weightcache_operator.render.service import engine_service
@@ -49,9 +50,11 @@ def rendered(cache: WeightCache, namespace: str) -> list[tuple[str, dict[str, An
         daemonsets.append(holder)
     base = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
     service = engine_service(cache)
+    budget = engine_budget(cache)
     return [
         *((f"{base}/{ds['metadata']['name']}", ds) for ds in daemonsets),
         (f"/api/v1/namespaces/{namespace}/services/{service['metadata']['name']}", service),
+        (f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget['metadata']['name']}", budget),
     ]
 
 

@@ -36,7 +36,7 @@ NAMESPACED_RULES = [
         "verbs": ["get", "create", "patch", "delete"],
     },
     {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["create", "patch"]},
+    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 """Everything the operator does inside the namespaces it serves: a Role each in a namespaced install."""

@@ -70,11 +70,11 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [""]
   resources: [services]
   verbs: [get, list, create, patch, delete]
-# The disruption budget over each cache's active engines (server-side applied: create and patch;
-# the garbage collector deletes it with the cache).
+# The disruption budget over each cache's active engines (read to apply only where it differs;
+# server-side applied: create and patch; the garbage collector deletes it with the cache).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [create, patch]
+  verbs: [get, create, patch]
 # kopf posts Kubernetes events about the objects it handles.
 - apiGroups: [""]
   resources: [events]
