@@ -39,6 +39,7 @@ from .layout import (
     rank_range,
     socket_volume,
 )
+from .security import container_security, owner_init, scratch_volume
 from .vllm import daemon_env, daemon_profile_args, uses_vllm
 
 
@@ -123,16 +124,22 @@ def daemon_daemonset(
         *(daemon_profile_args(cache) if vllm else []),
         *spec.daemon.extra_args,
     ]
+    scratch_vol, scratch_mount, tmpdir = scratch_volume()
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
         "command": daemon_cmd,
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            # The launcher keeps its ranks' exit messages and status notes in a temporary directory.
+            tmpdir,
             *(daemon_env(cache) if vllm else []),
         ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
-        "volumeMounts": [model_mount, dict(sock_mount)],
+        "volumeMounts": [model_mount, dict(sock_mount), scratch_mount],
+        # A vLLM-profile daemon runs vLLM's model construction, which writes its caches and
+        # configuration under the home directory: its root filesystem stays writable.
+        "securityContext": container_security(read_only_root=not vllm),
         "readinessProbe": {
             # The launcher's status endpoint answers it with the check `weightcache probe` runs
             # (the GPU holder's grant included): no process start per period, which a busy node
@@ -148,7 +155,7 @@ def daemon_daemonset(
     resources = _daemon_resources(cache) if gpu or spec.daemon.resources else None
     if resources:
         daemon["resources"] = resources
-    volumes = [model_vol, sock_vol]
+    volumes = [model_vol, sock_vol, scratch_vol]
     if holder:
         # Every device of the node is visible; the grant says which ones are ours (by UUID).
         daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
@@ -167,6 +174,7 @@ def daemon_daemonset(
                     "image": spec.daemon.image,
                     "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
                     "volumeMounts": [dict(sock_mount)],
+                    "securityContext": container_security(read_only_root=True),
                 }
             ),
         )
@@ -174,6 +182,7 @@ def daemon_daemonset(
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 30,
+        "initContainers": [owner_init(spec.daemon.image, [dict(sock_mount)])],
         "containers": containers,
         "volumes": volumes,
     }
