@@ -69,6 +69,7 @@ def test_the_gpu_holder_owns_its_grant_directory_and_runs_restricted() -> None:
 def test_a_vllm_profile_daemon_keeps_a_writable_root_for_vllms_caches() -> None:
     ds = daemon_daemonset(cache_of(body()))
     assert container(ds, "daemon")["securityContext"] == RESTRICTED
+    assert "TMPDIR" not in [e["name"] for e in container(ds, "daemon")["env"]], "its /tmp is writable"
     assert container(ds, "keeper")["securityContext"]["readOnlyRootFilesystem"] is True
 
 

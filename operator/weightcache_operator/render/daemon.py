@@ -124,19 +124,16 @@ def daemon_daemonset(
         *(daemon_profile_args(cache) if vllm else []),
         *spec.daemon.extra_args,
     ]
-    scratch_vol, scratch_mount, tmpdir = scratch_volume()
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
         "command": daemon_cmd,
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            # The launcher keeps its ranks' exit messages and status notes in a temporary directory.
-            tmpdir,
             *(daemon_env(cache) if vllm else []),
         ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
-        "volumeMounts": [model_mount, dict(sock_mount), scratch_mount],
+        "volumeMounts": [model_mount, dict(sock_mount)],
         # A vLLM-profile daemon runs vLLM's model construction, which writes its caches and
         # configuration under the home directory: its root filesystem stays writable.
         "securityContext": container_security(read_only_root=not vllm),
@@ -155,7 +152,14 @@ def daemon_daemonset(
     resources = _daemon_resources(cache) if gpu or spec.daemon.resources else None
     if resources:
         daemon["resources"] = resources
-    volumes = [model_vol, sock_vol, scratch_vol]
+    volumes = [model_vol, sock_vol]
+    if not vllm:
+        # The launcher keeps its ranks' exit messages and status notes in a temporary directory,
+        # which the read-only root cannot hold.
+        scratch_vol, scratch_mount, tmpdir = scratch_volume()
+        daemon["env"].insert(1, tmpdir)
+        daemon["volumeMounts"].append(scratch_mount)
+        volumes.append(scratch_vol)
     if holder:
         # Every device of the node is visible; the grant says which ones are ours (by UUID).
         daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
