@@ -273,7 +273,7 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
     for verb, target, sub in rule_checks(cluster_role["rules"]):
         assert can_i(cluster, account, verb, target, None, sub), (verb, target, sub)
         checked += 1
-    assert checked == 37, checked  # 36 on main, plus watching nodes (failover)
+    assert checked == 38, checked  # 36 on main, watching nodes (failover), getting its namespace (Pod Security)
     for verb, target in [
         ("get", "secrets"),
         ("list", "configmaps"),
