@@ -5,7 +5,7 @@ condition that names it, instead of DaemonSets whose pods the API server never c
 Every backend's daemon, GPU holder and engine pods mount hostPath directories (the socket
 directory the engines connect through; a hostPath model), which the baseline and restricted
 levels forbid, so they need the privileged level; ``cuda-ipc`` adds hostIPC and hostPID, also
-beyond baseline. docs/operations.md ("Pod Security") lists what each pod uses.
+beyond baseline. docs/operations.md ("Pod Security and least privilege") lists what each pod uses.
 """
 
 from __future__ import annotations

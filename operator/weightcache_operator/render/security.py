@@ -4,7 +4,7 @@ Every container runs as the images' user (``RUN_AS``, the Dockerfile's ``USER 10
 gain privileges, has no capabilities and runs under the runtime's default seccomp profile — the
 restricted Pod Security profile's container rules. The pods as a whole cannot meet that profile:
 they mount hostPath directories (the socket directory, a hostPath model, the GPU holder's grant),
-which only the privileged level admits (docs/operations.md, "Pod Security").
+which only the privileged level admits (docs/operations.md, "Pod Security and least privilege").
 
 Daemon, keeper and engines must share one uid: a daemon admits on its sockets only peers of its
 own uid or root (SO_PEERCRED, ``PeerPolicy``), creates its rank directory 0700 and its sockets
@@ -84,7 +84,8 @@ def with_defaults(
     field (objects such as ``capabilities`` merged key by key, lists replaced whole). A field the
     template sets in the pod's securityContext is left out of the defaults, since a container's
     value would override the pod's and undo the user's choice."""
-    base = {k: v for k, v in copy.deepcopy(defaults).items() if k not in (pod_context or {})}
+    pod_set = {k for k in POD_LEVEL_FIELDS if k in (pod_context or {})}
+    base = {k: v for k, v in copy.deepcopy(defaults).items() if k not in pod_set}
     return _merge(base, copy.deepcopy(container_context or {}))
 
 
