@@ -30,6 +30,8 @@ from .gate_sync import sync_gates
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
 from .objects import PodView
+from .podsecurity import REASON as POD_SECURITY_REASON
+from .podsecurity import pod_security_problem
 from .render.gpu_holder import uses_gpu_holder
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL
 from .report import Reporter, strategy_decision, with_failover
@@ -160,6 +162,17 @@ class Reconciler:
                 snapshot.problems,
                 self.clock(),
                 snapshot.previous_conditions,
+            )
+            return self._report(snapshot, status)
+        refusal = pod_security_problem(snapshot.namespace, snapshot.namespace_labels, cache.spec.daemon.backend)
+        if refusal is not None:
+            # Pods already running stay (admission judges new pods only); none are added or replaced.
+            status = invalid_status(
+                snapshot.body["metadata"].get("generation"),
+                [refusal],
+                self.clock(),
+                snapshot.previous_conditions,
+                reason=POD_SECURITY_REASON,
             )
             return self._report(snapshot, status)
 

@@ -41,6 +41,8 @@ class Snapshot:
     """The live engine Service; None while there is none."""
     budget: Object | None = None
     """The live disruption budget over the serving engines; None while there is none."""
+    namespace_labels: dict[str, str] | None = None
+    """The cache's namespace's labels (its Pod Security level); None when they could not be read."""
 
     @property
     def namespace(self) -> str:
@@ -137,6 +139,7 @@ def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
     if cache is None or problems or body["metadata"].get("deletionTimestamp"):
         return snapshot  # nothing more is read for a spec that is not run
     ref = CacheRef.of(cache)
+    snapshot.namespace_labels = _namespace_labels(api, namespace)
     pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
     snapshot.nodes = api.list("/api/v1/nodes")
     snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
@@ -163,3 +166,14 @@ def _get_if_exists(api: KubeApi, path: str) -> Object | None:
         if error.status != 404:
             raise
         return None
+
+
+def _namespace_labels(api: KubeApi, namespace: str) -> dict[str, str] | None:
+    """None when the operator may not read its namespace (RBAC of an older install): the Pod
+    Security check is skipped then, as for a namespace without the label."""
+    try:
+        return dict(api.get(f"/api/v1/namespaces/{namespace}")["metadata"].get("labels") or {})
+    except ApiError as error:
+        if error.status in (403, 404):
+            return None
+        raise

@@ -239,12 +239,13 @@ def invalid_status(
     now: datetime,
     previous: list[dict[str, Any]] | None = None,
     base: dict[str, Any] | None = None,
+    reason: str = "InvalidSpec",
 ) -> dict[str, Any]:
-    """Phase Failed with ``Degraded``/``InvalidSpec`` saying what to fix. Takes no parsed spec,
+    """Phase Failed with ``Degraded``/``reason`` saying what to fix. Takes no parsed spec,
     so it also serves objects the models cannot parse at all."""
     message = "; ".join(problems)
     conditions = [
-        make_condition(kind, status, "InvalidSpec", message, now, previous, observedGeneration=observed_generation)
+        make_condition(kind, status, reason, message, now, previous, observedGeneration=observed_generation)
         for kind, status in (
             ("DaemonsReady", False),
             ("EnginesReady", False),

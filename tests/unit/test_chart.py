@@ -27,6 +27,7 @@ Object = dict[str, Any]
 NAMESPACED_RULES = [
     {"apiGroups": ["weightcache.io"], "resources": ["weightcaches"], "verbs": ["get", "list", "watch", "patch"]},
     {"apiGroups": ["weightcache.io"], "resources": ["weightcaches/status"], "verbs": ["patch"]},
+    {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
     {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "create", "patch", "delete"]},

@@ -108,6 +108,7 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
     assert daemon["env"] == [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "TMPDIR", "value": "/weightcache/scratch"},
         {"name": "WEIGHTCACHE_TERMINATION_LOG", "value": "/dev/termination-log"},
     ]
     assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]

@@ -50,6 +50,10 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [weightcache.io]
   resources: [weightcaches/status]
   verbs: [patch]
+# Its own namespace's Pod Security label, read before rendering pods the namespace would refuse.
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get]
 # What it creates per cache: engine pods (and their readiness gate), the daemon and GPU holder DaemonSets,
 # the Service.
 - apiGroups: [""]

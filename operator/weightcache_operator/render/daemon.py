@@ -39,6 +39,7 @@ from .layout import (
     rank_range,
     socket_volume,
 )
+from .security import container_security, owner_init, scratch_volume
 from .vllm import daemon_env, daemon_profile_args, uses_vllm
 
 
@@ -133,6 +134,9 @@ def daemon_daemonset(
         ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
+        # A vLLM-profile daemon runs vLLM's model construction, which writes its caches and
+        # configuration under the home directory: its root filesystem stays writable.
+        "securityContext": container_security(read_only_root=not vllm),
         "readinessProbe": {
             # The launcher's status endpoint answers it with the check `weightcache probe` runs
             # (the GPU holder's grant included): no process start per period, which a busy node
@@ -149,6 +153,13 @@ def daemon_daemonset(
     if resources:
         daemon["resources"] = resources
     volumes = [model_vol, sock_vol]
+    if not vllm:
+        # The launcher keeps its ranks' exit messages and status notes in a temporary directory,
+        # which the read-only root cannot hold.
+        scratch_vol, scratch_mount, tmpdir = scratch_volume()
+        daemon["env"].insert(1, tmpdir)
+        daemon["volumeMounts"].append(scratch_mount)
+        volumes.append(scratch_vol)
     if holder:
         # Every device of the node is visible; the grant says which ones are ours (by UUID).
         daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
@@ -167,6 +178,7 @@ def daemon_daemonset(
                     "image": spec.daemon.image,
                     "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
                     "volumeMounts": [dict(sock_mount)],
+                    "securityContext": container_security(read_only_root=True),
                 }
             ),
         )
@@ -174,6 +186,7 @@ def daemon_daemonset(
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 30,
+        "initContainers": [owner_init(spec.daemon.image, [dict(sock_mount)])],
         "containers": containers,
         "volumes": volumes,
     }

@@ -36,6 +36,7 @@ from .layout import (
     placement_fields,
     socket_volume,
 )
+from .security import container_security, with_defaults
 from .vllm import engine_command as vllm_engine_command
 from .vllm import engine_env as vllm_engine_env
 from .vllm import engine_probes, uses_vllm
@@ -138,6 +139,14 @@ def engine_pod(
                 *(c for c in resources.get("claims", []) if c.get("name") != CLAIM_NAME),
                 *container_claims(),
             ]
+    # The daemon's uid, which its sockets admit. The root filesystem stays writable unless the
+    # template says otherwise: engine programs (vLLM, SGLang, torch.compile) write caches under
+    # the home directory and /tmp.
+    defaults = container_security(read_only_root=False)
+    for container in [*pod_spec["containers"], *pod_spec.get("initContainers", [])]:
+        container["securityContext"] = with_defaults(
+            container.get("securityContext"), pod_spec.get("securityContext"), defaults
+        )
     main = pod_spec["containers"][0]
     if uses_vllm(cache):
         # Validation refuses a template that sets the first container's command or args itself.

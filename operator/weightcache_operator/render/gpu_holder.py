@@ -28,6 +28,7 @@ from weightcache_contract.backends import GPU_BACKENDS
 from ..spec import WeightCache
 from .dra import uses_dra
 from .layout import CLI, CacheRef, explain_exits, pin_to_nodes, placement_fields
+from .security import container_security, owner_init
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HOLDER_COMPONENT = "gpu-holder"
@@ -99,10 +100,13 @@ def gpu_holder_daemonset(cache: WeightCache, slots: list[list[str]]) -> dict[str
             "requests": {GPU_RESOURCE: str(count), "cpu": "10m", "memory": "64Mi"},
         },
         "volumeMounts": [mount],
+        "securityContext": container_security(read_only_root=True),
     }
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 10,
+        # It writes the grant and its lock into the per-cache host directory.
+        "initContainers": [owner_init(cache.spec.daemon.image, [mount])],
         "containers": [explain_exits(holder)],
         "volumes": [volume],
     }
