@@ -131,8 +131,8 @@ class HandOver:
                 elif wants and self._take():
                     log.info("hand-over lease taken: this replica writes now", extra={"identity": self.identity})
                     self._on_taken()
-            except ApiError as error:
-                log.warning("hand-over lease: API error", extra={"error": str(error)})
+            except Exception as error:  # noqa: BLE001 - an API server away for a while must not end the keeper
+                log.warning("hand-over lease: no answer from the API", extra={"error": repr(error)})
             with self._lock:
                 if self._valid_until is not None:
                     # Held: renew on time, or release as soon as nothing wants it.
@@ -212,6 +212,6 @@ class HandOver:
                 record, version = self._record()
                 if not record or record.get("holder") != self.identity or self._write(None, version):
                     break
-        except ApiError as error:  # it expires on its own
-            log.warning("hand-over lease: release failed", extra={"error": str(error)})
+        except Exception as error:  # noqa: BLE001 - it expires on its own
+            log.warning("hand-over lease: release failed", extra={"error": repr(error)})
         log.info("hand-over lease released", extra={"identity": self.identity})
