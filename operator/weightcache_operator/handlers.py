@@ -11,6 +11,11 @@
   lifted: ``spec.unschedulable``), so the actives of a node being drained hand over first;
 - deletion: the finalizer kopf adds for the delete handler stays until every pod is gone.
 
+Two replicas: kopf peering says which one acts (a kopf daemon per cache, ``acting``, lives only
+there), and a lease on the peering object (handover.py) makes sure the other has stopped writing
+before it starts: every pass, alarm, probe wake-up and finalization runs only for a cache this
+replica acts for and only while it holds the lease.
+
 Besides these, a pass that keeps an engine's readiness gate through a daemon outage asks for one
 more pass when the grace ends (``Reconciler.alarms``, a timer per cache): nothing else would
 announce that moment, and polling for it is what the watches are there to avoid. The operator's
@@ -28,6 +33,8 @@ from __future__ import annotations
 import logging
 import os
 import random
+import secrets
+import socket
 import zlib
 from typing import Any
 
@@ -45,6 +52,9 @@ from .spec import GROUP, PLURAL, VERSION
 
 RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
 PEERING_NAME = os.environ.get("WEIGHTCACHE_OPERATOR_PEERING", "weightcache-operator")
+PEERING_LIFETIME = int(os.environ.get("WEIGHTCACHE_OPERATOR_PEERING_LIFETIME", "15"))
+"""Seconds a replica's peering keep-alive (and hand-over lease) holds: a killed acting replica is
+replaced within about this long (docs/operations.md)."""
 
 _state: dict[str, Reconciler] = {}
 _servers: dict[str, ReadOnlyServer] = {}
@@ -65,6 +75,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.mandatory = True
     settings.peering.clusterwide = True
     settings.peering.priority = _priority(os.environ.get("WEIGHTCACHE_OPERATOR_PRIORITY", ""))
+    settings.peering.lifetime = PEERING_LIFETIME
+    identity = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
+    reconciler().hand_over(PEERING_NAME, identity, float(PEERING_LIFETIME))
     # kopf's own bookkeeping goes to annotations: the CRD's status schema is closed, so a
     # status.kopf field would be pruned by the API server.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="weightcache.io")
@@ -86,6 +99,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 @kopf.on.cleanup()
 def stop_metrics(**_: Any) -> None:
+    handover = reconciler().handover
+    if handover is not None:
+        handover.stop()  # the next replica need not wait out the lease
     server = _servers.pop("metrics", None)
     if server is not None:
         server.stop()

@@ -27,6 +27,7 @@ from .engine_plan import desired, plan_engines
 from .executor import execute
 from .finalizer import StillTerminating, finalize
 from .gate_sync import sync_gates
+from .handover import HandOver
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
 from .objects import PodView
@@ -72,7 +73,10 @@ class Reconciler:
         self.responsiveness = ResponsivenessWatch(self._woken)
         """The operator's own probes of Ready engines (``unresponsiveAfterMilliseconds``)."""
         self._acting: set[Hashable] = set()
-        """Caches this replica acts for (handlers.acting): alarms and probes wake passes only there."""
+        """Caches this replica acts for (handlers.acting): passes, alarms and probes run only there."""
+        self.handover: HandOver | None = None
+        """The replicas' lease (handover.py), set by the operator at start-up: with it, a pass
+        runs only for a cache this replica acts for and only while it holds the lease."""
 
     # --- entry points ----------------------------------------------------------------------------
 
@@ -82,6 +86,8 @@ class Reconciler:
         None when the cache is gone or this trigger was folded into the running pass."""
 
         def one_pass(apply: bool) -> str | None:
+            if not self._enter((namespace, name)):
+                return None
             started, outcome = time.perf_counter(), "error"
             try:
                 phase = self._pass(namespace, name, apply)
@@ -89,17 +95,26 @@ class Reconciler:
                 return phase
             finally:
                 self.metrics.pass_done(namespace, name, outcome, time.perf_counter() - started)
+                if self.handover is not None:
+                    self.handover.leave()
 
         return self._runner.run((namespace, name), apply, one_pass)
 
     def acting(self, key: tuple[str, str], on: bool) -> None:
         """Whether this replica acts for the cache ``key`` (kopf's daemon for it runs). Off: its
-        alarms and engine probes stop, so a replica paused by peering runs no pass of its own."""
+        alarms and engine probes stop, so a replica paused by peering runs no pass of its own.
+        On: one full pass once the lease is held (at once when it is): the triggers refused
+        while it was not may have been the last ones for a while."""
         with self._guard:
             if on:
                 self._acting.add(key)
             else:
                 self._acting.discard(key)
+            anything = bool(self._acting)
+        if self.handover is not None:
+            self.handover.want(anything)
+            if on and self.handover.held():
+                self._wake_all([key])
         namespace, name = key
         log.info(
             "acting for the cache" if on else "no longer acting for the cache",
@@ -111,8 +126,57 @@ class Reconciler:
             self.sightings.forget(key)  # events are not handled while paused: what we saw may be stale
 
     def finalize(self, namespace: str, name: str) -> None:
-        """finalizer.finalize: raises ``StillTerminating`` until the cache's pods are gone."""
-        finalize(self.api, namespace, name)
+        """finalizer.finalize: raises ``StillTerminating`` until the cache's pods are gone, and
+        while another replica holds the lease (kopf stopped this cache's daemon already, so
+        deletion asks for the lease by itself)."""
+        if self.handover is not None and not self.handover.enter(briefly=True):
+            raise StillTerminating("waiting for the hand-over lease: another replica may still be writing")
+        try:
+            finalize(self.api, namespace, name)
+        finally:
+            if self.handover is not None:
+                self.handover.leave()
+
+    def hand_over(self, peering: str, identity: str, duration: float) -> None:
+        """Start taking the replicas' lease whenever this replica acts for a cache."""
+        if self.handover is None:
+            self.handover = HandOver(self.api, peering, identity, duration, on_taken=self._lease_taken)
+
+    def _enter(self, key: tuple[str, str]) -> bool:
+        """Whether a pass for ``key`` may write now; True obliges a ``handover.leave()``."""
+        if self.handover is None:
+            return True
+        with self._guard:
+            acting = key in self._acting
+        if acting and self.handover.enter():
+            return True
+        log.info(
+            "pass skipped: this replica does not act for the cache"
+            if not acting
+            else "pass skipped: waiting for the hand-over lease",
+            extra={"cache": key[1], "namespace": key[0]},
+        )
+        return False
+
+    def _lease_taken(self) -> None:
+        with self._guard:
+            keys = sorted(cast(set[tuple[str, str]], self._acting))
+        self._wake_all(keys)
+
+    def _wake_all(self, keys: list[tuple[str, str]]) -> None:
+        """A full pass for each key, off the caller's thread (kopf's event loop, the lease keeper)."""
+        for namespace, name in keys:
+            threading.Thread(
+                target=self._full_pass, args=(namespace, name), name=f"takeover-{name}", daemon=True
+            ).start()
+
+    def _full_pass(self, namespace: str, name: str) -> None:
+        try:
+            self.reconcile(namespace, name, apply=True)
+        except ApiError as error:  # the resync timer runs the next one
+            log.warning(
+                "pass on taking over failed", extra={"cache": name, "namespace": namespace, "error": str(error)}
+            )
 
     def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
         """(namespace, name) of every cache with an engine pod bound to ``node``; only in

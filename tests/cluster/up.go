@@ -91,6 +91,11 @@ func up(opts upOptions) error {
 		return err
 	}
 
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML), 0o600); err != nil {
+		return err
+	}
+
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -121,6 +126,9 @@ func up(opts upOptions) error {
 			"--kubelet-client-key=" + certs.AdminKey,
 			"--enable-priority-and-fairness=false",
 			"--profiling=false",
+			"--audit-policy-file=" + auditPolicy,
+			"--audit-log-path=" + filepath.Join(dir, "logs", "audit.log"),
+			"--audit-log-format=json",
 			"--cert-dir=" + filepath.Join(dir, "pki"),
 			verbosity,
 		}},
@@ -188,6 +196,20 @@ func up(opts upOptions) error {
 
 // waitReady polls /readyz as the admin: it turns OK only after the API server has finished
 // its post-start hooks (RBAC bootstrap roles, the default namespace, system priority classes).
+// auditPolicyYAML records every write (who, what, when; no bodies) once, when its response is
+// sent: tests read logs/audit.log to prove who changed what and in which order. Reads, the
+// kubelet's Lease heartbeats and Events are left out: they would drown the writes.
+const auditPolicyYAML = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived, ResponseStarted]
+rules:
+- level: None
+  resources: [{group: coordination.k8s.io, resources: [leases]}, {group: "", resources: [events]}, {group: events.k8s.io, resources: [events]}]
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+- level: None
+`
+
 func waitReady(ctx context.Context, server string, certs *pki, exited <-chan componentExit) error {
 	client, err := adminHTTPClient(certs)
 	if err != nil {

@@ -117,8 +117,9 @@ def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) 
 def start_operator(
     cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str, tmp_path: Path, test_session_id: str
 ) -> Iterator[Callable[..., subprocess.Popen]]:
-    """A factory: ``start_operator(priority=None)`` runs ``python -m weightcache_operator`` as a
-    ServiceAccount bound to the shipped ClusterRole; every operator is stopped afterwards."""
+    """A factory: ``start_operator(priority=None, service_account="weightcache-operator")`` runs
+    ``python -m weightcache_operator`` as that ServiceAccount (created on first use) bound to the
+    shipped ClusterRole; every operator is stopped afterwards."""
     # The peering object (a template in the chart) maps only once its CRD is Established.
     cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING))
     cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
@@ -136,15 +137,26 @@ def start_operator(
             "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}],
         },
     )
-    kubeconfig = cluster.service_account_kubeconfig(namespace, "weightcache-operator")
+    kubeconfigs = {"weightcache-operator": cluster.service_account_kubeconfig(namespace, "weightcache-operator")}
     started: list[subprocess.Popen] = []
 
-    def start(priority: int | None = None) -> subprocess.Popen:
+    def kubeconfig_of(account: str) -> Path:
+        if account not in kubeconfigs:
+            kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": account}})
+            binding = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}"
+            subjects = kube.get(binding)["subjects"] + [
+                {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+            ]
+            kube.patch(binding, {"subjects": subjects})
+            kubeconfigs[account] = cluster.service_account_kubeconfig(namespace, account)
+        return kubeconfigs[account]
+
+    def start(priority: int | None = None, service_account: str = "weightcache-operator") -> subprocess.Popen:
         log = tmp_path / f"operator-{len(started)}.log"
         metrics_port = free_port()
         env = {
             **os.environ,
-            "KUBECONFIG": str(kubeconfig),
+            "KUBECONFIG": str(kubeconfig_of(service_account)),
             "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image", "operator")),
             "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
             "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
