@@ -133,6 +133,14 @@ def on_pod(namespace: str | None, labels: kopf.Labels, **_: Any) -> None:
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
 
 
+@kopf.index("", "v1", "nodes")
+def node_index(body: kopf.Body, **_: Any) -> None:
+    """Feeds the reconciler's node index (node_index.py) from the node watch. Being a kopf index,
+    it is filled from the initial node listing before kopf runs any handler, so no pass sees a
+    partial fleet. Returns nothing: kopf's own index stays empty, the reconciler's is read."""
+    reconciler().nodes.put(dict(body))
+
+
 _node_ready: dict[str, bool] = {}
 
 
@@ -141,6 +149,7 @@ def on_node(name: str, status: kopf.Status, type: str | None, **_: Any) -> None:
     """Acts only when Ready flips (or a node is first seen not Ready, as after an operator
     restart): nodes post status every few seconds, and those heartbeats change nothing here."""
     if type == "DELETED":
+        reconciler().nodes.remove(name)
         _node_ready.pop(name, None)
         ready = False
     else:

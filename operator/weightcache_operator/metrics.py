@@ -12,6 +12,8 @@
   the promoted standby's relabel patched (histogram).
 - ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the failure's API
   timestamp (one-second resolution) → the operator noticing it (histogram).
+- ``weightcache_operator_daemon_status_reads_total``: ``GET /status`` requests sent to daemon
+  pods (daemon_status.py; a pod is read again only when it changed or its report was not settled).
 
 The writer is ``weightcache_contract.prometheus`` (standard library only), so no new dependency.
 """
@@ -58,6 +60,7 @@ class OperatorMetrics:
             "histogram",
             "failure timestamp in the API (one-second resolution) to the operator noticing it",
         )
+        m.describe("weightcache_operator_daemon_status_reads_total", "counter", "GET /status requests sent to daemons")
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -83,6 +86,9 @@ class OperatorMetrics:
                 cache=cache,
                 signal=signal,
             )
+
+    def daemon_status_reads(self, reads: int) -> None:
+        self.registry.inc("weightcache_operator_daemon_status_reads_total", reads)
 
     def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
         """The status just written for a cache; None once the cache is gone."""

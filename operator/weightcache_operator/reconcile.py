@@ -29,6 +29,7 @@ from .finalizer import StillTerminating, finalize
 from .gate_sync import sync_gates
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
+from .node_index import NodeIndex
 from .objects import PodView
 from .render.gpu_holder import uses_gpu_holder
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL
@@ -53,11 +54,14 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         daemon_status: DaemonStatusReader | None = None,
         metrics: OperatorMetrics | None = None,
+        nodes: NodeIndex | None = None,
     ) -> None:
         self.api = api
+        self.nodes = nodes or NodeIndex()
+        """The nodes passes read: handlers.py feeds it from the node watch."""
         self.clock = clock
-        self.daemon_status = daemon_status or DaemonStatusReader()
         self.metrics = metrics or OperatorMetrics()
+        self.daemon_status = daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
         self.reporter = Reporter(api, clock, self.metrics)
         self._runner = PassRunner()
         self._guard = threading.Lock()
@@ -142,7 +146,7 @@ class Reconciler:
 
     def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
         key = (namespace, name)
-        snapshot = observe(self.api, namespace, name)
+        snapshot = observe(self.api, namespace, name, self.nodes)
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)
             return None  # gone, or the finalizer owns it now: never recreate what it deletes

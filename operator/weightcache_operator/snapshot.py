@@ -12,6 +12,7 @@ from datetime import datetime
 
 from .failover import unready_nodes
 from .kubeapi import ApiError, KubeApi
+from .node_index import NodeIndex
 from .objects import Object, PodView, spec_hash, stamp
 from .render.gpu_holder import HOLDER_COMPONENT
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
@@ -31,6 +32,7 @@ class Snapshot:
     """The parsed spec; None (with ``problems``) when it does not validate."""
     problems: list[str] = field(default_factory=list)
     nodes: list[Object] = field(default_factory=list)
+    """Every node, as the operator's node watch last saw it (node_index.py: slim copies)."""
     daemonsets: list[Object] = field(default_factory=list)
     """The cache's DaemonSets: its daemons' and its GPU holder's."""
     daemon_pods: list[Object] = field(default_factory=list)
@@ -121,8 +123,9 @@ class Snapshot:
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != name]
 
 
-def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
-    """The cache and everything of it the pass decides on; None when the cache is gone."""
+def observe(api: KubeApi, namespace: str, name: str, nodes: NodeIndex) -> Snapshot | None:
+    """The cache and everything of it the pass decides on; None when the cache is gone. Reads
+    the cache, its pods and DaemonSets and its Service from the API; the nodes from ``nodes``."""
     try:
         body = api.get(cache_path(namespace, name))
     except ApiError as error:
@@ -135,7 +138,7 @@ def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
         return snapshot  # nothing more is read for a spec that is not run
     ref = CacheRef.of(cache)
     pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
-    snapshot.nodes = api.list("/api/v1/nodes")
+    snapshot.nodes = nodes.nodes()
     snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
 
     def component(pod: Object) -> str | None:
