@@ -44,7 +44,7 @@ from datetime import datetime
 from typing import Any
 
 from failover import container_pgid, pct, wait_whole
-from sample_cluster import NS, sample, sample_cluster
+from sample_cluster import NS, free_port, sample, sample_cluster
 from testcluster.kubelet.hollow import HollowFleet
 from testcluster.kubelet.hollowdaemons import HollowDaemonState
 from testcluster.kubelet.nodes import NodeSpec
@@ -226,7 +226,7 @@ def main() -> None:
         ("machine load at start (1/5/15 min)", " ".join(f"{x:.2f}" for x in os.getloadavg())),
         ("cpus", str(os.cpu_count())),
     ]
-    metrics_port = str(30000 + os.getpid() % 20000)
+    metrics_port = str(free_port())
     env = {
         "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "30",
         "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{metrics_port}",

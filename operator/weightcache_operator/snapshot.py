@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .engine_nodes import EngineNodes
 from .failover import unready_nodes
 from .kubeapi import ApiError, KubeApi
 from .node_index import NodeIndex
@@ -123,9 +124,13 @@ class Snapshot:
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != name]
 
 
-def observe(api: KubeApi, namespace: str, name: str, nodes: NodeIndex) -> Snapshot | None:
+def observe(
+    api: KubeApi, namespace: str, name: str, nodes: NodeIndex, engines: EngineNodes | None = None
+) -> Snapshot | None:
     """The cache and everything of it the pass decides on; None when the cache is gone. Reads
-    the cache, its pods and DaemonSets and its Service from the API; the nodes from ``nodes``."""
+    the cache, its pods and DaemonSets and its Service from the API; the nodes from ``nodes``,
+    after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
+    in that order)."""
     try:
         body = api.get(cache_path(namespace, name))
     except ApiError as error:
@@ -138,6 +143,9 @@ def observe(api: KubeApi, namespace: str, name: str, nodes: NodeIndex) -> Snapsh
         return snapshot  # nothing more is read for a spec that is not run
     ref = CacheRef.of(cache)
     pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
+    engine_pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "engine"]
+    if engines is not None:
+        engines.record((namespace, name), engine_pods)
     snapshot.nodes = nodes.nodes()
     snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
 
@@ -145,7 +153,7 @@ def observe(api: KubeApi, namespace: str, name: str, nodes: NodeIndex) -> Snapsh
         return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
 
     snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
-    snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
+    snapshot.engine_pods = engine_pods
     snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
     try:
         snapshot.service = api.get(f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from weightcache_operator.engine_nodes import EngineNodes
 from weightcache_operator.failover import unready_nodes
 from weightcache_operator.node_index import NodeIndex
 from weightcache_operator.render.topology import selected
@@ -54,3 +55,19 @@ def test_a_pass_holds_its_own_list_while_events_keep_arriving() -> None:
     index.put(node("n1", ready="False"))
     index.put(node("n2"))
     assert [n["status"]["conditions"][0]["status"] for n in seen] == ["True"], "a pass decides on one view"
+
+
+def engine(name: str, node: str | None) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"nodeName": node} if node else {}}
+
+
+def test_a_node_flip_finds_the_caches_whose_latest_pass_saw_an_engine_on_it_without_asking_the_api() -> None:
+    placed = EngineNodes()
+    placed.record(("ns", "a"), [engine("a-0", "n1"), engine("a-1", "n2"), engine("a-2", None)])
+    placed.record(("ns", "b"), [engine("b-0", "n2")])
+    placed.record(("other", "c"), [engine("c-0", "n2")])
+    assert placed.caches_on("n2") == [("ns", "a"), ("ns", "b"), ("other", "c")]
+    placed.record(("ns", "b"), [engine("b-1", "n3")])
+    assert placed.caches_on("n2") == [("ns", "a"), ("other", "c")], "the latest pass replaces what it saw"
+    placed.forget(("ns", "a"))
+    assert placed.caches_on("n1") == [] and placed.caches_on("n3") == [("ns", "b")]
