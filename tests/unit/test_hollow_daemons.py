@@ -62,7 +62,7 @@ def test_one_server_answers_for_each_pod_what_its_node_is_set_to() -> None:
     server.start()
     try:
         server.serve("uid-1", "127.0.0.1", 0, "n1", HollowDaemon("c", [0]))
-        port = server._servers["uid-1"].sockets[0].getsockname()[1]
+        port = server._servers["uid-1"].result(5).sockets[0].getsockname()[1]
         base = f"http://127.0.0.1:{port}"
         with urllib.request.urlopen(f"{base}/status", timeout=5) as response:
             assert DaemonReport.model_validate_json(response.read()).ready

@@ -168,8 +168,8 @@ class HollowFleet:
             self._mark(uid)
 
     def daemon_state(self, node: str) -> HollowDaemonState:
-        with self._lock:
-            return self._daemon_states.get(node, HollowDaemonState())
+        # No lock: the daemon endpoints' thread asks while a pod event may hold it (one dict read).
+        return self._daemon_states.get(node, HollowDaemonState())
 
     def pods_on(self, node: str) -> list[str]:
         with self._lock:

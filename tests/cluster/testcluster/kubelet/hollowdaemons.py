@@ -12,6 +12,7 @@ loading or failed, and the host's free memory.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import hashlib
 import json
 import logging
@@ -87,7 +88,7 @@ class HollowDaemonServer:
         self._state_of = state_of  # node → what its daemons say now
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="hollow-daemons")
-        self._servers: dict[str, asyncio.Server] = {}
+        self._servers: dict[str, concurrent.futures.Future[asyncio.Server]] = {}
         self.requests = 0
 
     def start(self) -> None:
@@ -130,10 +131,16 @@ class HollowDaemonServer:
         async def start() -> asyncio.Server:
             return await asyncio.start_server(handle, ip, port, reuse_address=True)
 
-        server = asyncio.run_coroutine_threadsafe(start(), self._loop).result(timeout=10)
-        self._servers[key] = server
+        # Not waited for: the caller may hold a lock that a request being answered needs.
+        started = asyncio.run_coroutine_threadsafe(start(), self._loop)
+        started.add_done_callback(
+            lambda f: f.exception() and log.error("hollow daemon %s:%s: %s", ip, port, f.exception())
+        )
+        self._servers[key] = started
 
     def close(self, key: str) -> None:
-        server = self._servers.pop(key, None)
-        if server is not None:
-            self._loop.call_soon_threadsafe(server.close)
+        started = self._servers.pop(key, None)
+        if started is not None:
+            started.add_done_callback(
+                lambda f: f.exception() is None and self._loop.call_soon_threadsafe(f.result().close)
+            )
