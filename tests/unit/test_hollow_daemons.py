@@ -5,6 +5,8 @@ the rendered pod names, and a readiness endpoint that follows the state the test
 from __future__ import annotations
 
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -75,5 +77,37 @@ def test_one_server_answers_for_each_pod_what_its_node_is_set_to() -> None:
         with urllib.request.urlopen(f"{base}/status", timeout=5) as response:
             assert DaemonReport.model_validate_json(response.read()).ranks[0].problem == "loading weights"
         assert server.requests == 4
+    finally:
+        server.stop()
+
+
+def test_starting_an_endpoint_never_waits_while_an_answer_in_flight_is_blocked() -> None:
+    """The fleet starts endpoints from its pod watch while holding its lock; an answer being
+    written may need that lock: waiting for the loop there stalled the watch 10 s per pod."""
+    held = threading.Lock()
+
+    def state_of(node: str) -> HollowDaemonState:
+        with held:
+            return HollowDaemonState()
+
+    server = HollowDaemonServer(state_of)
+    server.start()
+    try:
+        server.serve("a", "127.0.0.1", 0, "n1", HollowDaemon("c", [0]))
+        port = server._servers["a"].result(5).sockets[0].getsockname()[1]
+        answered: list[bytes] = []
+        with held:
+            asking = threading.Thread(
+                target=lambda: answered.append(
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10).read()
+                )
+            )
+            asking.start()
+            time.sleep(0.3)  # the loop is now stuck in state_of
+            started = time.monotonic()
+            server.serve("b", "127.0.0.1", 0, "n1", HollowDaemon("c", [0]))
+            assert time.monotonic() - started < 1
+        asking.join(10)
+        assert answered and server._servers["b"].result(5).sockets
     finally:
         server.stop()
