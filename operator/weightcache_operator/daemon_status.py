@@ -8,10 +8,16 @@ change it) — a pass triggered by an engine pod's event costs no HTTP request a
 is retried after ``RETRY_FAILED_S`` even if the pod did not change, so a transient error does not
 stick to a pod that stays Ready for days; so is a report of ranks not ready, because what a loading
 or waiting daemon says (status_note.py) changes while its pod does not.
+
+The parallel reads of every pass share one pool of ``MAX_CONCURRENT_READS`` threads, whatever the
+number of caches and of passes running at once: a fleet of hundreds of daemons, or many of them
+wedged at once, costs the operator a fixed number of threads and sockets, and a pass waits at
+most ``timeout_s`` per round of reads.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
@@ -24,6 +30,7 @@ from weightcache_contract.daemon_report import DaemonReport
 from .render.layout import STATUS_PORT, STATUS_PORT_NAME
 
 FETCH_TIMEOUT_S = 2.0
+MAX_CONCURRENT_READS = 16
 RETRY_FAILED_S = 10.0
 MAX_REPORT_BYTES = 1 << 20
 """A report is a few hundred bytes per rank; anything near this is not one."""
@@ -57,11 +64,22 @@ class DaemonStatusReader:
     """Remembers, per cache, the last report of each daemon pod and the pod version it was read at."""
 
     def __init__(
-        self, fetch: Fetch = http_fetch, timeout_s: float = FETCH_TIMEOUT_S, clock: Callable[[], float] = time.monotonic
+        self,
+        fetch: Fetch = http_fetch,
+        timeout_s: float = FETCH_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+        max_concurrent: int = MAX_CONCURRENT_READS,
+        counted: Callable[[int], None] = lambda _reads: None,
     ) -> None:
         self._fetch = fetch
         self.timeout_s = timeout_s
         self._clock = clock
+        self._counted = counted
+        self._pool = ThreadPoolExecutor(max_workers=max_concurrent, thread_name_prefix="daemon-status")
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self.most_concurrent = 0
+        """The most reads that were ever in flight at once (never above ``max_concurrent``)."""
         # cache → pod uid → (pod version, when read, what was read)
         self._memo: dict[tuple[str, str], dict[str, tuple[tuple[str, str], float, Fetched]]] = {}
 
@@ -89,9 +107,9 @@ class DaemonStatusReader:
             else:
                 todo.append((uid, version, url))
         if todo:
-            with ThreadPoolExecutor(max_workers=min(8, len(todo)), thread_name_prefix="daemon-status") as pool:
-                for (uid, version, _url), fetched in zip(todo, pool.map(lambda t: self._one(t[2]), todo)):
-                    kept[uid] = (version, now, fetched)
+            self._counted(len(todo))
+            for (uid, version, _url), fetched in zip(todo, self._pool.map(lambda t: self._one(t[2]), todo)):
+                kept[uid] = (version, now, fetched)
         self._memo[cache] = kept  # pods that are gone are dropped with the old map
         return {names[uid]: fetched for uid, (_version, _at, fetched) in kept.items()}
 
@@ -99,9 +117,15 @@ class DaemonStatusReader:
         self._memo.pop(cache, None)
 
     def _one(self, url: str) -> Fetched:
+        with self._lock:
+            self._inflight += 1
+            self.most_concurrent = max(self.most_concurrent, self._inflight)
         try:
             return self._fetch(url, self.timeout_s)
         except ValidationError as exc:
             return f"GET {url}: not a daemon report ({exc.error_count()} schema errors)"
         except (OSError, ValueError) as exc:  # refused, timed out, HTTP error status, bad JSON
             return f"GET {url}: {exc}"
+        finally:
+            with self._lock:
+                self._inflight -= 1

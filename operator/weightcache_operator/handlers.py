@@ -153,6 +153,14 @@ def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
 
 
+@kopf.index("", "v1", "nodes")
+def node_index(body: kopf.Body, **_: Any) -> None:
+    """Feeds the reconciler's node index (node_index.py) from the node watch. Being a kopf index,
+    it is filled from the initial node listing before kopf runs any handler, so no pass sees a
+    partial fleet. Returns nothing: kopf's own index stays empty, the reconciler's is read."""
+    reconciler().nodes.put(dict(body))
+
+
 _node_state: dict[str, tuple[bool, bool]] = {}
 """Node name → (Ready, cordoned) as last seen."""
 
@@ -165,6 +173,7 @@ def on_node(name: str, status: kopf.Status, spec: kopf.Spec, type: str | None, *
     hand over before the drain can evict them."""
     arrived = reconciler().clock()
     if type == "DELETED":
+        reconciler().nodes.remove(name)
         _node_state.pop(name, None)
         state = (False, False)
     else:

@@ -13,6 +13,8 @@
 - ``weightcache_operator_failover_detection_seconds{namespace,cache,signal}``: the operator's
   first sight of the failure → the start of the pass that acted, on its own clock
   (histogram; ``lastFailover.detectionMs``, which says what first sight is).
+- ``weightcache_operator_daemon_status_reads_total``: ``GET /status`` requests sent to daemon
+  pods (daemon_status.py; a pod is read again only when it changed or its report was not settled).
 
 The writer is ``weightcache_contract.prometheus`` (standard library only), so no new dependency.
 """
@@ -59,6 +61,7 @@ class OperatorMetrics:
             "histogram",
             "operator's first sight of the failure to the start of the pass that acted",
         )
+        m.describe("weightcache_operator_daemon_status_reads_total", "counter", "GET /status requests sent to daemons")
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -84,6 +87,9 @@ class OperatorMetrics:
                 cache=cache,
                 signal=signal,
             )
+
+    def daemon_status_reads(self, reads: int) -> None:
+        self.registry.inc("weightcache_operator_daemon_status_reads_total", reads)
 
     def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
         """The status just written for a cache; None once the cache is gone."""

@@ -23,6 +23,7 @@ from typing import cast
 from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
 from .daemonsets import apply_daemons
+from .engine_nodes import EngineNodes
 from .engine_plan import desired, plan_engines
 from .executor import execute
 from .finalizer import StillTerminating, finalize
@@ -30,11 +31,11 @@ from .gate_sync import sync_gates
 from .handover import HandOver
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
+from .node_index import NodeIndex
 from .objects import PodView
 from .podsecurity import REASON as POD_SECURITY_REASON
 from .podsecurity import pod_security_problem
 from .render.gpu_holder import uses_gpu_holder
-from .render.layout import CACHE_LABEL, COMPONENT_LABEL
 from .report import Reporter, strategy_decision, with_failover
 from .responsiveness import ResponsivenessWatch, probe_url
 from .runner import PassRunner
@@ -57,14 +58,19 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         daemon_status: DaemonStatusReader | None = None,
         metrics: OperatorMetrics | None = None,
+        nodes: NodeIndex | None = None,
     ) -> None:
         self.api = api
+        self.nodes = nodes or NodeIndex()
+        """The nodes passes read: handlers.py feeds it from the node watch."""
+        self.engine_nodes = EngineNodes()
+        """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
-        self.daemon_status = daemon_status or DaemonStatusReader()
         self.metrics = metrics or OperatorMetrics()
         self.sightings = Sightings()
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
+        self.daemon_status = daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
         self.reporter = Reporter(api, clock, self.metrics, self.sightings)
         self._runner = PassRunner()
         self._guard = threading.Lock()
@@ -179,17 +185,9 @@ class Reconciler:
             )
 
     def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
-        """(namespace, name) of every cache with an engine pod bound to ``node``; only in
-        ``namespaces`` when given (a namespaced install may not list pods cluster-wide)."""
-        paths = [f"/api/v1/namespaces/{ns}/pods" for ns in namespaces or []] or ["/api/v1/pods"]
-        found = [
-            pod
-            for path in paths
-            for pod in self.api.get(
-                path, labelSelector=f"{COMPONENT_LABEL}=engine,{CACHE_LABEL}", fieldSelector=f"spec.nodeName={node}"
-            )["items"]
-        ]
-        return sorted({(p["metadata"]["namespace"], p["metadata"]["labels"][CACHE_LABEL]) for p in found})
+        """(namespace, name) of every cache with an engine pod bound to ``node`` as its latest pass
+        saw them (engine_nodes.py; no API request); only in ``namespaces`` when given."""
+        return [key for key in self.engine_nodes.caches_on(node) if not namespaces or key[0] in namespaces]
 
     def _woken(self, key: Hashable) -> None:
         """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
@@ -214,7 +212,7 @@ class Reconciler:
     def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
         key = (namespace, name)
         started = self.clock()
-        snapshot = observe(self.api, namespace, name)
+        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes)
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)
             return None  # gone, or the finalizer owns it now: never recreate what it deletes
@@ -300,6 +298,7 @@ class Reconciler:
 
     def _forget(self, key: tuple[str, str]) -> None:
         self.daemon_status.forget(key)
+        self.engine_nodes.forget(key)
         self.alarms.cancel(key)
         self.responsiveness.forget(key)
         self.sightings.forget(key)

@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .engine_nodes import EngineNodes
 from .failover import unready_nodes
 from .kubeapi import ApiError, KubeApi
+from .node_index import NodeIndex
 from .objects import Object, PodView, spec_hash, stamp
 from .render.budget import budget_name
 from .render.gpu_holder import HOLDER_COMPONENT
@@ -32,6 +34,7 @@ class Snapshot:
     """The parsed spec; None (with ``problems``) when it does not validate."""
     problems: list[str] = field(default_factory=list)
     nodes: list[Object] = field(default_factory=list)
+    """Every node, as the operator's node watch last saw it (node_index.py: slim copies)."""
     daemonsets: list[Object] = field(default_factory=list)
     """The cache's DaemonSets: its daemons' and its GPU holder's."""
     daemon_pods: list[Object] = field(default_factory=list)
@@ -126,8 +129,13 @@ class Snapshot:
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != name]
 
 
-def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
-    """The cache and everything of it the pass decides on; None when the cache is gone."""
+def observe(
+    api: KubeApi, namespace: str, name: str, nodes: NodeIndex, engines: EngineNodes | None = None
+) -> Snapshot | None:
+    """The cache and everything of it the pass decides on; None when the cache is gone. Reads
+    the cache, its pods and DaemonSets and its Service from the API; the nodes from ``nodes``,
+    after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
+    in that order)."""
     try:
         body = api.get(cache_path(namespace, name))
     except ApiError as error:
@@ -141,14 +149,17 @@ def observe(api: KubeApi, namespace: str, name: str) -> Snapshot | None:
     ref = CacheRef.of(cache)
     snapshot.namespace_labels = _namespace_labels(api, namespace)
     pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
-    snapshot.nodes = api.list("/api/v1/nodes")
+    engine_pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "engine"]
+    if engines is not None:
+        engines.record((namespace, name), engine_pods)
+    snapshot.nodes = nodes.nodes()
     snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
 
     def component(pod: Object) -> str | None:
         return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
 
     snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
-    snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
+    snapshot.engine_pods = engine_pods
     snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
     snapshot.service = _get_if_exists(
         api, f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}"

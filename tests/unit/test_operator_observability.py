@@ -10,6 +10,7 @@ import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -312,3 +313,31 @@ def test_the_operator_imports_no_torch() -> None:
     code = "import sys, weightcache_operator.handlers; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_reads_of_many_daemons_run_in_parallel_but_never_more_at_once_than_the_bound() -> None:
+    """Hundreds of daemons, many passes at once: a fixed number of threads, whatever the fleet."""
+    gate = threading.Barrier(4, timeout=5)
+    answered = report(rank(0))
+
+    def fetch(url: str, timeout_s: float) -> DaemonReport:
+        gate.wait()  # every read waits until 4 are in flight: they must run side by side
+        return answered
+
+    counted: list[int] = []
+    reader = DaemonStatusReader(fetch=fetch, max_concurrent=4, counted=counted.append)
+    pods = [
+        {
+            "metadata": {"name": f"d{i}", "uid": f"u{i}", "resourceVersion": "1"},
+            "status": {"podIP": f"198.18.0.{i}"},
+        }
+        for i in range(40)
+    ]
+    passes = [threading.Thread(target=reader.read, args=((f"ns{k}", "c"), pods[k::4])) for k in range(4)]
+    for thread in passes:
+        thread.start()
+    for thread in passes:
+        thread.join(timeout=30)
+    assert reader.most_concurrent == 4 and sum(counted) == 40
+    assert reader.read(("ns0", "c"), pods[0::4]) == {p["metadata"]["name"]: answered for p in pods[0::4]}
+    assert sum(counted) == 40, "settled reports are not read again"
