@@ -80,11 +80,12 @@ def plan_engines(
     apply_service: bool,
     unresponsive: Mapping[str, datetime] | None = None,
     new_group: Callable[[], str] = lambda: secrets.token_hex(3),
+    settling: bool = False,
 ) -> EnginePlan:
     """The pass's actions for the engines and the Service. ``apply_service``: apply the Service
     even when its generation does not change (spec changes, resync); ``unresponsive``: engines
     the operator's own probes found silent (responsiveness.py); ``new_group``: a new engine
-    group's id."""
+    group's id; ``settling``: the Service switched generation moments ago (rollout.Plan.switching)."""
     current_sets = snapshot.daemonsets_of(want.daemon_hash)
     # A blue/green change's old side: DaemonSets of another generation next to the current one.
     old_sets = {
@@ -106,6 +107,7 @@ def plan_engines(
         desired_nodes,
         old_sets,
         size=size,
+        settling=settling,
     )
     # The rollout names engine units by their head pod; their actions apply to every pod of them.
     members = {u.name: [PodView(p).name for p in u.pods] for u in units(engines, size)}

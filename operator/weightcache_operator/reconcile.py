@@ -38,6 +38,7 @@ from .podsecurity import pod_security_problem
 from .render.gpu_holder import uses_gpu_holder
 from .report import Reporter, strategy_decision, with_failover
 from .responsiveness import ResponsivenessWatch, probe_url
+from .rollout import SWITCH_SETTLE_SECONDS
 from .runner import PassRunner
 from .sightings import Sightings
 from .snapshot import Snapshot, observe
@@ -67,6 +68,9 @@ class Reconciler:
         """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
         self.metrics = metrics or OperatorMetrics()
+        self._switch_settles: dict[tuple[str, str], datetime] = {}
+        """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
+        forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
         self.sightings = Sightings()
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
@@ -248,9 +252,22 @@ class Reconciler:
         self._gates(key, snapshot, grace)
         self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
-        plan = plan_engines(cache, snapshot, want, self.clock(), apply_service=apply, unresponsive=unresponsive)
+        now = self.clock()
+        settles = self._switch_settles.get(key)
+        plan = plan_engines(
+            cache,
+            snapshot,
+            want,
+            now,
+            apply_service=apply,
+            unresponsive=unresponsive,
+            settling=settles is not None and now < settles,
+        )
+        serving_before = snapshot.serving
         failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed)
-        self._gates(key, snapshot, grace)
+        if serving_before is not None and snapshot.serving != serving_before:
+            settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
+        self._gates(key, snapshot, grace, also=settles if plan.rollout.switching else None)
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
@@ -275,10 +292,12 @@ class Reconciler:
         self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
         return str(status["phase"])
 
-    def _gates(self, key: tuple[str, str], snapshot: Snapshot, grace: timedelta) -> None:
-        """Syncs the readiness gates and asks for one pass when the first kept gate's grace ends."""
+    def _gates(self, key: tuple[str, str], snapshot: Snapshot, grace: timedelta, also: datetime | None = None) -> None:
+        """Syncs the readiness gates and asks for one pass when the first kept gate's grace ends,
+        or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
         now = self.clock()
-        self.alarms.set(key, sync_gates(self.api, snapshot, now, grace), now)
+        wakes = [w for w in (sync_gates(self.api, snapshot, now, grace), also) if w is not None]
+        self.alarms.set(key, min(wakes) if wakes else None, now)
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:
         """Points the operator's own probes at the cache's Ready engines (none unless
@@ -297,6 +316,7 @@ class Reconciler:
         return self.responsiveness.unresponsive(key)
 
     def _forget(self, key: tuple[str, str]) -> None:
+        self._switch_settles.pop(key, None)
         self.daemon_status.forget(key)
         self.engine_nodes.forget(key)
         self.alarms.cancel(key)

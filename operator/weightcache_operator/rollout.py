@@ -128,6 +128,12 @@ class Plan:
     point the Service at ``serve_hash``, then ``retire``, ``create``, ``replace_daemon``."""
 
     serve_hash: str
+    switching: bool = False
+    """The Service moves to ``serve_hash`` in this pass, or moved less than
+    ``SWITCH_SETTLE_SECONDS`` ago: the old generation's engines are not retired yet. The
+    EndpointSlice controller and every proxy learn of the switch only after the patch, and an
+    engine deleted now closes its listener at once, refusing the requests still routed to it
+    meanwhile (seen in the group blue/green e2e)."""
     promote: list[str] = field(default_factory=list)
     """Units (their head pods) to relabel active."""
     retire: list[str] = field(default_factory=list)
@@ -160,13 +166,15 @@ def plan(
     old_daemonsets: dict[str, str | None] | None = None,
     *,
     size: int = 1,
+    settling: bool = False,
 ) -> Plan:
     """Decides the next actions and reports the rollout. ``serving``: the generation the live
     Service selects (None when there is no Service yet or it selects none); ``previous``: the
     last ``status.rollout``; ``desired_nodes``: how many daemon pods the DaemonSet of the wanted
     generation should run; ``old_daemonsets``: name → generation of DaemonSets kept for another
     generation next to it (a blue/green change's old side); ``size``: pods per engine
-    (``parallelism.nodes``).
+    (``parallelism.nodes``); ``settling``: the Service switched generation less than
+    ``SWITCH_SETTLE_SECONDS`` ago.
 
     Engines are units (engine_units.py), each seen as one ``EngineView``: every decision (surge,
     promote, drain, which generation the Service selects, which replicas are whole, the stall) is
@@ -174,6 +182,7 @@ def plan(
     single-pod engines: slot DaemonSets roll their own pods."""
     pods = engine_views(want, engines, size)
     result = Plan(serve_hash=serve_hash(want, pods, serving))
+    result.switching = settling or (serving is not None and serving != result.serve_hash)
     result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     nodes = [DaemonView.of(p) for p in daemons]
     _plan_steps(want, pods, nodes, result, now, desired_nodes, old_daemonsets or {}, size)
@@ -242,6 +251,11 @@ def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | No
         result.mode = (previous or {}).get("mode")
     elif was == "Complete":
         result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
+
+
+SWITCH_SETTLE_SECONDS = 1.0
+"""How long after switching the Service the old generation's engines stay, serving what still
+reaches them (Plan.switching); the operator asks for a pass when it is over."""
 
 
 def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> str:
@@ -336,7 +350,8 @@ def _plan_generation(
     (old daemon pods of the DaemonSet updated in place): drain a node → replace its daemon.
     Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left."""
     new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.daemon_hash == want.daemon_hash)
-    switched = result.serve_hash == want.daemon_hash
+    # Retire only once the Service selected the new generation before this pass (result.switching).
+    switched = result.serve_hash == want.daemon_hash and not result.switching
     for replica in range(want.replicas):
         live = [p for p in pods if p.replica == replica and not p.deleting]
         new = sorted(
@@ -387,6 +402,9 @@ def _plan_generation(
     if settling:
         result.step = "waiting for the replaced daemon to load"
         return
+    if result.switching:
+        result.step = "switching the Service to the new generation; the old engines drain next"
+        return  # what still serves the old generation drains once the switch has settled
     # The node whose drain costs the least serving capacity first.
     serving = result.serve_hash
 

@@ -242,8 +242,11 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     assert result.held == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
     promoted = engine("n0", 0, "active", generation="g2", node="node-2")
     result = plan(GEN, [active, promoted], loaded, "g1", NOW, None, 2)
-    assert result.serve_hash == "g2" and result.promote == [] and result.retire == ["a0"]
-    assert result.held == set()
+    # The switch: a0 keeps serving what still reaches it until the next pass.
+    assert result.serve_hash == "g2" and result.switching and result.promote == [] and result.retire == []
+    assert result.held == {"n0"}
+    result = plan(GEN, [active, promoted], loaded, "g2", NOW, None, 2)
+    assert not result.switching and result.retire == ["a0"] and result.held == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
     result = plan(GEN, after, loaded, "g2", NOW, None, 2)
@@ -363,8 +366,12 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
     assert promote.serve_hash == "g1" and promote.promote == ["n0"] and promote.retire == []
     promoted = engine("n0", 0, "active", generation="g2", node="node-1")
     switch = plan(GEN, [*old_engines, promoted], loaded, "g1", NOW, None, 2, old_sets)
-    assert switch.serve_hash == "g2" and switch.promote == [] and sorted(switch.retire) == ["a0", "s0"]
-    assert switch.retire_daemonsets == [], "the old engines still map the old arenas"
+    assert switch.serve_hash == "g2" and switch.switching and switch.promote == [] and switch.retire == []
+    settling = plan(GEN, [*old_engines, promoted], loaded, "g2", NOW, None, 2, old_sets, settling=True)
+    assert settling.switching and settling.retire == [], "the switch has not reached every proxy yet"
+    retire = plan(GEN, [*old_engines, promoted], loaded, "g2", NOW, None, 2, old_sets)
+    assert not retire.switching and sorted(retire.retire) == ["a0", "s0"]
+    assert retire.retire_daemonsets == [], "the old engines still map the old arenas"
     draining = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "x"}} for p in old_engines]
     waiting = plan(GEN, [*draining, promoted], loaded, "g2", NOW, None, 2, old_sets)
     assert waiting.retire_daemonsets == [] and "draining 2 engines" in waiting.step
