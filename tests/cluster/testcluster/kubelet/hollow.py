@@ -7,9 +7,12 @@ process: a pod gets an IP and a status (Running, container statuses, Ready once 
 gates pass), a deleted pod is removed at once. The status endpoints of hollow daemon pods are
 answered by one thread (hollowdaemons.py) with what the test sets per node.
 
-Cheap by construction: one thread renews every Lease (spread over the period), one thread
-watches pods, a few write pod statuses (bursts coalesced per pod), one serves every hollow
-daemon endpoint; nothing per node or per pod. Node status is posted at registration, on a
+Cheap by construction: one thread schedules every Lease renewal (spread over the period) and a
+few send them, one thread watches pods, a few write pod statuses (bursts coalesced per pod), one
+serves every hollow daemon endpoint; nothing per node or per pod. A pod's status is written when
+what the API server holds differs from what its hollow kubelet says, as the kubelet's status
+manager does: the node lifecycle controller's "not ready" on a node that missed its Lease is put
+right once the node is back. Node status is posted at registration, on a
 change the test makes (``set_node_ready``) and every 5 minutes (the kubelet's
 nodeStatusReportFrequency), never per heartbeat.
 
@@ -37,6 +40,9 @@ log = logging.getLogger(__name__)
 LEASE_PERIOD_S = 10.0
 STATUS_REPORT_PERIOD_S = 300.0
 STATUS_WRITERS = 4
+LEASE_WRITERS = 8
+"""Renewals in flight at once: one after another, 500 nodes leave each renewal 20 ms, and an API
+server that answers slower would let Leases lapse (each real node renews its own)."""
 
 
 class _Addresses:
@@ -98,6 +104,8 @@ class HollowFleet:
         self._wake = threading.Condition()
         self.daemons = HollowDaemonServer(self.daemon_state)
         self._threads: list[threading.Thread] = []
+        self._lease_pool = ThreadPoolExecutor(max_workers=LEASE_WRITERS, thread_name_prefix="hollow-lease")
+        self._renewing: set[str] = set()
         self.writes = 0
         """Requests this fleet sent (leases, node and pod status, deletions)."""
 
@@ -121,6 +129,7 @@ class HollowFleet:
             self._wake.notify_all()
         for thread in self._threads:
             thread.join(timeout=5)
+        self._lease_pool.shutdown(wait=False, cancel_futures=True)
         self.daemons.stop()
         self._addresses.close()
 
@@ -196,7 +205,9 @@ class HollowFleet:
         self._renew(name)
 
     def _beat(self) -> None:
-        """Renews every leasing node once per period, one at a time, spread evenly over it."""
+        """Renews every leasing node once per period, spread evenly over it; a node whose last
+        renewal is still in flight is not asked again (a slow API server costs renewals, not a
+        growing queue)."""
         while not self._stop.is_set():
             names = sorted(self.specs)
             gap = self.lease_period / max(1, len(names))
@@ -205,16 +216,22 @@ class HollowFleet:
                 if self._stop.wait(max(0.0, started + i * gap - time.monotonic())):
                     return
                 with self._lock:
-                    leasing = self._leasing[name]
-                if not leasing:
-                    continue
-                try:
-                    self._renew(name)
-                    if time.monotonic() - self._posted.get(name, 0.0) >= STATUS_REPORT_PERIOD_S:
-                        self._post_status(name)
-                except Exception:  # noqa: BLE001 - a missed renewal is what the controller is for
-                    log.exception("lease of hollow node %s", name)
+                    if not self._leasing[name] or name in self._renewing:
+                        continue
+                    self._renewing.add(name)
+                self._lease_pool.submit(self._heartbeat, name)
             self._stop.wait(max(0.0, started + self.lease_period - time.monotonic()))
+
+    def _heartbeat(self, name: str) -> None:
+        try:
+            self._renew(name)
+            if time.monotonic() - self._posted.get(name, 0.0) >= STATUS_REPORT_PERIOD_S:
+                self._post_status(name)
+        except Exception:  # noqa: BLE001 - a missed renewal is what the controller is for
+            log.exception("lease of hollow node %s", name)
+        finally:
+            with self._lock:
+                self._renewing.discard(name)
 
     def _renew(self, name: str) -> None:
         path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}"
@@ -344,9 +361,9 @@ class HollowFleet:
                 status = self._status(record) if record is not None else None
                 if record is None or status is None:
                     continue
-                key = (status["phase"], tuple((c["type"], c["status"]) for c in status["conditions"]))
-                if record.written == key:
-                    continue  # the echo of our own patch, or an event that changes nothing here
+                key = _status_key(status)
+                if record.written == key and _status_key(record.pod.get("status") or {}, key) == key:
+                    continue  # the API already says so: the echo of our patch, or an event that changes nothing here
                 record.written = key
             try:
                 self.writes += 1
@@ -417,3 +434,12 @@ class HollowFleet:
                 running(c) if c.get("restartPolicy") == "Always" else completed(c) for c in init
             ]
         return status
+
+
+def _status_key(status: Object, like: tuple[Any, ...] | None = None) -> tuple[Any, ...]:
+    """What a hollow kubelet decides of a pod status: its phase and the status of each condition
+    it sets (those of ``like``'s when given; other writers' conditions, the readiness gates, are
+    not its own)."""
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    kinds = [kind for kind, _ in like[1]] if like is not None else list(conditions)
+    return (status.get("phase"), tuple((kind, conditions.get(kind)) for kind in kinds))
