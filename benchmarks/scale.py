@@ -50,6 +50,7 @@ from testcluster.kubelet.hollowdaemons import HollowDaemonState
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
+from weightcache_operator.metrics import PASS_STEPS
 
 POOL_LABEL = "weightcache.io/hollow-pool"
 CACHES = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches"
@@ -98,11 +99,22 @@ class Sample:
     def passes(self) -> float:
         return sum(v for _l, v in scrape(self.operator, "weightcache_operator_reconcile_total"))
 
-    def buckets(self) -> dict[float, float]:
+    def buckets(self, histogram: str = "weightcache_operator_reconcile_seconds", **only: str) -> dict[float, float]:
+        """The histogram's bucket counts summed over its series (those whose labels include
+        ``only``)."""
         sums: Counter[float] = Counter()
-        for labels, value in scrape(self.operator, "weightcache_operator_reconcile_seconds_bucket"):
-            sums[float("inf") if labels["le"] == "+Inf" else float(labels["le"])] += value
+        for labels, value in scrape(self.operator, histogram + "_bucket"):
+            if all(labels.get(k) == v for k, v in only.items()):
+                sums[float("inf") if labels["le"] == "+Inf" else float(labels["le"])] += value
         return dict(sums)
+
+    def total(self, histogram: str, **only: str) -> float:
+        """The histogram's ``_sum`` over its series whose labels include ``only``."""
+        return sum(
+            v
+            for labels, v in scrape(self.operator, histogram + "_sum")
+            if all(labels.get(k) == x for k, x in only.items())
+        )
 
     def reads(self) -> float:
         return sum(v for _l, v in scrape(self.operator, "weightcache_operator_daemon_status_reads_total"))
@@ -114,8 +126,10 @@ class Sample:
         return counts
 
 
-def quantile(before: Sample, after: Sample, q: float) -> str:
-    a, b = after.buckets(), before.buckets()
+def quantile(
+    before: Sample, after: Sample, q: float, histogram: str = "weightcache_operator_reconcile_seconds", **only: str
+) -> str:
+    a, b = after.buckets(histogram, **only), before.buckets(histogram, **only)
     delta = {bound: a.get(bound, 0) - b.get(bound, 0) for bound in sorted(a)}
     total = delta.get(float("inf"), 0)
     if not total:
@@ -134,6 +148,30 @@ def window(label: str, before: Sample, after: Sample, rows: list[tuple[str, str]
         (f"{label}: passes", f"{passes:.0f} ({passes / seconds:.1f}/s)"),
         (f"{label}: pass p50 / p99", f"{quantile(before, after, 0.5)} / {quantile(before, after, 0.99)}"),
         (f"{label}: daemon status reads per pass", f"{(after.reads() - before.reads()) / max(passes, 1):.2f}"),
+    ]
+    # Where the passes' time went: each step (the operator's pass_step histogram), then the API
+    # server's latency as the operator waited for it, by verb.
+    for histogram, key, values in (
+        ("weightcache_operator_pass_step_seconds", "step", PASS_STEPS),
+        ("weightcache_operator_api_request_seconds", "verb", ("GET", "LIST", "APPLY", "PATCH", "POST", "DELETE")),
+    ):
+        for value in values:
+            only = {key: value}
+            count = after.buckets(histogram, **only).get(float("inf"), 0) - before.buckets(histogram, **only).get(
+                float("inf"), 0
+            )
+            if not count:
+                continue
+            spent = after.total(histogram, **only) - before.total(histogram, **only)
+            rows.append(
+                (
+                    f"{label}: {key} {value}",
+                    f"{count:.0f}×, mean {1000 * spent / count:.0f} ms, p50 / p99 "
+                    f"{quantile(before, after, 0.5, histogram, **only)} / "
+                    f"{quantile(before, after, 0.99, histogram, **only)}",
+                )
+            )
+    rows += [
         (f"{label}: operator CPU", f"{100 * (after.cpu_s - before.cpu_s) / seconds:.0f} % of one core"),
         (f"{label}: operator RSS (peak so far)", f"{after.rss_mib:.0f} MiB ({after.hwm_mib:.0f} MiB)"),
     ]

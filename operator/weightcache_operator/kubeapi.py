@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 import kubernetes
@@ -49,7 +50,11 @@ class KubeApi:
         if not configuration.verify_ssl:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
-        self._pool = urllib3.PoolManager(ssl_context=context, maxsize=8, retries=False)
+        # Enough connections for kopf's handler threads and a pass's concurrent reads
+        # (snapshot.READ_THREADS) to keep theirs instead of opening one per request.
+        self._pool = urllib3.PoolManager(ssl_context=context, maxsize=32, retries=False)
+        self.timed: Callable[[str, float], None] | None = None
+        """Told each request's verb and how long the answer took (the operator's metrics)."""
 
     @classmethod
     def load(cls) -> KubeApi:
@@ -69,7 +74,9 @@ class KubeApi:
         *,
         params: Mapping[str, Any] | None = None,
         content_type: str = "application/json",
+        verb: str | None = None,
     ) -> Object:
+        """``verb`` names the request for ``timed`` when the method alone does not (LIST, APPLY)."""
         headers = {"Accept": "application/json", "Content-Type": content_type}
         token = self._config.get_api_key_with_prefix("authorization") or self._config.get_api_key_with_prefix(
             "BearerToken"
@@ -80,7 +87,12 @@ class KubeApi:
         if params:
             url += "?" + urllib.parse.urlencode({k: v for k, v in params.items() if v is not None})
         data = None if body is None else json.dumps(body).encode()
-        response = self._pool.request(method, url, body=data, headers=headers, timeout=30.0)
+        started = time.perf_counter()
+        try:
+            response = self._pool.request(method, url, body=data, headers=headers, timeout=30.0)
+        finally:
+            if self.timed is not None:
+                self.timed(verb or method, time.perf_counter() - started)
         payload: Any = json.loads(response.data) if response.data else {}
         if response.status >= 400:
             raise ApiError(response.status, payload)
@@ -90,7 +102,9 @@ class KubeApi:
         return self.request("GET", path, params=params)
 
     def list(self, path: str, label_selector: str | None = None) -> list[Object]:
-        return cast(list[Object], self.request("GET", path, params={"labelSelector": label_selector})["items"])
+        return cast(
+            list[Object], self.request("GET", path, params={"labelSelector": label_selector}, verb="LIST")["items"]
+        )
 
     def create(self, path: str, body: Object) -> Object:
         return self.request("POST", path, body)
@@ -113,5 +127,10 @@ class KubeApi:
     def apply(self, path: str, body: Object) -> Object:
         """Server-side apply as the operator's field manager (forced: the operator owns these)."""
         return self.request(
-            "PATCH", path, body, params={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type=APPLY
+            "PATCH",
+            path,
+            body,
+            params={"fieldManager": FIELD_MANAGER, "force": "true"},
+            content_type=APPLY,
+            verb="APPLY",
         )

@@ -15,6 +15,12 @@
   (histogram; ``lastFailover.detectionMs``, which says what first sight is).
 - ``weightcache_operator_daemon_status_reads_total``: ``GET /status`` requests sent to daemon
   pods (daemon_status.py; a pod is read again only when it changed or its report was not settled).
+- ``weightcache_operator_pass_step_seconds{step}``: where a pass's time goes, one observation per
+  step a pass ran (``PASS_STEPS``; a pass that stops early observes fewer): a slow pass says here
+  whether it waited on its reads, its writes or the daemons.
+- ``weightcache_operator_api_request_seconds{verb}``: every request the operator sent to the API
+  server, as long as it waited for the answer (``GET``, ``LIST``, ``POST``, ``PATCH``, ``APPLY``,
+  ``DELETE``): the API server's latency as the operator sees it.
 
 The writer is ``weightcache_contract.prometheus`` (standard library only), so no new dependency.
 """
@@ -23,6 +29,8 @@ from __future__ import annotations
 
 import os
 import threading
+import time
+from collections.abc import Callable
 from typing import Any, get_args
 
 from weightcache_contract.prometheus import Metrics
@@ -33,6 +41,10 @@ from .spec import Phase
 METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
 DEFAULT_METRICS_ADDR = "0.0.0.0:9090"
 PHASES: tuple[str, ...] = get_args(Phase)
+PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "daemon-status", "status")
+"""A pass's steps in their order (reconcile.py): the reads, the DaemonSet applies, the readiness
+gates (both syncs), planning, the planned actions, the daemons' ``/status`` reads, the status
+patch and Events."""
 
 
 class OperatorMetrics:
@@ -62,6 +74,12 @@ class OperatorMetrics:
             "operator's first sight of the failure to the start of the pass that acted",
         )
         m.describe("weightcache_operator_daemon_status_reads_total", "counter", "GET /status requests sent to daemons")
+        m.describe("weightcache_operator_pass_step_seconds", "histogram", "time passes spent in each step")
+        m.describe(
+            "weightcache_operator_api_request_seconds",
+            "histogram",
+            "API server requests sent by the operator, by verb, until their answer",
+        )
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -71,6 +89,22 @@ class OperatorMetrics:
         self.registry.observe(
             "weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache, outcome=outcome
         )
+
+    def stopwatch(self, clock: Callable[[], float] = time.perf_counter) -> Callable[[str], None]:
+        """``lap(step)`` observes the time since the previous lap (or since the stopwatch was made)
+        as ``step``'s: a pass calls it at the end of each of its steps."""
+        last = clock()
+
+        def lap(step: str) -> None:
+            nonlocal last
+            now = clock()
+            self.registry.observe("weightcache_operator_pass_step_seconds", now - last, step=step)
+            last = now
+
+        return lap
+
+    def api_request(self, verb: str, seconds: float) -> None:
+        self.registry.observe("weightcache_operator_api_request_seconds", seconds, verb=verb)
 
     def failover(
         self, namespace: str, cache: str, signal: str, detection_ms: float | None, promotion_ms: float

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import cast
 
@@ -41,7 +42,7 @@ from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import SWITCH_SETTLE_SECONDS
 from .runner import PassRunner
 from .sightings import Sightings
-from .snapshot import Snapshot, observe
+from .snapshot import READ_THREADS, Snapshot, observe
 from .spec import WeightCache
 from .status import Observed, aggregate, invalid_status
 
@@ -68,6 +69,9 @@ class Reconciler:
         """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
         self.metrics = metrics or OperatorMetrics()
+        api.timed = self.metrics.api_request
+        self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="api-read")
+        """Where a pass's reads run at once (snapshot.observe); shared by all caches' passes."""
         self._switch_settles: dict[tuple[str, str], datetime] = {}
         """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
         forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
@@ -216,7 +220,9 @@ class Reconciler:
     def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
         key = (namespace, name)
         started = self.clock()
-        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes)
+        lap = self.metrics.stopwatch()
+        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes, self._reads)
+        lap("observe")
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)
             return None  # gone, or the finalizer owns it now: never recreate what it deletes
@@ -229,7 +235,7 @@ class Reconciler:
                 self.clock(),
                 snapshot.previous_conditions,
             )
-            return self._report(snapshot, status)
+            return self._report(snapshot, status, lap)
         refusal = pod_security_problem(snapshot.namespace, snapshot.namespace_labels, cache.spec.daemon.backend)
         if refusal is not None:
             # Pods already running stay (admission judges new pods only); none are added or replaced.
@@ -240,16 +246,18 @@ class Reconciler:
                 snapshot.previous_conditions,
                 reason=POD_SECURITY_REASON,
             )
-            return self._report(snapshot, status)
+            return self._report(snapshot, status, lap)
 
         if apply:
             apply_daemons(self.api, cache, snapshot, self.daemon_status)
+            lap("daemonsets")
         noticed = self.clock()
         unresponsive = self._watch_responsiveness(cache, snapshot)
         grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
         self._gates(key, snapshot, grace)
+        lap("gates")
         self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
         now = self.clock()
@@ -263,14 +271,18 @@ class Reconciler:
             unresponsive=unresponsive,
             settling=settles is not None and now < settles,
         )
+        lap("plan")
         serving_before = snapshot.serving
         failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed)
+        lap("execute")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
         self._gates(key, snapshot, grace, also=settles if plan.rollout.switching else None)
+        lap("gates")
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
+        lap("daemon-status")
         observed = Observed(
             snapshot.daemon_pods,
             snapshot.engine_pods,
@@ -285,11 +297,12 @@ class Reconciler:
         )
         if failover is not None:
             with_failover(status, failover)
-        return self._report(snapshot, status)
+        return self._report(snapshot, status, lap)
 
-    def _report(self, snapshot: Snapshot, status: dict[str, object]) -> str:
+    def _report(self, snapshot: Snapshot, status: dict[str, object], lap: Callable[[str], None]) -> str:
         self.reporter.write_status(snapshot.body, status)
         self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
+        lap("status")
         return str(status["phase"])
 
     def _gates(self, key: tuple[str, str], snapshot: Snapshot, grace: timedelta, also: datetime | None = None) -> None:

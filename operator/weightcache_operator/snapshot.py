@@ -7,8 +7,11 @@ answers, so later steps of the same pass see their effect without listing again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from concurrent.futures import Executor, wait
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from .engine_nodes import EngineNodes
 from .failover import unready_nodes
@@ -20,6 +23,10 @@ from .render.gpu_holder import HOLDER_COMPONENT
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
 from .spec import GROUP, PLURAL, VERSION, WeightCache
 from .validation import parse
+
+READ_THREADS = 16
+"""Threads for passes' reads, shared by every cache (reconcile.py): five per pass at most, so a
+few passes read at once and a burst of passes queues instead of opening a connection each."""
 
 
 def cache_path(namespace: str, name: str) -> str:
@@ -130,12 +137,17 @@ class Snapshot:
 
 
 def observe(
-    api: KubeApi, namespace: str, name: str, nodes: NodeIndex, engines: EngineNodes | None = None
+    api: KubeApi,
+    namespace: str,
+    name: str,
+    nodes: NodeIndex,
+    engines: EngineNodes | None = None,
+    reads: Executor | None = None,
 ) -> Snapshot | None:
     """The cache and everything of it the pass decides on; None when the cache is gone. Reads
-    the cache, its pods and DaemonSets and its Service from the API; the nodes from ``nodes``,
-    after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
-    in that order)."""
+    the cache, then its namespace's labels, its pods, DaemonSets, Service and disruption budget
+    from the API (at once, on ``reads``); the nodes from ``nodes``, after recording in
+    ``engines`` where the cache's engine pods are (engine_nodes.py says why in that order)."""
     try:
         body = api.get(cache_path(namespace, name))
     except ApiError as error:
@@ -147,27 +159,47 @@ def observe(
     if cache is None or problems or body["metadata"].get("deletionTimestamp"):
         return snapshot  # nothing more is read for a spec that is not run
     ref = CacheRef.of(cache)
-    snapshot.namespace_labels = _namespace_labels(api, namespace)
-    pods = api.list(f"/api/v1/namespaces/{namespace}/pods", f"{CACHE_LABEL}={ref.name}")
-    engine_pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(COMPONENT_LABEL) == "engine"]
-    if engines is not None:
-        engines.record((namespace, name), engine_pods)
-    snapshot.nodes = nodes.nodes()
-    snapshot.daemonsets = api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", f"{CACHE_LABEL}={ref.name}")
+    selector = f"{CACHE_LABEL}={ref.name}"
+    # Independent of each other: sent at once, a pass waits for the slowest read instead of
+    # their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale).
+    answers = _all_at_once(
+        reads,
+        namespace_labels=lambda: _namespace_labels(api, namespace),
+        pods=lambda: api.list(f"/api/v1/namespaces/{namespace}/pods", selector),
+        daemonsets=lambda: api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", selector),
+        service=lambda: _get_if_exists(
+            api, f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}"
+        ),
+        budget=lambda: _get_if_exists(
+            api, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(ref)}"
+        ),
+    )
+    pods: list[Object] = answers["pods"]
 
     def component(pod: Object) -> str | None:
         return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
 
+    snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
+    if engines is not None:
+        engines.record((namespace, name), snapshot.engine_pods)
+    snapshot.nodes = nodes.nodes()
+    snapshot.namespace_labels = answers["namespace_labels"]
+    snapshot.daemonsets = answers["daemonsets"]
     snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
-    snapshot.engine_pods = engine_pods
     snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
-    snapshot.service = _get_if_exists(
-        api, f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}"
-    )
-    snapshot.budget = _get_if_exists(
-        api, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(ref)}"
-    )
+    snapshot.service = answers["service"]
+    snapshot.budget = answers["budget"]
     return snapshot
+
+
+def _all_at_once(reads: Executor | None, **calls: Callable[[], Any]) -> dict[str, Any]:
+    """Every call's answer by name, the calls run on ``reads`` together (one after another
+    without it); the first call that raised raises here, once all have ended."""
+    if reads is None:
+        return {key: call() for key, call in calls.items()}
+    futures = {key: reads.submit(call) for key, call in calls.items()}
+    wait(futures.values())
+    return {key: future.result() for key, future in futures.items()}
 
 
 def _get_if_exists(api: KubeApi, path: str) -> Object | None:

@@ -479,6 +479,13 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     )
     assert metric(scraped, "weightcache_operator_reconcile_seconds_count", namespace=namespace, cache="tiny-llama") > 0
     assert metric(scraped, "weightcache_operator_engines", namespace=namespace, cache="tiny-llama", role="active") == 1
+    # Where passes spend their time: every pass observed and reported, and each request it sent
+    # is timed by verb (the cache's pods are listed, its status patched).
+    passes = metric(scraped, "weightcache_operator_reconcile_seconds_count", namespace=namespace, cache="tiny-llama")
+    assert metric(scraped, "weightcache_operator_pass_step_seconds_count", step="observe") >= passes
+    assert metric(scraped, "weightcache_operator_pass_step_seconds_count", step="status") >= 1
+    assert metric(scraped, "weightcache_operator_api_request_seconds_count", verb="LIST") >= passes
+    assert metric(scraped, "weightcache_operator_api_request_seconds_count", verb="PATCH") >= 1
 
     # Freeze rank 0 of the daemon on the standby engine's node: its load is blocked mid-life.
     # (Not the active's node for its own sake: a Ready standby elsewhere would take over and the

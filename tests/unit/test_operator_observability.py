@@ -341,3 +341,22 @@ def test_reads_of_many_daemons_run_in_parallel_but_never_more_at_once_than_the_b
     assert reader.most_concurrent == 4 and sum(counted) == 40
     assert reader.read(("ns0", "c"), pods[0::4]) == {p["metadata"]["name"]: answered for p in pods[0::4]}
     assert sum(counted) == 40, "settled reports are not read again"
+
+
+def test_a_pass_stopwatch_charges_each_step_the_time_since_the_previous_lap() -> None:
+    m = OperatorMetrics()
+    ticks = iter([10.0, 10.2, 13.2, 13.25])
+    lap = m.stopwatch(clock=lambda: next(ticks))
+    lap("observe")  # 0.2 s
+    lap("execute")  # 3 s
+    lap("status")  # 0.05 s
+    got = series(m.render())
+    step = "weightcache_operator_pass_step_seconds"
+    assert got[f'{step}_sum{{step="observe"}}'] == pytest.approx(0.2)
+    assert got[f'{step}_bucket{{step="observe",le="0.25"}}'] == 1
+    assert got[f'{step}_bucket{{step="execute",le="2.5"}}'] == 0
+    assert got[f'{step}_bucket{{step="execute",le="5"}}'] == 1
+    assert got[f'{step}_sum{{step="status"}}'] == pytest.approx(0.05)
+    m.api_request("LIST", 0.3)
+    m.api_request("LIST", 0.01)
+    assert series(m.render())['weightcache_operator_api_request_seconds_count{verb="LIST"}'] == 2
