@@ -46,9 +46,15 @@ def stamped(wanted: Object) -> Object:
     return {**wanted, "metadata": {**meta, "annotations": annotations}}
 
 
+IDENTITY = ("apiVersion", "kind")
+"""Not compared: the request's path names them, and the items of a LIST (how a pass observes
+DaemonSets) leave them out."""
+
+
 def up_to_date(live: Object | None, wanted: Object) -> bool:
     """The live object needs no apply for ``wanted``."""
-    return live is not None and contains(live, stamped(wanted))
+    body = {k: v for k, v in stamped(wanted).items() if k not in IDENTITY}
+    return live is not None and contains(live, body)
 
 
 def apply_if_different(api: KubeApi, path: str, wanted: Object, live: Object | None) -> Object:

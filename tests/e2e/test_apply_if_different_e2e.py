@@ -69,6 +69,10 @@ def test_what_the_operator_renders_is_up_to_date_once_applied_and_read_back(
         assert up_to_date(apply_if_different(api, path, wanted, None), wanted), f"{path}: the apply's answer"
         live = kube.get(path)  # controllers may have written its status since
         assert up_to_date(live, wanted), f"{path}: the API server's answer differs from what was applied"
+        # As a pass observes DaemonSets: an item of a LIST, which carries no apiVersion and kind.
+        collection, _, name = path.rpartition("/")
+        listed = next(item for item in kube.get(collection)["items"] if item["metadata"]["name"] == name)
+        assert "kind" not in listed and up_to_date(listed, wanted), f"{path}: as listed, it differs"
         # The same object returned: no request was sent.
         assert apply_if_different(api, path, wanted, live) is live, f"{path}: an unchanged object was applied again"
 

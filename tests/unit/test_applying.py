@@ -30,6 +30,12 @@ def test_an_applied_object_with_the_servers_defaults_added_is_up_to_date() -> No
     assert up_to_date(as_stored(WANTED), WANTED)
 
 
+def test_an_item_of_a_list_is_up_to_date_though_lists_leave_out_its_api_version_and_kind() -> None:
+    # Passes observe DaemonSets by a LIST: comparing apiVersion and kind applied every one on every resync.
+    listed = {k: v for k, v in as_stored(WANTED).items() if k not in ("apiVersion", "kind")}
+    assert up_to_date(listed, WANTED)
+
+
 def test_nothing_live_is_never_up_to_date() -> None:
     assert not up_to_date(None, WANTED)
 
