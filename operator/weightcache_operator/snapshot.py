@@ -145,35 +145,35 @@ def observe(
     reads: Executor | None = None,
 ) -> Snapshot | None:
     """The cache and everything of it the pass decides on; None when the cache is gone. Reads
-    the cache, then its namespace's labels, its pods, DaemonSets, Service and disruption budget
-    from the API (at once, on ``reads``); the nodes from ``nodes``, after recording in
-    ``engines`` where the cache's engine pods are (engine_nodes.py says why in that order)."""
-    try:
-        body = api.get(cache_path(namespace, name))
-    except ApiError as error:
-        if error.status == 404:
-            return None
-        raise
-    cache, problems = parse(body)
-    snapshot = Snapshot(body, cache, problems)
-    if cache is None or problems or body["metadata"].get("deletionTimestamp"):
-        return snapshot  # nothing more is read for a spec that is not run
-    ref = CacheRef.of(cache)
-    selector = f"{CACHE_LABEL}={ref.name}"
-    # Independent of each other: sent at once, a pass waits for the slowest read instead of
-    # their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale).
+    the cache, its namespace's labels, its pods, DaemonSets and Services (by the cache's label)
+    and its disruption budget from the API, all at once on ``reads``; the nodes from ``nodes``,
+    after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
+    in that order)."""
+    selector = f"{CACHE_LABEL}={name}"
+    # Independent of each other, so sent together: a pass waits for its slowest read instead of
+    # their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale). The
+    # Services are listed by label because the one that serves is named in the spec, which is
+    # one of these answers. A cache that is gone or not run wastes the other reads: rare.
     answers = _all_at_once(
         reads,
+        body=lambda: _get_if_exists(api, cache_path(namespace, name)),
         namespace_labels=lambda: _namespace_labels(api, namespace),
         pods=lambda: api.list(f"/api/v1/namespaces/{namespace}/pods", selector),
         daemonsets=lambda: api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", selector),
-        service=lambda: _get_if_exists(
-            api, f"/api/v1/namespaces/{namespace}/services/{cache.spec.service.name or ref.name}"
-        ),
+        services=lambda: api.list(f"/api/v1/namespaces/{namespace}/services", selector),
         budget=lambda: _get_if_exists(
-            api, f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(ref)}"
+            api,
+            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(CacheRef(name, namespace, ''))}",
         ),
     )
+    body: Object | None = answers["body"]
+    if body is None:
+        return None
+    cache, problems = parse(body)
+    snapshot = Snapshot(body, cache, problems)
+    if cache is None or problems or body["metadata"].get("deletionTimestamp"):
+        return snapshot  # nothing more is used for a spec that is not run
+    serving_name = cache.spec.service.name or name
     pods: list[Object] = answers["pods"]
 
     def component(pod: Object) -> str | None:
@@ -187,7 +187,7 @@ def observe(
     snapshot.daemonsets = answers["daemonsets"]
     snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
     snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
-    snapshot.service = answers["service"]
+    snapshot.service = next((svc for svc in answers["services"] if svc["metadata"]["name"] == serving_name), None)
     snapshot.budget = answers["budget"]
     return snapshot
 
