@@ -25,8 +25,8 @@ from .spec import GROUP, PLURAL, VERSION, WeightCache
 from .validation import parse
 
 READ_THREADS = 16
-"""Threads for passes' reads, shared by every cache (reconcile.py): five per pass at most, so a
-few passes read at once and a burst of passes queues instead of opening a connection each."""
+"""Threads for passes' reads, shared by every cache (reconcile.py): six per pass, so a few passes
+read at once and a burst of passes queues instead of opening a connection each."""
 
 
 def cache_path(namespace: str, name: str) -> str:
