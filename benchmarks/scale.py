@@ -13,6 +13,10 @@ Measured, and printed as tables:
 - passes: count and latency quantiles from the operator's own ``/metrics``
   (``weightcache_operator_reconcile_seconds``; a quantile is the histogram bucket bound it falls
   under), daemon ``GET /status`` reads per pass (``weightcache_operator_daemon_status_reads_total``);
+  the real sample's passes and the hollow caches' apart;
+- where the passes' time went: count, mean and quantiles of each step of a pass
+  (``weightcache_operator_pass_step_seconds``) and of the operator's API requests by verb
+  (``weightcache_operator_api_request_seconds``);
 - the operator process's CPU (utime + stime from /proc) and memory (VmRSS, VmHWM);
 - API requests by verb/resource/scope from the API server's own ``apiserver_request_total``,
   per second and per pass — all clients together: the kubelets' and controllers' share is the
