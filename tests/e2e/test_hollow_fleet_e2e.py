@@ -63,3 +63,7 @@ def test_a_pod_marked_not_ready_by_another_writer_is_put_right_by_its_hollow_kub
 
     wait_for(lambda: ready(kube.get(pod)) == "True", timeout=15, describe="the hollow kubelet's Ready back")
     assert fleet.pods_on("hollow-e2e-0") == [f"{namespace}/sleeper"]
+
+    # Gone while its hollow kubelet still runs: no pod is left bound to a node the fixture removes.
+    kube.delete(pod)
+    wait_for(lambda: not fleet.pods_on("hollow-e2e-0"), timeout=15, describe="the hollow pod removed")
