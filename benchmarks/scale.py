@@ -70,10 +70,6 @@ def every(_labels: dict[str, str]) -> bool:
     return True
 
 
-def sample_cache(labels: dict[str, str]) -> bool:
-    return labels.get("cache") == "tiny-llama"
-
-
 def hollow_cache_series(labels: dict[str, str]) -> bool:
     return labels.get("cache", "").startswith("hollow-")
 
@@ -168,7 +164,7 @@ def window(label: str, before: Sample, after: Sample, rows: list[tuple[str, str]
         (f"{label}: passes", f"{passes:.0f} ({passes / seconds:.1f}/s)"),
         (f"{label}: pass p50 / p99", f"{quantile(before, after, 0.5)} / {quantile(before, after, 0.99)}"),
     ]
-    for who, keep in (("the real sample's", sample_cache), ("hollow caches'", hollow_cache_series)):
+    for who, keep in (("the real sample's", labelled("cache", "tiny-llama")), ("hollow caches'", hollow_cache_series)):
         rows.append(
             (
                 f"{label}: pass p50 / p99, {who} passes only",

@@ -13,6 +13,7 @@ from testcluster.kubelet.hollow import HollowFleet
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
+from weightcache_operator.objects import PodView
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +35,7 @@ def fleet(kube: Kube) -> Iterator[HollowFleet]:
 
 
 def ready(pod: dict) -> str | None:  # type: ignore[type-arg]
-    return next((c["status"] for c in pod["status"].get("conditions") or [] if c["type"] == "Ready"), None)
+    return PodView(pod).condition_status("Ready")
 
 
 def test_a_pod_marked_not_ready_by_another_writer_is_put_right_by_its_hollow_kubelet(
