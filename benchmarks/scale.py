@@ -14,6 +14,8 @@ Measured, and printed as tables:
   (``weightcache_operator_reconcile_seconds``; a quantile is the histogram bucket bound it falls
   under), daemon ``GET /status`` reads per pass (``weightcache_operator_daemon_status_reads_total``);
   the real sample's passes and the hollow caches' apart;
+- the passes the operator logged as slow (``slow pass``: at least ``SLOW_PASS_SECONDS``), their
+  count and mean time per step;
 - where the passes' time went: count, mean and quantiles of each step of a pass
   (``weightcache_operator_pass_step_seconds``) and of the operator's API requests by verb
   (``weightcache_operator_api_request_seconds``);
@@ -36,6 +38,7 @@ promotion p50 ≤ 500 ms under churn. A script, not a test: it prints and assert
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import random
 import re
@@ -46,6 +49,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from failover import container_pgid, pct, wait_whole
@@ -56,6 +60,7 @@ from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
 from weightcache_operator.metrics import PASS_STEPS
+from weightcache_operator.reconcile import SLOW_PASS_SECONDS
 
 POOL_LABEL = "weightcache.io/hollow-pool"
 CACHES = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches"
@@ -103,10 +108,16 @@ def scrape(text: str, name: str) -> list[tuple[dict[str, str], float]]:
 class Sample:
     """One look at the operator and the API server."""
 
-    def __init__(self, kube: Kube, operator_metrics: str, pid: int) -> None:
+    def __init__(self, kube: Kube, operator_metrics: str, pid: int, log: Path) -> None:
         import urllib.request
 
         self.at = time.monotonic()
+        self.slow = [
+            record
+            for line in log.read_text().splitlines()
+            if '"slow pass"' in line and (record := json.loads(line)).get("message") == "slow pass"
+        ]
+        """Every pass the operator logged as slow so far (reconcile.SLOW_PASS_SECONDS)."""
         with urllib.request.urlopen(f"http://{operator_metrics}/metrics", timeout=10) as response:
             self.operator = response.read().decode()
         self.apiserver = str(kube.request("GET", "/metrics"))
@@ -170,6 +181,26 @@ def window(label: str, before: Sample, after: Sample, rows: list[tuple[str, str]
                 f"{label}: pass p50 / p99, {who} passes only",
                 f"{quantile(before, after, 0.5, PASSES, keep)} / {quantile(before, after, 0.99, PASSES, keep)}"
                 f" ({after.count(PASSES, keep) - before.count(PASSES, keep):.0f} passes)",
+            )
+        )
+    slow = after.slow[len(before.slow) :]
+    rows.append((f"{label}: passes ≥ {SLOW_PASS_SECONDS:g} s (the operator's slow pass log)", f"{len(slow)}"))
+    if slow:
+        # Where the slow passes' own time went, step by step (the histograms below mix them
+        # with every fast pass).
+        steps: Counter[str] = Counter()
+        for record in slow:
+            steps.update(record["steps_ms"])
+        rows.append(
+            (
+                f"{label}: slow passes, mean ms per step",
+                ", ".join(f"{step} {ms / len(slow):.0f}" for step, ms in steps.most_common()),
+            )
+        )
+        rows.append(
+            (
+                f"{label}: slow passes, by cache",
+                ", ".join(f"{c} {n}" for c, n in Counter(r["cache"] for r in slow).most_common(6)),
             )
         )
     rows.append((f"{label}: daemon status reads per pass", f"{(after.reads() - before.reads()) / max(passes, 1):.2f}"))
@@ -299,7 +330,8 @@ def main() -> None:
         fleet = HollowFleet(cluster.kube, specs)
         fleet.start()
         rows.append(("hollow nodes registered in", f"{time.monotonic() - started:.1f} s"))
-        look = lambda: Sample(cluster.kube, f"127.0.0.1:{metrics_port}", cluster.operator.pid)  # noqa: E731
+        log = cluster.work / "operator.log"
+        look = lambda: Sample(cluster.kube, f"127.0.0.1:{metrics_port}", cluster.operator.pid, log)  # noqa: E731
         try:
             cluster.apply(sample())
             wait_whole(cluster.kube, cluster.operator, 600)

@@ -98,10 +98,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.on.cleanup()
-def stop_metrics(**_: Any) -> None:
+def shut_down(**_: Any) -> None:
     handover = reconciler().handover
     if handover is not None:
         handover.stop()  # the next replica need not wait out the lease
+    reconciler().events.close(timeout=5)  # what the last passes told still reaches the API server
     server = _servers.pop("metrics", None)
     if server is not None:
         server.stop()

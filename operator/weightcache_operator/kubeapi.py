@@ -51,7 +51,7 @@ class KubeApi:
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
         # Enough connections for kopf's handler threads and a pass's concurrent reads
-        # (snapshot.READ_THREADS) to keep theirs instead of opening one per request.
+        # (together.THREADS) to keep theirs instead of opening one per request.
         self._pool = urllib3.PoolManager(ssl_context=context, maxsize=32, retries=False)
         self.timed: Callable[[str, float], None] | None = None
         """Told each request's verb and how long the answer took (the operator's metrics)."""

@@ -18,6 +18,8 @@
 - ``weightcache_operator_pass_step_seconds{step}``: where a pass's time goes, one observation per
   step a pass ran (``PASS_STEPS``; a pass that stops early observes fewer): a slow pass says here
   whether it waited on its reads, its writes or the daemons.
+- ``weightcache_operator_events_total{outcome}``: Events the operator posted (events.py), by
+  outcome: ``sent``, ``failed`` (the API server refused it) or ``dropped`` (too many waiting).
 - ``weightcache_operator_api_request_seconds{verb}``: every request the operator sent to the API
   server, as long as it waited for the answer (``GET``, ``LIST``, ``POST``, ``PATCH``, ``APPLY``,
   ``DELETE``): the API server's latency as the operator sees it.
@@ -80,6 +82,7 @@ class OperatorMetrics:
             "histogram",
             "API server requests sent by the operator, by verb, until their answer",
         )
+        m.describe("weightcache_operator_events_total", "counter", "Events posted, by outcome")
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -90,18 +93,15 @@ class OperatorMetrics:
             "weightcache_operator_reconcile_seconds", seconds, namespace=namespace, cache=cache, outcome=outcome
         )
 
-    def stopwatch(self, clock: Callable[[], float] = time.perf_counter) -> Callable[[str], None]:
-        """``lap(step)`` observes the time since the previous lap (or since the stopwatch was made)
-        as ``step``'s: a pass calls it at the end of each of its steps."""
-        last = clock()
+    def stopwatch(self, clock: Callable[[], float] = time.perf_counter) -> Stopwatch:
+        """A pass's stopwatch, started now: each ``lap(step)`` is observed as that step's time."""
+        return Stopwatch(
+            lambda step, seconds: self.registry.observe("weightcache_operator_pass_step_seconds", seconds, step=step),
+            clock,
+        )
 
-        def lap(step: str) -> None:
-            nonlocal last
-            now = clock()
-            self.registry.observe("weightcache_operator_pass_step_seconds", now - last, step=step)
-            last = now
-
-        return lap
+    def event(self, outcome: str) -> None:
+        self.registry.inc("weightcache_operator_events_total", outcome=outcome)
 
     def api_request(self, verb: str, seconds: float) -> None:
         self.registry.observe("weightcache_operator_api_request_seconds", seconds, verb=verb)
@@ -155,6 +155,30 @@ class OperatorMetrics:
                 for role, count in (("active", active), ("standby", standby))
             ],
         )
+
+
+class Stopwatch:
+    """``lap(step)`` charges ``step`` the time since the previous lap (or since the start). The
+    laps are also kept, summed per step, so that a slow pass can say where its time went."""
+
+    def __init__(self, observe: Callable[[str, float], None], clock: Callable[[], float]) -> None:
+        self._observe, self._clock = observe, clock
+        self._start = self._last = clock()
+        self.laps: dict[str, float] = {}
+        """Seconds per step, in the order first lapped; a step lapped twice (the gates) adds up."""
+
+    def lap(self, step: str) -> None:
+        now = self._clock()
+        self._observe(step, now - self._last)
+        self.laps[step] = self.laps.get(step, 0.0) + now - self._last
+        self._last = now
+
+    def elapsed(self) -> float:
+        return self._clock() - self._start
+
+    def steps_ms(self) -> dict[str, int]:
+        """The laps in whole milliseconds, for a log line."""
+        return {step: round(seconds * 1000) for step, seconds in self.laps.items()}
 
 
 def metrics_server(metrics: OperatorMetrics, addr: str | None = None) -> ReadOnlyServer:

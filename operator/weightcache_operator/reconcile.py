@@ -4,7 +4,8 @@ a pass can be repeated, interrupted or run by another replica without harm.
 
 A pass: observe (snapshot.py) → apply the daemons' DaemonSets on spec changes and resyncs
 (daemonsets.py) → readiness gates (gate_sync.py) → plan the engines (engine_plan.py) → execute
-(executor.py) → gates again → status and Events (status.py, report.py).
+(executor.py) → gates again → status and Events (status.py, report.py; the Events are sent off
+the pass, events.py).
 
 The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
 of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
@@ -26,6 +26,7 @@ from .daemon_status import DaemonStatusReader
 from .daemonsets import apply_daemons
 from .engine_nodes import EngineNodes
 from .engine_plan import desired, plan_engines
+from .events import EventSink
 from .executor import execute
 from .finalizer import StillTerminating, finalize
 from .gate_sync import sync_gates
@@ -42,13 +43,18 @@ from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import SWITCH_SETTLE_SECONDS
 from .runner import PassRunner
 from .sightings import Sightings
-from .snapshot import READ_THREADS, Snapshot, observe
+from .snapshot import Snapshot, observe
 from .spec import WeightCache
 from .status import Observed, aggregate, invalid_status
+from .together import THREADS
 
 __all__ = ["Reconciler", "StillTerminating"]
 
 log = logging.getLogger("weightcache_operator.reconcile")
+
+SLOW_PASS_SECONDS = 1.0
+"""A pass at least this long is logged with the time of each of its steps (``slow pass``): the
+p99 target of issue 20 (docs/benchmarks.md), so each pass that misses it says why."""
 
 
 class Reconciler:
@@ -70,8 +76,8 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics or OperatorMetrics()
         api.timed = self.metrics.api_request
-        self._reads = ThreadPoolExecutor(max_workers=READ_THREADS, thread_name_prefix="api-read")
-        """Where a pass's reads run at once (snapshot.observe); shared by all caches' passes."""
+        self._requests = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
+        """Where a pass's independent requests run at once (together.py); shared by all passes."""
         self._switch_settles: dict[tuple[str, str], datetime] = {}
         """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
         forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
@@ -79,7 +85,12 @@ class Reconciler:
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
         self.daemon_status = daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
-        self.reporter = Reporter(api, clock, self.metrics, self.sightings)
+        self.events = EventSink(
+            lambda namespace, event: api.create(f"/api/v1/namespaces/{namespace}/events", event),
+            counted=self.metrics.event,
+        )
+        """Where passes' Events go: sent off the pass, in order (events.py)."""
+        self.reporter = Reporter(api, clock, self.metrics, self.sightings, self.events)
         self._runner = PassRunner()
         self._guard = threading.Lock()
         self.alarms = Alarms(self._woken)
@@ -102,13 +113,25 @@ class Reconciler:
         def one_pass(apply: bool) -> str | None:
             if not self._enter((namespace, name)):
                 return None
-            started, outcome = time.perf_counter(), "error"
+            watch, outcome = self.metrics.stopwatch(), "error"
             try:
-                phase = self._pass(namespace, name, apply)
+                phase = self._pass(namespace, name, apply, watch.lap)
                 outcome = "ok" if phase is not None else "gone"
                 return phase
             finally:
-                self.metrics.pass_done(namespace, name, outcome, time.perf_counter() - started)
+                seconds = watch.elapsed()
+                self.metrics.pass_done(namespace, name, outcome, seconds)
+                if seconds >= SLOW_PASS_SECONDS:
+                    log.warning(
+                        "slow pass",
+                        extra={
+                            "cache": name,
+                            "namespace": namespace,
+                            "outcome": outcome,
+                            "seconds": round(seconds, 3),
+                            "steps_ms": watch.steps_ms(),
+                        },
+                    )
                 if self.handover is not None:
                     self.handover.leave()
 
@@ -217,11 +240,10 @@ class Reconciler:
 
     # --- one pass --------------------------------------------------------------------------------
 
-    def _pass(self, namespace: str, name: str, apply: bool) -> str | None:
+    def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> str | None:
         key = (namespace, name)
         started = self.clock()
-        lap = self.metrics.stopwatch()
-        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes, self._reads)
+        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes, self._requests)
         lap("observe")
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)
@@ -309,7 +331,7 @@ class Reconciler:
         """Syncs the readiness gates and asks for one pass when the first kept gate's grace ends,
         or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
         now = self.clock()
-        wakes = [w for w in (sync_gates(self.api, snapshot, now, grace), also) if w is not None]
+        wakes = [w for w in (sync_gates(self.api, snapshot, now, grace, self._requests), also) if w is not None]
         self.alarms.set(key, min(wakes) if wakes else None, now)
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:

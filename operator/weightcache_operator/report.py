@@ -1,5 +1,6 @@
 """What a pass tells: the cache's status (merge-patched only when it differs), the Events of
-phase changes, failures, rollouts and failovers, and the failover metrics."""
+phase changes, failures, rollouts and failovers (sent off the pass: events.py), and the failover
+metrics."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .events import EventSink
 from .failover import Promotion, failover_status
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
@@ -26,12 +28,18 @@ FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_f
 
 class Reporter:
     def __init__(
-        self, api: KubeApi, clock: Callable[[], datetime], metrics: OperatorMetrics, sightings: Sightings
+        self,
+        api: KubeApi,
+        clock: Callable[[], datetime],
+        metrics: OperatorMetrics,
+        sightings: Sightings,
+        events: EventSink,
     ) -> None:
         self.api = api
         self.clock = clock
         self.metrics = metrics
         self.sightings = sightings
+        self.events = events
 
     def write_status(self, body: Object, status: dict[str, Any]) -> None:
         """Patches ``status`` unless every field already says so; Events for a new phase and for
@@ -57,6 +65,7 @@ class Reporter:
                 raise
 
     def event(self, body: Object, kind: str, reason: str, message: str) -> None:
+        """Hands the Event to the sink (events.py): the pass does not wait for it to be sent."""
         meta = body["metadata"]
         now = stamp(self.clock())
         event = {
@@ -80,10 +89,7 @@ class Reporter:
             "count": 1,
             "source": {"component": "weightcache-operator"},
         }
-        try:
-            self.api.create(f"/api/v1/namespaces/{meta['namespace']}/events", event)
-        except ApiError as error:  # an event is a courtesy; never fail a pass for it
-            log.warning("event not posted", extra={"error": str(error)})
+        self.events.post(meta["namespace"], event)
 
     def add_rollout(
         self, body: Object, status: dict[str, Any], steps: Plan, want: Desired, decision: tuple[Strategy, str] | None

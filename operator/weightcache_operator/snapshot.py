@@ -7,11 +7,9 @@ answers, so later steps of the same pass see their effect without listing again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Executor, wait
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from .engine_nodes import EngineNodes
 from .failover import unready_nodes
@@ -22,11 +20,8 @@ from .render.budget import budget_name
 from .render.gpu_holder import HOLDER_COMPONENT
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
 from .spec import GROUP, PLURAL, VERSION, WeightCache
+from .together import all_at_once
 from .validation import parse
-
-READ_THREADS = 16
-"""Threads for passes' reads, shared by every cache (reconcile.py): six per pass, so a few passes
-read at once and a burst of passes queues instead of opening a connection each."""
 
 
 def cache_path(namespace: str, name: str) -> str:
@@ -150,11 +145,10 @@ def observe(
     after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
     in that order)."""
     selector = f"{CACHE_LABEL}={name}"
-    # Independent of each other, so sent together: a pass waits for its slowest read instead of
-    # their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale). The
+    # Independent of each other, so sent together (together.py). The
     # Services are listed by label because the one that serves is named in the spec, which is
     # one of these answers. A cache that is gone or not run wastes the other reads: rare.
-    answers = _all_at_once(
+    answers = all_at_once(
         reads,
         body=lambda: _get_if_exists(api, cache_path(namespace, name)),
         namespace_labels=lambda: _namespace_labels(api, namespace),
@@ -190,16 +184,6 @@ def observe(
     snapshot.service = next((svc for svc in answers["services"] if svc["metadata"]["name"] == serving_name), None)
     snapshot.budget = answers["budget"]
     return snapshot
-
-
-def _all_at_once(reads: Executor | None, **calls: Callable[[], Any]) -> dict[str, Any]:
-    """Every call's answer by name, the calls run on ``reads`` together (one after another
-    without it); the first call that raised raises here, once all have ended."""
-    if reads is None:
-        return {key: call() for key, call in calls.items()}
-    futures = {key: reads.submit(call) for key, call in calls.items()}
-    wait(futures.values())
-    return {key: future.result() for key, future in futures.items()}
 
 
 def _get_if_exists(api: KubeApi, path: str) -> Object | None:

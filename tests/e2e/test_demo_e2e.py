@@ -21,7 +21,7 @@ from testcluster.binaries import CLUSTER_SOURCES
 from testcluster.demo import NAMESPACE, WC, ClientCount
 from testcluster.load import Attempt
 from testcluster.local import running, stop
-from testcluster.sample import DAEMONS, ENGINES, pods
+from testcluster.sample import DAEMONS, ENGINES, events, pods
 from testcluster.strays import marked_processes
 
 pytestmark = pytest.mark.e2e
@@ -73,11 +73,9 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
         assert report["killed_pod"] == report["failover_from"] == last["from"], (report["killed_pod"], last)
         assert report["failover_to"] == last["to"] != last["from"]
         assert f"{last['from']} → {last['to']} promoted" in out
-        events = [
-            e for e in kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"] if e.get("reason") == "Failover"
-        ]
-        assert sum(e.get("count", 1) for e in events) == 1, events
-        assert last["to"] in events[0]["message"]
+        failovers = events(kube, NAMESPACE, "Failover")
+        assert sum(e.get("count", 1) for e in failovers) == 1, failovers
+        assert last["to"] in failovers[0]["message"]
 
         # The client's numbers recount from its raw requests.
         attempts = [Attempt(**a) for a in report["attempts"]]

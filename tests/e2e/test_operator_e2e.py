@@ -23,7 +23,16 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.processes import CONTAINER_MARKER
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import DAEMONS, ENGINES, NAME, SAMPLE, generate_checkpoint, place_checkpoint, pods
+from testcluster.sample import (
+    DAEMONS,
+    ENGINES,
+    NAME,
+    SAMPLE,
+    events,
+    generate_checkpoint,
+    place_checkpoint,
+    pods,
+)
 from testcluster.strays import MARKER, processes_with_environment
 from testcluster.waiting import wait_for
 
@@ -486,6 +495,10 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     assert metric(scraped, "weightcache_operator_pass_step_seconds_count", step="status") >= 1
     assert metric(scraped, "weightcache_operator_api_request_seconds_count", verb="LIST") >= passes
     assert metric(scraped, "weightcache_operator_api_request_seconds_count", verb="PATCH") >= 1
+    # The Events of the phases the cache went through were sent (off the passes) and counted.
+    told = events(kube, namespace, "PhaseReady")
+    scraped = http_text(operator.metrics_url)  # type: ignore[attr-defined]
+    assert metric(scraped, "weightcache_operator_events_total", outcome="sent") >= len(told) >= 1
 
     # Freeze rank 0 of the daemon on the standby engine's node: its load is blocked mid-life.
     # (Not the active's node for its own sake: a Ready standby elsewhere would take over and the
@@ -745,8 +758,8 @@ def test_tensor_parallel_over_two_nodes_serves_the_disk_completion(
     assert (last["from"], last["replica"]) == (leader["metadata"]["name"], 0), last
     assert last["signal"] in ("ContainerRestarted", "ReadinessFailed", "PodFailed"), last
     assert last["promotionMs"] >= 0 and last["toNode"] == "node-1"
-    events = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
-    assert sum(e.get("count", 1) for e in events if e.get("reason") == "Failover") == 1
+    failovers = events(kube, namespace, "Failover")
+    assert sum(e.get("count", 1) for e in failovers) == 1, failovers
     wait_for(
         lambda: proxy.ready_endpoints == (f"{standby['status']['podIP']}:8000",),
         60,

@@ -32,7 +32,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import Kube
-from testcluster.sample import NAME
+from testcluster.sample import NAME, events
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -85,11 +85,6 @@ def replaced(before: dict) -> Callable[[dict], bool]:
         and (s.get("rollout") or {}).get("phase") == "Complete"
         and {n["fingerprint"] for n in s["nodes"]}.isdisjoint({n["fingerprint"] for n in before["nodes"]})
     )
-
-
-def events(kube: Kube, namespace: str, reason: str) -> list[dict]:
-    found = kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
-    return [e for e in found if e.get("reason") == reason and e["involvedObject"]["name"] == "tiny-llama"]
 
 
 def env_of(pod: dict) -> dict[str, str]:

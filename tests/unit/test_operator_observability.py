@@ -343,13 +343,19 @@ def test_reads_of_many_daemons_run_in_parallel_but_never_more_at_once_than_the_b
     assert sum(counted) == 40, "settled reports are not read again"
 
 
-def test_a_pass_stopwatch_charges_each_step_the_time_since_the_previous_lap() -> None:
+def test_a_pass_stopwatch_charges_each_step_the_time_since_the_previous_lap_and_keeps_the_sums() -> None:
     m = OperatorMetrics()
-    ticks = iter([10.0, 10.2, 13.2, 13.25])
-    lap = m.stopwatch(clock=lambda: next(ticks))
-    lap("observe")  # 0.2 s
-    lap("execute")  # 3 s
-    lap("status")  # 0.05 s
+    ticks = iter([10.0, 10.2, 10.3, 13.3, 13.4, 13.45, 13.5])
+    watch = m.stopwatch(clock=lambda: next(ticks))
+    watch.lap("observe")  # 0.2 s
+    watch.lap("gates")  # 0.1 s
+    watch.lap("execute")  # 3 s
+    watch.lap("gates")  # 0.1 s
+    watch.lap("status")  # 0.05 s
+    assert watch.elapsed() == pytest.approx(3.5)
+    assert watch.steps_ms() == {"observe": 200, "gates": 200, "execute": 3000, "status": 50}, (
+        "a step lapped twice adds up"
+    )
     got = series(m.render())
     step = "weightcache_operator_pass_step_seconds"
     assert got[f'{step}_sum{{step="observe"}}'] == pytest.approx(0.2)
@@ -357,6 +363,7 @@ def test_a_pass_stopwatch_charges_each_step_the_time_since_the_previous_lap() ->
     assert got[f'{step}_bucket{{step="execute",le="2.5"}}'] == 0
     assert got[f'{step}_bucket{{step="execute",le="5"}}'] == 1
     assert got[f'{step}_sum{{step="status"}}'] == pytest.approx(0.05)
+    assert got[f'{step}_count{{step="gates"}}'] == 2, "each lap is one observation"
     m.api_request("LIST", 0.3)
     m.api_request("LIST", 0.01)
     assert series(m.render())['weightcache_operator_api_request_seconds_count{verb="LIST"}'] == 2

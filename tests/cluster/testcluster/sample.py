@@ -24,6 +24,7 @@ import yaml
 
 from .binaries import CLUSTER_SOURCES
 from .rest import Kube
+from .waiting import wait_for
 
 REPO = CLUSTER_SOURCES.parent.parent
 SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
@@ -103,6 +104,28 @@ def place_checkpoint(made: Path, node_roots: Iterable[Path], example: Path = SAM
 
 def pods(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
     return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"])
+
+
+def events(
+    kube: Kube, namespace: str, reason: str, at_least: int = 1, of: str = NAME, timeout: float = 30
+) -> list[dict[str, Any]]:
+    """The namespace's Events of ``reason`` about the cache ``of``, once at least ``at_least`` of
+    them (counting each Event's ``count``) have arrived: the operator sends Events off its passes
+    (weightcache_operator/events.py), so one can land a moment after the status that tells of it."""
+
+    def found() -> list[dict[str, Any]]:
+        return [
+            e
+            for e in kube.get(f"/api/v1/namespaces/{namespace}/events")["items"]
+            if e.get("reason") == reason and e["involvedObject"]["name"] == of
+        ]
+
+    wait_for(
+        lambda: sum(e.get("count", 1) for e in found()) >= at_least,
+        timeout,
+        describe=lambda: f"{reason} Events about {of}: {[e.get('message') for e in found()]}, want {at_least}",
+    )
+    return found()
 
 
 def daemon_facts(kube: Kube, namespace: str, daemons: str = DAEMONS) -> dict[str, tuple[str, int, int]]:

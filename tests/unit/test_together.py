@@ -1,4 +1,5 @@
-"""A pass's reads (snapshot.observe) are sent at once: the pass waits for the slowest, not the sum."""
+"""A pass's independent requests (together.py: snapshot.observe's reads, the gate patches) are
+sent at once: the pass waits for the slowest, not the sum."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from weightcache_operator.snapshot import READ_THREADS, _all_at_once
+from weightcache_operator.together import THREADS, all_at_once
 
 
 def test_reads_given_an_executor_are_all_in_flight_together() -> None:
@@ -18,8 +19,8 @@ def test_reads_given_an_executor_are_all_in_flight_together() -> None:
         started.wait()
         return value
 
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as reads:
-        got = _all_at_once(reads, **{f"r{i}": (lambda i=i: read(i)) for i in range(5)})
+    with ThreadPoolExecutor(max_workers=THREADS) as reads:
+        got = all_at_once(reads, **{f"r{i}": (lambda i=i: read(i)) for i in range(5)})
     assert got == {f"r{i}": i for i in range(5)}
 
 
@@ -37,7 +38,7 @@ def test_a_failed_read_raises_only_once_every_read_has_ended() -> None:
         raise LookupError("the pods could not be listed")
 
     with ThreadPoolExecutor(max_workers=4) as reads, pytest.raises(LookupError, match="pods could not"):
-        _all_at_once(reads, slow=slow, failing=failing)
+        all_at_once(reads, slow=slow, failing=failing)
     assert ended == ["slow"]  # no read is left running behind a pass that gave up
 
 
@@ -48,5 +49,5 @@ def test_without_an_executor_the_reads_run_in_order_on_the_callers_thread() -> N
         seen.append((name, threading.current_thread().name))
         return name
 
-    assert _all_at_once(None, a=lambda: read("a"), b=lambda: read("b")) == {"a": "a", "b": "b"}
+    assert all_at_once(None, a=lambda: read("a"), b=lambda: read("b")) == {"a": "a", "b": "b"}
     assert seen == [("a", threading.current_thread().name), ("b", threading.current_thread().name)]
