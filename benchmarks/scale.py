@@ -145,6 +145,9 @@ class Sample:
         """The histogram's ``_sum`` over its series whose labels ``keep`` takes."""
         return sum(v for labels, v in scrape(self.operator, histogram + "_sum") if keep(labels))
 
+    def count_of(self, counter: str, source: str) -> float:
+        return sum(v for labels, v in scrape(self.operator, counter) if labels.get("source") == source)
+
     def reads(self) -> float:
         return sum(v for _l, v in scrape(self.operator, "weightcache_operator_daemon_status_reads_total"))
 
@@ -203,6 +206,12 @@ def window(label: str, before: Sample, after: Sample, rows: list[tuple[str, str]
                 ", ".join(f"{c} {n}" for c, n in Counter(r["cache"] for r in slow).most_common(6)),
             )
         )
+    read = {
+        source: after.count_of("weightcache_operator_pod_reads_total", source)
+        - before.count_of("weightcache_operator_pod_reads_total", source)
+        for source in ("watch", "list")
+    }
+    rows.append((f"{label}: passes' pods from the watch / by LIST", f"{read['watch']:.0f} / {read['list']:.0f}"))
     rows.append((f"{label}: daemon status reads per pass", f"{(after.reads() - before.reads()) / max(passes, 1):.2f}"))
     # Where the passes' time went: each step (the operator's pass_step histogram), then the API
     # server's latency as the operator waited for it, by verb.

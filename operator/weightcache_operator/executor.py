@@ -63,7 +63,7 @@ def execute(
             snapshot.pod_changed(created)
             log.info("created engine", extra={"pod": PodView(created).name, "role": PodView(action.pod).role})
         elif isinstance(action, ReplaceDaemon):
-            _replace_stale_holder(api, cache, snapshot, action.pod)
+            _replace_stale_holder(api, cache, snapshot, action.pod, reporter.clock())
             api.delete(f"{pods}/{action.pod}")
             snapshot.pod_deleted(action.pod, reporter.clock())
             log.info("replacing daemon", extra={"pod": action.pod, "reason": "generation change"})
@@ -79,7 +79,7 @@ def execute(
     return failover
 
 
-def _replace_stale_holder(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_pod: str) -> None:
+def _replace_stale_holder(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_pod: str, now: datetime) -> None:
     """Node by node with a new GPU count: deletes the GPU holder pod of the node whose daemon is
     being replaced, if it books another number of GPUs (its DaemonSet is OnDelete), so the new
     daemon waits for a holder with the new count. Only here: the node's engines are drained and
@@ -90,4 +90,5 @@ def _replace_stale_holder(api: KubeApi, cache: WeightCache, snapshot: Snapshot, 
     for pod in snapshot.holder_pods:
         if node and PodView(pod).node == node and stale_holder(cache, pod):
             api.delete(f"/api/v1/namespaces/{snapshot.namespace}/pods/{PodView(pod).name}")
+            snapshot.pod_deleted(PodView(pod).name, now)
             log.info("replacing gpu holder", extra={"pod": PodView(pod).name, "reason": "GPUs per node changed"})

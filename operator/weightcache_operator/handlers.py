@@ -143,8 +143,20 @@ def resync(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> None:
         _run(namespace, name, apply=True)
 
 
+@kopf.index("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
+def pod_index(body: kopf.Body, **_: Any) -> None:
+    """Feeds the reconciler's pod index (pod_index.py) from the pod watch, from the initial listing
+    on, as ``node_index`` does for nodes. kopf calls no index handler for a deletion: ``on_pod``
+    removes deleted pods."""
+    reconciler().pods.put(dict(body))
+
+
 @kopf.on.event("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
-def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> None:
+def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **_: Any) -> None:
+    if type == "DELETED":
+        reconciler().pods.remove(dict(body))  # before the pass this deletion triggers
+    elif type is None:
+        reconciler().pods.relisted()  # a watch (re)started: deletions from its gap are unknown
     # The event's arrival, before any wait for a running pass: what failover detection is timed from.
     reconciler().sightings.pod_event((_ns(namespace), labels[CACHE_LABEL]), dict(body), reconciler().clock())
     try:

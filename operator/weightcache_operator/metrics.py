@@ -18,6 +18,9 @@
 - ``weightcache_operator_pass_step_seconds{step}``: where a pass's time goes, one observation per
   step a pass ran (``PASS_STEPS``; a pass that stops early observes fewer): a slow pass says here
   whether it waited on its reads, its writes or the daemons.
+- ``weightcache_operator_pod_reads_total{source}``: how passes read their cache's pods: ``watch``
+  (the pod index, pod_index.py) or ``list`` (a LIST: full passes, and passes whose predecessors'
+  writes the watch had not delivered yet).
 - ``weightcache_operator_events_total{outcome}``: Events the operator posted (events.py), by
   outcome: ``sent``, ``failed`` (the API server refused it) or ``dropped`` (too many waiting).
 - ``weightcache_operator_api_request_seconds{verb}``: every request the operator sent to the API
@@ -83,6 +86,7 @@ class OperatorMetrics:
             "API server requests sent by the operator, by verb, until their answer",
         )
         m.describe("weightcache_operator_events_total", "counter", "Events posted, by outcome")
+        m.describe("weightcache_operator_pod_reads_total", "counter", "passes' reads of their pods, by source")
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._publish()
@@ -99,6 +103,9 @@ class OperatorMetrics:
             lambda step, seconds: self.registry.observe("weightcache_operator_pass_step_seconds", seconds, step=step),
             clock,
         )
+
+    def pods_read(self, source: str) -> None:
+        self.registry.inc("weightcache_operator_pod_reads_total", source=source)
 
     def event(self, outcome: str) -> None:
         self.registry.inc("weightcache_operator_events_total", outcome=outcome)

@@ -35,6 +35,7 @@ from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
 from .node_index import NodeIndex
 from .objects import PodView
+from .pod_index import PodIndex
 from .podsecurity import REASON as POD_SECURITY_REASON
 from .podsecurity import pod_security_problem
 from .render.gpu_holder import uses_gpu_holder
@@ -71,6 +72,9 @@ class Reconciler:
         self.api = api
         self.nodes = nodes or NodeIndex()
         """The nodes passes read: handlers.py feeds it from the node watch."""
+        self.pods = PodIndex()
+        """Each cache's pods as the pod watch delivered them: handlers.py feeds it; passes that
+        events trigger read it once it holds their predecessors' writes (pod_index.py)."""
         self.engine_nodes = EngineNodes()
         """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
@@ -243,7 +247,19 @@ class Reconciler:
     def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> str | None:
         key = (namespace, name)
         started = self.clock()
-        snapshot = observe(self.api, namespace, name, self.nodes, self.engine_nodes, self._requests)
+        # A full pass (spec change, resync, taking over) LISTs the pods: it also clears the pod
+        # index of deletions a broken watch never told of (pod_index.py).
+        snapshot = observe(
+            self.api,
+            namespace,
+            name,
+            self.nodes,
+            self.engine_nodes,
+            self._requests,
+            pods=self.pods,
+            watched=not apply,
+            counted=self.metrics.pods_read,
+        )
         lap("observe")
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
             self._forget(key)

@@ -7,15 +7,18 @@ answers, so later steps of the same pass see their effect without listing again.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from .engine_nodes import EngineNodes
 from .failover import unready_nodes
 from .kubeapi import ApiError, KubeApi
 from .node_index import NodeIndex
 from .objects import Object, PodView, spec_hash, stamp
+from .pod_index import PodIndex, version
 from .render.budget import budget_name
 from .render.gpu_holder import HOLDER_COMPONENT
 from .render.layout import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
@@ -48,6 +51,9 @@ class Snapshot:
     """The live disruption budget over the serving engines; None while there is none."""
     namespace_labels: dict[str, str] | None = None
     """The cache's namespace's labels (its Pod Security level); None when they could not be read."""
+    pod_index: PodIndex | None = field(default=None, repr=False)
+    """Told of every pod the pass writes (pod_index.py: later passes read pods from the watch only
+    once it has delivered these writes)."""
 
     @property
     def namespace(self) -> str:
@@ -109,6 +115,8 @@ class Snapshot:
 
     def pod_changed(self, pod: Object) -> None:
         """A pod the pass patched or created, as the API returned it."""
+        if self.pod_index is not None:
+            self.pod_index.wrote((self.namespace, self.name), pod)
         for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
             for i, old in enumerate(pods):
                 if old["metadata"]["name"] == pod["metadata"]["name"]:
@@ -120,8 +128,11 @@ class Snapshot:
         """A pod the pass deleted: terminating from now on (its grace period runs)."""
         for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
             for i, old in enumerate(pods):
-                if old["metadata"]["name"] == name and not old["metadata"].get("deletionTimestamp"):
-                    pods[i] = {**old, "metadata": {**old["metadata"], "deletionTimestamp": stamp(now)}}
+                if old["metadata"]["name"] == name:
+                    if self.pod_index is not None:
+                        self.pod_index.deleting((self.namespace, self.name), old)
+                    if not old["metadata"].get("deletionTimestamp"):
+                        pods[i] = {**old, "metadata": {**old["metadata"], "deletionTimestamp": stamp(now)}}
 
     def daemonset_applied(self, daemonset: Object) -> None:
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != daemonset["metadata"]["name"]]
@@ -138,21 +149,33 @@ def observe(
     nodes: NodeIndex,
     engines: EngineNodes | None = None,
     reads: Executor | None = None,
+    pods: PodIndex | None = None,
+    watched: bool = False,
+    counted: Callable[[str], None] | None = None,
 ) -> Snapshot | None:
     """The cache and everything of it the pass decides on; None when the cache is gone. Reads
     the cache, its namespace's labels, its pods, DaemonSets and Services (by the cache's label)
     and its disruption budget from the API, all at once on ``reads``; the nodes from ``nodes``,
     after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
-    in that order)."""
+    in that order). With ``watched``, the pods come from ``pods`` (the pod watch) when it holds
+    every write of the cache's passes, else from a LIST; ``counted`` is told which
+    (``watch``, ``list``)."""
     selector = f"{CACHE_LABEL}={name}"
+    key = (namespace, name)
+    from_watch = pods.view(key) if pods is not None and watched else None
+
+    def listed() -> tuple[list[Object], int]:
+        answer = api.request(
+            "GET", f"/api/v1/namespaces/{namespace}/pods", params={"labelSelector": selector}, verb="LIST"
+        )
+        return list(answer["items"]), version(answer)
+
     # Independent of each other, so sent together (together.py). The
     # Services are listed by label because the one that serves is named in the spec, which is
     # one of these answers. A cache that is gone or not run wastes the other reads: rare.
-    answers = all_at_once(
-        reads,
+    calls: dict[str, Callable[[], Any]] = dict(
         body=lambda: _get_if_exists(api, cache_path(namespace, name)),
         namespace_labels=lambda: _namespace_labels(api, namespace),
-        pods=lambda: api.list(f"/api/v1/namespaces/{namespace}/pods", selector),
         daemonsets=lambda: api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", selector),
         services=lambda: api.list(f"/api/v1/namespaces/{namespace}/services", selector),
         budget=lambda: _get_if_exists(
@@ -160,27 +183,37 @@ def observe(
             f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(CacheRef(name, namespace, ''))}",
         ),
     )
+    if from_watch is None:
+        calls["pods"] = listed
+    answers = all_at_once(reads, **calls)
     body: Object | None = answers["body"]
     if body is None:
         return None
     cache, problems = parse(body)
-    snapshot = Snapshot(body, cache, problems)
+    snapshot = Snapshot(body, cache, problems, pod_index=pods)
     if cache is None or problems or body["metadata"].get("deletionTimestamp"):
         return snapshot  # nothing more is used for a spec that is not run
     serving_name = cache.spec.service.name or name
-    pods: list[Object] = answers["pods"]
+    if from_watch is None:
+        all_pods, at = answers["pods"]
+        if pods is not None:
+            pods.listed(key, all_pods, at)
+    else:
+        all_pods = from_watch
+    if counted is not None:
+        counted("list" if from_watch is None else "watch")
 
     def component(pod: Object) -> str | None:
         return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
 
-    snapshot.engine_pods = [p for p in pods if component(p) == "engine"]
+    snapshot.engine_pods = [p for p in all_pods if component(p) == "engine"]
     if engines is not None:
-        engines.record((namespace, name), snapshot.engine_pods)
+        engines.record(key, snapshot.engine_pods)
     snapshot.nodes = nodes.nodes()
     snapshot.namespace_labels = answers["namespace_labels"]
     snapshot.daemonsets = answers["daemonsets"]
-    snapshot.daemon_pods = [p for p in pods if component(p) == "daemon"]
-    snapshot.holder_pods = [p for p in pods if component(p) == HOLDER_COMPONENT]
+    snapshot.daemon_pods = [p for p in all_pods if component(p) == "daemon"]
+    snapshot.holder_pods = [p for p in all_pods if component(p) == HOLDER_COMPONENT]
     snapshot.service = next((svc for svc in answers["services"] if svc["metadata"]["name"] == serving_name), None)
     snapshot.budget = answers["budget"]
     return snapshot

@@ -499,6 +499,9 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
     told = events(kube, namespace, "PhaseReady")
     scraped = http_text(operator.metrics_url)  # type: ignore[attr-defined]
     assert metric(scraped, "weightcache_operator_events_total", outcome="sent") >= len(told) >= 1
+    # Passes after pod events read the pods from the watch; full passes LIST them.
+    assert metric(scraped, "weightcache_operator_pod_reads_total", source="watch") >= 1
+    assert metric(scraped, "weightcache_operator_pod_reads_total", source="list") >= 1
 
     # Freeze rank 0 of the daemon on the standby engine's node: its load is blocked mid-life.
     # (Not the active's node for its own sake: a Ready standby elsewhere would take over and the
