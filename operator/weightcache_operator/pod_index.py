@@ -114,15 +114,24 @@ class PodIndex:
             held = self._pods.get(key, {})
             return [held[name] for name in sorted(held)]
 
+    def unchecked(self, key: Key) -> None:
+        """The cache's next pass LISTs (its last one failed: a write may have gone unrecorded)."""
+        with self._lock:
+            self._checked.discard(key)
+
     def listed(self, key: Key, pods: list[Object], at: int) -> None:
         """A LIST of the cache's pods, consistent at resourceVersion ``at``: a pod held here that
-        it lacks, and no newer than it, was deleted while the watch was away."""
+        it lacks, and no newer than it, was deleted while the watch was away; a pod it has newer
+        than held here is expected from the watch like a write (the next pass decides on a view
+        at least as new as this one)."""
         present = {pod["metadata"]["name"] for pod in pods}
         with self._lock:
             held = self._pods.get(key, {})
             for pod in [p for n, p in held.items() if n not in present and version(p) <= at]:
                 self._bury(key, pod)
             self._checked.add(key)
+        for pod in pods:
+            self._expect(key, pod, version(pod))
 
     # --- under the lock --------------------------------------------------------------------------------
 

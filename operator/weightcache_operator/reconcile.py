@@ -55,7 +55,7 @@ log = logging.getLogger("weightcache_operator.reconcile")
 
 SLOW_PASS_SECONDS = 1.0
 """A pass at least this long is logged with the time of each of its steps (``slow pass``): the
-p99 target of issue 20 (docs/benchmarks.md), so each pass that misses it says why."""
+pass latency target at scale (docs/benchmarks.md), so each pass that misses it says why."""
 
 
 class Reconciler:
@@ -124,6 +124,10 @@ class Reconciler:
                 return phase
             finally:
                 seconds = watch.elapsed()
+                if outcome == "error":
+                    # A write that failed may still have been carried out (an answer lost to a
+                    # timeout): the next pass LISTs rather than trust the watch to hold it.
+                    self.pods.unchecked((namespace, name))
                 self.metrics.pass_done(namespace, name, outcome, seconds)
                 if seconds >= SLOW_PASS_SECONDS:
                     log.warning(

@@ -135,3 +135,14 @@ def test_pods_of_other_caches_and_unlabelled_pods_stay_apart() -> None:
     del stray["metadata"]["labels"]
     index.put(stray)
     assert names(index.view(KEY)) == ["engine-a"]
+
+
+def test_after_a_failed_pass_the_next_one_lists() -> None:
+    # A create whose answer was lost to a timeout may have happened: only a LIST can tell.
+    index = checked(PodIndex(), pod("engine-a", 10))
+    index.unchecked(KEY)
+    assert index.view(KEY) is None
+    index.listed(KEY, [pod("engine-a", 10), pod("engine-b", 12)], 12)
+    assert index.view(KEY) is None, "the LIST saw engine-b: the watch must show it before it is read again"
+    index.put(pod("engine-b", 12))
+    assert names(index.view(KEY)) == ["engine-a", "engine-b"]
