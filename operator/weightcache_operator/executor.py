@@ -10,11 +10,11 @@ from typing import Any
 
 from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole
 from .applying import apply_if_different
-from .kubeapi import KubeApi
+from .kubeapi import ApiError, KubeApi
 from .objects import PodView
 from .render.budget import engine_budget
 from .render.gpu_holder import stale_holder, uses_gpu_holder
-from .render.layout import ROLE_LABEL
+from .render.layout import ROLE_LABEL, SERVING_ANNOTATION
 from .render.service import engine_service
 from .report import Reporter
 from .snapshot import Snapshot
@@ -31,10 +31,12 @@ def execute(
     detection is measured to and promotion from)."""
     pods = f"/api/v1/namespaces/{snapshot.namespace}/pods"
     failover = None
+    demoted = False
     for action in actions:
         if isinstance(action, SetRole):
             changed = api.patch(f"{pods}/{action.name}", {"metadata": {"labels": {ROLE_LABEL: action.role}}})
             snapshot.pod_changed(changed)
+            demoted = demoted or action.role == "standby"
             log.info("relabelled engine", extra={"pod": action.name, "role": action.role})
         elif isinstance(action, Failover):
             failover = reporter.failover(snapshot.body, action.promotion, noticed) or failover
@@ -76,7 +78,42 @@ def execute(
             log.info(
                 "deleted daemonset", extra={"daemonset": action.name, "reason": "blue/green: old generation drained"}
             )
+    if demoted or _budget_overcounts(snapshot):
+        _recount_budget(api, snapshot, reporter.clock())
     return failover
+
+
+def _budget_overcounts(snapshot: Snapshot) -> bool:
+    """Whether the budget's status counts more healthy pods than it selects in the pass's view:
+    what a recount after an earlier demotion missed (the controller's pod cache behind its own
+    budget event) leaves. Counting fewer is safe (evictions wait) and the next pod event fixes it."""
+    if snapshot.budget is None:
+        return False
+    selector = ((snapshot.budget.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+    healthy = (snapshot.budget.get("status") or {}).get("currentHealthy")
+    matching = [p for p in snapshot.engine_pods if selector and selector.items() <= PodView(p).labels.items()]
+    return isinstance(healthy, int) and healthy > len(matching)
+
+
+def _recount_budget(api: KubeApi, snapshot: Snapshot, now: datetime) -> None:
+    """Makes the disruption controller count the budget's pods again. It recounts a budget when a
+    pod that matches it changes, judged by the pod's new labels only, so a pod relabelled out of
+    the budget (an active demoted after its successor's promotion, both active for a moment) leaves
+    its count stale: it would go on counting two healthy actives and allow evicting the one that
+    serves. Any change to the budget makes it recount: the annotation names the actives as the
+    pass left them, and when."""
+    if snapshot.budget is None:
+        return
+    actives = ",".join(sorted(PodView(p).name for p in snapshot.engine_pods if PodView(p).role == "active"))
+    # The time makes each value new (an active promoted and demoted again between two recounts
+    # would leave the names as they were, and the budget unchanged).
+    value = f"{actives} ({now.isoformat(timespec='milliseconds')})"
+    path = f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{snapshot.budget['metadata']['name']}"
+    try:
+        snapshot.budget = api.patch(path, {"metadata": {"annotations": {SERVING_ANNOTATION: value}}})
+    except ApiError as error:
+        if error.status != 404:
+            raise
 
 
 def _replace_stale_holder(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_pod: str, now: datetime) -> None:

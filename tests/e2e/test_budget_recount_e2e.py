@@ -1,0 +1,71 @@
+"""The disruption budget counts again after an active is demoted.
+
+Kubernetes' disruption controller recounts a budget when a pod that matches it changes, judged by
+the pod's new labels only: a pod relabelled out of the budget leaves the count as it was. Two
+actives for a moment (a promotion before the demotion it pairs with, or a hand edit) then leave a
+budget that counts two healthy actives and allows evicting the one that serves. The operator makes
+it recount after each demotion (executor.py). Here a standby is relabelled active by hand; the
+operator demotes one of the two, and the budget must come back to one healthy pod, allowing no
+eviction.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
+    apply_sample,
+    by_role,
+    checkpoint,
+    start_operator,
+    wait_phase,
+)
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import ProcessKubelet
+from testcluster.rest import Kube
+from testcluster.sample import NAME
+from testcluster.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def counted(kube: Kube, path: str, healthy: int) -> dict:
+    return wait_for(
+        lambda: (b := kube.get(path))["status"].get("currentHealthy") == healthy and b,
+        30,
+        describe=lambda: kube.get(path).get("status"),
+    )
+
+
+@pytest.mark.timeout(600)
+def test_a_demoted_active_leaves_the_budget_counting_only_the_one_that_serves(
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    start_operator: Callable[..., subprocess.Popen],
+    checkpoint: Path,
+) -> None:
+    operator = start_operator()
+    apply_sample(cluster, namespace)
+    wait_phase(kube, namespace, operator, "Ready")
+    path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{NAME}-active"
+    counted(kube, path, 1)
+    roles = wait_for(lambda: (r := by_role(kube, namespace))["standby"] and r, 60)
+    [standby] = roles["standby"]
+
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/{standby}", {"metadata": {"labels": {"weightcache.io/role": "active"}}}
+    )
+    # The disruption controller counts the second active (it matches now), and the operator, on
+    # that pod's event, keeps one active per replica.
+    wait_for(lambda: len(by_role(kube, namespace)["active"]) == 1, 60, describe=lambda: by_role(kube, namespace))
+    budget = counted(kube, path, 1)
+    assert budget["status"]["disruptionsAllowed"] == 0, budget["status"]
+    serving = by_role(kube, namespace)["active"]
+    assert budget["metadata"]["annotations"]["weightcache.io/serving-engines"].startswith(serving[0]), budget[
+        "metadata"
+    ]["annotations"]
