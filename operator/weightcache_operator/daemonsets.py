@@ -6,6 +6,8 @@ node by node (taken once, recorded on the DaemonSets)."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Executor
+from functools import partial
 
 from .applying import apply_if_different
 from .daemon_status import DaemonStatusReader
@@ -27,15 +29,23 @@ from .render.topology import assign_slots, selected
 from .rollout import Strategy, generation_strategy
 from .snapshot import Snapshot
 from .spec import WeightCache
+from .together import all_at_once
 
 log = logging.getLogger("weightcache_operator.daemonsets")
 
 
-def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_status: DaemonStatusReader) -> None:
+def apply_daemons(
+    api: KubeApi,
+    cache: WeightCache,
+    snapshot: Snapshot,
+    daemon_status: DaemonStatusReader,
+    pool: Executor | None = None,
+) -> None:
     """Applies (where they differ) the daemon DaemonSets and deletes this cache's DaemonSets that are no
     longer wanted; with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs
     from, on other GPU backends first the GPU holder DaemonSet that books their GPUs (deleted
-    once no daemon DaemonSet reads its grant). The snapshot follows."""
+    once no daemon DaemonSet reads its grant). The snapshot follows. ``pool``: where the daemon
+    DaemonSets' applies go out at once (together.py)."""
     ref = CacheRef.of(cache)
     base = f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets"
     slots: list[list[str]] = []
@@ -57,9 +67,18 @@ def apply_daemons(api: KubeApi, cache: WeightCache, snapshot: Snapshot, daemon_s
         # Before the daemons: they wait for its grant.
         holder_at = holder["metadata"]["name"]
         snapshot.daemonset_applied(apply_if_different(api, f"{base}/{holder_at}", holder, live.get(holder_at)))
+    # The daemons' DaemonSets (one per slot with ``nodes > 1``) are independent: applied at once.
+    applied = all_at_once(
+        pool,
+        **{
+            ds["metadata"]["name"]: partial(
+                apply_if_different, api, f"{base}/{ds['metadata']['name']}", ds, live.get(ds["metadata"]["name"])
+            )
+            for ds in wanted
+        },
+    )
     for ds in wanted:
-        at = ds["metadata"]["name"]
-        snapshot.daemonset_applied(apply_if_different(api, f"{base}/{at}", ds, live.get(at)))
+        snapshot.daemonset_applied(applied[ds["metadata"]["name"]])
     names = {ds["metadata"]["name"] for ds in wanted}
     kept = list(wanted)
     for ds in existing:

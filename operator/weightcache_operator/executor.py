@@ -5,7 +5,9 @@ pass's snapshot. No decisions here beyond what each action says."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Executor
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole
@@ -19,20 +21,29 @@ from .render.service import engine_service
 from .report import Reporter
 from .snapshot import Snapshot
 from .spec import WeightCache
+from .together import all_at_once
 
 log = logging.getLogger("weightcache_operator.executor")
 
 
 def execute(
-    api: KubeApi, reporter: Reporter, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
+    api: KubeApi,
+    reporter: Reporter,
+    cache: WeightCache,
+    snapshot: Snapshot,
+    actions: list[Action],
+    noticed: datetime,
+    pool: Executor | None = None,
 ) -> dict[str, Any] | None:
     """Carries out ``actions``; returns the ``status.lastFailover`` entry of the last failover
     among them, if any. ``noticed``: when the pass started, after reading the cluster (what
-    detection is measured to and promotion from)."""
+    detection is measured to and promotion from). Independent requests of one action, and
+    consecutive creations, go out at once on ``pool`` (together.py)."""
     pods = f"/api/v1/namespaces/{snapshot.namespace}/pods"
     failover = None
     demoted = False
-    for action in actions:
+    creations: list[Create] = []
+    for action, after in zip(actions, [*actions[1:], None], strict=True):
         if isinstance(action, SetRole):
             changed = api.patch(f"{pods}/{action.name}", {"metadata": {"labels": {ROLE_LABEL: action.role}}})
             snapshot.pod_changed(changed)
@@ -42,28 +53,44 @@ def execute(
             failover = reporter.failover(snapshot.body, action.promotion, noticed) or failover
         elif isinstance(action, ApplyService):
             service = engine_service(cache, action.serve)
-            snapshot.service = apply_if_different(
-                api,
-                f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
-                service,
-                snapshot.service,
-            )
-            # The budget follows the Service: it protects exactly what the Service sends traffic to.
+            # The budget follows the Service: it protects exactly what the Service sends traffic
+            # to. Independent objects: applied at once.
             budget = engine_budget(cache, action.serve)
-            snapshot.budget = apply_if_different(
-                api,
-                f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
-                budget,
-                snapshot.budget,
+            applied = all_at_once(
+                pool,
+                service=partial(
+                    apply_if_different,
+                    api,
+                    f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
+                    service,
+                    snapshot.service,
+                ),
+                budget=partial(
+                    apply_if_different,
+                    api,
+                    f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
+                    budget,
+                    snapshot.budget,
+                ),
             )
+            snapshot.service, snapshot.budget = applied["service"], applied["budget"]
         elif isinstance(action, Delete):
             api.delete(f"{pods}/{action.name}")
             snapshot.pod_deleted(action.name, reporter.clock())
             log.info("deleted engine", extra={"pod": action.name, "reason": action.why})
         elif isinstance(action, Create):
-            created = api.create(pods, action.pod)
-            snapshot.pod_changed(created)
-            log.info("created engine", extra={"pod": PodView(created).name, "role": PodView(action.pod).role})
+            creations.append(action)
+            if isinstance(after, Create):
+                continue  # the next one goes out with it
+            # Consecutive creations are new engine pods of their own (a group's followers come in
+            # a later pass, once its leader has an address): sent at once.
+            created = all_at_once(pool, **{str(k): partial(api.create, pods, c.pod) for k, c in enumerate(creations)})
+            for k, wanted in enumerate(creations):
+                snapshot.pod_changed(created[str(k)])
+                log.info(
+                    "created engine", extra={"pod": PodView(created[str(k)]).name, "role": PodView(wanted.pod).role}
+                )
+            creations = []
         elif isinstance(action, ReplaceDaemon):
             _replace_stale_holder(api, cache, snapshot, action.pod, reporter.clock())
             api.delete(f"{pods}/{action.pod}")

@@ -291,7 +291,7 @@ class Reconciler:
             return self._report(snapshot, status, lap)
 
         if apply:
-            apply_daemons(self.api, cache, snapshot, self.daemon_status)
+            apply_daemons(self.api, cache, snapshot, self.daemon_status, self._requests)
             lap("daemonsets")
         noticed = self.clock()
         unresponsive = self._watch_responsiveness(cache, snapshot)
@@ -315,7 +315,7 @@ class Reconciler:
         )
         lap("plan")
         serving_before = snapshot.serving
-        failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed)
+        failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
         lap("execute")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)

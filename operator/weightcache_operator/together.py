@@ -1,6 +1,8 @@
 """A pass's independent API requests, sent at once: the pass waits for the slowest one instead
 of their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale). Its
-reads (snapshot.observe) and its readiness-gate patches (gate_sync.py) go this way.
+reads (snapshot.observe), its readiness-gate patches (gate_sync.py), the daemons' DaemonSets
+(daemonsets.py), the Service with its budget and consecutive engine creations (executor.py) go
+this way.
 
 The pool is shared by every cache's passes (reconcile.py), so a burst of passes queues on it
 instead of opening a connection each."""
@@ -12,7 +14,8 @@ from concurrent.futures import Executor, wait
 from typing import Any
 
 THREADS = 16
-"""Threads of the shared pool: six reads per pass, so a few passes send theirs at once."""
+"""Threads of the shared pool: up to six requests per pass at once, so a few passes send theirs
+together."""
 
 
 def all_at_once(pool: Executor | None, **calls: Callable[[], Any]) -> dict[str, Any]:
