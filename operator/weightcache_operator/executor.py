@@ -43,7 +43,7 @@ def execute(
     failover = None
     demoted = False
     creations: list[Create] = []
-    for action, after in zip(actions, [*actions[1:], None], strict=True):
+    for i, action in enumerate(actions):
         if isinstance(action, SetRole):
             changed = api.patch(f"{pods}/{action.name}", {"metadata": {"labels": {ROLE_LABEL: action.role}}})
             snapshot.pod_changed(changed)
@@ -80,7 +80,7 @@ def execute(
             log.info("deleted engine", extra={"pod": action.name, "reason": action.why})
         elif isinstance(action, Create):
             creations.append(action)
-            if isinstance(after, Create):
+            if i + 1 < len(actions) and isinstance(actions[i + 1], Create):
                 continue  # the next one goes out with it
             # Consecutive creations are new engine pods of their own (a group's followers come in
             # a later pass, once its leader has an address): sent at once.
