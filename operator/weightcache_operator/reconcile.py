@@ -1,5 +1,6 @@
 """Level-based reconciliation of one WeightCache: read what exists, compare with what the pure
-planners say should exist, and close the gap. Every pass starts from the API server's state, so
+planners say should exist, and close the gap. Every pass starts from the cluster's state, read
+from the API server or the operator's watches (pod_index.py says when the pod watch will do), so
 a pass can be repeated, interrupted or run by another replica without harm.
 
 A pass: observe (snapshot.py) → apply the daemons' DaemonSets on spec changes and resyncs
