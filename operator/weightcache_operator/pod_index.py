@@ -14,8 +14,10 @@ server answered, or a newer one, and a pod it deleted its deletion or its absenc
 has delivered those, on every full pass (spec change, resync, taking over), and after the watch
 listed until a LIST has checked the cache, the pass LISTs instead; the LIST removes pods the
 watch never said were deleted (a watch that broke and listed again reports no deletions from the
-gap). So no pass decides on a view older than its predecessor's writes: none creates an engine
-twice or misses one it deleted.
+gap). A LIST that saw pods newer than the index makes the next pass wait for the watch as for a
+write, and a pass that failed makes the next one LIST (a create whose answer was lost may have
+happened). So no pass decides on a view older than its predecessor's writes or reads: none
+creates an engine twice or misses one it deleted.
 """
 
 from __future__ import annotations
