@@ -118,13 +118,13 @@ class Reconciler:
         def one_pass(apply: bool) -> str | None:
             if not self._enter((namespace, name)):
                 return None
-            watch, outcome = self.metrics.stopwatch(), "error"
+            stopwatch, outcome = self.metrics.stopwatch(), "error"
             try:
-                phase = self._pass(namespace, name, apply, watch.lap)
+                phase = self._pass(namespace, name, apply, stopwatch.lap)
                 outcome = "ok" if phase is not None else "gone"
                 return phase
             finally:
-                seconds = watch.elapsed()
+                seconds = stopwatch.elapsed()
                 if outcome == "error":
                     # A write that failed may still have been carried out (an answer lost to a
                     # timeout): the next pass LISTs rather than trust the watch to hold it.
@@ -138,7 +138,7 @@ class Reconciler:
                             "namespace": namespace,
                             "outcome": outcome,
                             "seconds": round(seconds, 3),
-                            "steps_ms": watch.steps_ms(),
+                            "steps_ms": stopwatch.steps_ms(),
                         },
                     )
                 if self.handover is not None:
