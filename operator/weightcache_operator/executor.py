@@ -127,11 +127,12 @@ def _recount_budget(api: KubeApi, snapshot: Snapshot, now: datetime) -> None:
     pod that matches it changes, judged by the pod's new labels only, so a pod relabelled out of
     the budget (an active demoted after its successor's promotion, both active for a moment) leaves
     its count stale: it would go on counting two healthy actives and allow evicting the one that
-    serves. Any change to the budget makes it recount: the annotation names the actives as the
-    pass left them, and when."""
+    serves. Any change to the budget makes it recount: the annotation names the actives the pass
+    left serving (not those it deleted), and when."""
     if snapshot.budget is None:
         return
-    actives = ",".join(sorted(PodView(p).name for p in snapshot.engine_pods if PodView(p).role == "active"))
+    serving = (PodView(p) for p in snapshot.engine_pods)
+    actives = ",".join(sorted(p.name for p in serving if p.role == "active" and not p.deleting))
     # The time makes each value new (an active promoted and demoted again between two recounts
     # would leave the names as they were, and the budget unchanged).
     value = f"{actives} ({now.isoformat(timespec='milliseconds')})"
