@@ -329,4 +329,4 @@ def test_rbac_grants_exactly_the_rules_and_a_missing_rule_stops_the_operator(
         describe=lambda: operator_logs(kubelet, namespace, release)[-3000:],
     )
     # Delete while the operator runs, so its finalizer completes.
-    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s")
+    cluster.kubectl("delete", "wc", "tiny-llama", "-n", namespace, "--wait=true", "--timeout=90s", timeout=100)

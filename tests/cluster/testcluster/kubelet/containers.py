@@ -94,6 +94,7 @@ class ContainerRunner:
         self._stopping = threading.Event()
         self._killed_by_probe = False
         self._lock = threading.Lock()
+        self._began = False
         self.finished = threading.Event()
 
     # -- running ---------------------------------------------------------------------------------
@@ -101,6 +102,8 @@ class ContainerRunner:
     def run(self) -> int | None:
         """Runs until the container is done for good; returns the last exit code."""
         exit_code: int | None = None
+        with self._lock:
+            self._began = True
         try:
             while not self._stopping.is_set():
                 began = time.monotonic()
@@ -270,6 +273,9 @@ class ContainerRunner:
         with self._lock:
             self._stopping.set()
             process = self.process
+            if not self._began:
+                # run() will return at once if it is ever called; nothing to wait for.
+                self.finished.set()
         for probe in self._probes:
             probe.stop()
         if process is not None and process.poll() is None:

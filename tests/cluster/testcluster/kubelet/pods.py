@@ -212,7 +212,7 @@ class PodWorker:
             for stopper in stoppers:
                 stopper.join()
             for runner in runners:
-                runner.finished.wait(5)
+                runner.finished.wait(5)  # set at once for a container that never ran (stop())
             self.context.submit_status(self)
             if then is not None:
                 then()
@@ -319,13 +319,24 @@ def _waiting_status(spec: Object) -> dict[str, Any]:
     }
 
 
-def delete_pod_object(kube: Kube, namespace: str, name: str, uid: str) -> None:
+def delete_pod_object(kube: Kube, namespace: str, name: str, uid: str, attempts: int = 60) -> None:
     """What the real kubelet does once the containers are gone: delete with grace 0, guarded
-    by the uid so a pod recreated under the same name is never removed by mistake."""
-    try:
-        kube.delete(
-            f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
-        )
-    except ApiError as error:
-        if error.status not in (404, 409):
-            raise
+    by the uid so a pod recreated under the same name is never removed by mistake. Retried
+    until the API server answers, as the kubelet's status manager does on every sync: a pod
+    whose removal was lost to a slow or busy API server would otherwise stay Terminating for
+    good (the kubelet acts on a pod's deletion once)."""
+    for attempt in range(attempts):
+        try:
+            kube.delete(
+                f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
+            )
+            return
+        except ApiError as error:
+            if error.status in (404, 409):
+                return
+            failure: Exception = error
+        except Exception as error:  # noqa: BLE001 - connection errors and timeouts: try again
+            failure = error
+        log.warning("removing pod %s/%s failed (attempt %d): %s", namespace, name, attempt + 1, failure)
+        time.sleep(1)
+    log.error("gave up removing pod %s/%s after %d attempts", namespace, name, attempts)
