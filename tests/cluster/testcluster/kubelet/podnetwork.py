@@ -36,11 +36,15 @@ def ensure_pod_network() -> bool:
     if os.geteuid() != 0:
         log.warning("not root: pod IPs fall back to 127.x.y.z and stay out of EndpointSlices")
         return False
-    result = subprocess.run(
-        ["ip", "route", "replace", "local", str(POD_NETWORK), "dev", "lo", "table", "local"],
-        capture_output=True,
-        text=True,
-    )
+    try:
+        result = subprocess.run(
+            ["ip", "route", "replace", "local", str(POD_NETWORK), "dev", "lo", "table", "local"],
+            capture_output=True,
+            text=True,
+        )
+    except FileNotFoundError:
+        log.warning("no ip command (iproute2): pod IPs fall back to 127.x.y.z and stay out of EndpointSlices")
+        return False
     if result.returncode != 0:
         log.warning("cannot route %s locally (%s); falling back to loopback", POD_NETWORK, result.stderr.strip())
         return False

@@ -34,7 +34,8 @@ class StatusWriter:
         with self._wake:
             self._stopped = True
             self._wake.notify()
-        self._thread.join(timeout=5)
+        if self._thread.ident is not None:  # a kubelet whose start failed early never started it
+            self._thread.join(timeout=5)
 
     def submit(self, worker: PodWorker) -> None:
         with self._wake:
