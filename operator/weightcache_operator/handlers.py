@@ -36,6 +36,7 @@ import random
 import secrets
 import socket
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -51,6 +52,21 @@ from .scope import watched_namespaces
 from .spec import GROUP, PLURAL, VERSION
 
 RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
+
+
+def pass_threads(environment: Mapping[str, str]) -> int:
+    """``$WEIGHTCACHE_OPERATOR_PASS_THREADS``, 6 when unset: at most this many passes (and other
+    handlers) run at once, over all caches."""
+    text = environment.get("WEIGHTCACHE_OPERATOR_PASS_THREADS", "").strip() or "6"
+    if not text.isdigit() or not 1 <= int(text) <= 256:
+        raise ValueError(
+            f"WEIGHTCACHE_OPERATOR_PASS_THREADS={text!r}: give a whole number of threads from 1 to 256"
+            " (the chart's passThreads), or unset it for 6"
+        )
+    return int(text)
+
+
+PASS_THREADS = pass_threads(os.environ)
 PEERING_NAME = os.environ.get("WEIGHTCACHE_OPERATOR_PEERING", "weightcache-operator")
 PEERING_LIFETIME = int(os.environ.get("WEIGHTCACHE_OPERATOR_PEERING_LIFETIME", "15"))
 """Seconds a replica's peering keep-alive (and hand-over lease) holds: a killed acting replica is
@@ -88,6 +104,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.batching.error_delays = [1, 2, 5, 10, 30]
+    # Passes run in kopf's handler threads. Its default pool (Python's: host CPUs + 4, up to 32)
+    # would size the operator's concurrency by whatever node it lands on; with 500 nodes and an
+    # API server on two cores, 20 threads instead of 6 made a quarter of the passes take over a
+    # second (docs/benchmarks.md, scale).
+    settings.execution.max_workers = PASS_THREADS
     # Every replica serves /metrics (a paused one shows no passes), bound before any pass runs.
     if "metrics" not in _servers:
         try:

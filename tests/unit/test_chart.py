@@ -200,6 +200,7 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
         "replicaCount": 3,
         "logLevel": "debug",
         "resyncSeconds": 10,
+        "passThreads": 12,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
         "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
@@ -253,6 +254,7 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
     assert pod["affinity"] == values["affinity"], "a given affinity replaces the default anti-affinity"
     variables = env(objects)
     assert variables["WEIGHTCACHE_OPERATOR_VERBOSE"] == "1" and variables["WEIGHTCACHE_OPERATOR_RESYNC_SECONDS"] == "10"
+    assert variables["WEIGHTCACHE_OPERATOR_PASS_THREADS"] == "12"
     assert variables["HTTPS_PROXY"] == "http://proxy:3128"
     assert (
         variables["WEIGHTCACHE_OPERATOR_PEERING"]
