@@ -131,8 +131,8 @@ def _recount_budget(api: KubeApi, snapshot: Snapshot, now: datetime) -> None:
     left serving (not those it deleted), and when."""
     if snapshot.budget is None:
         return
-    serving = (PodView(p) for p in snapshot.engine_pods)
-    actives = ",".join(sorted(p.name for p in serving if p.role == "active" and not p.deleting))
+    engines = (PodView(p) for p in snapshot.engine_pods)
+    actives = ",".join(sorted(p.name for p in engines if p.role == "active" and not p.deleting))
     # The time makes each value new (an active promoted and demoted again between two recounts
     # would leave the names as they were, and the budget unchanged).
     value = f"{actives} ({now.isoformat(timespec='milliseconds')})"

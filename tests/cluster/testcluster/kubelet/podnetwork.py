@@ -27,6 +27,7 @@ from pathlib import Path
 
 POD_NETWORK = ipaddress.ip_network("198.18.0.0/16")
 LOOPBACK_FALLBACK_BASE = 100
+FALLBACK = "pod IPs fall back to 127.100.K.x and stay out of EndpointSlices"
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 def ensure_pod_network() -> bool:
     """Makes 198.18.0.0/16 local; returns False (loopback fallback) when that is impossible."""
     if os.geteuid() != 0:
-        log.warning("not root: pod IPs fall back to 127.x.y.z and stay out of EndpointSlices")
+        log.warning("not root: %s", FALLBACK)
         return False
     try:
         result = subprocess.run(
@@ -43,10 +44,10 @@ def ensure_pod_network() -> bool:
             text=True,
         )
     except FileNotFoundError:
-        log.warning("no ip command (iproute2): pod IPs fall back to 127.x.y.z and stay out of EndpointSlices")
+        log.warning("no ip command (iproute2): %s", FALLBACK)
         return False
     if result.returncode != 0:
-        log.warning("cannot route %s locally (%s); falling back to loopback", POD_NETWORK, result.stderr.strip())
+        log.warning("cannot route %s locally (%s): %s", POD_NETWORK, result.stderr.strip(), FALLBACK)
         return False
     return True
 
