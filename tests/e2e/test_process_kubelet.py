@@ -1,5 +1,5 @@
 """The process kubelet's pod semantics that weightcache's operator and daemons will rely on:
-probes and restarts, volumes and environment, readiness gates, graceful deletion."""
+probes and restarts, volumes and environment, readiness gates, graceful deletion, preStop hooks."""
 
 from __future__ import annotations
 
@@ -290,6 +290,62 @@ def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) 
     took = time.monotonic() - asked
     assert 1.5 < took < 6, f"the deaf container should be SIGKILLed after the 2 s grace period, took {took:.1f}s"
     assert "got TERM" in kubelet.logs(namespace, "stubborn", "polite")
+
+
+def test_pre_stop_hooks_run_before_the_stop_signal_within_the_grace_period(
+    kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
+    # Each container prints when SIGTERM came and what the exec hook left in the shared volume.
+    on_term = (
+        "trap 'echo TERM $(date +%s.%N) $(cat /work/hook 2>/dev/null); exit 0' TERM; while true; do sleep 0.1; done"
+    )
+    create_pod(
+        kube,
+        namespace,
+        "hooked",
+        {
+            "terminationGracePeriodSeconds": 10,
+            "volumes": [{"name": "work", "emptyDir": {}}],
+            "containers": [
+                {
+                    "name": name,
+                    "image": "busybox",
+                    "command": ["sh", "-c", on_term],
+                    "volumeMounts": [{"name": "work", "mountPath": "/work"}],
+                    "lifecycle": {"preStop": hook},
+                }
+                for name, hook in (
+                    ("sleeper", {"sleep": {"seconds": 3}}),
+                    ("runner", {"exec": {"command": ["sh", "-c", "echo hook-ran > /work/hook"]}}),
+                    ("overlong", {"exec": {"command": ["sleep", "60"]}}),
+                )
+            ],
+        },
+    )
+    wait_for(lambda: condition(get_pod(kube, namespace, "hooked"), "Ready") == "True", 30)
+    asked = time.time()
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/hooked")
+
+    def gone() -> bool:
+        try:
+            get_pod(kube, namespace, "hooked")
+            return False
+        except Exception as error:  # noqa: BLE001
+            return getattr(error, "status", None) == 404
+
+    wait_for(gone, 30)
+    took = time.time() - asked
+
+    def term(container: str) -> tuple[float, str]:
+        words = kubelet.logs(namespace, "hooked", container).split("TERM ", 1)[1].split()
+        return float(words[0]) - asked, " ".join(words[1:])
+
+    assert 2.8 < term("sleeper")[0] < 6, f"SIGTERM came after the 3 s sleep: {term('sleeper')}"
+    assert term("runner")[1] == "hook-ran", f"the exec hook ran before SIGTERM: {term('runner')}"
+    # A hook longer than the grace period is cut at the grace period; SIGTERM still comes, with
+    # the kubelet's 2 s minimum left before SIGKILL.
+    assert 9.5 < term("overlong")[0] < 12, term("overlong")
+    assert took < 16, f"the pod was gone {took:.1f}s after its deletion (grace 10 s + 2 s)"
 
 
 def test_escaped_processes_die_with_their_container(kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 from ..rest import Object
 from . import termination
 from .environment import expand
+from .hooks import pre_stop, run_pre_stop
 from .nodes import now_rfc3339
 from .probes import ProbeLoop, ProbeTarget
 from .processes import CONTAINER_MARKER, Mount, kill_container_processes, signal_group, start_process
@@ -91,6 +92,8 @@ class ContainerRunner:
         self.started = False
         self.process: subprocess.Popen[bytes] | None = None
         self._probes: list[ProbeLoop] = []
+        self._target: ProbeTarget | None = None
+        """Where probes and hooks reach the running process; None before its first start."""
         self._stopping = threading.Event()
         self._killed_by_probe = False
         self._lock = threading.Lock()
@@ -212,6 +215,7 @@ class ContainerRunner:
     def _start_probes(self, pid: int) -> None:
         ports = {p["name"]: int(p["containerPort"]) for p in self.spec.get("ports", []) or [] if p.get("name")}
         target = ProbeTarget(self.launch.pod_ip, ports, pid, self.launch.environment, self.launch.isolated)
+        self._target = target
         if "startupProbe" in self.spec:
             self._probes.append(
                 ProbeLoop(
@@ -269,16 +273,21 @@ class ContainerRunner:
     # -- stopping --------------------------------------------------------------------------------
 
     def stop(self, grace: float) -> None:
-        """SIGTERM the process group, SIGKILL after ``grace`` seconds; no restart afterwards."""
+        """The preStop hook if any (hooks.py), SIGTERM to the process group, SIGKILL once ``grace``
+        seconds (the hook's time included) have passed; no restart afterwards."""
         with self._lock:
             self._stopping.set()
             process = self.process
+            target = self._target
             if not self._began:
                 # run() will return at once if it is ever called; nothing to wait for.
                 self.finished.set()
         for probe in self._probes:
             probe.stop()
         if process is not None and process.poll() is None:
+            hook = pre_stop(self.spec)
+            if hook is not None and target is not None and grace > 0:
+                grace = run_pre_stop(self.name, hook, target, grace)
             self._stop_process(process, grace)
 
     def kill(self) -> None:
