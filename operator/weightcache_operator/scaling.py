@@ -61,7 +61,9 @@ def plan_scaling(
     actions: list[Action] = []
     live = [p for p in pods if not PodView(p).deleting]
     load = Counter(PodView(p).node for p in live)
-    ports = {_port(p) for p in live}
+    # Terminating groups included: their ranks hold the port until they exit, a preStop sleep
+    # and a drain after the deletion.
+    ports = {_port(p) for p in pods}
     roles: dict[str, str] = {}
     """Pod name → the role this plan gives it (the pods themselves are left as given)."""
 
@@ -94,8 +96,8 @@ def plan_scaling(
         if size == 1:
             create(replica, role)
             return
-        # A group's rendezvous port: the lowest no live group of the cache uses (pods sharing a
-        # network namespace would collide on one).
+        # A group's rendezvous port: the lowest no group of the cache holds (pods sharing a
+        # network namespace would collide on one; a follower could even join the wrong group).
         port = next(p for p in range(DIST_PORT, DIST_PORT + 10_000) if p not in ports)
         ports.add(port)
         create(replica, role, Member(new_group(), 0, port=port))

@@ -266,6 +266,17 @@ def test_groups_start_leader_first_then_followers_dial_its_ip() -> None:
     assert terms[0]["matchExpressions"][-1]["values"] == ["node-2"], "slot 1's pod goes where slot 1's ranks are"
 
 
+def test_a_new_group_never_takes_the_port_of_a_group_still_terminating() -> None:
+    cache = make(**TWO)
+    leaders = [a.pod for a in plan_groups(cache, [], READY, ids()) if isinstance(a, Create)]
+    pods = [run(leaders[0], "node-1", ip="198.18.1.5"), run(leaders[1], "node-1", ip="198.18.1.6")]
+    # The standby group's leader is being deleted: its ranks keep port 29501 until they exit.
+    pods[1]["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:05Z"
+    created = [a.pod for a in plan_groups(cache, pods, READY, ids()) if isinstance(a, Create)]
+    new_leaders = [p for p in created if p["metadata"]["labels"]["weightcache.io/node-rank"] == "0"]
+    assert [p["metadata"]["annotations"]["weightcache.io/dist-port"] for p in new_leaders] == ["29502"]
+
+
 def complete_groups(cache: Any, ready_active: bool = True, ready_standby: bool = True) -> list[dict[str, Any]]:
     pods = []
     for group, role, ready in (("ga", "active", ready_active), ("gb", "standby", ready_standby)):
