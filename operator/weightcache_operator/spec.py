@@ -345,6 +345,16 @@ class Vllm(ApiModel):
     )
 
 
+PRE_STOP_SLEEP_DEFAULT_S = 5
+"""Endpoint removal reaches kube-proxy on every node within about a second in a healthy cluster;
+load balancers that follow EndpointSlices take a few more."""
+ENGINE_DRAIN_S = 30
+"""How long an engine told to stop may spend finishing its in-flight requests: the reference
+engine's --drain-timeout default, and vLLM's --shutdown-timeout as the operator renders it."""
+STOP_GRACE_S = ENGINE_DRAIN_S + 10
+"""An engine pod's grace period after its preStop sleep: the drain, then time to exit."""
+
+
 class Engine(ApiModel):
     """Engine pods: per replica one active engine behind the Service and hot standbys that map
     the same weights (KV-cache memory, not a second copy of the model)."""
@@ -368,6 +378,17 @@ class Engine(ApiModel):
         " operator) and the daemons hold vLLM's own layout, built by vLLM's loader; one list of vLLM arguments,"
         " derived from the spec and followed by args, goes to both. Unset: the reference engine (or another"
         " engine using the weightcache client) over the daemons' own layout.",
+    )
+    pre_stop_sleep_seconds: int = Field(
+        default=PRE_STOP_SLEEP_DEFAULT_S,
+        ge=0,
+        le=300,
+        description="How long a deleted engine pod keeps serving before it is told to stop: a preStop sleep on"
+        " its engine container (the first), the time every node's Service proxy and any load balancer need to"
+        " stop sending it new requests once the pod is deleted (rollouts, scale-down, kubectl drain, failover"
+        " of a deleted active). Then SIGTERM, on which the engine finishes its in-flight requests. Unless the"
+        " template sets terminationGracePeriodSeconds (which must then exceed this), the grace period is this"
+        f" plus {STOP_GRACE_S} s. A preStop hook of the template's own wins. 0: the engine is told to stop at once.",
     )
     rollout: EngineRollout = Field(default_factory=EngineRollout, json_schema_extra=default_object(EngineRollout))
     failover: EngineFailover = Field(default_factory=EngineFailover, json_schema_extra=default_object(EngineFailover))

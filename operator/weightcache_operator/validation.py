@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from weightcache_contract.backends import BACKENDS, GPU_BACKENDS
 
 from .render.vllm import RENDERED_FLAGS, SHARED_FLAGS, flag_name
-from .spec import WeightCache
+from .spec import STOP_GRACE_S, WeightCache
 
 GPU_RESOURCE = "nvidia.com/gpu"
 VERIFIED_FP8_BLOCK = [128, 128]
@@ -66,9 +66,27 @@ def problems(cache: WeightCache) -> list[str]:
         found.append(
             "spec.engine.template.spec.hostNetwork must not be set: active and standby engines share a node and port"
         )
+    found += _grace_problems(cache)
     if spec.engine.vllm is not None:
         found += _vllm_problems(cache)
     return found
+
+
+def _grace_problems(cache: WeightCache) -> list[str]:
+    """The API server refuses a pod whose preStop sleep does not fit in its grace period; say so
+    on the cache instead of failing every engine creation."""
+    engine = cache.spec.engine
+    grace = engine.template.spec.model_dump().get("terminationGracePeriodSeconds")
+    sleep = engine.pre_stop_sleep_seconds
+    own_hook = (engine.template.spec.containers[0].get("lifecycle") or {}).get("preStop")
+    if own_hook is not None or sleep == 0 or not isinstance(grace, int) or grace > sleep:
+        return []
+    return [
+        f"spec.engine.template.spec.terminationGracePeriodSeconds ({grace}) must exceed"
+        f" spec.engine.preStopSleepSeconds ({sleep}): a deleted engine sleeps that long before it is told to"
+        f" stop; raise the grace period to {sleep + STOP_GRACE_S} (the sleep, then the engine's drain),"
+        " lower preStopSleepSeconds, or leave terminationGracePeriodSeconds unset"
+    ]
 
 
 def _vllm_problems(cache: WeightCache) -> list[str]:

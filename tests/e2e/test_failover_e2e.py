@@ -258,7 +258,12 @@ class Cache:
             "Ready",
             also=lambda s: s["engines"][0]["active"] == standby and s["engines"][0]["standbys"] == [active],
         )
-        live = [p["metadata"]["name"] for p in pods(self.kube, self.namespace, ENGINES)]
+        # (An engine retired by an earlier step may still be in its preStop sleep or drain.)
+        live = [
+            p["metadata"]["name"]
+            for p in pods(self.kube, self.namespace, ENGINES)
+            if not p["metadata"].get("deletionTimestamp")
+        ]
         assert sorted(live) == sorted([active, standby]), live
         assert failovers(self.operator, self.namespace) == counted + 1
         wait_for(

@@ -116,6 +116,7 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.gpuAccess": "visibleDevices",
     ".spec.engine.dra.deviceClassName": "gpu.nvidia.com",
     ".spec.engine.weightFallback": "disk",
+    ".spec.engine.preStopSleepSeconds": 5,
     ".spec.engine.vllm.args": [],
     ".spec.engine.vllm.engineArgs": [],
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},

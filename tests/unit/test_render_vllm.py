@@ -81,7 +81,8 @@ def test_daemon_and_engine_get_the_same_vllm_arguments() -> None:
     command = main_container(cache)["command"]
     assert command[:3] == ["vllm", "serve", "/weightcache/model"]
     assert command[3 : 3 + len(listed)] == listed
-    rest = command[3 + len(listed) :]
+    assert command[3 + len(listed) : 5 + len(listed)] == ["--shutdown-timeout", "30"], "engines drain on SIGTERM"
+    rest = command[5 + len(listed) :]
     assert rest[:2] == ["--load-format", "weightcache"]
     assert json.loads(rest[3]) == {"socket_dir": "/run/weightcache", "name": "tiny-qwen3", "fallback": "disk"}
     assert rest[2] == "--model-loader-extra-config" and rest[4:] == ["--host", "$(POD_IP)", "--port", "8000"]
@@ -105,7 +106,7 @@ def test_the_gpu_example_lists_quantization_and_engine_only_options_follow_the_s
         "32768",
     ]
     command = main_container(cache)["command"]
-    after = command[3 + len(listed) :]
+    after = command[5 + len(listed) :]
     assert after[:4] == ["--gpu-memory-utilization", "0.63", "--served-model-name", "qwen3-235b"]
     assert json.loads(after[after.index("--model-loader-extra-config") + 1])["fallback"] == "error"
     assert "--gpu-memory-utilization" not in daemon_command(cache)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
 
-from ..spec import WeightCache
+from ..spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
     CLAIM_ANNOTATION,
@@ -52,6 +52,10 @@ def engine_template_hash(cache: WeightCache) -> str:
     excluded = {"replicas", "standbys_per_replica", "rollout", "failover"}
     if cache.spec.engine.vllm is None:
         excluded.add("vllm")  # so that the hash of a cache without it is what it was before the field existed
+    if cache.spec.engine.pre_stop_sleep_seconds == PRE_STOP_SLEEP_DEFAULT_S:
+        # Likewise: an operator upgrade must not roll every engine; engines get the sleep with
+        # their next version.
+        excluded.add("pre_stop_sleep_seconds")
     engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=excluded)
     canonical = json.dumps(
         {"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True, separators=(",", ":")
@@ -148,6 +152,7 @@ def engine_pod(
             container.get("securityContext"), pod_spec.get("securityContext"), defaults
         )
     main = pod_spec["containers"][0]
+    _stop_gracefully(main, pod_spec, spec.engine.pre_stop_sleep_seconds)
     if uses_vllm(cache):
         # Validation refuses a template that sets the first container's command or args itself.
         main["command"] = vllm_engine_command(cache)
@@ -197,6 +202,17 @@ def engine_pod(
         },
         "spec": pod_spec,
     }
+
+
+def _stop_gracefully(main: dict[str, Any], pod_spec: dict[str, Any], sleep_s: int) -> None:
+    """A deleted engine leaves the Service's endpoints at once, but every node's proxy learns of
+    it a moment later: the engine container sleeps that long before its SIGTERM (then drains), so
+    no request sent in that moment meets a closed port. Every member of a group sleeps, so that
+    the followers stay while their leader serves. The template's own hook and grace period win
+    (validation refuses a grace period the sleep would not fit in)."""
+    if sleep_s > 0 and "preStop" not in (main.get("lifecycle") or {}):
+        main["lifecycle"] = {**(main.get("lifecycle") or {}), "preStop": {"sleep": {"seconds": sleep_s}}}
+    pod_spec.setdefault("terminationGracePeriodSeconds", sleep_s + STOP_GRACE_S)
 
 
 def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:

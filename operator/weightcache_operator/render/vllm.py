@@ -14,7 +14,7 @@ from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
 
-from ..spec import WeightCache
+from ..spec import ENGINE_DRAIN_S, WeightCache
 from .layout import MODEL_MOUNT, SOCKET_MOUNT, CacheRef
 
 VLLM_CLI = ["vllm"]
@@ -120,6 +120,10 @@ def engine_command(cache: WeightCache) -> list[str]:
         "serve",
         MODEL_MOUNT,
         *vllm_args(cache),
+        # In-flight requests finish on SIGTERM instead of being aborted (vLLM's default, 0);
+        # an --shutdown-timeout in engineArgs comes later and wins.
+        "--shutdown-timeout",
+        str(ENGINE_DRAIN_S),
         *spec.engine.vllm.engine_args,
         "--load-format",
         LOAD_FORMAT,
