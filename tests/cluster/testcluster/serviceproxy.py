@@ -19,7 +19,8 @@ import threading
 import time
 from dataclasses import dataclass
 
-from .rest import ApiError, Kube, Object
+from .reflector import follow
+from .rest import Kube, Object
 
 log = logging.getLogger(__name__)
 
@@ -114,26 +115,21 @@ class ServiceProxy:
     def _follow_slices(self) -> None:
         path = f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices"
         selector = f"kubernetes.io/service-name={self.service}"
-        while not self._stop.is_set():
-            try:
-                listing = self.kube.get(path, labelSelector=selector)
-                self._replace_slices({s["metadata"]["name"]: s for s in listing.get("items", [])})
-                version = listing["metadata"]["resourceVersion"]
-                for kind, endpoint_slice in self.kube.watch(
-                    path, resource_version=version, labelSelector=selector, timeout_seconds=60
-                ):
-                    if self._stop.is_set():
-                        return
-                    if kind == "ERROR":
-                        raise ApiError(int(endpoint_slice.get("code", 500)), endpoint_slice)
-                    if kind == "BOOKMARK":
-                        continue
-                    self._apply(kind, endpoint_slice)
-            except Exception as error:  # noqa: BLE001 - re-list, like kube-proxy's informer
-                if self._stop.is_set():
-                    return
-                log.info("endpoint watch for %s restarts after %r", self.service, error)
-                time.sleep(0.2)
+
+        def relist() -> str:
+            listing = self.kube.get(path, labelSelector=selector)
+            self._replace_slices({s["metadata"]["name"]: s for s in listing.get("items", [])})
+            return str(listing["metadata"]["resourceVersion"])
+
+        follow(
+            self.kube,
+            path,
+            relist=relist,
+            on_event=self._apply,
+            stopped=self._stop,
+            what=f"endpoint watch for {self.service}",
+            labelSelector=selector,
+        )
 
     def _replace_slices(self, slices: dict[str, Object]) -> None:
         with self._lock:

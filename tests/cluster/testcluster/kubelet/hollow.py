@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..reflector import follow
 from ..rest import ApiError, Kube, Object
 from .hollowdaemons import HollowDaemonServer, HollowDaemonState, daemon_of
 from .nodes import KUBELET_VERSION, LEASE_DURATION_SECONDS, NodeSpec, now_rfc3339
@@ -115,11 +116,9 @@ class HollowFleet:
         self.daemons.start()
         with ThreadPoolExecutor(max_workers=8, thread_name_prefix="hollow-register") as pool:
             list(pool.map(self._register, self.specs))
-        listing = self.kube.get("/api/v1/pods")
-        for pod in listing.get("items", []):
-            self._handle("ADDED", pod)
+        resource_version = self._relist()
         self._spawn(self._beat, "hollow-leases")
-        self._spawn(self._watch, "hollow-pod-watch", listing["metadata"]["resourceVersion"])
+        self._spawn(self._watch, "hollow-pod-watch", resource_version)
         for i in range(STATUS_WRITERS):
             self._spawn(self._write_loop, f"hollow-status-{i}")
 
@@ -283,28 +282,22 @@ class HollowFleet:
     # -- pods ------------------------------------------------------------------------------------
 
     def _watch(self, resource_version: str) -> None:
-        while not self._stop.is_set():
-            try:
-                for kind, pod in self.kube.watch("/api/v1/pods", resource_version=resource_version, timeout_seconds=60):
-                    if self._stop.is_set():
-                        return
-                    if kind == "ERROR":
-                        raise ApiError(int(pod.get("code", 500)), pod)
-                    resource_version = pod["metadata"]["resourceVersion"]
-                    if kind != "BOOKMARK":
-                        self._handle(kind, pod)
-            except Exception as error:  # noqa: BLE001 - re-list and carry on, like a reflector
-                if self._stop.is_set():
-                    return
-                log.info("hollow pod watch restarts after %r", error)
-                time.sleep(0.5)
-                try:
-                    listing = self.kube.get("/api/v1/pods")
-                    for pod in listing.get("items", []):
-                        self._handle("MODIFIED", pod)
-                    resource_version = listing["metadata"]["resourceVersion"]
-                except Exception:  # noqa: BLE001
-                    log.exception("hollow pod re-list failed")
+        follow(
+            self.kube,
+            "/api/v1/pods",
+            relist=self._relist,
+            on_event=self._handle,
+            stopped=self._stop,
+            what="hollow pod watch",
+            resource_version=resource_version,
+            retry_s=0.5,
+        )
+
+    def _relist(self) -> str:
+        listing = self.kube.get("/api/v1/pods")
+        for pod in listing.get("items", []):
+            self._handle("MODIFIED", pod)
+        return str(listing["metadata"]["resourceVersion"])
 
     def _handle(self, kind: str, pod: Object) -> None:
         node = (pod.get("spec") or {}).get("nodeName")

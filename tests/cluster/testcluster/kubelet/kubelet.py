@@ -10,7 +10,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..rest import ApiError, Kube, Object
+from ..reflector import follow
+from ..rest import Kube, Object
 from .devices import GPU_RESOURCE, GpuPool
 from .logserver import KUBELET_PORT, LogServer
 from .nodes import NodeAgent, NodeSpec
@@ -218,26 +219,15 @@ class ProcessKubelet:
         return listing["metadata"]["resourceVersion"]
 
     def _watch(self, resource_version: str) -> None:
-        while not self._stop.is_set():
-            try:
-                for kind, pod in self.kube.watch("/api/v1/pods", resource_version=resource_version, timeout_seconds=60):
-                    if self._stop.is_set():
-                        return
-                    if kind == "ERROR":
-                        raise ApiError(int(pod.get("code", 500)), pod)
-                    resource_version = pod["metadata"]["resourceVersion"]
-                    if kind != "BOOKMARK":
-                        self._handle(kind, pod)
-            except Exception as error:  # noqa: BLE001 - re-list and carry on, like a reflector
-                if self._stop.is_set():
-                    return
-                log.info("pod watch restarts after %r", error)
-                time.sleep(0.2)
-                try:
-                    resource_version = self._resync()
-                except Exception:  # noqa: BLE001
-                    log.exception("pod re-list failed")
-                    time.sleep(1)
+        follow(
+            self.kube,
+            "/api/v1/pods",
+            relist=self._resync,
+            on_event=self._handle,
+            stopped=self._stop,
+            what="pod watch",
+            resource_version=resource_version,
+        )
 
     def _handle(self, kind: str, pod: Object) -> None:
         node = pod.get("spec", {}).get("nodeName")
