@@ -55,6 +55,8 @@ class NodeAgent:
         self.heartbeat = heartbeat
         self.kubelet_port = kubelet_port
         self._alive = threading.Event()
+        self._beating = threading.Lock()
+        """Held through each beat, so that no beat that began before ``fail`` writes after it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -92,8 +94,11 @@ class NodeAgent:
         self._thread.start()
 
     def fail(self) -> None:
-        """Stops heartbeats, like a node that lost power; the pods' processes are the kubelet's job."""
-        self._alive.clear()
+        """Stops heartbeats, like a node that lost power; the pods' processes are the kubelet's job.
+        Waits for a beat under way: one that read the node NotReady after this would post it
+        Ready again."""
+        with self._beating:
+            self._alive.clear()
 
     def recover(self) -> None:
         self._post_status()
@@ -109,17 +114,18 @@ class NodeAgent:
     def _beat(self) -> None:
         ticks = 0
         while not self._stop.wait(self.heartbeat):
-            if not self._alive.is_set():
-                continue
-            try:
-                self._renew_lease()
-                ticks += 1
-                # Re-post status when the controller has overwritten Ready (after a recovery)
-                # and every 10 beats anyway, so lastHeartbeatTime stays fresh.
-                if ticks % 10 == 0 or not self._ready_in_api():
-                    self._post_status()
-            except Exception:  # noqa: BLE001 - a missed beat is what the controller is for
-                log.exception("heartbeat of %s failed", self.name)
+            with self._beating:
+                if not self._alive.is_set():
+                    continue
+                try:
+                    self._renew_lease()
+                    ticks += 1
+                    # Re-post status when the controller has overwritten Ready (after a recovery)
+                    # and every 10 beats anyway, so lastHeartbeatTime stays fresh.
+                    if ticks % 10 == 0 or not self._ready_in_api():
+                        self._post_status()
+                except Exception:  # noqa: BLE001 - a missed beat is what the controller is for
+                    log.exception("heartbeat of %s failed", self.name)
 
     def _ready_in_api(self) -> bool:
         node = self.kube.get(f"/api/v1/nodes/{self.name}")
