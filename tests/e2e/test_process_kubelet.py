@@ -13,7 +13,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.devices import gpu_uuid
 from testcluster.kubelet.processes import CONTAINER_MARKER
-from testcluster.rest import Kube
+from testcluster.rest import ApiError, Kube
 from testcluster.strays import processes_with_environment
 from testcluster.waiting import wait_for
 
@@ -46,6 +46,16 @@ def get_pod(kube: Kube, namespace: str, name: str) -> dict:
 def container_status(kube: Kube, namespace: str, pod: str, container: str) -> dict:
     statuses = get_pod(kube, namespace, pod)["status"].get("containerStatuses") or []
     return next(s for s in statuses if s["name"] == container)
+
+
+def gone(kube: Kube, namespace: str, name: str) -> bool:
+    try:
+        get_pod(kube, namespace, name)
+        return False
+    except ApiError as error:
+        if error.status == 404:
+            return True
+        raise
 
 
 def condition(pod: dict, kind: str) -> str | None:
@@ -279,14 +289,7 @@ def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) 
     asked = time.monotonic()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/stubborn")
 
-    def gone() -> bool:
-        try:
-            get_pod(kube, namespace, "stubborn")
-            return False
-        except Exception as error:  # noqa: BLE001
-            return getattr(error, "status", None) == 404
-
-    wait_for(gone, 15)
+    wait_for(lambda: gone(kube, namespace, "stubborn"), 15)
     took = time.monotonic() - asked
     assert 1.5 < took < 6, f"the deaf container should be SIGKILLed after the 2 s grace period, took {took:.1f}s"
     assert "got TERM" in kubelet.logs(namespace, "stubborn", "polite")
@@ -326,14 +329,7 @@ def test_pre_stop_hooks_run_before_the_stop_signal_within_the_grace_period(
     asked = time.time()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/hooked")
 
-    def gone() -> bool:
-        try:
-            get_pod(kube, namespace, "hooked")
-            return False
-        except Exception as error:  # noqa: BLE001
-            return getattr(error, "status", None) == 404
-
-    wait_for(gone, 30)
+    wait_for(lambda: gone(kube, namespace, "hooked"), 30)
     took = time.time() - asked
 
     def term(container: str) -> tuple[float, str]:
