@@ -206,6 +206,15 @@ def _describe_namespace(namespace: str) -> str:
     for args in (("get", "all,endpointslices", "-o", "wide"), ("get", "events", "--sort-by=.lastTimestamp")):
         result = plane.kubectl(*args, "-n", namespace, check=False)
         parts.append(f"$ kubectl {' '.join(args)}\n{result.stdout}{result.stderr}")
+    # Nodes are shared by every test: their readiness and taints explain many a stuck DaemonSet.
+    nodes = (
+        "get",
+        "nodes",
+        "-o",
+        "custom-columns=NAME:.metadata.name,READY:.status.conditions[?(@.type=='Ready')].status,TAINTS:.spec.taints[*].key,UNSCHEDULABLE:.spec.unschedulable",
+    )
+    result = plane.kubectl(*nodes, check=False)
+    parts.append(f"$ kubectl {' '.join(nodes)}\n{result.stdout}{result.stderr}")
     agent = _live.get("kubelet")
     if isinstance(agent, ProcessKubelet):
         for worker in agent.pods_in(namespace):

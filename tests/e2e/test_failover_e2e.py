@@ -419,6 +419,12 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     try:
         last = cache.fails_over("NodeNotReady", fail_node)
         assert last["fromNode"] == failed_node[0] != last["toNode"]
+    except BaseException:
+        # What the failed node looked like before its recovery below changes it.
+        for name in failed_node:
+            node = kube.get(f"/api/v1/nodes/{name}")
+            print(f"{name}: conditions {node['status'].get('conditions')}, taints {node['spec'].get('taints')}")
+        raise
     finally:
         if failed_node:
             kubelet.recover_node(failed_node[0])
