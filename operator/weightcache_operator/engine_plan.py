@@ -20,7 +20,7 @@ by it: they count from the next pass on.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -71,6 +71,29 @@ def old_side(daemonset: Object, wanted: str, daemon_hash: str) -> bool:
     return spec_hash(daemonset) != daemon_hash and set_name(daemonset) != wanted
 
 
+def nodes_to_run(daemonset: Object, daemon_pods: list[Object], down: Collection[str]) -> int:
+    """The nodes ``daemonset`` should run a daemon on: ``status.desiredNumberScheduled`` less the
+    nodes that are down but still counted in it.
+
+    A node that goes NotReady is tainted unreachable (or not-ready) NoSchedule, so the
+    DaemonSet controller stops counting it; its daemon pod stays (it tolerates the NoExecute
+    taint) and then counts as misscheduled. But the controller recounts a DaemonSet on a node
+    change only when a pod must be created or deleted there (Kubernetes 1.35): a count taken just
+    before the taint reached its cache can stay for good, and the cache would wait for the dead
+    node's daemon. Down nodes still counted = this DaemonSet's pods on down nodes − misscheduled."""
+    status = daemonset.get("status") or {}
+    uid = daemonset["metadata"].get("uid")
+    on_down_nodes = sum(
+        1
+        for pod in daemon_pods
+        if (view := PodView(pod)).node in down
+        and not view.deleting
+        and any(ref.get("uid") == uid for ref in pod["metadata"].get("ownerReferences") or [])
+    )
+    stale = max(0, on_down_nodes - int(status.get("numberMisscheduled") or 0))
+    return max(0, int(status.get("desiredNumberScheduled") or 0) - stale)
+
+
 def plan_engines(
     cache: WeightCache,
     snapshot: Snapshot,
@@ -93,8 +116,9 @@ def plan_engines(
         for ds in snapshot.daemon_daemonsets
         if current_sets and old_side(ds, set_name(current_sets[0]), want.daemon_hash)
     }
+    down = snapshot.unready_nodes()
     desired_nodes = sum(
-        (ds.get("status") or {}).get("desiredNumberScheduled", 0) for ds in current_sets or snapshot.daemon_daemonsets
+        nodes_to_run(ds, snapshot.daemon_pods, down) for ds in current_sets or snapshot.daemon_daemonsets
     )
     engines, serving, size = snapshot.engine_pods, snapshot.serving, cache.spec.parallelism.nodes
     steps = plan(
