@@ -79,8 +79,9 @@ def nodes_to_run(daemonset: Object, daemon_pods: list[Object], down: Collection[
     DaemonSet controller stops counting it; its daemon pod stays (it tolerates the NoExecute
     taint) and then counts as misscheduled. But the controller recounts a DaemonSet on a node
     change only when a pod must be created or deleted there (Kubernetes 1.35): a count taken just
-    before the taint reached its cache can stay for good, and the cache would wait for the dead
-    node's daemon. Down nodes still counted = this DaemonSet's pods on down nodes − misscheduled."""
+    before the taint reached its cache stays until something else makes it sync the DaemonSet,
+    and the cache would wait for the dead node's daemon until then. Down nodes still counted =
+    this DaemonSet's pods on down nodes − misscheduled."""
     status = daemonset.get("status") or {}
     uid = daemonset["metadata"].get("uid")
     on_down_nodes = sum(
