@@ -23,6 +23,22 @@ class _Report(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class CheckpointWatch(_Report):
+    """What the rank's checkpoint on disk is now, against the bytes the arena was built from.
+
+    ``unchanged``: every shard has the stat identity and content the arena was built from (or the
+    same content under a new stat identity, already adopted). ``verifying``: a shard's stat identity
+    changed and the daemon is re-hashing it to learn whether its bytes did. ``changed``: the bytes of
+    ``changed_files`` differ (or the files are gone); the arena still serves the old bytes, which an
+    engine that reads the checkpoint now would not get."""
+
+    state: Literal["unchanged", "verifying", "changed"] = "unchanged"
+    changed_files: list[str] = []
+    """Shard (or config) file names, relative to the checkpoint directory."""
+    detail: str | None = None
+    """One line for people: what changed and what to do."""
+
+
 class RankReport(_Report):
     """One local rank. Everything but ``rank``, ``ready`` and ``problem`` is known only once the
     rank answers on its socket (after its load); until then those fields are null."""
@@ -50,6 +66,8 @@ class RankReport(_Report):
     deposited: bool | None = None
     """Whether the node's keeper holds the arena now (it survives a daemon crash)."""
     uptime_seconds: float | None = Field(default=None, ge=0)
+    checkpoint: CheckpointWatch | None = None
+    """Null from a daemon that does not watch its checkpoint, or a rank that has not answered."""
 
 
 HOST_DEVICE = "host"
