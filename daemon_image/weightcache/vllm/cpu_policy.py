@@ -6,8 +6,12 @@ unquantized embedding and lm_head beside the plain weight. A copy per engine is 
 cache exists to avoid, and a packed copy cannot live in a shared arena (it is an opaque handle,
 not a tensor). So both the publisher and the engine mark layers to keep their plain ``[out, in]``
 weights and use ``torch.nn.functional.linear`` — the path vLLM itself uses for MLA's
-``kv_b_proj`` (``_cpu_skip_gemm_dispatch``). The trade-off: plain GEMMs instead of oneDNN's
-prepacked ones (same results; speed not measured yet).
+``kv_b_proj``. The trade-off: plain GEMMs instead of oneDNN's prepacked ones (same results; speed
+not measured yet).
+
+The marking is a subclass of vLLM's method swapped into each layer, not vLLM's
+``_cpu_skip_gemm_dispatch`` flag: every supported vLLM calls ``layer.cpu_linear`` for an
+unquantized linear on CPU, but only the newer ones read the flag.
 
 The policy is part of the fingerprint (``settings["cpu_gemm"]``): arenas published under it
 hold plain weights where vLLM's default would hold none.
@@ -21,6 +25,13 @@ from vllm.model_executor.layers.linear import UnquantizedLinearMethod
 from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
 POLICY = "plain-f-linear"
+
+
+class PlainLinearMethod(UnquantizedLinearMethod):
+    """UnquantizedLinearMethod that keeps the plain weight and computes with ``F.linear`` on CPU."""
+
+    def process_weights_after_loading(self, layer: nn.Module) -> None:
+        layer.cpu_linear = torch.nn.functional.linear
 
 
 class PlainEmbeddingMethod(UnquantizedEmbeddingMethod):
@@ -38,12 +49,12 @@ def keep_plain_weights(model: nn.Module) -> int:
     marked = 0
     for module in model.modules():
         method = getattr(module, "quant_method", None)
-        if isinstance(method, UnquantizedLinearMethod):
-            module._cpu_skip_gemm_dispatch = True  # honoured by UnquantizedLinearMethod on CPU
-            marked += 1
-        elif type(method) is UnquantizedEmbeddingMethod:
-            plain = PlainEmbeddingMethod.__new__(PlainEmbeddingMethod)
-            plain.__dict__.update(vars(method))
-            module.quant_method = plain
+        plain = {UnquantizedLinearMethod: PlainLinearMethod, UnquantizedEmbeddingMethod: PlainEmbeddingMethod}.get(
+            type(method)  # exact types: a subclass (a quantized method's base) keeps its own
+        )
+        if plain is not None:
+            swapped = plain.__new__(plain)
+            swapped.__dict__.update(vars(method))
+            module.quant_method = swapped
             marked += 1
     return marked

@@ -27,17 +27,23 @@ from vllm.distributed import get_dp_group, get_pp_group, get_tensor_model_parall
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 from vllm.model_executor.model_loader.utils import initialize_model, process_weights_after_loading
-from vllm.model_executor.utils import weights_already_processed
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+from weightcache_contract.errors import (
+    BindError,
+    CacheUnavailable,
+    FingerprintMismatch,
+    ProtocolError,
+    WeightCacheError,
+)
 
 from ..client.weights import Weights, held_bytes, map_fingerprint
 from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
 from ..wire.rankfiles import RankFiles, default_socket_dir
-from .bind import bind_arena, check_bound
+from . import versions
+from .bind import WRITTEN_IN_PLACE, bind_arena, check_bound, outside_mapping
 from .build import load_rank_model
 from .cpu_policy import keep_plain_weights
 from .stamp import platform_backend, rank_fingerprint
@@ -201,6 +207,24 @@ def _fix(exc: WeightCacheError, files: RankFiles) -> str:
     return "start its daemon (weightcache daemon --profile vllm)"
 
 
+def _check_replayed(model: nn.Module, weights: Weights) -> None:
+    """After post-processing ran as after a disk load (versions.py, ``replay``): every tensor must
+    still be a view of the arena, or one of the private copies vLLM writes in place. A tensor made
+    anew was derived from weights that were already post-processed, so it would be processed twice."""
+    assert weights.arena is not None
+    start, end = weights.arena.address_range
+    made = [name for name in outside_mapping(model, start, end) if name.rpartition(".")[2] not in WRITTEN_IN_PLACE]
+    if made:
+        import vllm
+
+        raise BindError(
+            f"vLLM {vllm.__version__}'s post-processing made {len(made)} tensor(s) anew from the mapped weights, "
+            f"e.g. {made[0]!r}, so they would be processed twice; this quantization method cannot be served from "
+            f"the cache by this vLLM: load from disk (--load-format auto) or use vLLM {versions.supported()} "
+            "with a method that can (docs/vllm.md)"
+        )
+
+
 def bind_model(
     vllm_config: VllmConfig, model_config: ModelConfig, weights: Weights, prefix: str = ""
 ) -> tuple[nn.Module, dict[str, float]]:
@@ -223,8 +247,14 @@ def bind_model(
         build = lap()
         bound = bind_arena(model, weights.tensors, kinds, weights.aliases)
         bind = lap()
-        with weights_already_processed():
+        if versions.pre_processed_mode():
+            from vllm.model_executor.utils import weights_already_processed
+
+            with weights_already_processed():
+                process_weights_after_loading(model, model_config, device)
+        else:
             process_weights_after_loading(model, model_config, device)
+            _check_replayed(model, weights)
         check_bound(model)
         post_process = lap()
     # The mapping lives as long as the model: vLLM keeps the model, not the loader.

@@ -45,6 +45,11 @@ log = logging.getLogger("weightcache.vllm")
 
 
 def run(args: argparse.Namespace) -> int:
+    import vllm
+
+    from . import versions
+
+    versions.check(vllm.__version__)  # what the engine's plug-in would refuse is not published
     layout = Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size)
     refuse_reference_only_flags(args)
     world = args.tp_size * args.pp_size

@@ -1,0 +1,395 @@
+"""vLLM on a GPU from the weight cache: ``vllm serve`` from disk and from a ``--profile vllm`` daemon.
+
+Run on the GPU machine through tools/device/vllm-h200.sh (``bench SCENARIO``), which installs vLLM
+0.26 there. Every engine is a real ``vllm serve`` process (OpenAI API, greedy completions over token
+ids); the daemon is ``weightcache daemon --profile vllm --backend cuda-vmm``, run exactly as the
+operator renders it, with the same list of vLLM arguments as the engines. Scenarios:
+
+- ``smoke``: a tiny Qwen3; the cache's greedy tokens equal vLLM-from-disk's.
+- ``dense --size-gib 16``: a generated bf16 Qwen3 of that size; vLLM from disk (cold page cache, then
+  warm) and from the cache: the weight phase (vLLM's "Loading weights took" / the plug-in's "Mapping
+  and binding weights took"), process start to /health and to the first token, the GPU memory the
+  engine adds (nvidia-smi) against the daemon's arena bytes, and the tokens.
+- ``kill``: the daemon SIGKILLed under a serving engine, which keeps answering the same tokens; a new
+  daemon re-adopts the arena from the keeper (0 bytes read); a new engine maps it and answers the same.
+- ``moe``: a block-FP8 Qwen3-MoE through vLLM's FP8 path, from disk and from the cache.
+
+A script, not a test: it prints a table (and writes results.json into --workdir); the tokens columns
+say whether every start answered the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
+PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
+MAX_TOKENS = 16
+KV_BYTES = 4 * 2**30
+
+
+def vllm_args(extra: list[str] | None = None) -> list[str]:
+    """One list for the daemon and every engine, as the operator renders it. A fixed KV cache size, so
+    what an engine adds to the GPU's memory is comparable between starts; a memory fraction that leaves
+    room for the daemon's arena beside it (vLLM 0.26 checks the fraction against the free memory)."""
+    return [
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+        "--kv-cache-memory-bytes",
+        str(KV_BYTES),
+        "--gpu-memory-utilization",
+        "0.5",
+        *(extra or []),
+    ]
+
+
+def gpu_used_mib() -> int:
+    out = subprocess.run(
+        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(out.stdout.strip().splitlines()[0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    """``vllm serve MODEL <args>`` in a process group of its own, timed from its start."""
+
+    def __init__(self, model: Path, args: list[str], log: Path, cache: dict[str, Any] | None = None) -> None:
+        self.port = free_port()
+        argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *args]
+        argv += ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", "m"]
+        if cache is not None:
+            argv += ["--load-format", "weightcache", "--model-loader-extra-config", json.dumps(cache)]
+        self.log = log
+        self.used_before = gpu_used_mib()
+        self.started = time.perf_counter()
+        self.proc = subprocess.Popen(
+            argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=os.environ
+        )
+        self.healthy = self._wait_healthy()
+        self.used_after = gpu_used_mib()
+        t0 = time.perf_counter()
+        self.first_tokens = self.complete()
+        self.first_token_s = time.perf_counter() - self.started
+        self.first_request_s = time.perf_counter() - t0
+
+    def _wait_healthy(self, timeout_s: float = 540) -> float:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"vllm serve exited {self.proc.returncode}:\n{self.log.read_text()[-5000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - self.started
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise SystemExit(f"vllm serve not healthy in {timeout_s} s:\n{self.log.read_text()[-5000:]}")
+
+    def complete(self, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:
+        """Greedy token ids for each prompt (``return_token_ids``), or the texts when not given."""
+        out = []
+        for ids in prompts:
+            body = {"model": "m", "prompt": ids, "max_tokens": MAX_TOKENS, "temperature": 0.0}
+            body |= {"ignore_eos": True, "return_token_ids": True}
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{self.port}/v1/completions",
+                data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(req, timeout=120) as r:
+                choice = json.loads(r.read())["choices"][0]
+            out.append(choice.get("token_ids") or choice["text"])
+        return out
+
+    def weights_phase(self) -> float | None:
+        found = [m for line in self.log.read_text().splitlines() if (m := WEIGHTS_PHASE.search(line))]
+        return float(found[-1].group(2)) if found else None
+
+    def row(self, kind: str) -> dict[str, Any]:
+        return {
+            "start": kind,
+            "weights_phase_s": self.weights_phase(),
+            "to_health_s": round(self.healthy, 2),
+            "to_first_token_s": round(self.first_token_s, 2),
+            "engine_adds_mib": self.used_after - self.used_before,
+            "tokens": self.first_tokens,
+        }
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def __enter__(self) -> Serve:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Daemon:
+    """``weightcache daemon --profile vllm --backend cuda-vmm`` for rank 0, keeper on."""
+
+    def __init__(self, model: Path, args: list[str], socket_dir: str, name: str, log: Path) -> None:
+        self.socket_dir, self.name = socket_dir, name
+        argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args)]
+        argv += ["--model", str(model), "--backend", "cuda-vmm", "--tp-size", "1", "--pp-size", "1"]
+        argv += ["--ranks", "0-0", "--socket-dir", socket_dir, "--name", name, "--keeper", "auto"]
+        self.log = log
+        self.started = time.perf_counter()
+        self.launched = time.time()
+        self.proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
+        self.ready_s = self._wait_ready()
+
+    def _wait_ready(self, timeout_s: float = 540) -> float:
+        from weightcache.wire.rankfiles import RankFiles
+
+        files = RankFiles(self.socket_dir, self.name, 0)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise SystemExit(f"daemon exited {self.proc.returncode}:\n{self.log.read_text()[-5000:]}")
+            info = files.read_ready()
+            if info is not None and info.started_at >= self.launched:
+                return time.perf_counter() - self.started
+            time.sleep(0.25)
+        raise SystemExit(f"daemon not ready in {timeout_s} s:\n{self.log.read_text()[-5000:]}")
+
+    def status(self) -> Any:
+        from weightcache.client.weights import DaemonConnection
+        from weightcache.wire.rankfiles import RankFiles
+
+        with DaemonConnection(RankFiles(self.socket_dir, self.name, 0).socket) as conn:
+            return conn.status()
+
+    def cache(self) -> dict[str, Any]:
+        return {"name": self.name, "socket_dir": self.socket_dir, "fallback": "error"}
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=120)
+
+
+def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:
+    from weightcache.daemon.keeper import KeeperClient, keeper_socket
+    from weightcache_contract.errors import CacheUnavailable
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            with KeeperClient(keeper_socket(socket_dir), timeout_s=1) as keeper:
+                keeper.ping()
+            return proc
+        except CacheUnavailable:
+            time.sleep(0.2)
+    raise SystemExit(f"keeper did not answer:\n{log.read_text()}")
+
+
+def checkpoint(workdir: Path, kind: str, gib: float) -> Path:
+    """Generated on the GPU (seeded random weights, a real config and tokenizer)."""
+    from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
+
+    if kind == "smoke":
+        spec = ModelSpec(
+            family="qwen3",
+            hidden_size=256,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=512,
+            max_position_embeddings=4096,
+        )
+    elif kind == "dense":
+        # Qwen3-8B's widths: per layer 4096·(2·4096 + 2·1024) + 3·4096·12288 ≈ 193 M parameters.
+        layers = max(2, round((gib * 2**30 / 2 - 2 * 151936 * 4096) / 193.0e6))
+        spec = ModelSpec(
+            family="qwen3",
+            hidden_size=4096,
+            intermediate_size=12288,
+            num_layers=layers,
+            num_heads=32,
+            num_kv_heads=8,
+            vocab_size=151936,
+            max_position_embeddings=4096,
+            shards=8,
+        )
+    else:  # moe: block-FP8 experts and attention (weights float8_e4m3fn, one fp32 scale per 128×128 block)
+        spec = ModelSpec(
+            family="qwen3_moe",
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_layers=4,
+            num_heads=16,
+            num_kv_heads=4,
+            vocab_size=32000,
+            num_experts=16,
+            num_experts_per_tok=4,
+            moe_intermediate_size=512,
+            max_position_embeddings=4096,
+            fp8=True,
+            shards=2,
+        )
+    out = workdir / f"{kind}-{spec.num_layers}l"
+    if not (out / "weightcache-sample.json").exists():
+        write_checkpoint(out, spec, device="cuda")
+    return out
+
+
+def table(rows: list[dict[str, Any]], arena_bytes: int | None) -> None:
+    same = len({json.dumps(r["tokens"]) for r in rows}) == 1
+    print("\n| start | weight phase (s) | to /health (s) | to first token (s) | GPU memory the engine adds (MiB) |")
+    print("| --- | --- | --- | --- | --- |")
+    for r in rows:
+        phase = "—" if r["weights_phase_s"] is None else f"{r['weights_phase_s']:.3f}"
+        print(
+            f"| {r['start']} | {phase} | {r['to_health_s']:.1f} | {r['to_first_token_s']:.1f} | {r['engine_adds_mib']} |"
+        )
+    if arena_bytes is not None:
+        print(f"\ndaemon's arena: {arena_bytes / 2**20:.0f} MiB")
+    print(f"greedy tokens identical in every row: {same}")
+    if not same:
+        for r in rows:
+            print(f"  {r['start']}: {r['tokens']}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("scenario", choices=("smoke", "dense", "kill", "moe"))
+    p.add_argument("--size-gib", type=float, default=16.0, help="dense: the checkpoint's size")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-vllm-gpu"))
+    args = p.parse_args()
+    from weightcache.checkpoints.page_cache import drop_page_cache
+
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    logs = work / f"logs-{args.scenario}"
+    logs.mkdir(exist_ok=True)
+    kind = "dense" if args.scenario in ("dense", "kill") else args.scenario
+    t0 = time.perf_counter()
+    model = checkpoint(work, kind, args.size_gib)
+    size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
+    print(f"checkpoint {model}: {size / 2**30:.2f} GiB ({time.perf_counter() - t0:.0f} s to have it)", flush=True)
+    engine_args = vllm_args()
+    socket_dir = tempfile.mkdtemp(prefix="wcv-")
+    keeper = start_keeper(socket_dir, logs / "keeper.log")
+    rows: list[dict[str, Any]] = []
+    results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "rows": rows}
+    daemon = None
+    try:
+        if args.scenario != "kill":
+            drop_page_cache(model)
+            with Serve(model, engine_args, logs / "disk-cold.log") as engine:
+                rows.append(engine.row("vLLM from disk, cold page cache"))
+            print(f"disk cold: {rows[-1]}", flush=True)
+            if args.scenario == "dense":
+                with Serve(model, engine_args, logs / "disk-warm.log") as engine:
+                    rows.append(engine.row("vLLM from disk, warm page cache"))
+                print(f"disk warm: {rows[-1]}", flush=True)
+        used = gpu_used_mib()
+        daemon = Daemon(model, engine_args, socket_dir, kind, logs / "daemon.log")
+        st = daemon.status()
+        results["daemon"] = {
+            "ready_s": round(daemon.ready_s, 1),
+            "arena_bytes": st.arena_bytes,
+            "gpu_added_mib": gpu_used_mib() - used,
+            "disk_bytes_read": st.disk_bytes_read,
+        }
+        print(f"daemon: {results['daemon']}", flush=True)
+        with Serve(model, engine_args, logs / "cache.log", cache=daemon.cache()) as engine:
+            rows.append(engine.row("vLLM from the cache"))
+            print(f"cache: {rows[-1]}", flush=True)
+            if args.scenario == "kill":
+                results["kill"] = kill_scenario(daemon, engine, model, engine_args, socket_dir, kind, logs)
+                daemon = results["kill"].pop("successor")
+        if args.scenario != "kill":
+            table(rows, st.arena_bytes)
+    finally:
+        for proc in (daemon, keeper):
+            if proc is not None:
+                (proc.stop() if isinstance(proc, Daemon) else proc.terminate())
+    (work / f"results-{args.scenario}.json").write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def kill_scenario(
+    daemon: Daemon, engine: Serve, model: Path, args: list[str], socket_dir: str, name: str, logs: Path
+) -> dict[str, Any]:
+    before = engine.complete()
+    deadline = time.monotonic() + 60
+    while not daemon.status().deposited and time.monotonic() < deadline:
+        time.sleep(0.2)
+    daemon.kill()
+    after_kill = engine.complete()
+    t0 = time.perf_counter()
+    successor = Daemon(model, args, socket_dir, name, logs / "daemon-successor.log")
+    st = successor.status()
+    readopt_s = time.perf_counter() - t0
+    still = engine.complete()
+    engine.stop()
+    with Serve(model, args, logs / "cache-after-kill.log", cache=successor.cache()) as fresh:
+        again = fresh.complete()
+        fresh_row = fresh.row("new engine, re-adopted arena")
+    out = {
+        "serving_engine_answers_the_same_after_the_kill": after_kill == before,
+        "and_after_the_successor_started": still == before,
+        "successor_adopted": st.adopted,
+        "successor_disk_bytes_read": st.disk_bytes_read,
+        "successor_ready_s": round(readopt_s, 1),
+        "new_engine_answers_the_same": again == before,
+        "new_engine": fresh_row,
+        "successor": successor,
+    }
+    print("\n| after the daemon's SIGKILL | |\n| --- | --- |")
+    for key, value in out.items():
+        if key not in ("successor", "new_engine"):
+            print(f"| {key.replace('_', ' ')} | {value} |")
+    r = fresh_row
+    print(
+        f"| new engine: weight phase, to first token | {r['weights_phase_s']} s, {r['to_first_token_s']} s "
+        f"(adds {r['engine_adds_mib']} MiB) |"
+    )
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
