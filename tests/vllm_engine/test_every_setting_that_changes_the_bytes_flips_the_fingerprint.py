@@ -41,6 +41,8 @@ def test_the_same_arguments_give_the_same_fingerprint(dense: Path) -> None:
         (["--convert", "embed"], "engine.settings.convert"),
         (["--trust-remote-code"], "engine.settings.trust_remote_code"),
         (["--code-revision", "other"], "engine.settings.code_revision"),
+        (["--linear-backend", "torch"], "engine.settings.linear_backend"),
+        (["--moe-backend", "triton"], "engine.settings.moe_backend"),
         (["--quantization-config", json.dumps({"linear": "fp8_per_block"})],
          "engine.settings.online_quantization_config_sha256"),
     ],

@@ -94,6 +94,11 @@ def rank_fingerprint(
         # language model (--mm-encoder-only) loads a subset of the checkpoint's tensors.
         "language_model_only": str(multimodal.language_model_only if multimodal else None),
         "mm_encoder_only": str(multimodal.mm_encoder_only if multimodal else None),
+        # The kernels post-processing prepares the weights for: e.g. a Marlin or DeepGEMM backend
+        # repacks FP8 weights and scales into its own layout (--linear-backend, --moe-backend).
+        "linear_backend": str(vllm_config.kernel_config.linear_backend),
+        "linear_backend_per_quant_sha256": _sha256(vllm_config.kernel_config.linear_backend_per_quant),
+        "moe_backend": str(vllm_config.kernel_config.moe_backend),
         "cpu_gemm": POLICY if current_platform.is_cpu() else "vllm-default",
     }
     if load_format != CHECKPOINT_LOAD_FORMAT:
