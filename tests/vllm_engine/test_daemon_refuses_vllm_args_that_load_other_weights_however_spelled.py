@@ -43,6 +43,7 @@ DUMMY = "--vllm-args make vLLM load with load_format='dummy' (however it is spel
         ["--load", "dummy"],
         ["--load-format=dummy"],
         ["--load_format=DUMMY"],
+        ["--load-format", "auto", "--load-format", "dummy"],  # the last one wins
     ],
 )
 def test_a_dummy_load_format_is_refused_however_the_flag_is_spelled(model: Path, extra: list[str]) -> None:
@@ -159,3 +160,20 @@ def test_online_quantization_by_its_config_is_refused(model: Path) -> None:
 )
 def test_what_reads_the_checkpoint_as_the_engines_disk_fallback_does_is_accepted(model: Path, extra: list[str]) -> None:
     engine_config(str(model), [*vllm_args(), *extra], 1, 1)
+
+
+@pytest.mark.parametrize(
+    "yaml, extra, reason",
+    [
+        (None, ["--config", "/nonexistent/vllm.yaml"], "FileNotFoundError"),
+        (None, ["--config", "vllm.json"], "Config file must be of a yaml/yml type"),
+        ("- load-format\n- dummy\n", [], "AttributeError"),
+        ("dtype: bfloat16\n", ["--config", "{yaml}"], "More than one config file specified"),
+    ],
+)
+def test_a_config_file_vllms_parser_cannot_read_is_refused_with_its_reason(
+    model: Path, tmp_path: Path, yaml: str | None, extra: list[str], reason: str
+) -> None:
+    given = ["--config", yaml_file(tmp_path, yaml)] if yaml is not None else []
+    message = refusal(model, [*given, *(a.format(yaml=given[1] if given else "") for a in extra)])
+    assert "vLLM's engine-argument parser could not read --vllm-args" in message and reason in message

@@ -96,6 +96,11 @@ def engine_args(model: str, vllm_args: list[str], tp_size: int, pp_size: int):  
         raise WeightCacheError(
             f"vLLM's engine-argument parser refused --vllm-args {vllm_args} (its message is above); fix the list"
         ) from None
+    except Exception as exc:  # noqa: BLE001 - a --config file it cannot read raises rather than exits
+        raise WeightCacheError(
+            f"vLLM's engine-argument parser could not read --vllm-args {vllm_args}: {type(exc).__name__}: {exc}; "
+            "fix the list (a --config file must be one readable YAML mapping, given once)"
+        ) from None
     if namespace.model is not None:
         raise WeightCacheError(
             f"--vllm-args set vLLM's model to {namespace.model!r} (--model, a prefix of it, or model: in a "
