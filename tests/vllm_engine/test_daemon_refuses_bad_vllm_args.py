@@ -1,5 +1,7 @@
-"""``--vllm-args`` are parsed by vLLM's own parser: a list vLLM refuses, or whose parallel layout is not
-the daemon's, stops the daemon before it claims the rank, with the reason and the fix."""
+"""``--vllm-args`` are parsed by vLLM's own parser: a list vLLM refuses, whose parallel layout is not
+the daemon's, or that would load other weights than the checkpoint's (every spelling of those:
+test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py) stops the daemon before it
+claims the rank, with the reason and the fix."""
 
 import json
 import subprocess
@@ -15,9 +17,10 @@ from vllm_harness import ROOT, env, qwen3_checkpoint, vllm_args
     [
         (vllm_args(tp=2), 1, "tensor parallel 2 and pipeline parallel 1, but the daemon was started with --tp-size 1"),
         ([*vllm_args(), "--no-such-flag"], 1, "vLLM's engine-argument parser refused --vllm-args"),
+        ([*vllm_args(), "--load_format", "dummy"], 1, "--vllm-args make vLLM load with load_format='dummy'"),
     ],
 )
-def test_vllm_args_vllm_refuses_or_that_disagree_with_the_daemons_layout_stop_it_before_the_claim(
+def test_vllm_args_vllm_refuses_that_disagree_with_the_daemons_layout_or_load_other_weights_stop_it_before_the_claim(
     tmp_path: Path, args: list[str], tp: int, message: str
 ) -> None:
     model = qwen3_checkpoint(tmp_path / "qwen3")

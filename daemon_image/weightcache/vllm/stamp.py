@@ -20,6 +20,7 @@ from ..checkpoints.manifest import LAYOUT_VERSION
 from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
 from . import LOAD_PROFILE
 from .cpu_policy import POLICY
+from .engine_args import CHECKPOINT_LOAD_FORMAT, disk_load_format
 
 
 def platform_backend() -> str:
@@ -54,18 +55,57 @@ def rank_fingerprint(
     checkpoint = open_checkpoint(model_config.model, stamps_only=True)
     hf_config = model_config.hf_config
     quant_config = getattr(hf_config, "quantization_config", None)
+    load_format = disk_load_format(vllm_config.load_config.load_format, model_config.model)
+    multimodal = model_config.multimodal_config
     settings = {
         "platform": current_platform.device_type,
         "architecture": ",".join(getattr(hf_config, "architectures", None) or []),
+        # The class vLLM builds: --model-impl transformers swaps Qwen3ForCausalLM for
+        # TransformersForCausalLM (other parameter names and fusions) under the same config.json.
+        "model_class": str(model_config.architecture),
+        # --model-class-overrides registers another class under the same architecture name.
+        "model_class_overrides_sha256": _sha256(model_config.model_class_overrides),
+        # --runner pooling / --convert embed|classify wrap the model in an adapter that drops
+        # lm_head or adds a score head: other tensors from the same checkpoint.
+        "runner": str(model_config.runner_type),
+        "convert": str(model_config.convert_type),
+        # Remote code (config and, with the Transformers backend, modeling) is Python next to the
+        # checkpoint at --code-revision, which the shard and config.json stamps do not cover.
+        "trust_remote_code": str(model_config.trust_remote_code),
+        "code_revision": str(model_config.code_revision or ""),
         "hf_config_sha256": _sha256(hf_config.to_dict()),  # config.json after vLLM's overrides
+        # Which loader wrote the bytes, as the disk format they come from: the engine's
+        # weightcache format is its disk fallback's (auto), so legitimate configs agree, and a
+        # daemon made to load dummy (or any other) weights never matches an engine.
+        "load_format": load_format,
         "quantization": str(model_config.quantization),
         "quantization_config_sha256": _sha256(quant_config),
+        # --quantization-config: online quantization of layers the checkpoint leaves unquantized.
+        "online_quantization_config_sha256": _sha256(model_config.quantization_config),
         "kv_cache_dtype": str(vllm_config.cache_config.cache_dtype),
         "dp_size": str(parallel.data_parallel_size),
         "dp_rank": str(dp_rank),
         "enable_expert_parallel": str(parallel.enable_expert_parallel),
+        # Which experts a rank holds, and how many physical copies EPLB adds.
+        "expert_placement_strategy": str(parallel.expert_placement_strategy),
+        "enable_eplb": str(parallel.enable_eplb),
+        "num_redundant_experts": str(parallel.eplb_config.num_redundant_experts),
+        # A multimodal model without its vision tower (--language-model-only) or without its
+        # language model (--mm-encoder-only) loads a subset of the checkpoint's tensors.
+        "language_model_only": str(multimodal.language_model_only if multimodal else None),
+        "mm_encoder_only": str(multimodal.mm_encoder_only if multimodal else None),
+        # The kernels post-processing prepares the weights for: e.g. a Marlin or DeepGEMM backend
+        # repacks FP8 weights and scales into its own layout (--linear-backend, --moe-backend).
+        "linear_backend": str(vllm_config.kernel_config.linear_backend),
+        "linear_backend_per_quant_sha256": _sha256(vllm_config.kernel_config.linear_backend_per_quant),
+        "moe_backend": str(vllm_config.kernel_config.moe_backend),
         "cpu_gemm": POLICY if current_platform.is_cpu() else "vllm-default",
     }
+    if load_format != CHECKPOINT_LOAD_FORMAT:
+        # Formats that do not read the checkpoint (dummy) draw their values from the seed. The
+        # daemon refuses them (engine_args.refuse_other_weights); this keeps two of them apart
+        # should a fingerprint of one ever be computed.
+        settings["seed"] = str(model_config.seed)
     if current_platform.is_cpu():
         settings["cpu_isa"] = cpu_isa()
     return Fingerprint(
