@@ -48,6 +48,34 @@ def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str, device
     )
     with set_current_vllm_config(vllm_config):
         ensure_model_parallel_initialized(parallel.tensor_parallel_size, parallel.pipeline_parallel_size)
+    unlink_cpu_shm_segments()
+
+
+def unlink_cpu_shm_segments() -> None:
+    """Remove the names of the shared-memory segments vLLM's CPU communicator made for this world.
+
+    Each rank of a CPU tensor- or pipeline-parallel group creates ``/dev/shm/<group>_<rank>``
+    (16 MiB at TP=2) and maps every rank's. vLLM never unlinks them from Python
+    (``destroy_model_parallel`` leaves the C++ manager alone), and the exec into the serving image
+    skips the C++ destructors that would, so each daemon start left them behind. The communicator
+    joins them under barriers, so once the groups exist every rank has mapped every segment and the
+    names are needed by no one: removing them now keeps the mappings (as an unlinked file's) for as
+    long as this process runs, and a daemon killed while it loads leaves nothing either. Every rank
+    removes all of its groups' names; the first one wins, the others find them gone."""
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+    from vllm.distributed.parallel_state import _groups
+
+    for ref in list(_groups.values()):
+        group = ref()
+        communicator = getattr(group, "device_communicator", None)
+        shm = getattr(communicator, "dist_module", None)
+        if not isinstance(shm, _CPUSHMDistributed):
+            continue
+        for rank in range(communicator.world_size):
+            try:
+                os.unlink(f"/dev/shm/{shm.group_name}_{rank}")
+            except FileNotFoundError:
+                pass
 
 
 def load_rank_model(
