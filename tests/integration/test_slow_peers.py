@@ -189,11 +189,11 @@ class Hog:
     """A process in a process group of its own that opens ``count`` connections, says hello on
     each, and holds them (the refused ones too) until ``release``."""
 
-    def __init__(self, path: str, count: int, uid: int | None = None) -> None:
+    def __init__(self, path: str, count: int, uid: int | None = None, prefix: tuple[str, ...] = ()) -> None:
         uid = os.getuid() if uid is None else uid
         hello = encode(Hello(versions=[1])).hex()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", HOLDER, path, hello, str(count), str(uid)],
+            [*prefix, sys.executable, "-c", HOLDER, path, hello, str(count), str(uid)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -217,8 +217,8 @@ class Hog:
 def hogs() -> Iterator[Callable[..., Hog]]:
     started: list[Hog] = []
 
-    def start(path: str, count: int, uid: int | None = None) -> Hog:
-        started.append(Hog(path, count, uid))
+    def start(path: str, count: int, uid: int | None = None, prefix: tuple[str, ...] = ()) -> Hog:
+        started.append(Hog(path, count, uid, prefix))
         return started[-1]
 
     yield start
@@ -316,3 +316,48 @@ def test_a_refusal_reads_as_the_daemon_s_busy_text_however_the_client_s_hello_ra
             DaemonConnection(path, timeout_s=0.1)
         errors.append(str(refused.value))
     assert all("is busy: all 2 connections are in use; retry shortly" in e for e in errors), errors
+
+
+SERVER = r"""
+import os, sys
+from weightcache.daemon.server import FramedServer, PeerPolicy, Reply
+from weightcache.wire.protocol import REQUEST, Pong
+server = FramedServer(
+    sys.argv[1], PeerPolicy(uids=frozenset({os.getuid()})), REQUEST, lambda request, fds: Reply(Pong()),
+    identity=("slow", 0), max_request_bytes=65536, max_connections=4, max_connections_per_group=2,
+)
+print("listening", flush=True)
+server.serve_forever()
+"""
+OWN_PID_NAMESPACE = ("unshare", "--pid", "--fork", "--kill-child")
+
+
+def test_peers_outside_the_daemon_s_pid_namespace_share_their_uid_s_slots_and_are_told_why(hogs) -> None:
+    # A daemon pod without hostPID sees every engine pod's process as pid 0 (SO_PEERCRED) and
+    # cannot look up its process group: such peers count per uid, and the refusal says so.
+    if os.getuid() != 0:
+        pytest.fail("this test starts processes in pid namespaces of their own and must run as root")
+    with tempfile.TemporaryDirectory(prefix="wc-ns-") as d:
+        path = os.path.join(d, "s.sock")
+        daemon = subprocess.Popen(
+            [*OWN_PID_NAMESPACE, sys.executable, "-c", SERVER, path],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        try:
+            assert daemon.stdout.readline() == "listening\n", f"the server exited with {daemon.wait()}"  # type: ignore[union-attr]
+            first = hogs(path, 2, prefix=OWN_PID_NAMESPACE)
+            second = hogs(path, 1, prefix=OWN_PID_NAMESPACE)
+            assert [a.type for a in first.answers] == ["hello_reply"] * 2
+            refused = second.answers[0]
+            assert isinstance(refused, ErrorReply) and refused.code == "busy"
+            assert refused.message.startswith(
+                f"uid {os.getuid()} (peers outside the daemon's pid namespace count per uid) already holds 2 connections"
+            )
+            first.release()
+            with DaemonConnection(path, timeout_s=5) as conn:  # this process is outside it too
+                conn.ping()
+        finally:
+            daemon.kill()  # unshare ignores SIGTERM while it waits; --kill-child takes the server with it
+            daemon.wait(timeout=10)
