@@ -145,19 +145,21 @@ class DaemonConnection:
         self, message: Any, expect: type, fds: list[int] | None = None, send_fds: list[int] | None = None
     ) -> Any:
         """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
+        sent: OSError | None = None
         try:
             send_frame(self._sock, message, send_fds)
+        except TimeoutError as exc:  # alive but not reading: no answer is coming
+            raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
         except OSError as exc:
             # A daemon refusing a connection (busy, forbidden) writes its reason and closes before it
             # reads a byte, so the send can fail with a broken pipe or a reset while the reason waits
-            # in this socket's receive buffer: the reason is what the caller needs to see.
+            # in this socket's receive buffer: the reason is what the caller needs to see. A closed
+            # peer's end of stream follows at once, so this read does not wait.
             sent = exc
-        else:
-            sent = None
         try:
             reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
-        except (TimeoutError, OSError, ProtocolError) as exc:
-            if sent is None and not isinstance(exc, (TimeoutError, OSError)):
+        except (OSError, ProtocolError) as exc:
+            if sent is None and not isinstance(exc, OSError):
                 raise
             raise CacheUnavailable(f"daemon at {self.path} stopped answering: {sent or exc}") from None
         if isinstance(reply, ErrorReply):
