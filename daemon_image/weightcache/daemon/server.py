@@ -301,16 +301,17 @@ def peer_group(pid: int, uid: int) -> tuple[str, int]:
     container runtimes, and outside Kubernetes (a node's own services, tests) every process of a
     login or a service shares one; a process group is one syscall, the same everywhere, and still
     holds a whole engine (vLLM's workers inherit their parent's group, and every container's first
-    process leads a session of its own). Neither is a security boundary (a process may start a new
-    group with ``setsid``): the per-group cap contains a leak, the total cap bounds everything.
+    process leads a session of its own). A process group is no security boundary (a process may
+    start a new one with ``setsid``): the per-group cap contains a leak, the total cap bounds everything.
 
     ``pid`` is SO_PEERCRED's, the connecting process as this process's pid namespace numbers it:
     - 0 when the peer is outside that namespace (an engine pod while the daemon pod has no hostPID).
-      Nothing tells such peers apart but their uid, so they count per uid, ``("uid", uid)``.
+      Its group and its cgroup cannot be read (the kernel refuses its pidfd's info with EREMOTE),
+      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``.
     - a process that has exited since it connected (its socket may live on in a child) has no
       group to look up; it counts alone, as ``("pid", pid)``. A pid reused meanwhile by another
-      process lends the connection that process's group: a wrong count for one connection whose
-      peer is gone, released when it reads the end of the stream.
+      process lends the connection that process's group: one connection counted against the wrong
+      group until it closes.
     """
     if pid == 0:
         return ("uid", uid)
