@@ -33,6 +33,10 @@ class CacheUnavailable(WeightCacheError):
     """No daemon answers for this cache and rank (no socket, refused, timed out)."""
 
 
+class DaemonBusy(CacheUnavailable):
+    """The daemon refused the connection: its slots, or the peer's process group's share, are taken."""
+
+
 class FingerprintMismatch(WeightCacheError):
     """The daemon holds weights for something other than what the engine expects."""
 

@@ -10,6 +10,7 @@ valid if the daemon dies: the engine holds its own reference to the memory.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from collections.abc import Mapping
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.errors import CacheUnavailable, FingerprintMismatch, ProtocolError, WeightCacheError
+from weightcache_contract.errors import (
+    CacheUnavailable,
+    DaemonBusy,
+    FingerprintMismatch,
+    ProtocolError,
+    WeightCacheError,
+)
 
 from ..arenas.arena import Access, MappedArena, map_arena
 from ..checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
@@ -54,24 +61,56 @@ if TYPE_CHECKING:  # the connection and protocol parts serve the torch-free daem
 Fallback = Literal["disk", "error"]
 
 
+# Pauses between attempts on a busy daemon: short at first (slots free as other clients finish, in
+# milliseconds), doubling to a second, jittered so that clients refused together do not return together.
+_BUSY_FIRST_PAUSE_S = 0.02
+_BUSY_MAX_PAUSE_S = 1.0
+
+
 class DaemonConnection:
-    """One connection to one rank's daemon. Use as a context manager."""
+    """One connection to one rank's daemon. Use as a context manager.
+
+    A daemon whose connection slots are taken (``DaemonBusy``) is asked again, with backoff, until
+    ``timeout_s`` has passed since the first attempt; then its own busy text is raised."""
 
     def __init__(
         self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client"
     ) -> None:
         self.path = str(path)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._sock.settimeout(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        pause = _BUSY_FIRST_PAUSE_S
+        while True:
+            self._sock = self._connect(max(deadline - time.monotonic(), 0.05))
+            try:
+                hello = Hello(versions=list(SUPPORTED_VERSIONS), client=client)
+                self.hello_reply: HelloReply = self.request(hello, HelloReply)
+                return
+            except DaemonBusy as exc:
+                self._sock.close()
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DaemonBusy(
+                        f"{exc} (still busy after {timeout_s:.1f} s of retries; give the client a longer timeout, "
+                        "or find what holds the daemon's connections: it logs each refusal with the peer's pid)"
+                    ) from None
+                time.sleep(min(pause * random.uniform(0.5, 1.0), left))
+                pause = min(pause * 2, _BUSY_MAX_PAUSE_S)
+            except BaseException:
+                self._sock.close()
+                raise
+
+    def _connect(self, timeout_s: float) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
         try:
-            self._sock.connect(self.path)
+            sock.connect(self.path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
-            self._sock.close()
+            sock.close()
             raise CacheUnavailable(f"no daemon listens on {self.path} ({exc.strerror})") from None
         except OSError as exc:
-            self._sock.close()
+            sock.close()
             raise CacheUnavailable(f"cannot connect to {self.path}: {exc}") from None
-        self.hello_reply: HelloReply = self.request(Hello(versions=list(SUPPORTED_VERSIONS), client=client), HelloReply)
+        return sock
 
     def __enter__(self) -> DaemonConnection:
         return self
@@ -106,12 +145,26 @@ class DaemonConnection:
         self, message: Any, expect: type, fds: list[int] | None = None, send_fds: list[int] | None = None
     ) -> Any:
         """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
+        sent: OSError | None = None
         try:
             send_frame(self._sock, message, send_fds)
-            reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
-        except (TimeoutError, OSError) as exc:
+        except TimeoutError as exc:  # alive but not reading: no answer is coming
             raise CacheUnavailable(f"daemon at {self.path} stopped answering: {exc}") from None
+        except OSError as exc:
+            # A daemon refusing a connection (busy, forbidden) writes its reason and closes before it
+            # reads a byte, so the send can fail with a broken pipe or a reset while the reason waits
+            # in this socket's receive buffer: the reason is what the caller needs to see. A closed
+            # peer's end of stream follows at once, so this read does not wait.
+            sent = exc
+        try:
+            reply = decode(REPLY, recv_frame(self._sock, MAX_REPLY_BYTES, fds))
+        except (OSError, ProtocolError) as exc:
+            if sent is None and not isinstance(exc, OSError):
+                raise
+            raise CacheUnavailable(f"daemon at {self.path} stopped answering: {sent or exc}") from None
         if isinstance(reply, ErrorReply):
+            if reply.code == "busy":
+                raise DaemonBusy(f"daemon at {self.path} is busy: {reply.message}")
             if reply.code == "fingerprint_mismatch":
                 raise FingerprintMismatch(reply.message, reply.fields)
             raise ProtocolError(f"daemon refused {message.type}: [{reply.code}] {reply.message}")

@@ -6,8 +6,10 @@ malformed, oversized, unknown or out of order gets an error reply and the connec
 while every other connection carries on. Time is bounded per frame, not per ``recv``: a hello
 must be complete within ``hello_timeout_s`` of connecting, every frame within ``frame_timeout_s``
 of its first byte, and a connection idle for ``idle_timeout_s`` between frames is closed — so a
-peer trickling bytes cannot pin a thread. Connections are capped in total and per peer uid
-(``max_connections_per_uid``, below the total), so one local user cannot take every slot.
+peer trickling bytes cannot pin a thread. Connections are capped in total and per peer group
+(``max_connections_per_group``, below the total; ``peer_group``), so one process holding
+connections cannot take the slots of another that shares its uid. A refused peer gets a ``busy``
+reply, written before the connection is closed.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ class FramedServer:
         socket_mode: int = 0o600,
         socket_gid: int | None = None,
         max_connections: int = 256,
-        max_connections_per_uid: int | None = None,
+        max_connections_per_group: int | None = None,
         idle_timeout_s: float = 30.0,
         frame_timeout_s: float = 5.0,
         hello_timeout_s: float = 5.0,
@@ -115,16 +117,16 @@ class FramedServer:
         self.max_request_bytes = max_request_bytes
         self.accept_fds = accept_fds
         self.max_connections = max_connections
-        # A quarter of the slots per uid by default: one peer's leak or attack leaves the rest usable.
-        self.max_connections_per_uid = max_connections_per_uid or max(1, max_connections // 4)
-        if self.max_connections_per_uid > max_connections:
+        # A quarter of the slots per peer group by default: one peer's leak leaves the rest usable.
+        self.max_connections_per_group = max_connections_per_group or max(1, max_connections // 4)
+        if self.max_connections_per_group > max_connections:
             raise ValueError(
-                f"max_connections_per_uid {self.max_connections_per_uid} exceeds max_connections {max_connections}"
+                f"max_connections_per_group {self.max_connections_per_group} exceeds max_connections {max_connections}"
             )
         self.idle_timeout_s = idle_timeout_s
         self.frame_timeout_s = frame_timeout_s
         self.hello_timeout_s = hello_timeout_s
-        self._per_uid: dict[int, int] = {}
+        self._per_group: dict[tuple[str, int], int] = {}
         self.stats = stats or ServerStats()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -168,25 +170,26 @@ class FramedServer:
                 conn, ErrorReply(code="forbidden", message=f"uid {uid}/gid {gid} may not use this socket")
             )
             return
+        group = peer_group(pid, uid)
         busy = None
         with self.stats.lock:
-            held = self._per_uid.get(uid, 0)
+            held = self._per_group.get(group, 0)
             if self.stats.connections_active >= self.max_connections:
                 busy = f"all {self.max_connections} connections are in use; retry shortly"
-            elif held >= self.max_connections_per_uid:
+            elif held >= self.max_connections_per_group:
                 busy = (
-                    f"uid {uid} already holds {held} connections, the most one uid may hold; "
+                    f"{describe_group(group)} already holds {held} connections, the most one may hold; "
                     "close idle ones or retry shortly"
                 )
             else:
                 self.stats.connections_active += 1
                 self.stats.connections_total += 1
-                self._per_uid[uid] = held + 1
+                self._per_group[group] = held + 1
         if busy is not None:
             log.warning("connection refused", extra={"fields": {"pid": pid, "uid": uid, "reason": busy}})
             self._reply_and_close(conn, ErrorReply(code="busy", message=busy))
             return
-        threading.Thread(target=self._serve_connection, args=(conn, pid, uid), daemon=True).start()
+        threading.Thread(target=self._serve_connection, args=(conn, pid, group), daemon=True).start()
 
     def _reply_and_close(self, conn: socket.socket, reply: ErrorReply) -> None:
         self.stats.count(errors_total=1)
@@ -202,7 +205,7 @@ class FramedServer:
         log.info("request rejected", extra={"fields": {"peer_pid": pid, "code": code, "error": message}})
         self._reply_and_close(conn, ErrorReply(code=code, message=message))  # type: ignore[arg-type]
 
-    def _serve_connection(self, conn: socket.socket, pid: int, uid: int) -> None:
+    def _serve_connection(self, conn: socket.socket, pid: int, group: tuple[str, int]) -> None:
         try:
             greeted = False
             unauthenticated = Deadlines(
@@ -283,10 +286,49 @@ class FramedServer:
         finally:
             with self.stats.lock:
                 self.stats.connections_active -= 1
-                self._per_uid[uid] -= 1
-                if not self._per_uid[uid]:
-                    del self._per_uid[uid]
+                self._per_group[group] -= 1
+                if not self._per_group[group]:
+                    del self._per_group[group]
             conn.close()
+
+
+def peer_group(pid: int, uid: int) -> tuple[str, int]:
+    """The unit a connection counts against: the peer's process group, as ``("pgid", n)``.
+
+    Why a process group and not the uid: engine pods commonly run as one uid, so a per-uid cap let
+    one engine that leaks connections starve every other engine of the node. Why not the pod's
+    cgroup (``/proc/<pid>/cgroup``): its layout differs between cgroup v1 and v2 and between
+    container runtimes, and outside Kubernetes (a node's own services, tests) every process of a
+    login or a service shares one; a process group is one syscall, the same everywhere, and still
+    holds a whole engine (vLLM's workers inherit their parent's group, and every container's first
+    process leads a session of its own). A process group is no security boundary (a process may
+    start a new one with ``setsid``): the per-group cap contains a leak, the total cap bounds everything.
+
+    ``pid`` is SO_PEERCRED's, the connecting process as this process's pid namespace numbers it:
+    - 0 when the peer is outside that namespace (an engine pod while the daemon pod has no hostPID).
+      Its group and its cgroup cannot be read (the kernel refuses its pidfd's info with EREMOTE),
+      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``.
+    - a process that has exited since it connected (its socket may live on in a child) has no
+      group to look up; it counts alone, as ``("pid", pid)``. A pid reused meanwhile by another
+      process lends the connection that process's group: one connection counted against the wrong
+      group until it closes.
+    """
+    if pid == 0:
+        return ("uid", uid)
+    try:
+        return ("pgid", os.getpgid(pid))
+    except ProcessLookupError:
+        return ("pid", pid)
+
+
+def describe_group(group: tuple[str, int]) -> str:
+    """A peer group in a busy reply, in words an operator can look up (``ps -o pgid``)."""
+    kind, number = group
+    if kind == "uid":
+        return f"uid {number} (peers outside the daemon's pid namespace count per uid)"
+    if kind == "pid":
+        return f"process {number} (exited since it connected)"
+    return f"process group {number}"
 
 
 def _close_all(fds: list[int]) -> None:

@@ -49,6 +49,52 @@ def join_rank_group(vllm_config: VllmConfig, rank: int, init_method: str, device
     )
     with set_current_vllm_config(vllm_config):
         ensure_model_parallel_initialized(parallel.tensor_parallel_size, parallel.pipeline_parallel_size)
+    unlink_group_names()
+
+
+def unlink_group_names() -> None:
+    """Remove the names vLLM's process groups made on this host: each group's mappings and
+    connections stay, nothing can find them any more.
+
+    A CPU tensor- or pipeline-parallel group makes one ``/dev/shm/<group>_<rank>`` per rank
+    (16 MiB each at TP=2; its C++ manager, which ``destroy_model_parallel`` leaves alone, unlinks
+    them only in static destructors), and each group's message queue a ring buffer in ``/dev/shm``
+    (24 MiB) and ZeroMQ sockets under ``VLLM_RPC_BASE_PATH``. The exec into the serving image runs
+    no destructor, so each daemon start left them all behind (the multiprocessing resource tracker
+    removed the ring buffer after the exec, but not after a kill of the whole process group). Both
+    are joined by every rank before the group exists (barriers, and the queue's ready handshake), so
+    once ``ensure_model_parallel_initialized`` returns the names are needed by no one; the daemon
+    sends nothing through them. Removed now, a daemon stopped, crashed or killed while it loads
+    leaves nothing either. Every rank removes its groups' shared-memory names (the first wins); the
+    queue's writer, which made them, removes the queue's."""
+    from vllm.distributed.device_communicators.cpu_communicator import _CPUSHMDistributed
+    from vllm.distributed.device_communicators.shm_broadcast import ShmRingBuffer
+    from vllm.distributed.parallel_state import _groups
+
+    for ref in list(_groups.values()):
+        group = ref()
+        communicator = getattr(group, "device_communicator", None)
+        shm = getattr(communicator, "dist_module", None)
+        if isinstance(shm, _CPUSHMDistributed):
+            for rank in range(communicator.world_size):
+                _unlink(f"/dev/shm/{shm.group_name}_{rank}")
+        queue = getattr(group, "mq_broadcaster", None)
+        if queue is None or not queue._is_writer:
+            continue
+        ring = queue.buffer
+        if isinstance(ring, ShmRingBuffer) and ring.is_creator:
+            ring.shared_memory.unlink()  # and off the resource tracker's list
+            ring.is_creator = False  # its destructor would unlink the name a second time
+        for address in (queue.handle.local_subscribe_addr, queue.handle.local_notify_addr):
+            if address is not None and address.startswith("ipc://"):
+                _unlink(address.removeprefix("ipc://"))
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 def load_rank_model(
