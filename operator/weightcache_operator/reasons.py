@@ -3,8 +3,9 @@ conditions, the events and ``kubectl get wc``. Pure: pods and reports in, lines 
 
 A node's reason, most telling first:
 
-1. a container of its daemon pod (daemon, keeper) that exited with an error: its termination
-   message (the weightcache CLI writes its error there; other crashes leave their log's tail);
+1. a container of its daemon pod (daemon, keeper, the ``plan`` init container) that exited with
+   an error: its termination message (the weightcache CLI writes its error there; other crashes
+   leave their log's tail);
 2. a container of the node's GPU holder pod that exited with an error (the daemons wait for its
    grant, so its error is theirs);
 3. the daemon's own status report: what its first unready rank says it is doing or waiting for.
@@ -43,10 +44,17 @@ class Reason:
     """True when a process exited with an error; False for what a running daemon reports."""
 
 
+def statuses(pod: Object) -> list[dict[str, Any]]:
+    """The pod's container statuses, then its init containers' (the daemon pod's ``plan`` refuses a
+    spec before any container runs: render/plan.py)."""
+    status = pod.get("status") or {}
+    return [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+
+
 def exit_reason(pod: Object) -> Reason | None:
     """``<container> exited with code N: <message>`` for the pod's failed container (its current
     state, else its last one), or None when no container failed."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in statuses(pod):
         for state in (status.get("state") or {}, status.get("lastState") or {}):
             ended = state.get("terminated") or {}
             if ended.get("exitCode", 0) != 0:

@@ -476,6 +476,21 @@ class NodeStatus(ApiModel):
     )
 
 
+class PlanStatus(ApiModel):
+    """The plan the daemon pods' ``plan`` init container checked before any rank started: a summary,
+    not a row per rank (``weightcache plan`` on the checkpoint prints those)."""
+
+    ranks: int = Field(ge=0, description="Ranks in the world (tensor x pipeline).")
+    max_rank_bytes: int = Field(ge=0, description="The largest rank's arena.")
+    total_bytes: int = Field(ge=0, description="Every rank's arena together: one copy of the model.")
+    node: str | None = Field(default=None, description="The node whose plan this is.")
+    node_bytes: int | None = Field(default=None, ge=0, description="That node's ranks' arenas together.")
+    limit_bytes: int | None = Field(
+        default=None, ge=0, description="What that node's ranks were checked against; unset when none was known."
+    )
+    limit: str | None = Field(default=None, max_length=1024, description="What limitBytes is, or why there is none.")
+
+
 class EngineStatus(ApiModel):
     """One replica: the engine pod behind the Service and its standbys."""
 
@@ -562,6 +577,9 @@ class WeightCacheStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]},
     )
     daemon_spec_hash: str | None = None
+    plan: PlanStatus | None = Field(
+        default=None, description="The checked plan of the current generation, once a daemon pod's plan passed."
+    )
     rollout: RolloutStatus | None = None
     ready_nodes: str | None = Field(default=None, description='Nodes whose daemons are ready, as "ready/desired".')
     active_engines: int | None = Field(default=None, ge=0)

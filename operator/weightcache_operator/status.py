@@ -13,15 +13,16 @@ from datetime import datetime
 from typing import Any
 
 from weightcache_contract.daemon_report import DaemonReport
+from weightcache_contract.plan_summary import PLAN_CONTAINER, PlanSummary
 
 from .engine_units import units
 from .objects import Object, PodView
 from .objects import condition as make_condition
-from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason
+from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
 from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks
-from .spec import WeightCache
+from .spec import PlanStatus, WeightCache
 
-__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status"]
+__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "plan_status"]
 
 
 def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
@@ -32,7 +33,7 @@ def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
 
 def crash_looping(pod: Object) -> str | None:
     """The name of a container in CrashLoopBackOff, if any."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in statuses(pod):
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == "CrashLoopBackOff":
             return str(status.get("name"))
@@ -108,6 +109,7 @@ def aggregate(
         if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
             reasons[node] = why
 
+    plan = plan_status([p for _, p in sorted(by_node.items()) if PodView(p).spec_hash == spec_hash])
     replicas = cache.spec.engine.replicas
     standbys_per = cache.spec.engine.standbys_per_replica
     engines = []
@@ -167,6 +169,8 @@ def aggregate(
         # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
         "message": degraded[1] if degraded[0] != "Healthy" else grouped(reasons) or None,
         "nodes": nodes,
+        # Always written: null (a merge patch's delete) until the current generation's plan passed.
+        "plan": plan,
         "engines": engines,
         "readyNodes": f"{ready_nodes}/{desired}",
         "activeEngines": active_ready,
@@ -184,6 +188,31 @@ def aggregate(
             condition("Degraded", degraded[0] != "Healthy", *degraded),
         ],
     }
+
+
+def plan_status(daemon_pods: list[Object]) -> dict[str, Any] | None:
+    """``status.plan``: the summary the first of ``daemon_pods`` (one generation's, in node order)
+    whose ``plan`` init container passed left as its termination message; None before any did."""
+    for pod in daemon_pods:
+        for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            ended = (status.get("state") or {}).get("terminated") or {}
+            if status.get("name") != PLAN_CONTAINER or ended.get("exitCode") != 0:
+                continue
+            try:
+                summary = PlanSummary.model_validate_json(ended.get("message") or "")
+            except ValueError:
+                continue  # an older image's plan, or a cut message: the next pod may say it
+            found = PlanStatus(
+                ranks=summary.ranks,
+                max_rank_bytes=summary.max_rank_bytes,
+                total_bytes=summary.total_bytes,
+                node=(pod.get("spec") or {}).get("nodeName"),
+                node_bytes=summary.node_bytes,
+                limit_bytes=summary.limit_bytes,
+                limit=(summary.limit or "")[:1024] or None,
+            )
+            return found.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return None
 
 
 def _degraded(
