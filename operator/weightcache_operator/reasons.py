@@ -29,10 +29,11 @@ REFUSED_EXIT = 2
 """The weightcache CLI's exit code for errors in input, configuration or environment (cli.py)."""
 MAX_REASON = 512
 """Characters of one reason kept in a condition message (a log tail can be 2 KiB)."""
-FAILING_REASONS = frozenset({"DaemonsFailing", "Refused", "EnginesFailing"})
-"""Reasons of DaemonsReady and EnginesReady whose message names failed processes: each new
-message is also an Event (the phase's own Event says the summary)."""
-EVENT_CONDITIONS = frozenset({"DaemonsReady", "EnginesReady"})
+FAILING_REASONS = frozenset({"DaemonsFailing", "Refused", "EnginesFailing", "FilesChanged", "Reloading"})
+"""Reasons of DaemonsReady and EnginesReady whose message names failed processes, and of
+CheckpointChanged whose message names changed files: each new message is also an Event (the
+phase's own Event says the summary)."""
+EVENT_CONDITIONS = frozenset({"DaemonsReady", "EnginesReady", "CheckpointChanged"})
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import Any
 from weightcache_contract.daemon_report import DaemonReport
 from weightcache_contract.plan_summary import PLAN_CONTAINER, PlanSummary
 
+from . import checkpoint_watch
 from .engine_units import units
 from .objects import Object, PodView
 from .objects import condition as make_condition
@@ -97,6 +98,7 @@ def aggregate(
         if not p["metadata"].get("deletionTimestamp")
     }
     reasons: dict[str, Reason] = {}
+    current_reports: dict[str, DaemonReport | str | None] = {}
     for node, pod in sorted(by_node.items()):
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
@@ -106,6 +108,8 @@ def aggregate(
         nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current, report))
         # Only a pod of this generation speaks for this spec (an old one's crash is not this spec's).
         of_spec = PodView(pod).spec_hash == spec_hash
+        if of_spec:
+            current_reports[node] = report
         if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
             reasons[node] = why
 
@@ -163,14 +167,23 @@ def aggregate(
         phase = "Pending"
 
     degraded = _degraded(looping, observed.stranded, refused, {**reasons, **failing_engines}, serving=available)
+    recorded = cache.status.checkpoint_reload if cache.status is not None else None
+    record_before = recorded.model_dump(by_alias=True, exclude_none=True, mode="json") if recorded else None
+    watched = checkpoint_watch.observe(current_reports)
+    reload = checkpoint_watch.reload_record(watched, cache.spec.model.on_change, record_before, now)
+    changed = checkpoint_watch.condition_fields(watched, cache.spec.model.on_change, reload)
     return {
         **base,
         "phase": phase,
         # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
-        "message": degraded[1] if degraded[0] != "Healthy" else grouped(reasons) or None,
+        "message": degraded[1]
+        if degraded[0] != "Healthy"
+        else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
         "nodes": nodes,
         # Always written: null (a merge patch's delete) until the current generation's plan passed.
         "plan": plan,
+        # Kept once written: it is part of the generation (layout.daemon_spec_hash).
+        **({"checkpointReload": reload} if reload is not None else {}),
         "engines": engines,
         "readyNodes": f"{ready_nodes}/{desired}",
         "activeEngines": active_ready,
@@ -186,6 +199,7 @@ def aggregate(
                 f"daemons: {daemons_msg}; engines: {engines_msg}",
             ),
             condition("Degraded", degraded[0] != "Healthy", *degraded),
+            make_condition(checkpoint_watch.CONDITION, *changed, now, previous, observedGeneration=observed_generation),
         ],
     }
 
