@@ -46,10 +46,17 @@ class Reason:
 
 
 def statuses(pod: Object) -> list[dict[str, Any]]:
-    """The pod's container statuses, then its init containers' (the daemon pod's ``plan`` refuses a
-    spec before any container runs: render/plan.py)."""
+    """The pod's container statuses, then those of its init containers that have not completed (the
+    daemon pod's ``plan`` refuses a spec before any container runs: render/plan.py). An init
+    container that succeeded after failing — the checkpoint was fixed — is past its failure, though
+    its ``lastState`` still shows it."""
     status = pod.get("status") or {}
-    return [*(status.get("containerStatuses") or []), *(status.get("initContainerStatuses") or [])]
+    pending = [
+        s
+        for s in status.get("initContainerStatuses") or []
+        if ((s.get("state") or {}).get("terminated") or {}).get("exitCode", 1) != 0
+    ]
+    return [*(status.get("containerStatuses") or []), *pending]
 
 
 def exit_reason(pod: Object) -> Reason | None:

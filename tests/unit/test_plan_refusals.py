@@ -198,3 +198,14 @@ def test_an_older_generations_plan_or_an_unreadable_message_is_not_this_generati
     # The next node's plan speaks instead of a cut one.
     found = plan_status([cut, planned(daemon("node-3"), 0, summary(ranks=4))])
     assert found is not None and (found["ranks"], found["node"]) == (4, "node-3")
+
+
+def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
+    """The checkpoint was fixed on disk: the retried plan passed and the daemon loads."""
+    pod = planned(daemon("node-1"), 2, DEEP, waiting_again=True)
+    plan = pod["status"]["initContainerStatuses"][1]
+    plan["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "message": summary()}}
+    pod["status"]["containerStatuses"] = [{"name": "daemon", "state": {"running": {}}}]
+    status = aggregate(CACHE, Observed([pod], [], 1), NOW)
+    assert status["phase"] == "Loading" and status["message"] is None, status["message"]
+    assert status["plan"]["ranks"] == 2
