@@ -164,6 +164,10 @@ def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
         status,
         "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed",
     )
+    # The plan passed before the daemons started waiting: its summary, and why no GPU limit was checked.
+    plan = status["plan"]
+    assert plan["ranks"] == 2 and 0 < plan["maxRankBytes"] <= plan["totalBytes"] == plan["nodeBytes"], plan
+    assert "limitBytes" not in plan and plan["limit"].startswith("no GPU memory known: "), plan
     for pod in pods(kube, namespace, DAEMONS):
 
         def own(pod: dict = pod) -> dict:
