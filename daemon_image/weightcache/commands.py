@@ -178,13 +178,15 @@ def plan_verdict(args: argparse.Namespace, world: Any) -> int:
         # The largest GPU here: a rank that exceeds it fits on none of them. A CUDA context's few
         # hundred MiB are not counted, so a rank this close to the limit is not refused here.
         try:
-            totals = [m.total_bytes for m in map(gpu_memory, nvml_gpu_uuids()) if m.total_bytes is not None]
+            gpus = [gpu_memory(uuid) for uuid in nvml_gpu_uuids()]
         except OSError as error:
-            totals, why = [], f"no GPU memory known: {error}"
+            gpus, why = [], f"no GPU memory known: {error}"
+        else:
+            errors = [m.error for m in gpus if m.error]
+            why = f"no GPU memory known: {errors[0] if errors else 'NVML lists no GPU here'}"
+        totals = [m.total_bytes for m in gpus if m.total_bytes is not None]
         if totals:
             limit = MemoryLimit(max(totals), f"the largest of this node's {len(totals)} GPUs", per_rank=True)
-        elif why.startswith("not"):
-            why = "no GPU memory known: NVML lists no GPU here"
     elif args.fit == "host":
         host = host_memory()
         candidates = []

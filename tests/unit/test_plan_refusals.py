@@ -209,3 +209,20 @@ def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
     status = aggregate(CACHE, Observed([pod], [], 1), NOW)
     assert status["phase"] == "Loading" and status["message"] is None, status["message"]
     assert status["plan"]["ranks"] == 2
+
+
+def test_the_verdict_command_leaves_its_summary_or_its_refusal_as_the_termination_message(
+    two_layers: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from weightcache.cli import main
+
+    message = tmp_path / "termination-log"
+    monkeypatch.setenv("WEIGHTCACHE_TERMINATION_LOG", str(message))
+    base = ["plan", "--model", str(two_layers), "--dtype", "float32", "--verdict", "--fit", "host"]
+    assert main([*base, "--tp", "2", "--ranks", "0-1"]) == 0
+    passed = PlanSummary.model_validate_json(message.read_text())
+    assert passed.ranks == 2 and passed.limit == "the node's RAM (MemTotal)" and passed.limit_bytes
+    assert main([*base, "--tp", "2", "--ranks", "0-1", "--memory-limit", "4096"]) == 2
+    assert message.read_text().startswith("this node's ranks 0-1 need ")
+    assert main([*base, "--tp", "2", "--pp", "64"]) == 2
+    assert message.read_text() == DEEP

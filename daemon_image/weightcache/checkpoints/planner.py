@@ -165,9 +165,9 @@ def _ranks_text(ranks: list[int]) -> str:
 def verdict(
     world: WorldPlan, local_ranks: list[int], limit: MemoryLimit | None, limit_why: str | None = None
 ) -> PlanSummary:
-    """The plan's summary for the operator's status, or
-    ``WeightCacheError`` with the refusal in one line: ranks the tables refuse (grouped by reason),
-    then this node's ranks that cannot fit ``limit``. ``limit_why``: why there is no limit."""
+    """The plan's summary for the operator's status, or ``WeightCacheError`` with the refusal in one
+    line: ranks the tables refuse (grouped by reason), then this node's ranks that cannot fit
+    ``limit``. ``limit_why``: why there is no limit."""
     gib = 2**30
     refused: dict[str, list[int]] = {}
     for r in world.ranks:
@@ -186,8 +186,8 @@ def verdict(
         if over:
             raise WeightCacheError(
                 f"{_ranks_text(over)} {'needs' if len(over) == 1 else 'need up to'} "
-                f"{max(by_rank[r] for r in over) / gib:.2f} GiB, more than the {limit.bytes / gib:.2f} GiB of {limit.what}; raise parallelism.tensor or "
-                "parallelism.pipeline so that each rank holds less"
+                f"{max(by_rank[r] for r in over) / gib:.2f} GiB, more than the {limit.bytes / gib:.2f} GiB of "
+                f"{limit.what}; raise parallelism.tensor or parallelism.pipeline so that each rank holds less"
             )
     elif limit is not None and sum(mine) > limit.bytes:
         raise WeightCacheError(
