@@ -144,3 +144,21 @@ def test_the_change_names_files_once_per_node_set_and_cuts_long_lists() -> None:
     record = checkpoint_watch.reload_record(seen, "Reload", None, NOW + timedelta(seconds=1))
     assert record is not None and len(record["files"]) == checkpoint_watch.MAX_FILES
     assert checkpoint_watch.reload_record(seen, "Reload", record, NOW) == record, "the same change: kept"
+
+
+def test_the_engine_planner_takes_a_recorded_change_for_a_generation_change_and_rolls_onto_it() -> None:
+    """The existing path moves the engines: the engines and daemons of the generation before the
+    record are outdated once the record is read."""
+    from test_engine_plan import CACHE, engine, snapshot
+    from weightcache_operator.engine_plan import desired, plan_engines
+
+    converged = snapshot(engine("a0", "active"), engine("s0", "standby"))
+    assert plan_engines(CACHE, converged, desired(CACHE), NOW, apply_service=False).rollout.mode is None
+    reloading = with_status(
+        CACHE, {"checkpointReload": {"identity": "0123456789abcdef", "nodes": ["node-1"], "files": [SHARD]}}
+    )
+    want = desired(reloading)
+    assert want.daemon_hash != daemon_spec_hash(CACHE)
+    plan = plan_engines(reloading, converged, want, NOW, apply_service=False)
+    assert plan.rollout.mode == "Generation" and plan.rollout.phase == "Progressing", plan.rollout
+    assert plan.rollout.serve_hash == daemon_spec_hash(CACHE), "the old generation serves until the new one is Ready"
