@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
 
@@ -127,6 +128,23 @@ def plan_arguments(p: argparse.ArgumentParser) -> None:
         "--ep", "--ep-size", dest="ep_size", type=int, default=1, help="expert-parallel size (MoE; divides --tp)"
     )
     p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
+    p.add_argument(
+        "--verdict",
+        action="store_true",
+        help="the daemon pod's init container: exit 2 with the refusal when a rank is refused or this node's "
+        "ranks (--ranks) do not fit (--fit); else write the plan's summary as JSON to the termination message",
+    )
+    p.add_argument("--ranks", type=ranks, default=None, help="with --verdict: this node's ranks (default: all)")
+    p.add_argument(
+        "--fit",
+        choices=["gpu", "host"],
+        default=None,
+        help="with --verdict: check each of this node's ranks against the largest GPU NVML sees here (gpu), or "
+        "all of them together against the host's RAM and --memory-limit (host, where cpu-shm arenas live)",
+    )
+    p.add_argument(
+        "--memory-limit", type=int, default=None, help="with --fit host: the daemon container's memory limit, bytes"
+    )
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -141,8 +159,50 @@ def plan(args: argparse.Namespace) -> int:
         weight_block_size=args.weight_block_size,
         dtype=args.dtype,
     )
+    if args.verdict:
+        return plan_verdict(args, world)
     print(json.dumps(world.to_json(), indent=2) if args.json else render(world))
     return 0 if world.ok else 1
+
+
+def plan_verdict(args: argparse.Namespace, world: Any) -> int:
+    """``plan --verdict``: refusals raise (exit 2, the message as the termination message); a plan
+    that fits leaves its summary there instead, for the operator's status."""
+    from weightcache_contract import termination
+
+    from .checkpoints.planner import MemoryLimit, verdict
+    from .gpu.device_memory import gpu_memory, host_memory, nvml_gpu_uuids
+
+    limit, why = None, "not checked (no --fit)"
+    if args.fit == "gpu":
+        # The largest GPU here: a rank that exceeds it fits on none of them. A CUDA context's few
+        # hundred MiB are not counted, so a rank this close to the limit is not refused here.
+        try:
+            gpus = [gpu_memory(uuid) for uuid in nvml_gpu_uuids()]
+        except OSError as error:
+            gpus, why = [], f"no GPU memory known: {error}"
+        else:
+            errors = [m.error for m in gpus if m.error]
+            why = f"no GPU memory known: {errors[0] if errors else 'NVML lists no GPU here'}"
+        totals = [m.total_bytes for m in gpus if m.total_bytes is not None]
+        if totals:
+            limit = MemoryLimit(max(totals), f"the largest of this node's {len(totals)} GPUs", per_rank=True)
+    elif args.fit == "host":
+        host = host_memory()
+        candidates = []
+        if host.total_bytes is not None:
+            candidates.append(MemoryLimit(host.total_bytes, "the node's RAM (MemTotal)", per_rank=False))
+        if args.memory_limit is not None:
+            limit_what = "the daemon container's memory limit (spec.daemon.resources.limits.memory)"
+            candidates.append(MemoryLimit(args.memory_limit, limit_what, per_rank=False))
+        limit = min(candidates, key=lambda m: m.bytes, default=None)
+        why = host.error or why
+    local = args.ranks if args.ranks is not None else [r.rank for r in world.ranks]
+    summary = verdict(world, local, limit, why)
+    text = summary.model_dump_json(exclude_none=True)
+    termination.write(text)
+    print(text)
+    return 0
 
 
 def gen_checkpoint_arguments(g: argparse.ArgumentParser) -> None:

@@ -7,7 +7,11 @@ read again only when the API server says it changed (its uid or resourceVersion:
 change it) — a pass triggered by an engine pod's event costs no HTTP request at all. A failed read
 is retried after ``RETRY_FAILED_S`` even if the pod did not change, so a transient error does not
 stick to a pod that stays Ready for days; so is a report of ranks not ready, because what a loading
-or waiting daemon says (status_note.py) changes while its pod does not.
+or waiting daemon says (status_note.py) changes while its pod does not, and one whose checkpoint
+is being verified or has changed. A ready report is read again after ``RECHECK_READY_S``: the
+checkpoint can change under a Ready daemon, and its report is the one place that says so
+(checkpoint_watch.py); with passes at least every resync period, that is about one request per
+daemon pod per ``RECHECK_READY_S``.
 
 The parallel reads of every pass share one pool of ``MAX_CONCURRENT_READS`` threads, whatever the
 number of caches and of passes running at once: a fleet of hundreds of daemons, or many of them
@@ -32,6 +36,7 @@ from .render.layout import STATUS_PORT, STATUS_PORT_NAME
 FETCH_TIMEOUT_S = 2.0
 MAX_CONCURRENT_READS = 16
 RETRY_FAILED_S = 10.0
+RECHECK_READY_S = 30.0
 MAX_REPORT_BYTES = 1 << 20
 """A report is a few hundred bytes per rank; anything near this is not one."""
 
@@ -58,6 +63,11 @@ def status_url(pod: dict[str, Any]) -> str | None:
 def http_fetch(url: str, timeout_s: float) -> DaemonReport:
     with _OPENER.open(url, timeout=timeout_s) as response:
         return DaemonReport.model_validate_json(response.read(MAX_REPORT_BYTES + 1)[:MAX_REPORT_BYTES])
+
+
+def _checkpoint_moving(report: DaemonReport) -> bool:
+    """Some rank's checkpoint is being verified or has changed: what it says next matters soon."""
+    return any(r.checkpoint is not None and r.checkpoint.state != "unchanged" for r in report.ranks)
 
 
 class DaemonStatusReader:
@@ -97,8 +107,8 @@ class DaemonStatusReader:
             names[uid] = meta["name"]
             if uid in before and before[uid][0] == version:
                 _version, read_at, fetched = before[uid]
-                settled = isinstance(fetched, DaemonReport) and fetched.ready
-                if settled or now - read_at < RETRY_FAILED_S:
+                settled = isinstance(fetched, DaemonReport) and fetched.ready and not _checkpoint_moving(fetched)
+                if now - read_at < (RECHECK_READY_S if settled else RETRY_FAILED_S):
                     kept[uid] = before[uid]
                     continue
             url = status_url(pod)

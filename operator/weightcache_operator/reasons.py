@@ -3,8 +3,9 @@ conditions, the events and ``kubectl get wc``. Pure: pods and reports in, lines 
 
 A node's reason, most telling first:
 
-1. a container of its daemon pod (daemon, keeper) that exited with an error: its termination
-   message (the weightcache CLI writes its error there; other crashes leave their log's tail);
+1. a container of its daemon pod (daemon, keeper, the ``plan`` init container) that exited with
+   an error: its termination message (the weightcache CLI writes its error there; other crashes
+   leave their log's tail);
 2. a container of the node's GPU holder pod that exited with an error (the daemons wait for its
    grant, so its error is theirs);
 3. the daemon's own status report: what its first unready rank says it is doing or waiting for.
@@ -28,10 +29,11 @@ REFUSED_EXIT = 2
 """The weightcache CLI's exit code for errors in input, configuration or environment (cli.py)."""
 MAX_REASON = 512
 """Characters of one reason kept in a condition message (a log tail can be 2 KiB)."""
-FAILING_REASONS = frozenset({"DaemonsFailing", "Refused", "EnginesFailing"})
-"""Reasons of DaemonsReady and EnginesReady whose message names failed processes: each new
-message is also an Event (the phase's own Event says the summary)."""
-EVENT_CONDITIONS = frozenset({"DaemonsReady", "EnginesReady"})
+FAILING_REASONS = frozenset({"DaemonsFailing", "Refused", "EnginesFailing", "FilesChanged", "Reloading"})
+"""Reasons of DaemonsReady and EnginesReady whose message names failed processes, and of
+CheckpointChanged whose message names changed files: each new message is also an Event (the
+phase's own Event says the summary)."""
+EVENT_CONDITIONS = frozenset({"DaemonsReady", "EnginesReady", "CheckpointChanged"})
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,24 @@ class Reason:
     """True when a process exited with an error; False for what a running daemon reports."""
 
 
+def statuses(pod: Object) -> list[dict[str, Any]]:
+    """The pod's container statuses, then those of its init containers that have not completed (the
+    daemon pod's ``plan`` refuses a spec before any container runs: render/plan.py). An init
+    container that succeeded after failing — the checkpoint was fixed — is past its failure, though
+    its ``lastState`` still shows it."""
+    status = pod.get("status") or {}
+    pending = [
+        s
+        for s in status.get("initContainerStatuses") or []
+        if ((s.get("state") or {}).get("terminated") or {}).get("exitCode", 1) != 0
+    ]
+    return [*(status.get("containerStatuses") or []), *pending]
+
+
 def exit_reason(pod: Object) -> Reason | None:
     """``<container> exited with code N: <message>`` for the pod's failed container (its current
     state, else its last one), or None when no container failed."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in statuses(pod):
         for state in (status.get("state") or {}, status.get("lastState") or {}):
             ended = state.get("terminated") or {}
             if ended.get("exitCode", 0) != 0:

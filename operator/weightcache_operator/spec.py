@@ -127,8 +127,11 @@ class Quantization(ApiModel):
     )
 
 
+OnChange = Literal["Report", "Reload"]
+
+
 class Model(ApiModel):
-    """The checkpoint and how it is loaded; all of it enters the weights' fingerprint."""
+    """The checkpoint and how it is loaded; all of it but onChange enters the weights' fingerprint."""
 
     source: ModelSource = Field(json_schema_extra=validations(SOURCE_IMMUTABLE))
     revision: str | None = Field(
@@ -136,6 +139,14 @@ class Model(ApiModel):
     )
     dtype: Dtype = Field(default="auto", description="auto takes the dtype from config.json.")
     quantization: Quantization = Field(default_factory=Quantization, json_schema_extra=default_object(Quantization))
+    on_change: OnChange = Field(
+        default="Report",
+        description="What happens when the daemons report that the checkpoint's bytes changed under them (condition"
+        " CheckpointChanged, with an Event). Report: nothing more; they keep serving the bytes they loaded. Reload:"
+        " a new daemon generation loads the new bytes and the engines move to it, as for a spec change (blue/green"
+        " or node by node, spec.daemon.generationChange). Not part of the daemon spec hash: changing it alone"
+        " reloads nothing.",
+    )
 
 
 # --- spec.parallelism, placement, daemon, engine, service ---------------------------------------
@@ -432,7 +443,7 @@ class WeightCacheSpec(ApiModel):
 
 class Condition(ApiModel):
     """The Kubernetes condition convention (metav1.Condition): DaemonsReady, EnginesReady,
-    Available, Progressing, Degraded."""
+    Available, Progressing, Degraded, CheckpointChanged."""
 
     type: str = Field(min_length=1, max_length=316)
     status: ConditionStatus
@@ -474,6 +485,31 @@ class NodeStatus(ApiModel):
         default=None,
         description="Why the daemon pod's status endpoint could not be read (then ranks show pod readiness only).",
     )
+
+
+class PlanStatus(ApiModel):
+    """The plan the daemon pods' ``plan`` init container checked before any rank started: a summary,
+    not a row per rank (``weightcache plan`` on the checkpoint prints those)."""
+
+    ranks: int = Field(ge=0, description="Ranks in the world (tensor x pipeline).")
+    max_rank_bytes: int = Field(ge=0, description="The largest rank's arena.")
+    total_bytes: int = Field(ge=0, description="Every rank's arena together: one copy of the model.")
+    node: str | None = Field(default=None, description="The node whose plan this is.")
+    node_bytes: int | None = Field(default=None, ge=0, description="That node's ranks' arenas together.")
+    limit_bytes: int | None = Field(
+        default=None, ge=0, description="What that node's ranks were checked against; unset when none was known."
+    )
+    limit: str | None = Field(default=None, max_length=1024, description="What limitBytes is, or why there is none.")
+
+
+class CheckpointReloadStatus(ApiModel):
+    """The checkpoint change that the current daemon generation was started for (spec.model.onChange:
+    Reload). Its identity is part of the generation: a new one starts a new generation."""
+
+    identity: str = Field(min_length=1, max_length=64, description="A digest of the nodes, files and fingerprints.")
+    nodes: list[str] = Field(default_factory=list, description="The nodes whose daemons reported the change.")
+    files: list[str] = Field(default_factory=list, description="The changed files (the first 20).")
+    seen_at: datetime | None = Field(default=None, description="When the operator saw the change.")
 
 
 class EngineStatus(ApiModel):
@@ -562,6 +598,10 @@ class WeightCacheStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]},
     )
     daemon_spec_hash: str | None = None
+    plan: PlanStatus | None = Field(
+        default=None, description="The checked plan of the current generation, once a daemon pod's plan passed."
+    )
+    checkpoint_reload: CheckpointReloadStatus | None = None
     rollout: RolloutStatus | None = None
     ready_nodes: str | None = Field(default=None, description='Nodes whose daemons are ready, as "ready/desired".')
     active_engines: int | None = Field(default=None, ge=0)

@@ -13,15 +13,17 @@ from datetime import datetime
 from typing import Any
 
 from weightcache_contract.daemon_report import DaemonReport
+from weightcache_contract.plan_summary import PLAN_CONTAINER, PlanSummary
 
+from . import checkpoint_watch
 from .engine_units import units
 from .objects import Object, PodView
 from .objects import condition as make_condition
-from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason
+from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
 from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks
-from .spec import WeightCache
+from .spec import PlanStatus, WeightCache
 
-__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status"]
+__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "plan_status"]
 
 
 def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
@@ -32,7 +34,7 @@ def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
 
 def crash_looping(pod: Object) -> str | None:
     """The name of a container in CrashLoopBackOff, if any."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in statuses(pod):
         waiting = (status.get("state") or {}).get("waiting") or {}
         if waiting.get("reason") == "CrashLoopBackOff":
             return str(status.get("name"))
@@ -96,6 +98,7 @@ def aggregate(
         if not p["metadata"].get("deletionTimestamp")
     }
     reasons: dict[str, Reason] = {}
+    current_reports: dict[str, DaemonReport | str | None] = {}
     for node, pod in sorted(by_node.items()):
         current = daemon_pod_current(pod, spec_hash)
         ready_nodes += current
@@ -105,9 +108,12 @@ def aggregate(
         nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current, report))
         # Only a pod of this generation speaks for this spec (an old one's crash is not this spec's).
         of_spec = PodView(pod).spec_hash == spec_hash
+        if of_spec:
+            current_reports[node] = report
         if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
             reasons[node] = why
 
+    plan = plan_status([p for _, p in sorted(by_node.items()) if PodView(p).spec_hash == spec_hash])
     replicas = cache.spec.engine.replicas
     standbys_per = cache.spec.engine.standbys_per_replica
     engines = []
@@ -161,12 +167,23 @@ def aggregate(
         phase = "Pending"
 
     degraded = _degraded(looping, observed.stranded, refused, {**reasons, **failing_engines}, serving=available)
+    recorded = cache.status.checkpoint_reload if cache.status is not None else None
+    record_before = recorded.model_dump(by_alias=True, exclude_none=True, mode="json") if recorded else None
+    watched = checkpoint_watch.observe(current_reports)
+    reload = checkpoint_watch.reload_record(watched, cache.spec.model.on_change, record_before, now)
+    changed = checkpoint_watch.condition_fields(watched, cache.spec.model.on_change, reload)
     return {
         **base,
         "phase": phase,
         # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
-        "message": degraded[1] if degraded[0] != "Healthy" else grouped(reasons) or None,
+        "message": degraded[1]
+        if degraded[0] != "Healthy"
+        else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
         "nodes": nodes,
+        # Always written: null (a merge patch's delete) until the current generation's plan passed.
+        "plan": plan,
+        # Kept once written: it is part of the generation (layout.daemon_spec_hash).
+        **({"checkpointReload": reload} if reload is not None else {}),
         "engines": engines,
         "readyNodes": f"{ready_nodes}/{desired}",
         "activeEngines": active_ready,
@@ -182,8 +199,34 @@ def aggregate(
                 f"daemons: {daemons_msg}; engines: {engines_msg}",
             ),
             condition("Degraded", degraded[0] != "Healthy", *degraded),
+            make_condition(checkpoint_watch.CONDITION, *changed, now, previous, observedGeneration=observed_generation),
         ],
     }
+
+
+def plan_status(daemon_pods: list[Object]) -> dict[str, Any] | None:
+    """``status.plan``: the summary the first of ``daemon_pods`` (one generation's, in node order)
+    whose ``plan`` init container passed left as its termination message; None before any did."""
+    for pod in daemon_pods:
+        for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            ended = (status.get("state") or {}).get("terminated") or {}
+            if status.get("name") != PLAN_CONTAINER or ended.get("exitCode") != 0:
+                continue
+            try:
+                summary = PlanSummary.model_validate_json(ended.get("message") or "")
+            except ValueError:
+                continue  # an older image's plan, or a cut message: the next pod may say it
+            found = PlanStatus(
+                ranks=summary.ranks,
+                max_rank_bytes=summary.max_rank_bytes,
+                total_bytes=summary.total_bytes,
+                node=(pod.get("spec") or {}).get("nodeName"),
+                node_bytes=summary.node_bytes,
+                limit_bytes=summary.limit_bytes,
+                limit=(summary.limit or "")[:1024] or None,
+            )
+            return found.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return None
 
 
 def _degraded(

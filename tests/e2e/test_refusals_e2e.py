@@ -1,11 +1,13 @@
 """Specs the API server accepts but the nodes cannot run, tried as a new user would: each ends
-Failed, and the daemon's (or the GPU holder's) own words reach the places a user looks —
-`kubectl get wc` (PHASE and MESSAGE), the DaemonsReady condition per node, and the Events of
-`kubectl describe wc`. One small test per case on the helpers below."""
+Failed, and the planner's (the daemon pod's `plan` init container), the daemon's or the GPU
+holder's own words reach the places a user looks — `kubectl get wc` (PHASE and MESSAGE), the
+DaemonsReady condition per node, and the Events of `kubectl describe wc`. One small test per case
+on the helpers below."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
+from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 
 pytestmark = pytest.mark.e2e
 
@@ -66,7 +69,8 @@ def test_a_tensor_size_that_does_not_divide_the_heads(
         cluster,
         namespace,
         status,
-        "daemon exited with code 2: num_attention_heads=8 is not divisible by tensor-parallel size 3",
+        "plan exited with code 2: 3 of 3 ranks refused: "
+        "num_attention_heads=8 is not divisible by tensor-parallel size 3; use a tp size that divides 8",
     )
     remove(cluster, namespace)
 
@@ -76,8 +80,51 @@ def test_a_pipeline_size_larger_than_the_layer_count(
 ) -> None:
     status = refused(cluster, kube, namespace, operator, parallelism={"tensor": 1, "pipeline": 5})
     what_a_user_reads(
-        cluster, namespace, status, "daemon exited with code 2: pipeline size 5 exceeds the model's 4 layers"
+        cluster,
+        namespace,
+        status,
+        "plan exited with code 2: 5 of 5 ranks refused: pipeline size 5 exceeds the model's 4 layers",
     )
+    remove(cluster, namespace)
+
+
+def test_an_impossible_plan_fails_before_any_rank_process_starts(
+    cluster: ControlPlane,
+    kube: Kube,
+    kubelet: ProcessKubelet,
+    namespace: str,
+    operator: subprocess.Popen,
+    tmp_path: Path,
+) -> None:
+    """128 ranks of a two-layer model on each node: the plan refuses it from the headers alone,
+    so the daemon container — which would start 128 rank processes — never runs."""
+    made = write_sparse_checkpoint(tmp_path / "two-layers", ModelSpec(num_layers=2, shards=1))
+    for node in ("node-1", "node-2"):
+        target = kubelet.node_root(node) / "models" / "two-layers"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(made, target, dirs_exist_ok=True)
+    status = refused(
+        cluster,
+        kube,
+        namespace,
+        operator,
+        model={"source": {"hostPath": {"path": "/models/two-layers"}}, "dtype": "float32"},
+        parallelism={"tensor": 2, "pipeline": 64},
+    )
+    what_a_user_reads(
+        cluster,
+        namespace,
+        status,
+        "plan exited with code 2: 128 of 128 ranks refused: pipeline size 64 exceeds the model's 2 layers",
+    )
+    assert "plan" not in status, "a refused plan has no summary"
+    daemon_pods = pods(kube, namespace, DAEMONS)
+    assert len(daemon_pods) == 2
+    for pod in daemon_pods:
+        (daemon,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == "daemon"]
+        # Never started: no process, no exit, no restart.
+        assert list(daemon["state"]) == ["waiting"] and not daemon.get("lastState"), daemon
+        assert daemon["restartCount"] == 0 and "containerID" not in daemon, daemon
     remove(cluster, namespace)
 
 
@@ -97,7 +144,7 @@ def test_a_host_path_without_a_checkpoint(
         cluster,
         namespace,
         status,
-        "daemon exited with code 2: /weightcache/model/config.json is missing: "
+        "plan exited with code 2: /weightcache/model/config.json is missing: "
         "a Hugging Face checkpoint needs its config.json",
     )
     remove(cluster, namespace)
@@ -117,6 +164,10 @@ def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
         status,
         "gpu-holder exited with code 2: the GPU holder reads its GPUs through NVML, which failed",
     )
+    # The plan passed before the daemons started waiting: its summary, and why no GPU limit was checked.
+    plan = status["plan"]
+    assert plan["ranks"] == 2 and 0 < plan["maxRankBytes"] <= plan["totalBytes"] == plan["nodeBytes"], plan
+    assert "limitBytes" not in plan and plan["limit"].startswith("no GPU memory known: "), plan
     for pod in pods(kube, namespace, DAEMONS):
 
         def own(pod: dict = pod) -> dict:

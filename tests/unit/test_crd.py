@@ -98,6 +98,7 @@ def test_structural_refuses_what_it_cannot_express() -> None:
 
 EXPECTED_DEFAULTS = {
     ".spec.model.dtype": "auto",
+    ".spec.model.onChange": "Report",
     ".spec.model.quantization": {"method": "none", "weightBlockSize": [128, 128]},
     ".spec.model.quantization.method": "none",
     ".spec.model.quantization.weightBlockSize": [128, 128],

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 from test_render import NOW, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
-from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint
+from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport, node_fingerprint
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
 from weightcache_contract.readonly_http import ReadOnlyServer
-from weightcache_operator.daemon_status import RETRY_FAILED_S, DaemonStatusReader
+from weightcache_operator.daemon_status import RECHECK_READY_S, RETRY_FAILED_S, DaemonStatusReader
 from weightcache_operator.metrics import OperatorMetrics, metrics_server
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
@@ -166,7 +166,26 @@ def test_reader_asks_a_daemon_that_is_not_ready_again_later(endpoint: DaemonEndp
     assert reader.read(("ns", "tiny"), [endpoint.pod()]) == {"d": endpoint.report} and endpoint.requests == 2
     now[0] += RETRY_FAILED_S
     reader.read(("ns", "tiny"), [endpoint.pod()])
-    assert endpoint.requests == 2, "a ready report stands until the pod changes"
+    assert endpoint.requests == 2, "a ready report stands longer"
+
+
+def test_reader_asks_a_ready_daemon_again_after_a_while_and_one_whose_checkpoint_moves_sooner(
+    endpoint: DaemonEndpoint,
+) -> None:
+    """A checkpoint can change under a Ready daemon whose pod never changes: only its report says so."""
+    now = [1000.0]
+    reader = DaemonStatusReader(clock=lambda: now[0])
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    now[0] += RECHECK_READY_S - 1
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    assert endpoint.requests == 1
+    now[0] += 1
+    verifying = rank(0, checkpoint=CheckpointWatch(state="verifying"))
+    endpoint.report = report(verifying, rank(1))
+    assert reader.read(("ns", "tiny"), [endpoint.pod()]) == {"d": endpoint.report} and endpoint.requests == 2
+    now[0] += RETRY_FAILED_S
+    reader.read(("ns", "tiny"), [endpoint.pod()])
+    assert endpoint.requests == 3, "a checkpoint being verified is asked about again like a loading daemon"
 
 
 def test_reader_failures_are_messages_and_are_retried_later() -> None:

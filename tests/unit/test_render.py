@@ -586,6 +586,7 @@ def test_status_ready_loading_and_transition_times() -> None:
         "Available": ("True", "ActiveEnginesReady"),
         "Progressing": ("False", "Converged"),
         "Degraded": ("False", "Healthy"),
+        "CheckpointChanged": ("False", "Unchanged"),
     }
 
     # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.

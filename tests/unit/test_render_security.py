@@ -42,9 +42,10 @@ def test_daemon_and_keeper_run_non_root_without_capabilities_on_a_read_only_root
     assert "securityContext" not in pod_spec(ds), "no pod-level field: every container says its own"
 
 
-def test_only_the_init_container_runs_as_root_and_it_may_only_chown_the_socket_directory() -> None:
+def test_only_the_owner_init_container_runs_as_root_and_it_may_only_chown_the_socket_directory() -> None:
     ds = daemon_daemonset(make())
-    (init,) = pod_spec(ds)["initContainers"]
+    init, plan = pod_spec(ds)["initContainers"]
+    assert plan["name"] == "plan" and plan["securityContext"] == {**RESTRICTED, "readOnlyRootFilesystem": True}
     assert init["command"] == ["chown", "-R", f"{RUN_AS}:{RUN_AS}", "/run/weightcache"]
     assert init["volumeMounts"] == [{"name": "weightcache-sockets", "mountPath": "/run/weightcache"}]
     assert init["securityContext"] == {

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.plan_summary import PlanSummary
 
 from .checkpoint import open_checkpoint
 from .loader import plan_rank, resolve_dtype
@@ -137,3 +138,68 @@ def render(world: WorldPlan) -> str:
     refused = len(world.ranks) - len(planned)
     lines.append(f"{refused} of {len(world.ranks)} ranks refused" if refused else "every rank can be planned")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class MemoryLimit:
+    """What a node's ranks must fit in: each rank alone (``per_rank``: one GPU per rank) or all of
+    them together (host memory, where cpu-shm arenas live), and what the number is, in words."""
+
+    bytes: int
+    what: str
+    per_rank: bool
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    """``[0, 1, 2, 5]`` → ``ranks 0-2, 5``."""
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else str(r[0]) for r in runs)
+    return f"rank{'s' if len(ranks) > 1 else ''} {text}"
+
+
+def verdict(
+    world: WorldPlan, local_ranks: list[int], limit: MemoryLimit | None, limit_why: str | None = None
+) -> PlanSummary:
+    """The plan's summary for the operator's status, or ``WeightCacheError`` with the refusal in one
+    line: ranks the tables refuse (grouped by reason), then this node's ranks that cannot fit
+    ``limit``. ``limit_why``: why there is no limit."""
+    gib = 2**30
+    refused: dict[str, list[int]] = {}
+    for r in world.ranks:
+        if r.refused is not None:
+            refused.setdefault(r.refused, []).append(r.rank)
+    if refused:
+        count = sum(len(v) for v in refused.values())
+        head = f"{count} of {len(world.ranks)} ranks refused: "
+        if len(refused) == 1:
+            raise WeightCacheError(head + next(iter(refused)))
+        raise WeightCacheError(head + "; ".join(f"{_ranks_text(ranks)}: {why}" for why, ranks in refused.items()))
+    by_rank = {r.rank: r.arena_bytes for r in world.ranks}
+    mine = [by_rank[rank] for rank in local_ranks if rank in by_rank]
+    if limit is not None and limit.per_rank:
+        over = [rank for rank in local_ranks if by_rank.get(rank, 0) > limit.bytes]
+        if over:
+            raise WeightCacheError(
+                f"{_ranks_text(over)} {'needs' if len(over) == 1 else 'need up to'} "
+                f"{max(by_rank[r] for r in over) / gib:.2f} GiB, more than the {limit.bytes / gib:.2f} GiB of "
+                f"{limit.what}; raise parallelism.tensor or parallelism.pipeline so that each rank holds less"
+            )
+    elif limit is not None and sum(mine) > limit.bytes:
+        raise WeightCacheError(
+            f"this node's {_ranks_text(local_ranks)} need {sum(mine) / gib:.2f} GiB together, more than "
+            f"the {limit.bytes / gib:.2f} GiB of {limit.what}; spread the ranks over more nodes (parallelism.nodes) "
+            "or give the node more memory"
+        )
+    return PlanSummary(
+        ranks=len(world.ranks),
+        max_rank_bytes=max(by_rank.values(), default=0),
+        total_bytes=sum(by_rank.values()),
+        node_bytes=sum(mine),
+        limit_bytes=limit.bytes if limit is not None else None,
+        limit=limit.what if limit is not None else limit_why,
+    )

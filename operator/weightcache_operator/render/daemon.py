@@ -39,6 +39,7 @@ from .layout import (
     rank_range,
     socket_volume,
 )
+from .plan import plan_init, uses_plan
 from .security import container_security, owner_init, scratch_volume
 from .vllm import daemon_env, daemon_profile_args, uses_vllm
 
@@ -186,7 +187,12 @@ def daemon_daemonset(
     pod_spec: dict[str, Any] = {
         **placement_fields(cache),
         "terminationGracePeriodSeconds": 30,
-        "initContainers": [owner_init(spec.daemon.image, [dict(sock_mount)])],
+        # The plan first: a spec the daemon would refuse, or ranks that cannot fit, stop the pod here,
+        # before any rank process starts (plan.py).
+        "initContainers": [
+            owner_init(spec.daemon.image, [dict(sock_mount)]),
+            *([plan_init(cache, ranks, model_mount)] if uses_plan(cache) else []),
+        ],
         "containers": containers,
         "volumes": volumes,
     }

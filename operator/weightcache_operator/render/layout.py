@@ -153,10 +153,12 @@ def rank_range(ranks: list[int]) -> str:
 def daemon_spec_hash(cache: WeightCache) -> str:
     """A digest of everything that decides what the daemons hold and how they run. Engines are
     gated on daemons carrying this hash, so an engine never turns Ready against daemons of an
-    older spec (model, dtype, quantization, layout, image, backend, args)."""
+    older spec (model, dtype, quantization, layout, image, backend, args) or of a checkpoint
+    reloaded since (``status.checkpointReload``)."""
     spec = cache.spec
     relevant: dict[str, Any] = {
-        "model": spec.model.model_dump(by_alias=True, mode="json"),
+        # onChange says what to do about a change, not what the daemons hold.
+        "model": spec.model.model_dump(by_alias=True, mode="json", exclude={"on_change"}),
         # expert=1 left out: caches that predate the field keep their hash, so an operator upgrade
         # does not start a generation change for every one of them.
         "parallelism": spec.parallelism.model_dump(
@@ -172,6 +174,11 @@ def daemon_spec_hash(cache: WeightCache) -> str:
         relevant["vllm"] = spec.engine.vllm.model_dump(
             by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib"}
         )
+    reload = cache.status.checkpoint_reload if cache.status is not None else None
+    if reload is not None:
+        # A checkpoint change under spec.model.onChange: Reload (checkpoint_watch.py): the same spec,
+        # other bytes on disk, so another generation. Absent otherwise: no cache's hash moves.
+        relevant["checkpointReload"] = reload.identity
     canonical = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
