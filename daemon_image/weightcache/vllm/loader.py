@@ -3,10 +3,11 @@
 ``vllm serve MODEL --load-format weightcache --model-loader-extra-config
 '{"name": "...", "socket_dir": "...", "fallback": "disk"}'``. The model is built on the meta
 device, every parameter and buffer is bound to a read-only view of the rank's mapped arena
-(bind.py), and ``process_weights_after_loading`` runs again in vLLM's "weights already
-processed" mode, which only rebuilds Python-side state. Quantization methods that cannot run in
-that mode are refused by vLLM itself, naming the layer and method (and by the daemon before it
-loads them, ``build.refuse_unpublishable``).
+(bind.py), and ``process_weights_after_loading`` runs again around the mapped weights as the
+vLLM version allows (versions.py): in vLLM's "weights already processed" mode, which only rebuilds
+Python-side state, or replayed and checked. Quantization methods that cannot be rebuilt are refused
+by the daemon before it loads them (``build.refuse_unpublishable``), and by vLLM itself or the
+replay check here, naming the layer and method.
 
 When the daemon is missing or holds other weights, ``fallback: disk`` loads with vLLM's own
 loader under the same CPU policy and logs why; ``fallback: error`` raises.
