@@ -15,7 +15,9 @@ OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldes
 VENV_OLDEST := $(WEIGHTCACHE_CACHE)/venv-vllm-oldest-$(OLDEST_HASH)
 VLLM_OLDEST_TESTS := tests/unit/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
 	tests/vllm_engine/test_cache_tp2_matches_disk.py tests/vllm_engine/test_cache_tied_tp1_matches_disk.py \
-	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py
+	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py \
+	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
+	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
 
 .PHONY: demo demo-data-plane test test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 

@@ -97,7 +97,11 @@ def rank_fingerprint(
         # The kernels post-processing prepares the weights for: e.g. a Marlin or DeepGEMM backend
         # repacks FP8 weights and scales into its own layout (--linear-backend, --moe-backend).
         "linear_backend": str(vllm_config.kernel_config.linear_backend),
-        "linear_backend_per_quant_sha256": _sha256(vllm_config.kernel_config.linear_backend_per_quant),
+        # (--linear-backend-per-quant: vLLM 0.32; an older vLLM has no such setting, and its version is
+        # in the stamp, so daemon and engine still compare like with like.)
+        "linear_backend_per_quant_sha256": _sha256(
+            getattr(vllm_config.kernel_config, "linear_backend_per_quant", None)
+        ),
         "moe_backend": str(vllm_config.kernel_config.moe_backend),
         "cpu_gemm": POLICY if current_platform.is_cpu() else "vllm-default",
     }
