@@ -242,7 +242,13 @@ def with_headers(checkpoint: Checkpoint) -> Checkpoint:
 
 def current_stamps(checkpoint: Checkpoint) -> list[ShardFile]:
     """The shards' identities as they are now (stat + header), to tell whether they changed since opened."""
-    return [_stamp(checkpoint.path / shard.name)[0] for shard in checkpoint.shards]
+    return [stamp_file(checkpoint.path / shard.name) for shard in checkpoint.shards]
+
+
+def stamp_file(path: Path) -> ShardFile:
+    """One shard's identity as it is now (stat + header); ``CheckpointError`` or ``OSError`` when
+    it is missing, truncated or not a safetensors file."""
+    return _stamp(path)[0]
 
 
 def _read_index(root: Path) -> dict[str, str] | None:

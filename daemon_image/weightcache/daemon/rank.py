@@ -36,6 +36,7 @@ from weightcache_contract.errors import (
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
 from ..checkpoints.checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.content import DigestCache, ReadDigests
 from ..checkpoints.loader import (
     SYNTHETIC_REVISION,
     LoadPlan,
@@ -53,12 +54,13 @@ from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
-from ..wire.fingerprint import compute
+from ..wire.fingerprint import Fingerprint, compute
 from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
 from ..wire.rankfiles import RankFiles, ReadyInfo
 from .keeper import KeeperClient, keeper_socket
 from .server import FramedServer, PeerPolicy, ServerStats
 from .serving import DaemonService, Served
+from .watch import CheckpointWatcher, Plan
 
 log = logging.getLogger("weightcache.daemon")
 
@@ -91,6 +93,8 @@ class DaemonConfig:
     handoff_state: str | None = None
     """Set by another load profile's publisher when it execs into this daemon (handoff.py): serve
     the sealed arena it filled or withdrew, under the fingerprint it computed."""
+    checkpoint_poll_s: float = 5.0
+    """How often the rank stats its checkpoint (watch.py); 0: no watch. inotify wakes it sooner."""
 
 
 def run(cfg: DaemonConfig) -> int:
@@ -181,11 +185,18 @@ def run(cfg: DaemonConfig) -> int:
             )
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
+            digests = None if cfg.synthetic_fill else ReadDigests()
             if cfg.synthetic_fill:
                 entries = synthetic_fill(plan, arena.buffer())
             else:
                 entries = fill(
-                    checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers
+                    checkpoint,
+                    plan,
+                    arena.buffer(),
+                    quant.weight_block_size,
+                    progress,
+                    workers=cfg.load_workers,
+                    digests=digests,
                 )
             load_seconds = progress.finish()
             if current_stamps(checkpoint) != checkpoint.shards:
@@ -195,8 +206,11 @@ def run(cfg: DaemonConfig) -> int:
                     "Start the daemon again once the checkpoint is complete"
                 )
             arena.seal()
-            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
+            shard_digests = digests.by_shard(checkpoint, plan.tasks) if digests is not None else {}
+            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases, shard_digests)
             disk_bytes = checkpoint.bytes_read
+            if shard_digests:
+                _remember_digests(DigestCache(cfg.socket_dir), checkpoint, plan, shard_digests)
         checkpoint.close()
         served = Served(
             name=cfg.name,
@@ -208,7 +222,8 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
         )
-        return serve(cfg, files, gid, served, keeper_path, fields)
+        watch_plan = None if cfg.synthetic_fill else _watch_plan(cfg, quant, dtype)
+        return serve(cfg, files, gid, served, keeper_path, fields, watch_plan)
     except KeyboardInterrupt:
         if stop_requested:
             log.info("stopped during load", extra={"fields": fields})
@@ -221,12 +236,21 @@ def run(cfg: DaemonConfig) -> int:
 
 
 def serve(
-    cfg: DaemonConfig, files: RankFiles, gid: int | None, served: Served, keeper_path: Path | None, fields: dict
+    cfg: DaemonConfig,
+    files: RankFiles,
+    gid: int | None,
+    served: Served,
+    keeper_path: Path | None,
+    fields: dict,
+    watch_plan: Plan | None = None,
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
-    ready file. Every load profile ends here, so engines, probes, the status endpoint and the
-    keeper see one kind of daemon. The caller holds ``files``' lock and closes the arena."""
+    ready file, and with ``watch_plan`` (the rank's read tasks, for verifying a rewritten shard)
+    the checkpoint watch (watch.py). Every load profile ends here, so engines, probes, the status
+    endpoint and the keeper see one kind of daemon. The caller holds ``files``' lock and closes
+    the arena."""
     link: KeeperLink | None = None
+    watcher: CheckpointWatcher | None = None
     try:
         if keeper_path is not None:
             link = KeeperLink(keeper_path, served)
@@ -249,23 +273,22 @@ def serve(
         )
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         signal.signal(signal.SIGINT, lambda *_: server.stop())
-        files.write_ready(
-            ReadyInfo(
-                pid=os.getpid(),
-                name=cfg.name,
-                rank=served.rank,
-                backend=served.arena.backend,
-                socket=str(files.socket),
-                fingerprint_digest=served.fingerprint.digest,
-                fingerprint=served.fingerprint,
-                arena_bytes=served.arena.mapping_bytes,
-                tensor_count=len(served.manifest),
-                load_seconds=served.load_seconds,
-                started_at=time.time(),
-                device_uuid=served.arena.device_uuid,
-                adopted=served.adopted,
-            )
+        ready = ReadyInfo(
+            pid=os.getpid(),
+            name=cfg.name,
+            rank=served.rank,
+            backend=served.arena.backend,
+            socket=str(files.socket),
+            fingerprint_digest=served.fingerprint.digest,
+            fingerprint=served.fingerprint,
+            arena_bytes=served.arena.mapping_bytes,
+            tensor_count=len(served.manifest),
+            load_seconds=served.load_seconds,
+            started_at=time.time(),
+            device_uuid=served.arena.device_uuid,
+            adopted=served.adopted,
         )
+        files.write_ready(ready)
         log.info(
             "ready",
             extra={
@@ -277,10 +300,29 @@ def serve(
                 }
             },
         )
+        if watch_plan is not None and cfg.checkpoint_poll_s > 0:
+
+            def adopt(fingerprint: Fingerprint) -> None:
+                # Engines see the new identity on the socket first, then in the ready file, and a
+                # restarted daemon finds it in the keeper: every place a fingerprint is read.
+                served.adopt(fingerprint)
+                fields["fingerprint"] = fingerprint.digest[:16]
+                files.write_ready(
+                    ready.model_copy(update={"fingerprint_digest": fingerprint.digest, "fingerprint": fingerprint})
+                )
+                if link is not None:
+                    link.redeposit()
+
+            watcher = CheckpointWatcher(
+                served, cfg.checkpoint_poll_s, adopt, watch_plan, DigestCache(cfg.socket_dir), fields
+            )
+            watcher.start()
         server.serve_forever()
         log.info("stopped", extra={"fields": fields})
         return 0
     finally:
+        if watcher is not None:
+            watcher.stop()
         if link is not None:
             link.stop()
 
@@ -414,6 +456,27 @@ def _plan(cfg: DaemonConfig, stamped: Checkpoint, quant: QuantConfig, dtype: str
     return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
 
 
+def _watch_plan(cfg: DaemonConfig, quant: QuantConfig, dtype: str) -> Plan:
+    """The rank's read tasks planned from the checkpoint's headers as they are now: the watch
+    needs them only to verify a rewritten shard, so a re-adopted daemon never plans otherwise."""
+
+    def plan() -> tuple[list, dict]:
+        checkpoint = open_checkpoint(cfg.model)
+        return plan_rank(checkpoint, cfg.layout, quant, dtype).tasks, checkpoint.tensors
+
+    return plan
+
+
+def _remember_digests(cache: DigestCache, checkpoint: Checkpoint, plan: LoadPlan, digests: dict[str, str]) -> None:
+    """Record the loaded shards' digests under their file identities (content.DigestCache)."""
+    cache.put(
+        {
+            DigestCache.key(checkpoint.path / shard.name, shard, plan.tasks, checkpoint.tensors): digests[shard.name]
+            for shard in checkpoint.shards
+        }
+    )
+
+
 def _keeper_holds(keeper_path: Path, cfg: DaemonConfig, digest: str) -> bool:
     """Whether the keeper holds this rank's arena under this fingerprint (a look; nothing changes)."""
     try:
@@ -494,6 +557,15 @@ class KeeperLink:
     def start(self) -> None:
         self._thread.start()
 
+    def redeposit(self) -> None:
+        """Deposit again (the served identity changed): dropping the connection makes the thread
+        reconnect and deposit what is served now, which replaces the keeper's holding."""
+        if self._client is not None:
+            try:
+                self._client.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def stop(self) -> None:
         self._stop.set()
         if self._client is not None:
@@ -509,17 +581,18 @@ class KeeperLink:
             try:
                 with KeeperClient(self.path) as client:
                     self._client = client
+                    fingerprint, manifest = s.identity()
                     export = s.arena.export()
                     try:
                         client.deposit(
                             Deposit(
                                 name=s.name,
                                 rank=s.rank,
-                                fingerprint_digest=s.fingerprint.digest,
+                                fingerprint_digest=fingerprint.digest,
                                 backend=s.arena.backend,
                                 mapping_bytes=s.arena.mapping_bytes,
                                 device_uuid=s.arena.device_uuid,
-                                manifest=s.manifest,
+                                manifest=manifest,
                             ),
                             export.fd,
                         )

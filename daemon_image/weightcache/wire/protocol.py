@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import ProtocolError
 
 from ..checkpoints.manifest import Manifest
@@ -117,6 +118,7 @@ class StatusReply(_Message):
     adopted: bool = False  # re-adopted from the keeper: no disk read this life
     deposited: bool = False  # the keeper holds this arena now
     weights_digest: str = ""  # Fingerprint.weights_digest: comparable across nodes (fingerprint_digest is not)
+    checkpoint: CheckpointWatch | None = None  # the checkpoint on disk against the arena (daemon/watch.py)
 
 
 class Pong(_Message):
