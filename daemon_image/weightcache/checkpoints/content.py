@@ -118,6 +118,8 @@ def _pread_chunks(fd: int, offset: int, length: int, view: memoryview) -> Iterat
     done = 0
     while done < length:
         want = min(len(view), length - done)
+        if done + want < length:  # the kernel reads the next chunk while the caller hashes this one
+            os.posix_fadvise(fd, offset + done + want, min(len(view), length - done - want), os.POSIX_FADV_WILLNEED)
         got = 0
         while got < want:
             n = os.preadv(fd, [view[got:want]], offset + done + got)

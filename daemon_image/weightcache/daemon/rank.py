@@ -185,7 +185,8 @@ def run(cfg: DaemonConfig) -> int:
             )
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
-            digests = None if cfg.synthetic_fill else ReadDigests()
+            # The digests serve only the checkpoint watch; without it they would cost CPU for nothing.
+            digests = None if cfg.synthetic_fill or cfg.checkpoint_poll_s <= 0 else ReadDigests()
             if cfg.synthetic_fill:
                 entries = synthetic_fill(plan, arena.buffer())
             else:
@@ -222,7 +223,7 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
         )
-        watch_plan = None if cfg.synthetic_fill else _watch_plan(cfg, quant, dtype)
+        watch_plan = None if cfg.synthetic_fill or cfg.checkpoint_poll_s <= 0 else _watch_plan(cfg, quant, dtype)
         return serve(cfg, files, gid, served, keeper_path, fields, watch_plan)
     except KeyboardInterrupt:
         if stop_requested:
