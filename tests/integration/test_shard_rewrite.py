@@ -241,3 +241,30 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_readopts_its_arena_from
         str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error", dtype="bfloat16"
     )
     assert engine.mode == "cache" and engine.bytes_loaded == 0
+
+
+def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_verifies_and_readopts(
+    ckpt: Path, llama: Path, start_keeper, start_daemon
+) -> None:
+    start_keeper()
+    first = start_daemon(ckpt, *WATCH)
+    before = served_digest(first)
+    with DaemonConnection(first.files[0].socket) as conn:
+        deadline = time.monotonic() + 30
+        while not conn.status().deposited:
+            assert time.monotonic() < deadline, "the daemon never deposited its arena"
+            time.sleep(0.05)
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL
+    shard = sorted(ckpt.glob("*.safetensors"))[0]
+    copy_and_rename(llama / shard.name, shard)  # nobody watching: the keeper holds the old stamps
+
+    second = start_daemon(ckpt, *WATCH)
+    with DaemonConnection(second.files[0].socket) as conn:
+        st = conn.status()
+    assert st.adopted and st.disk_bytes_read == 0 and st.fingerprint_digest != before, second.output()
+    assert "re-adopting it under the new ones" in second.output()
+    engine = load_weights(
+        str(ckpt), Layout(), socket_dir=second.socket_dir, name=second.name, fallback="error", dtype="bfloat16"
+    )
+    assert engine.mode == "cache" and engine.bytes_loaded == 0
+    assert all(same_bytes(engine.tensors[n], t) for n, t in tensors_from_disk(ckpt).items())

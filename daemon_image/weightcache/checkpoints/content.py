@@ -163,6 +163,25 @@ def digest_shard(
         os.close(fd)
 
 
+def current_digest(
+    path: Path,
+    stamp: ShardFile,
+    tensors: dict[str, TensorInfo],
+    tasks: list[ReadTask],
+    cache: DigestCache | None,
+    stop: Callable[[], bool] = lambda: False,
+) -> tuple[str | None, int]:
+    """The digest of the file ``stamp`` describes, from the node's digest cache or else read (and
+    then cached); with the bytes read for it (0 from the cache). None: it changed meanwhile."""
+    key = DigestCache.key(path, stamp, tasks, tensors) if cache is not None else None
+    if cache is not None and key is not None and (known := cache.get(key)) is not None:
+        return known, 0
+    digest = digest_shard(path, stamp, tensors, tasks, stop)
+    if digest is not None and cache is not None and key is not None:
+        cache.put({key: digest})
+    return digest, sum(t.read_bytes for t in tasks if tensors[t.source].file == stamp.name) if digest else 0
+
+
 def _is(st: os.stat_result, stamp: ShardFile) -> bool:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == (
         stamp.inode,

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,8 +36,8 @@ from weightcache_contract.errors import (
 
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
-from ..checkpoints.checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
-from ..checkpoints.content import DigestCache, ReadDigests
+from ..checkpoints.checkpoint import Checkpoint, ShardFile, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.content import DigestCache, ReadDigests, current_digest
 from ..checkpoints.loader import (
     SYNTHETIC_REVISION,
     LoadPlan,
@@ -55,7 +56,7 @@ from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
 from ..wire.fingerprint import Fingerprint, compute
-from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
+from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit, Withdrawn
 from ..wire.rankfiles import RankFiles, ReadyInfo
 from .keeper import KeeperClient, keeper_socket
 from .server import FramedServer, PeerPolicy, ServerStats
@@ -163,7 +164,14 @@ def run(cfg: DaemonConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     arena = None
     try:
-        adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
+        # Planned (the keeper held no arena for this fingerprint when asked): one of older stamps
+        # may still hold these very bytes, which the rank can verify for less than a load.
+        rebadge = (
+            _rebadge(fingerprint, checkpoint, plan, DigestCache(cfg.socket_dir), fields)
+            if plan is not None and cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill
+            else None
+        )
+        adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields, rebadge) if keeper_path else None
         if adopted is not None:
             arena, manifest, load_seconds = adopted
             disk_bytes = 0
@@ -493,21 +501,32 @@ def arena_fd_backend(backend: str) -> bool:
     return backend in FD_BACKENDS
 
 
+Rebadge = Callable[[Withdrawn], Manifest | None]
+"""The withdrawn arena's manifest under this daemon's fingerprint when its bytes are what the
+checkpoint holds now under other file stamps (``_rebadge``); None when they may not be."""
+
+
 def adopt_from_keeper(
-    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict
+    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict, rebadge: Rebadge | None = None
 ) -> tuple[Arena, Manifest, float] | None:
-    """Take the arena back from the keeper if it holds this fingerprint; release a stale one."""
+    """Take the arena back from the keeper if it holds this fingerprint (or, with ``rebadge``, the
+    same bytes under older shard stamps); release a stale one."""
     started = time.perf_counter()
     try:
-        with KeeperClient(keeper_path) as keeper:
-            try:
+        try:
+            with KeeperClient(keeper_path) as keeper:
                 got = keeper.withdraw(cfg.name, cfg.layout.rank, digest)
-            except FingerprintMismatch as exc:
-                log.info(
-                    "keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}}
-                )
-                keeper.release(cfg.name, cfg.layout.rank)
-                return None
+        except FingerprintMismatch as exc:
+            # A refused request ends its connection (server.Reject): the rest goes over a new one.
+            with KeeperClient(keeper_path) as keeper:
+                got = _withdraw_rebadged(keeper, cfg, rebadge) if rebadge is not None else None
+                if got is None:
+                    log.info(
+                        "keeper holds another fingerprint; releasing it",
+                        extra={"fields": {**fields, "reason": str(exc)}},
+                    )
+                    keeper.release(cfg.name, cfg.layout.rank)
+                    return None
     except CacheUnavailable:
         return None  # no keeper: load from disk
     if got is None:
@@ -537,6 +556,61 @@ def adopt_from_keeper(
     seconds = time.perf_counter() - started
     log.info("re-adopted from the keeper", extra={"fields": {**fields, "seconds": f"{seconds:.3f}"}})
     return arena, manifest, seconds
+
+
+def _withdraw_rebadged(keeper: KeeperClient, cfg: DaemonConfig, rebadge: Rebadge) -> tuple[Withdrawn, int] | None:
+    """The keeper's arena of this rank, whatever its fingerprint, with its manifest re-badged;
+    None (the fd closed) when ``rebadge`` refuses it."""
+    held = next((h for h in keeper.holdings() if (h.name, h.rank) == (cfg.name, cfg.layout.rank)), None)
+    got = keeper.withdraw(cfg.name, cfg.layout.rank, held.fingerprint_digest) if held is not None else None
+    if got is None:
+        return None
+    withdrawn, fd = got
+    try:
+        manifest = rebadge(withdrawn)
+    except BaseException:
+        os.close(fd)
+        raise
+    if manifest is None:
+        os.close(fd)
+        return None
+    return withdrawn.model_copy(update={"manifest": manifest}), fd
+
+
+def _rebadge(
+    fingerprint: Fingerprint, checkpoint: Checkpoint, plan: LoadPlan, cache: DigestCache, fields: dict
+) -> Rebadge:
+    """Accept the keeper's arena for ``fingerprint`` when it was loaded for the same everything but
+    some shards' file stamps, and each of those shards, as it is now, has the size, header and
+    content digest the arena was loaded from: a shard rewritten with equal bytes (``cp``, rsync)
+    while no daemon watched. The digest comes from the node's digest cache or a read of the slices
+    this rank reads (content.py)."""
+
+    def rebadge(withdrawn: Withdrawn) -> Manifest | None:
+        old, manifest = withdrawn.fingerprint, withdrawn.manifest
+        if old is None or not manifest.shard_digests or old.differences(fingerprint) != ["shards"]:
+            return None
+        if [s.name for s in old.shards] != [s.name for s in fingerprint.shards]:
+            return None
+        rewritten = [(was, now) for was, now in zip(old.shards, fingerprint.shards, strict=True) if was != now]
+        verified = 0
+        for was, now in rewritten:
+            if (was.size, was.header_sha256) != (now.size, now.header_sha256):
+                return None
+            shard = ShardFile(**now.model_dump())
+            digest, read = current_digest(checkpoint.path / now.name, shard, checkpoint.tensors, plan.tasks, cache)
+            verified += read
+            if digest is None or digest != manifest.shard_digests.get(now.name):
+                return None
+        log.info(
+            "the keeper's arena holds the checkpoint's bytes under older file stamps; re-adopting it under the new ones",
+            extra={
+                "fields": {**fields, "files": ",".join(now.name for _, now in rewritten), "verified_bytes": verified}
+            },
+        )
+        return manifest.model_copy(update={"fingerprint_digest": fingerprint.digest})
+
+    return rebadge
 
 
 class KeeperLink:
@@ -594,6 +668,7 @@ class KeeperLink:
                                 mapping_bytes=s.arena.mapping_bytes,
                                 device_uuid=s.arena.device_uuid,
                                 manifest=manifest,
+                                fingerprint=fingerprint,
                             ),
                             export.fd,
                         )

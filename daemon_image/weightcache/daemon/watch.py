@@ -34,7 +34,7 @@ from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import WeightCacheError
 
 from ..checkpoints.checkpoint import CONFIG_FILE, ShardFile, TensorInfo, stamp_file
-from ..checkpoints.content import DigestCache, digest_shard
+from ..checkpoints.content import DigestCache, current_digest
 from ..checkpoints.read_tasks import ReadTask
 from ..wire.fingerprint import Fingerprint, ShardStamp
 from .serving import Served
@@ -177,14 +177,9 @@ class CheckpointWatcher:
             )
         tasks, tensors = self._tasks()
         shard = ShardFile(**stamp.model_dump())
-        key = DigestCache.key(root / name, shard, tasks, tensors) if self._cache is not None else None
-        digest = self._cache.get(key) if self._cache is not None and key is not None else None
+        digest, _ = current_digest(root / name, shard, tensors, tasks, self._cache, self._stop.is_set)
         if digest is None:
-            digest = digest_shard(root / name, shard, tensors, tasks, self._stop.is_set)
-            if digest is None:
-                return None
-            if self._cache is not None and key is not None:
-                self._cache.put({key: digest})
+            return None
         equal = digest == loaded
         self._judged[name] = (stamp, equal)
         return equal

@@ -155,6 +155,9 @@ class Deposit(_Message):
     mapping_bytes: int
     device_uuid: str | None = None
     manifest: Manifest
+    fingerprint: Fingerprint | None = None
+    """What the arena was loaded for: lets a daemon restarted after an equal-bytes rewrite of a shard
+    verify and re-adopt it under the new stamps (daemon/rank.py)."""
 
 
 class Withdraw(_Message):
@@ -196,6 +199,7 @@ class Withdrawn(_Message):
     type: Literal["withdrawn"] = "withdrawn"
     holding: Holding
     manifest: Manifest
+    fingerprint: Fingerprint | None = None
 
 
 class Holdings(_Message):
