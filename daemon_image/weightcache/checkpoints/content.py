@@ -209,7 +209,7 @@ class DigestCache:
         readset = hashlib.sha256(
             "\n".join(sorted(task_key(t) for t in tasks if tensors[t.source].file == stamp.name)).encode()
         ).hexdigest()[:32]
-        device = os.stat(path.parent).st_dev
+        device = os.stat(path).st_dev  # of the file itself: a symlinked shard may live on another
         return f"{device}:{stamp.inode}:{stamp.size}:{stamp.mtime_ns}:{stamp.ctime_ns}:{readset}"
 
     def get(self, key: str) -> str | None:
