@@ -268,3 +268,17 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
     )
     assert engine.mode == "cache" and engine.bytes_loaded == 0
     assert all(same_bytes(engine.tensors[n], t) for n, t in tensors_from_disk(ckpt).items())
+
+
+def test_a_running_daemon_reports_a_changed_config_and_a_deleted_shard_by_name(ckpt: Path, start_daemon) -> None:
+    daemon = start_daemon(ckpt, *WATCH)
+    config = ckpt / "config.json"
+    config.write_text(config.read_text().replace("{", '{"_edited": true, ', 1))
+    shard = sorted(ckpt.glob("*.safetensors"))[-1]
+    shard.unlink()
+    deadline = time.monotonic() + 15
+    while (watch := watch_state(daemon, "changed")).changed_files != sorted(["config.json", shard.name]):
+        assert time.monotonic() < deadline, watch  # each is reported once two looks agree on it
+        time.sleep(0.05)
+    assert f"{shard.name}: it is missing" in (watch.detail or "")
+    assert "config.json: its bytes differ" in (watch.detail or "")

@@ -104,11 +104,18 @@ class CheckpointWatcher:
         settling: list[str] = []
         to_verify: dict[str, ShardStamp] = {}
         same: dict[str, ShardStamp] = {}
-        try:
-            if hashlib.sha256((root / CONFIG_FILE).read_bytes()).hexdigest() != fingerprint.config_sha256:
+        config = _config_look(root / CONFIG_FILE)
+        if config == fingerprint.config_sha256:
+            self._seen.pop(CONFIG_FILE, None)
+        else:
+            settled = self._seen.get(CONFIG_FILE) == config
+            self._seen[CONFIG_FILE] = config
+            if not settled:
+                settling.append(CONFIG_FILE)
+            elif config.startswith("it "):
+                changed[CONFIG_FILE] = config
+            else:
                 changed[CONFIG_FILE] = "its bytes differ"
-        except OSError as exc:
-            changed[CONFIG_FILE] = f"it cannot be read ({exc.strerror})"
         for old in fingerprint.shards:
             now = _look(root / old.name, old)
             if now == old:
@@ -131,7 +138,8 @@ class CheckpointWatcher:
             else:
                 to_verify[old.name] = now
 
-        if to_verify and not changed:  # another shard's header or the config changing changes the plan
+        # Another shard's header or the config changing changes the plan: verify against a steady one.
+        if to_verify and not changed and CONFIG_FILE not in settling:
             if not manifest.shard_digests or self._plan is None:
                 changed.update(dict.fromkeys(to_verify, "it was rewritten, and this arena has no content digest"))
             else:
@@ -210,6 +218,16 @@ class CheckpointWatcher:
         if state != "changed":
             self._logged_changed = ()
         self.served.checkpoint = CheckpointWatch(state=state, changed_files=files, detail=detail)  # type: ignore[arg-type]
+
+
+def _config_look(path: Path) -> str:
+    """SHA-256 of config.json now, or why there is none (a sentence starting with "it ")."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except FileNotFoundError:
+        return "it is missing"
+    except OSError as exc:
+        return f"it cannot be read ({exc.strerror})"
 
 
 def _look(path: Path, served: ShardStamp) -> ShardStamp | str:
