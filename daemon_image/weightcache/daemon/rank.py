@@ -164,8 +164,8 @@ def run(cfg: DaemonConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     arena = None
     try:
-        # Planned (the keeper held no arena for this fingerprint when asked): one of older stamps
-        # may still hold these very bytes, which the rank can verify for less than a load.
+        # Planned (the keeper held no arena for this fingerprint when asked): the keeper may still
+        # hold these very bytes under older shard stamps, which the rank verifies for less than a load.
         rebadge = (
             _rebadge(fingerprint, checkpoint, plan, DigestCache(cfg.socket_dir), fields)
             if plan is not None and cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill
