@@ -231,8 +231,7 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
         )
-        watch_plan = None if cfg.synthetic_fill or cfg.checkpoint_poll_s <= 0 else _watch_plan(cfg, quant, dtype)
-        return serve(cfg, files, gid, served, keeper_path, fields, watch_plan)
+        return serve(cfg, files, gid, served, keeper_path, fields, _watch_plan(cfg, quant, dtype))
     except KeyboardInterrupt:
         if stop_requested:
             log.info("stopped during load", extra={"fields": fields})
@@ -254,10 +253,10 @@ def serve(
     watch_plan: Plan | None = None,
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
-    ready file, and with ``watch_plan`` (the rank's read tasks, for verifying a rewritten shard)
-    the checkpoint watch (watch.py). Every load profile ends here, so engines, probes, the status
-    endpoint and the keeper see one kind of daemon. The caller holds ``files``' lock and closes
-    the arena."""
+    ready file, and the checkpoint watch (watch.py; ``watch_plan``: the rank's read tasks, which
+    verify a rewritten shard; without it a rewrite is reported as a change). Every load profile
+    ends here, so engines, probes, the status endpoint and the keeper see one kind of daemon. The
+    caller holds ``files``' lock and closes the arena."""
     link: KeeperLink | None = None
     watcher: CheckpointWatcher | None = None
     try:
@@ -309,7 +308,7 @@ def serve(
                 }
             },
         )
-        if watch_plan is not None and cfg.checkpoint_poll_s > 0:
+        if cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill:  # a byte pattern is no checkpoint's
 
             def adopt(fingerprint: Fingerprint) -> None:
                 # Engines see the new identity on the socket first, then in the ready file, and a

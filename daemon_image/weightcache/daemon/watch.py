@@ -141,7 +141,12 @@ class CheckpointWatcher:
         # Another shard's header or the config changing changes the plan: verify against a steady one.
         if to_verify and not changed and CONFIG_FILE not in settling:
             if not manifest.shard_digests or self._plan is None:
-                changed.update(dict.fromkeys(to_verify, "it was rewritten, and this arena has no content digest"))
+                changed.update(
+                    dict.fromkeys(
+                        to_verify,
+                        "it was rewritten, and this arena has no content digest to tell whether its bytes changed",
+                    )
+                )
             else:
                 files = sorted(to_verify)
                 self._publish("verifying", files, f"re-reading {', '.join(files)} to tell whether their bytes changed")
