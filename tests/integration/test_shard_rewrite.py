@@ -18,6 +18,7 @@ import torch
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
 from weightcache.daemon.keeper import KeeperClient, keeper_socket
+from weightcache.daemon.probe import probe
 from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import FingerprintMismatch
 
@@ -205,6 +206,7 @@ def test_a_shard_rewritten_with_equal_bytes_is_verified_and_a_new_engine_maps_th
     after = wait_for_new_digest(daemon, before)
     assert watch_state(daemon, "unchanged").changed_files == []
     assert daemon.files[0].read_ready().fingerprint_digest == after
+    assert probe(daemon.socket_dir, daemon.name, [0]) == []  # ready file and socket agree again
     log = daemon.output()
     assert "verifying" in log and "same bytes under a new file identity" in log, log
 
