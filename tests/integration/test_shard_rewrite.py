@@ -284,3 +284,17 @@ def test_a_running_daemon_reports_a_changed_config_and_a_deleted_shard_by_name(c
         time.sleep(0.05)
     assert f"{shard.name}: it is missing" in (watch.detail or "")
     assert "config.json: its bytes differ" in (watch.detail or "")
+
+
+def test_a_running_daemon_reports_a_shard_added_to_the_checkpoints_index(ckpt: Path, start_daemon) -> None:
+    daemon = start_daemon(ckpt, *WATCH)
+    watch_state(daemon, "unchanged")
+    added = ckpt / "model-00004-of-00004.safetensors"
+    shutil.copyfile(sorted(ckpt.glob("*.safetensors"))[0], added)
+    index = ckpt / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["extra.weight"] = added.name
+    index.write_text(json.dumps(data))
+    watch = watch_state(daemon, "changed", timeout=15)
+    assert watch.changed_files == [added.name]
+    assert "a shard the checkpoint did not have" in (watch.detail or "")

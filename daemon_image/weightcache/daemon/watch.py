@@ -33,7 +33,7 @@ from pathlib import Path
 from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import WeightCacheError
 
-from ..checkpoints.checkpoint import CONFIG_FILE, ShardFile, TensorInfo, stamp_file
+from ..checkpoints.checkpoint import CONFIG_FILE, INDEX_FILE, ShardFile, TensorInfo, shard_names, stamp_file
 from ..checkpoints.content import DigestCache, current_digest
 from ..checkpoints.read_tasks import ReadTask
 from ..wire.fingerprint import Fingerprint, ShardStamp
@@ -68,7 +68,8 @@ class CheckpointWatcher:
         self._seen: dict[str, ShardStamp | str] = {}  # what the last look saw of each differing file
         self._judged: dict[str, tuple[ShardStamp, bool]] = {}  # file → (identity read, same bytes?)
         self._logged_changed: tuple[str, ...] = ()
-        self._logged_verifying: set[tuple[str, ShardStamp]] = set()
+        self._logged_error = ""
+        self._index: tuple[tuple[int, int, int, int] | None, list[str]] | None = None  # (its stat, names)
         served.checkpoint = CheckpointWatch()
         self._thread = threading.Thread(target=self._run, name="checkpoint-watch", daemon=True)
 
@@ -85,8 +86,11 @@ class CheckpointWatcher:
             while not self._stop.is_set():
                 try:
                     self.check()
-                except Exception:  # noqa: BLE001 - the watch must outlive any one bad look
-                    log.exception("checkpoint watch failed; trying again", extra={"fields": self._fields})
+                    self._logged_error = ""
+                except Exception as exc:  # noqa: BLE001 - the watch must outlive any one bad look
+                    if repr(exc) != self._logged_error:  # once per kind of failure, not once per look
+                        self._logged_error = repr(exc)
+                        log.exception("checkpoint watch failed; trying again", extra={"fields": self._fields})
                 if notify is None:
                     self._stop.wait(self.poll_s)
                 elif notify.wait(self.poll_s):
@@ -116,6 +120,8 @@ class CheckpointWatcher:
                 changed[CONFIG_FILE] = config
             else:
                 changed[CONFIG_FILE] = "its bytes differ"
+        for name in self._new_shards(root, fingerprint):
+            changed[name] = "it is a shard the checkpoint did not have when the arena was loaded"
         for old in fingerprint.shards:
             now = _look(root / old.name, old)
             if now == old:
@@ -183,13 +189,14 @@ class CheckpointWatcher:
     def _verify(self, root: Path, name: str, stamp: ShardStamp, loaded: str | None) -> bool | None:
         """Whether the file ``stamp`` describes holds the bytes the arena was loaded from; None
         when it changed while being read."""
-        if (name, stamp) not in self._logged_verifying:
-            self._logged_verifying.add((name, stamp))
-            log.info(
-                "checkpoint file rewritten; verifying its content",
-                extra={"fields": {**self._fields, "file": name, "inode": stamp.inode, "ctime_ns": stamp.ctime_ns}},
-            )
-        tasks, tensors = self._tasks()
+        log.info(  # once per file identity: a judged one is not verified again
+            "checkpoint file rewritten; verifying its content",
+            extra={"fields": {**self._fields, "file": name, "inode": stamp.inode, "ctime_ns": stamp.ctime_ns}},
+        )
+        try:
+            tasks, tensors = self._tasks()
+        except (OSError, WeightCacheError):
+            return None  # the headers are in flux (another file being copied): look again later
         shard = ShardFile(**stamp.model_dump())
         digest, _ = current_digest(root / name, shard, tensors, tasks, self._cache, self._stop.is_set)
         if digest is None:
@@ -197,6 +204,22 @@ class CheckpointWatcher:
         equal = digest == loaded
         self._judged[name] = (stamp, equal)
         return equal
+
+    def _new_shards(self, root: Path, fingerprint: Fingerprint) -> list[str]:
+        """Shard files the checkpoint lists now that the arena was not loaded from (a new revision
+        with more shards). The index is parsed again only when its stat changed."""
+        try:
+            st = os.stat(root / INDEX_FILE)
+            key: tuple[int, int, int, int] | None = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        except FileNotFoundError:
+            key = None  # no index: the directory's *.safetensors, listed on every look
+        if self._index is None or key is None or self._index[0] != key:
+            try:
+                self._index = (key, shard_names(root))
+            except WeightCacheError:
+                return []  # an index being rewritten: the next look reads it again
+        served = {s.name for s in fingerprint.shards}
+        return [name for name in self._index[1] if name not in served]
 
     def _tasks(self) -> tuple[list[ReadTask], dict[str, TensorInfo]]:
         if self._planned is None:
