@@ -126,6 +126,11 @@ def report_metrics(report: DaemonReport) -> Metrics:
         "weightcache_daemon_device_free_bytes", "gauge", "free memory of a device arenas live on (host RAM or GPU)"
     )
     m.describe("weightcache_daemon_device_total_bytes", "gauge", "total memory of a device arenas live on")
+    m.describe(
+        "weightcache_daemon_checkpoint_changed",
+        "gauge",
+        "1 while the checkpoint on disk holds other bytes than the rank's arena (restart the daemon to load them)",
+    )
     for memory in report.memory:
         if memory.free_bytes is not None:
             m.set("weightcache_daemon_device_free_bytes", memory.free_bytes, cache=report.cache, device=memory.device)
@@ -146,4 +151,6 @@ def report_metrics(report: DaemonReport) -> Metrics:
             m.set("weightcache_daemon_maps_served_total", rank.maps_served, **labels)
         if rank.connections_total is not None:
             m.set("weightcache_daemon_connections_total", rank.connections_total, **labels)
+        if rank.checkpoint is not None:
+            m.set("weightcache_daemon_checkpoint_changed", 1.0 if rank.checkpoint.state == "changed" else 0.0, **labels)
     return m

@@ -96,7 +96,11 @@ def status(args: argparse.Namespace) -> int:
     from .wire.rankfiles import RankFiles
 
     with DaemonConnection(RankFiles(args.socket_dir, args.name, args.rank).socket) as conn:
-        print(conn.status().model_dump_json(indent=2))
+        reply = conn.status()
+    print(reply.model_dump_json(indent=2))
+    if reply.checkpoint is not None and reply.checkpoint.state != "unchanged":
+        # The JSON is for scripts; a person running this wants the one line that matters.
+        print(f"checkpoint {reply.checkpoint.state}: {reply.checkpoint.detail}", file=sys.stderr)
     return 0
 
 

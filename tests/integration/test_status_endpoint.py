@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -22,6 +23,7 @@ from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights
 from weightcache_contract.daemon_report import DaemonReport, node_fingerprint
+from weightcache_contract.errors import FingerprintMismatch
 
 
 def free_port() -> int:
@@ -246,3 +248,58 @@ def test_a_bad_status_addr_is_refused_with_the_fix(llama: Path, socket_dir: str)
         timeout=120,
     )
     assert result.returncode == 2 and "--status-addr '9400' is not HOST:PORT (e.g. 0.0.0.0:9400" in result.stderr
+
+
+def test_each_tensor_parallel_rank_reports_a_changed_shard_and_adopts_an_equal_copy_of_another(
+    llama: Path, tmp_path: Path, start_daemon
+) -> None:
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(llama, ckpt)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    daemon = start_daemon(
+        ckpt,
+        *("--tp-size", "2", "--ranks", "0-1", "--keeper", "off", "--status-addr", f"127.0.0.1:{port}"),
+        *("--checkpoint-poll-seconds", "0.2"),
+        ranks=[0, 1],
+    )
+    found = wait_for_report(base, daemon.proc, ready=True)
+    assert [r.checkpoint.state if r.checkpoint else None for r in found.ranks] == ["unchanged", "unchanged"]
+    first, last = sorted(ckpt.glob("*.safetensors"))[0], sorted(ckpt.glob("*.safetensors"))[-1]
+
+    tmp = last.with_name(".copy")  # equal bytes, a new inode: each rank verifies the slices it reads
+    shutil.copyfile(llama / last.name, tmp)
+    os.replace(tmp, last)
+    engine_digests = {}
+    deadline = time.monotonic() + 30
+    for rank in (0, 1):
+        while True:  # an engine rank stamping the files as they are now maps its daemon rank again
+            try:
+                w = load_weights(
+                    str(ckpt), Layout(2, rank), socket_dir=daemon.socket_dir, name="test", fallback="error"
+                )
+                engine_digests[rank] = w.fingerprint.digest
+                break
+            except FingerprintMismatch:
+                assert time.monotonic() < deadline, report(base)
+                time.sleep(0.1)
+    assert len(set(engine_digests.values())) == 2
+
+    data = bytearray(first.read_bytes())  # new tensor bytes, same header: every rank reads some of them
+    header = 8 + int.from_bytes(data[:8], "little")
+    data[header:] = os.urandom(len(data) - header)
+    first.write_bytes(data)
+    deadline = time.monotonic() + 30
+    while True:
+        found = report(base)
+        if all(r.checkpoint and r.checkpoint.state == "changed" for r in found.ranks):
+            break
+        assert time.monotonic() < deadline, found
+        time.sleep(0.1)
+    assert [r.checkpoint.changed_files for r in found.ranks if r.checkpoint] == [[first.name], [first.name]]
+    metrics = samples(base)
+    assert (
+        metrics[("weightcache_daemon_checkpoint_changed", "0")]
+        == metrics[("weightcache_daemon_checkpoint_changed", "1")]
+        == 1
+    )

@@ -265,3 +265,37 @@ def test_an_engine_stamp_against_none_is_named_as_the_engine_field(ckpt: Path) -
         update={"engine": EngineStamp(engine="vllm", version="0", load_profile="vllm", settings={})}
     )
     assert base.differences(other) == ["engine"]
+
+
+def test_a_mismatch_in_the_shards_says_the_checkpoint_changed_and_suggests_a_daemon_restart_not_arguments() -> None:
+    from weightcache.wire.fingerprint import mismatch_fix
+
+    fix = mismatch_fix(["shards"])
+    assert "checkpoint on disk changed after the daemon loaded it" in fix and "restart the daemon" in fix
+    assert "argument" not in fix
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        (["config_sha256"], "checkpoint on disk changed"),
+        (["model_path"], "same --model"),
+        (["dtype"], "same --dtype"),
+        (["quantization_sha256"], "same --quantization"),
+        (["tp_rank", "tp_size"], "same parallel layout"),
+        (["environment.torch_version"], "same image"),
+        (["environment.device_kind"], "same GPU model"),
+        (["engine.settings.max_model_len"], "same vLLM arguments"),
+    ],
+)
+def test_each_mismatching_field_names_its_own_fix(fields: list[str], words: str) -> None:
+    from weightcache.wire.fingerprint import mismatch_fix
+
+    assert words in mismatch_fix(fields)
+
+
+def test_a_mismatch_in_several_kinds_of_field_names_each_fix_once() -> None:
+    from weightcache.wire.fingerprint import mismatch_fix
+
+    fix = mismatch_fix(["shards", "config_sha256", "dtype"])
+    assert fix.count("checkpoint on disk changed") == 1 and "same --dtype" in fix

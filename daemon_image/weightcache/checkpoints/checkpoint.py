@@ -174,11 +174,7 @@ def open_checkpoint(path: str | os.PathLike[str], *, stamps_only: bool = False) 
         raise CheckpointError(f"{config_path} must hold a JSON object")
 
     weight_map = _read_index(root)
-    files = (
-        sorted(set(weight_map.values()))
-        if weight_map is not None
-        else sorted(p.name for p in root.glob("*.safetensors"))
-    )
+    files = _shard_names(root, weight_map)
     if not files:
         raise CheckpointError(f"no *.safetensors files in {root}")
 
@@ -242,7 +238,25 @@ def with_headers(checkpoint: Checkpoint) -> Checkpoint:
 
 def current_stamps(checkpoint: Checkpoint) -> list[ShardFile]:
     """The shards' identities as they are now (stat + header), to tell whether they changed since opened."""
-    return [_stamp(checkpoint.path / shard.name)[0] for shard in checkpoint.shards]
+    return [stamp_file(checkpoint.path / shard.name) for shard in checkpoint.shards]
+
+
+def stamp_file(path: Path) -> ShardFile:
+    """One shard's identity as it is now (stat + header); ``CheckpointError`` or ``OSError`` when
+    it is missing, truncated or not a safetensors file."""
+    return _stamp(path)[0]
+
+
+def shard_names(root: Path) -> list[str]:
+    """The checkpoint's shard file names as ``open_checkpoint`` finds them now (the index's files,
+    or every ``*.safetensors`` without one)."""
+    return _shard_names(root, _read_index(root))
+
+
+def _shard_names(root: Path, weight_map: dict[str, str] | None) -> list[str]:
+    if weight_map is not None:
+        return sorted(set(weight_map.values()))
+    return sorted(p.name for p in root.glob("*.safetensors"))
 
 
 def _read_index(root: Path) -> dict[str, str] | None:

@@ -21,6 +21,7 @@ from weightcache_contract.errors import CheckpointError, ShardingError
 
 from . import dtypes
 from .checkpoint import Checkpoint
+from .content import ReadDigests, new_hash
 from .experts import ExpertTensors
 from .manifest import TensorEntry, align, contiguous_stride
 from .progress import Progress
@@ -227,6 +228,7 @@ def fill(
     progress: Progress | None = None,
     checksums: bool = True,
     workers: int = 4,
+    digests: ReadDigests | None = None,
 ) -> list[TensorEntry]:
     """Read every task's slice into its place in ``arena``; return entries (with checksums if asked).
 
@@ -237,6 +239,8 @@ def fill(
     are read straight into the arena (host) or, for a GPU, a span of neighbouring tensors at a
     time through a pinned staging buffer (see ``coalesce``). A task may fill only part of an entry
     (one expert of a stacked expert tensor, ``ReadTask.into``); such parts are independent jobs.
+    ``digests``: also hash each task's source bytes as they are read (content.py), in the same
+    threads, from the same buffers: the content identity costs no second read.
     """
     import torch
 
@@ -251,6 +255,12 @@ def fill(
         """Output ``k``'s entry and the arena offset where this task's part of it starts."""
         entry = by_name[task.outputs[k]]
         return entry, entry.offset + (task.into[k] if task.into else 0)
+
+    def hashed(task: ReadTask, data: object) -> None:
+        if digests is not None:
+            h = new_hash()
+            h.update(data)  # type: ignore[arg-type]
+            digests.add(task, h.hexdigest())
 
     def put(task: ReadTask, k: int, data: torch.Tensor) -> Part:
         raw = data.contiguous().reshape(-1).view(torch.uint8)
@@ -268,15 +278,20 @@ def fill(
         buffer, view, stream = staging()
         entry, dest = place(task, 0)
         crc, pos = 0, 0
+        content = new_hash() if digests is not None else None
         with torch.cuda.stream(stream):
             while pos < task.read_bytes:
                 n = min(STAGING_BYTES, task.read_bytes - pos)
                 checkpoint.pread(file, offset + pos, memoryview(view[:n]))
                 if checksums:
                     crc = zlib.crc32(view[:n], crc)
+                if content is not None:
+                    content.update(view[:n])
                 arena[dest + pos : dest + pos + n].copy_(buffer[:n], non_blocking=True)
                 stream.synchronize()  # the staging buffer is reused by the next chunk
                 pos += n
+        if digests is not None and content is not None:
+            digests.add(task, content.hexdigest())
         return entry.name, dest - entry.offset, task.read_bytes, crc
 
     def span_staged(span: FileSpan) -> list[Part]:
@@ -287,6 +302,7 @@ def fill(
             for offset, task in span.reads:
                 entry, dest = place(task, 0)
                 at, n = offset - span.start, task.read_bytes
+                hashed(task, view[at : at + n])
                 parts.append((entry.name, dest - entry.offset, n, zlib.crc32(view[at : at + n]) if checksums else 0))
                 arena[dest : dest + n].copy_(buffer[at : at + n], non_blocking=True)
             stream.synchronize()  # the staging buffer is reused by the next span
@@ -317,8 +333,11 @@ def fill(
             entry, dest = place(task, 0)
             window = flat[dest : dest + length]
             checkpoint.pread(file, offset, memoryview(window))
+            hashed(task, window)
             return task.read_bytes, [(entry.name, dest - entry.offset, length, zlib.crc32(window) if checksums else 0)]
         data = checkpoint.read(task.source, task.dim, task.start, task.stop)
+        if digests is not None:
+            hashed(task, data.contiguous().reshape(-1).view(torch.uint8).numpy())
         if task.transform == "quantize_fp8":
             assert block is not None
             weight, scale = quantize_block_fp8(data, block)

@@ -71,6 +71,9 @@ class Manifest(BaseModel):
     checksums: bytes  # uint32 per tensor
     # Tied weights: name → the entry it shares storage with (e.g. lm_head.weight → embed_tokens).
     aliases: dict[str, str] = {}
+    # Shard file → the content digest of the bytes this rank read from it (checkpoints/content.py);
+    # empty when the arena was not filled by weightcache's loader (another load profile, synthetic).
+    shard_digests: dict[str, str] = {}
 
     @classmethod
     def build(
@@ -79,6 +82,7 @@ class Manifest(BaseModel):
         arena_bytes: int,
         entries: list[TensorEntry],
         aliases: dict[str, str] | None = None,
+        shard_digests: dict[str, str] | None = None,
     ) -> Manifest:
         dtype_names = sorted({e.dtype for e in entries})
         code = {name: i for i, name in enumerate(dtype_names)}
@@ -96,6 +100,7 @@ class Manifest(BaseModel):
             kinds=_pack([KINDS.index(e.kind) for e in entries], "<u1"),
             checksums=_pack([e.checksum for e in entries], "<u4"),
             aliases=dict(aliases or {}),
+            shard_digests=dict(shard_digests or {}),
         )
 
     def _columns(self) -> dict[str, np.ndarray]:

@@ -33,7 +33,7 @@ from ..checkpoints.manifest import Manifest, tensor_views
 from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_identity import gpu_count
-from ..wire.fingerprint import Fingerprint, compute
+from ..wire.fingerprint import Fingerprint, compute, mismatch_fix
 from ..wire.protocol import (
     MAX_REPLY_BYTES,
     REPLY,
@@ -282,7 +282,8 @@ def map_fingerprint(
         if held.fingerprint.digest != want.digest or held.fingerprint_digest != want.digest:
             fields = want.differences(held.fingerprint) or ["digest"]
             raise FingerprintMismatch(
-                f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)})",
+                f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)}); "
+                f"{mismatch_fix(fields)}",
                 fields,
             )
         if gpu_uuid is not None and held.device_uuid != gpu_uuid:

@@ -62,6 +62,14 @@ def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
         ),
         d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors"),
         d.add_argument(
+            "--checkpoint-poll-seconds",
+            type=float,
+            default=5.0,
+            metavar="S",
+            help="how often each rank stats its checkpoint to report (and, for equal bytes under a new file "
+            "identity, adopt) a change on disk; inotify wakes it sooner on Linux; 0 turns the watch off",
+        ),
+        d.add_argument(
             "--status-addr",
             default=None,
             metavar="HOST:PORT",
@@ -180,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         local_index=args.local_index,
         synthetic_fill=args.synthetic_fill,
         handoff_state=args.handoff_state,
+        checkpoint_poll_s=args.checkpoint_poll_seconds,
     )
     return run_rank(cfg)
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from weightcache_contract.errors import CacheUnavailable, ProtocolError
 
 from ..checkpoints.manifest import Manifest
+from ..wire.fingerprint import Fingerprint
 from ..wire.protocol import (
     KEEPER_REQUEST,
     MAX_REPLY_BYTES,
@@ -51,6 +52,7 @@ class _Held:
     fd: int
     holding: Holding
     manifest: Manifest
+    fingerprint: Fingerprint | None
 
 
 class KeeperService:
@@ -77,7 +79,7 @@ class KeeperService:
             )
             with self._lock:
                 old = self._held.pop((request.name, request.rank), None)
-                self._held[(request.name, request.rank)] = _Held(fd, holding, request.manifest)
+                self._held[(request.name, request.rank)] = _Held(fd, holding, request.manifest, request.fingerprint)
             if old is not None:
                 os.close(old.fd)
             log.info(
@@ -104,7 +106,7 @@ class KeeperService:
                         f"{request.name!r} rank {request.rank}",
                     )
                 fd = os.dup(held.fd)  # the keeper keeps holding its own until released
-            return Reply(Withdrawn(holding=held.holding, manifest=held.manifest), [fd])
+            return Reply(Withdrawn(holding=held.holding, manifest=held.manifest, fingerprint=held.fingerprint), [fd])
         if isinstance(request, Release):
             with self._lock:
                 keys = [k for k in self._held if k[0] == request.name and request.rank in (None, k[1])]

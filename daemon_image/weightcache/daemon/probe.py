@@ -36,6 +36,10 @@ def inspect_rank(
             status = conn.status()
     except WeightCacheError as exc:
         return None, f"rank {rank}: socket does not answer: {exc}"
+    if status.pid == ready.pid and status.fingerprint_digest != ready.fingerprint_digest:
+        # The rank adopted new shard stamps between the two reads (watch.py): the socket serves the
+        # new fingerprint first, and the ready file follows it at once.
+        ready = files.read_ready() or ready
     if status.pid != ready.pid or status.fingerprint_digest != ready.fingerprint_digest:
         return status, f"rank {rank}: socket is served by pid {status.pid}, ready file names pid {ready.pid}"
     if gpus_file and status.device_uuid:

@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,8 @@ from weightcache_contract.errors import (
 
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
-from ..checkpoints.checkpoint import Checkpoint, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.checkpoint import Checkpoint, ShardFile, current_stamps, open_checkpoint, with_headers
+from ..checkpoints.content import DigestCache, ReadDigests, current_digest
 from ..checkpoints.loader import (
     SYNTHETIC_REVISION,
     LoadPlan,
@@ -53,12 +55,13 @@ from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
-from ..wire.fingerprint import compute
-from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit
+from ..wire.fingerprint import Fingerprint, compute
+from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit, Withdrawn
 from ..wire.rankfiles import RankFiles, ReadyInfo
 from .keeper import KeeperClient, keeper_socket
 from .server import FramedServer, PeerPolicy, ServerStats
 from .serving import DaemonService, Served
+from .watch import CheckpointWatcher, Plan
 
 log = logging.getLogger("weightcache.daemon")
 
@@ -91,6 +94,8 @@ class DaemonConfig:
     handoff_state: str | None = None
     """Set by another load profile's publisher when it execs into this daemon (handoff.py): serve
     the sealed arena it filled or withdrew, under the fingerprint it computed."""
+    checkpoint_poll_s: float = 5.0
+    """How often the rank stats its checkpoint (watch.py); 0: no watch. inotify wakes it sooner."""
 
 
 def run(cfg: DaemonConfig) -> int:
@@ -159,7 +164,14 @@ def run(cfg: DaemonConfig) -> int:
     signal.signal(signal.SIGINT, on_signal)
     arena = None
     try:
-        adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields) if keeper_path else None
+        # Planned (the keeper held no arena for this fingerprint when asked): the keeper may still
+        # hold these very bytes under older shard stamps, which the rank verifies for less than a load.
+        rebadge = (
+            _rebadge(fingerprint, checkpoint, plan, DigestCache(cfg.socket_dir), fields)
+            if plan is not None and cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill
+            else None
+        )
+        adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields, rebadge) if keeper_path else None
         if adopted is not None:
             arena, manifest, load_seconds = adopted
             disk_bytes = 0
@@ -181,11 +193,19 @@ def run(cfg: DaemonConfig) -> int:
             )
             arena = create_arena(cfg.backend, plan.arena_bytes, f"{cfg.name}/rank-{rank}", cfg.device)
             progress = Progress(plan.read_bytes, f"{cfg.name}/rank-{rank}")
+            # The digests serve only the checkpoint watch; without it they would cost CPU for nothing.
+            digests = None if cfg.synthetic_fill or cfg.checkpoint_poll_s <= 0 else ReadDigests()
             if cfg.synthetic_fill:
                 entries = synthetic_fill(plan, arena.buffer())
             else:
                 entries = fill(
-                    checkpoint, plan, arena.buffer(), quant.weight_block_size, progress, workers=cfg.load_workers
+                    checkpoint,
+                    plan,
+                    arena.buffer(),
+                    quant.weight_block_size,
+                    progress,
+                    workers=cfg.load_workers,
+                    digests=digests,
                 )
             load_seconds = progress.finish()
             if current_stamps(checkpoint) != checkpoint.shards:
@@ -195,8 +215,11 @@ def run(cfg: DaemonConfig) -> int:
                     "Start the daemon again once the checkpoint is complete"
                 )
             arena.seal()
-            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases)
+            shard_digests = digests.by_shard(checkpoint, plan.tasks) if digests is not None else {}
+            manifest = Manifest.build(fingerprint.digest, arena.size, entries, plan.aliases, shard_digests)
             disk_bytes = checkpoint.bytes_read
+            if shard_digests:
+                _remember_digests(DigestCache(cfg.socket_dir), checkpoint, plan, shard_digests)
         checkpoint.close()
         served = Served(
             name=cfg.name,
@@ -208,7 +231,7 @@ def run(cfg: DaemonConfig) -> int:
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
         )
-        return serve(cfg, files, gid, served, keeper_path, fields)
+        return serve(cfg, files, gid, served, keeper_path, fields, _watch_plan(cfg, quant, dtype))
     except KeyboardInterrupt:
         if stop_requested:
             log.info("stopped during load", extra={"fields": fields})
@@ -221,12 +244,21 @@ def run(cfg: DaemonConfig) -> int:
 
 
 def serve(
-    cfg: DaemonConfig, files: RankFiles, gid: int | None, served: Served, keeper_path: Path | None, fields: dict
+    cfg: DaemonConfig,
+    files: RankFiles,
+    gid: int | None,
+    served: Served,
+    keeper_path: Path | None,
+    fields: dict,
+    watch_plan: Plan | None = None,
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
-    ready file. Every load profile ends here, so engines, probes, the status endpoint and the
-    keeper see one kind of daemon. The caller holds ``files``' lock and closes the arena."""
+    ready file, and the checkpoint watch (watch.py; ``watch_plan``: the rank's read tasks, which
+    verify a rewritten shard; without it a rewrite is reported as a change). Every load profile
+    ends here, so engines, probes, the status endpoint and the keeper see one kind of daemon. The
+    caller holds ``files``' lock and closes the arena."""
     link: KeeperLink | None = None
+    watcher: CheckpointWatcher | None = None
     try:
         if keeper_path is not None:
             link = KeeperLink(keeper_path, served)
@@ -249,23 +281,22 @@ def serve(
         )
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         signal.signal(signal.SIGINT, lambda *_: server.stop())
-        files.write_ready(
-            ReadyInfo(
-                pid=os.getpid(),
-                name=cfg.name,
-                rank=served.rank,
-                backend=served.arena.backend,
-                socket=str(files.socket),
-                fingerprint_digest=served.fingerprint.digest,
-                fingerprint=served.fingerprint,
-                arena_bytes=served.arena.mapping_bytes,
-                tensor_count=len(served.manifest),
-                load_seconds=served.load_seconds,
-                started_at=time.time(),
-                device_uuid=served.arena.device_uuid,
-                adopted=served.adopted,
-            )
+        ready = ReadyInfo(
+            pid=os.getpid(),
+            name=cfg.name,
+            rank=served.rank,
+            backend=served.arena.backend,
+            socket=str(files.socket),
+            fingerprint_digest=served.fingerprint.digest,
+            fingerprint=served.fingerprint,
+            arena_bytes=served.arena.mapping_bytes,
+            tensor_count=len(served.manifest),
+            load_seconds=served.load_seconds,
+            started_at=time.time(),
+            device_uuid=served.arena.device_uuid,
+            adopted=served.adopted,
         )
+        files.write_ready(ready)
         log.info(
             "ready",
             extra={
@@ -277,10 +308,29 @@ def serve(
                 }
             },
         )
+        if cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill:  # a byte pattern is no checkpoint's
+
+            def adopt(fingerprint: Fingerprint) -> None:
+                # Engines see the new identity on the socket first, then in the ready file, and a
+                # restarted daemon finds it in the keeper: every place a fingerprint is read.
+                served.adopt(fingerprint)
+                fields["fingerprint"] = fingerprint.digest[:16]
+                files.write_ready(
+                    ready.model_copy(update={"fingerprint_digest": fingerprint.digest, "fingerprint": fingerprint})
+                )
+                if link is not None:
+                    link.redeposit()
+
+            watcher = CheckpointWatcher(
+                served, cfg.checkpoint_poll_s, adopt, watch_plan, DigestCache(cfg.socket_dir), fields
+            )
+            watcher.start()
         server.serve_forever()
         log.info("stopped", extra={"fields": fields})
         return 0
     finally:
+        if watcher is not None:
+            watcher.stop()
         if link is not None:
             link.stop()
 
@@ -414,6 +464,27 @@ def _plan(cfg: DaemonConfig, stamped: Checkpoint, quant: QuantConfig, dtype: str
     return checkpoint, plan_rank(checkpoint, cfg.layout, quant, dtype)
 
 
+def _watch_plan(cfg: DaemonConfig, quant: QuantConfig, dtype: str) -> Plan:
+    """The rank's read tasks planned from the checkpoint's headers as they are now: the watch
+    needs them only to verify a rewritten shard, so a re-adopted daemon never plans otherwise."""
+
+    def plan() -> tuple[list, dict]:
+        checkpoint = open_checkpoint(cfg.model)
+        return plan_rank(checkpoint, cfg.layout, quant, dtype).tasks, checkpoint.tensors
+
+    return plan
+
+
+def _remember_digests(cache: DigestCache, checkpoint: Checkpoint, plan: LoadPlan, digests: dict[str, str]) -> None:
+    """Record the loaded shards' digests under their file identities (content.DigestCache)."""
+    cache.put(
+        {
+            DigestCache.key(checkpoint.path / shard.name, shard, plan.tasks, checkpoint.tensors): digests[shard.name]
+            for shard in checkpoint.shards
+        }
+    )
+
+
 def _keeper_holds(keeper_path: Path, cfg: DaemonConfig, digest: str) -> bool:
     """Whether the keeper holds this rank's arena under this fingerprint (a look; nothing changes)."""
     try:
@@ -429,21 +500,32 @@ def arena_fd_backend(backend: str) -> bool:
     return backend in FD_BACKENDS
 
 
+Rebadge = Callable[[Withdrawn], Manifest | None]
+"""The withdrawn arena's manifest under this daemon's fingerprint when its bytes are what the
+checkpoint holds now under other file stamps (``_rebadge``); None when they may not be."""
+
+
 def adopt_from_keeper(
-    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict
+    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict, rebadge: Rebadge | None = None
 ) -> tuple[Arena, Manifest, float] | None:
-    """Take the arena back from the keeper if it holds this fingerprint; release a stale one."""
+    """Take the arena back from the keeper if it holds this fingerprint (or, with ``rebadge``, the
+    same bytes under older shard stamps); release a stale one."""
     started = time.perf_counter()
     try:
-        with KeeperClient(keeper_path) as keeper:
-            try:
+        try:
+            with KeeperClient(keeper_path) as keeper:
                 got = keeper.withdraw(cfg.name, cfg.layout.rank, digest)
-            except FingerprintMismatch as exc:
-                log.info(
-                    "keeper holds another fingerprint; releasing it", extra={"fields": {**fields, "reason": str(exc)}}
-                )
-                keeper.release(cfg.name, cfg.layout.rank)
-                return None
+        except FingerprintMismatch as exc:
+            # A refused request ends its connection (server.Reject): the rest goes over a new one.
+            with KeeperClient(keeper_path) as keeper:
+                got = _withdraw_rebadged(keeper, cfg, rebadge) if rebadge is not None else None
+                if got is None:
+                    log.info(
+                        "keeper holds another fingerprint; releasing it",
+                        extra={"fields": {**fields, "reason": str(exc)}},
+                    )
+                    keeper.release(cfg.name, cfg.layout.rank)
+                    return None
     except CacheUnavailable:
         return None  # no keeper: load from disk
     if got is None:
@@ -475,6 +557,61 @@ def adopt_from_keeper(
     return arena, manifest, seconds
 
 
+def _withdraw_rebadged(keeper: KeeperClient, cfg: DaemonConfig, rebadge: Rebadge) -> tuple[Withdrawn, int] | None:
+    """The keeper's arena of this rank, whatever its fingerprint, with its manifest re-badged;
+    None (the fd closed) when ``rebadge`` refuses it."""
+    held = next((h for h in keeper.holdings() if (h.name, h.rank) == (cfg.name, cfg.layout.rank)), None)
+    got = keeper.withdraw(cfg.name, cfg.layout.rank, held.fingerprint_digest) if held is not None else None
+    if got is None:
+        return None
+    withdrawn, fd = got
+    try:
+        manifest = rebadge(withdrawn)
+    except BaseException:
+        os.close(fd)
+        raise
+    if manifest is None:
+        os.close(fd)
+        return None
+    return withdrawn.model_copy(update={"manifest": manifest}), fd
+
+
+def _rebadge(
+    fingerprint: Fingerprint, checkpoint: Checkpoint, plan: LoadPlan, cache: DigestCache, fields: dict
+) -> Rebadge:
+    """Accept the keeper's arena for ``fingerprint`` when it was loaded for the same everything but
+    some shards' file stamps, and each of those shards, as it is now, has the size, header and
+    content digest the arena was loaded from: a shard rewritten with equal bytes (``cp``, rsync)
+    while no daemon watched. The digest comes from the node's digest cache or a read of the slices
+    this rank reads (content.py)."""
+
+    def rebadge(withdrawn: Withdrawn) -> Manifest | None:
+        old, manifest = withdrawn.fingerprint, withdrawn.manifest
+        if old is None or not manifest.shard_digests or old.differences(fingerprint) != ["shards"]:
+            return None
+        if [s.name for s in old.shards] != [s.name for s in fingerprint.shards]:
+            return None
+        rewritten = [(was, now) for was, now in zip(old.shards, fingerprint.shards, strict=True) if was != now]
+        verified = 0
+        for was, now in rewritten:
+            if (was.size, was.header_sha256) != (now.size, now.header_sha256):
+                return None
+            shard = ShardFile(**now.model_dump())
+            digest, read = current_digest(checkpoint.path / now.name, shard, checkpoint.tensors, plan.tasks, cache)
+            verified += read
+            if digest is None or digest != manifest.shard_digests.get(now.name):
+                return None
+        log.info(
+            "the keeper's arena holds the checkpoint's bytes under older file stamps; re-adopting it under the new ones",
+            extra={
+                "fields": {**fields, "files": ",".join(now.name for _, now in rewritten), "verified_bytes": verified}
+            },
+        )
+        return manifest.model_copy(update={"fingerprint_digest": fingerprint.digest})
+
+    return rebadge
+
+
 class KeeperLink:
     """Keeps this daemon's arena deposited with the keeper, re-depositing whenever the keeper restarts.
 
@@ -494,6 +631,15 @@ class KeeperLink:
     def start(self) -> None:
         self._thread.start()
 
+    def redeposit(self) -> None:
+        """Deposit again (the served identity changed): dropping the connection makes the thread
+        reconnect and deposit what is served now, which replaces the keeper's holding."""
+        if self._client is not None:
+            try:
+                self._client.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def stop(self) -> None:
         self._stop.set()
         if self._client is not None:
@@ -509,17 +655,19 @@ class KeeperLink:
             try:
                 with KeeperClient(self.path) as client:
                     self._client = client
+                    fingerprint, manifest = s.identity()
                     export = s.arena.export()
                     try:
                         client.deposit(
                             Deposit(
                                 name=s.name,
                                 rank=s.rank,
-                                fingerprint_digest=s.fingerprint.digest,
+                                fingerprint_digest=fingerprint.digest,
                                 backend=s.arena.backend,
                                 mapping_bytes=s.arena.mapping_bytes,
                                 device_uuid=s.arena.device_uuid,
-                                manifest=s.manifest,
+                                manifest=manifest,
+                                fingerprint=fingerprint,
                             ),
                             export.fd,
                         )

@@ -1,14 +1,18 @@
 """What a daemon answers once a connection said hello: config, fetch, status, ping.
 
-The fetch reply (manifest included) is encoded once: with tens of thousands of tensors it is the
-largest message on the wire, and it never changes during the daemon's life.
+The fetch reply (manifest included) is encoded once per identity: with tens of thousands of
+tensors it is the largest message on the wire, and it changes only when the daemon adopts new
+stamps for the same bytes (watch.py).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from dataclasses import dataclass, field
+
+from weightcache_contract.daemon_report import CheckpointWatch
 
 from ..arenas.arena import Arena
 from ..checkpoints.manifest import Manifest
@@ -30,31 +34,55 @@ class Served:
     deposited: bool = False
     started: float = field(default_factory=time.monotonic)
     fetches_total: int = 0
+    checkpoint: CheckpointWatch | None = None
+    """What the checkpoint watch (watch.py) last saw; None when the rank does not watch."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def identity(self) -> tuple[Fingerprint, Manifest]:
+        """The fingerprint and manifest served now, taken together (``adopt`` replaces both)."""
+        with self._lock:
+            return self.fingerprint, self.manifest
+
+    def adopt(self, fingerprint: Fingerprint) -> None:
+        """Serve the same arena under ``fingerprint``: only the shards' stamps may differ from the
+        fingerprint served now, and only once their content was verified equal (watch.py)."""
+        with self._lock:
+            self.fingerprint = fingerprint
+            self.manifest = self.manifest.model_copy(update={"fingerprint_digest": fingerprint.digest})
 
 
 class DaemonService:
     def __init__(self, served: Served, stats: ServerStats) -> None:
         self.served = served
         self.stats = stats
-        arena = served.arena
-        self._fetch_frame = encode(
-            FetchReply(
-                backend=arena.backend,
-                manifest=served.manifest,
-                mapping_bytes=arena.mapping_bytes,
-                device_uuid=arena.device_uuid,
+        self._frames: tuple[Manifest, bytes] | None = None
+
+    def _fetch_frame(self, manifest: Manifest) -> bytes:
+        """The encoded fetch reply for ``manifest``, encoded once per identity the daemon serves."""
+        cached = self._frames
+        if cached is None or cached[0] is not manifest:
+            arena = self.served.arena
+            frame = encode(
+                FetchReply(
+                    backend=arena.backend,
+                    manifest=manifest,
+                    mapping_bytes=arena.mapping_bytes,
+                    device_uuid=arena.device_uuid,
+                )
             )
-        )
+            cached = self._frames = (manifest, frame)
+        return cached[1]
 
     def __call__(self, request: object, _fds: list[int]) -> Reply:
         s = self.served
         if isinstance(request, Ping):
             return Reply(Pong())
         if isinstance(request, QueryConfig):
+            fingerprint, _ = s.identity()
             return Reply(
                 ConfigReply(
-                    fingerprint=s.fingerprint,
-                    fingerprint_digest=s.fingerprint.digest,
+                    fingerprint=fingerprint,
+                    fingerprint_digest=fingerprint.digest,
                     backend=s.arena.backend,
                     arena_bytes=s.arena.size,
                     tensor_count=len(s.manifest),
@@ -64,6 +92,7 @@ class DaemonService:
         if isinstance(request, Fetch):
             return self._fetch(request)
         if isinstance(request, Status):
+            fingerprint, _ = s.identity()
             with self.stats.lock:
                 return Reply(
                     StatusReply(
@@ -71,7 +100,7 @@ class DaemonService:
                         name=s.name,
                         rank=s.rank,
                         backend=s.arena.backend,
-                        fingerprint_digest=s.fingerprint.digest,
+                        fingerprint_digest=fingerprint.digest,
                         arena_bytes=s.arena.mapping_bytes,
                         tensor_count=len(s.manifest),
                         load_seconds=s.load_seconds,
@@ -84,13 +113,15 @@ class DaemonService:
                         device_uuid=s.arena.device_uuid,
                         adopted=s.adopted,
                         deposited=s.deposited,
-                        weights_digest=s.fingerprint.weights_digest,
+                        weights_digest=fingerprint.weights_digest,
+                        checkpoint=s.checkpoint,
                     )
                 )
         raise Reject("bad_message", f"{getattr(request, 'type', request)!r} is not a daemon request")
 
     def _fetch(self, request: Fetch) -> Reply:
-        ours = self.served.fingerprint.digest
+        fingerprint, manifest = self.served.identity()
+        ours = fingerprint.digest
         if request.fingerprint_digest != ours:
             raise Reject(
                 "fingerprint_mismatch",
@@ -105,10 +136,10 @@ class DaemonService:
             return Reply(
                 FetchReply(
                     backend=arena.backend,
-                    manifest=self.served.manifest,
+                    manifest=manifest,
                     mapping_bytes=arena.mapping_bytes,
                     device_uuid=arena.device_uuid,
                     ipc=export.ipc,
                 )
             )
-        return Reply(self._fetch_frame, [export.fd] if export.fd is not None else [])
+        return Reply(self._fetch_frame(manifest), [export.fd] if export.fd is not None else [])

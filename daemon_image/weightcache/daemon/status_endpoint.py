@@ -78,6 +78,7 @@ def collect(
             connections_total=status.connections_total,
             deposited=status.deposited,
             uptime_seconds=status.uptime_seconds,
+            checkpoint=status.checkpoint,
         )
 
     with ThreadPoolExecutor(max_workers=max(1, len(ranks)), thread_name_prefix="status") as pool:

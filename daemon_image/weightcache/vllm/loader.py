@@ -163,7 +163,8 @@ class WeightcacheModelLoader(BaseModelLoader):
                 gpu_uuid=expected.gpu_uuid,
             )
         except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
-            reason = f"weightcache {self.options.name!r} rank {rank}: {exc}; {_fix(exc, self._files(rank))}"
+            fix = _fix(exc, self._files(rank))
+            reason = f"weightcache {self.options.name!r} rank {rank}: {exc}" + (f"; {fix}" if fix else "")
             if self.options.fallback == "error":
                 raise WeightCacheError(
                     f'{reason}, or set "fallback": "disk" in --model-loader-extra-config to load from disk instead'
@@ -188,15 +189,15 @@ class WeightcacheModelLoader(BaseModelLoader):
         return model
 
 
-def _fix(exc: WeightCacheError, files: RankFiles) -> str:
-    """What to do about a rank the engine could not map."""
+def _fix(exc: WeightCacheError, files: RankFiles) -> str | None:
+    """What to do about a rank the engine could not map, beyond what ``exc`` says."""
     if isinstance(exc, FingerprintMismatch):
         if {"engine", "engine.engine", "engine.load_profile"} & set(exc.fields):
             return (
                 "that daemon publishes another load profile than vLLM's post-processed layout: start it with "
                 "`weightcache daemon --profile vllm --vllm-args '<this engine's vLLM arguments as JSON>'`"
             )
-        return "give the daemon (--vllm-args) and the engine the same vLLM arguments"
+        return None  # the mismatch names the fix for each differing field (fingerprint.mismatch_fix)
     if isinstance(exc, CacheUnavailable) and files.socket.exists():
         ready = files.read_ready()
         dead = f" (pid {ready.pid}, its ready file says)" if ready is not None else ""

@@ -130,6 +130,63 @@ class Fingerprint(BaseModel):
         return fields
 
 
+# What to do about each kind of differing field, first match wins (so ``engine`` itself, a daemon of
+# another load profile, comes after its more specific sub-fields). The
+# shards (stat + header stamps) or config.json differ when the checkpoint on disk changed after
+# the daemon loaded it: no argument of the engine can fix that, only a daemon that loads it again.
+_FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (
+        ("shards", "config_sha256"),
+        "the checkpoint on disk changed after the daemon loaded it; restart the daemon so it loads the "
+        "checkpoint as it is now (`weightcache status` on the daemon names the changed files)",
+    ),
+    (("model_path",), "give the daemon and the engine the same --model path"),
+    (("revision",), "give the daemon and the engine the same --revision"),
+    (
+        ("tp_size", "tp_rank", "pp_size", "pp_rank", "ep_size"),
+        "give the daemon and the engine the same parallel layout (tp/pp/ep sizes and rank)",
+    ),
+    (
+        ("quantization", "quantization_sha256"),
+        "give the daemon and the engine the same --quantization (and weight block size)",
+    ),
+    (("dtype",), "give the daemon and the engine the same --dtype"),
+    (
+        ("layout_version", "environment.torch_version", "environment.protocol_version"),
+        "run the daemon and the engine from the same image (weightcache and torch versions)",
+    ),
+    (
+        (
+            "environment.device_kind",
+            "environment.compute_capability",
+            "environment.driver_version",
+            "environment.cuda_runtime",
+        ),
+        "run the engine on the same GPU model, driver and CUDA runtime as the daemon (the same image, on the daemon's node)",
+    ),
+    (("environment.backend",), "give the daemon and the engine the same --backend"),
+    (("environment.access",), "give the daemon (--engine-access) and the engine the same access mode"),
+    (("engine.version",), "run the daemon and the engine with the same engine version (the same image)"),
+    (("engine.settings",), "give the daemon (--vllm-args) and the engine the same vLLM arguments"),
+    (("engine", "engine.load_profile", "engine.engine"), "start the daemon with the engine's load profile (--profile)"),
+)
+
+
+def mismatch_fix(fields: list[str]) -> str:
+    """What to do about a fingerprint mismatch in ``fields`` (``Fingerprint.differences``): one fix
+    per kind of field, each named once, joined with "; ". A field matches a name exactly, or as
+    ``<name>.<sub-field>``."""
+    fixes: list[str] = []
+    for field in fields:
+        fix = next(
+            (text for prefixes, text in _FIXES if any(field == p or field.startswith(p + ".") for p in prefixes)),
+            "restart the daemon and the engine from the same image with the same arguments",
+        )
+        if fix not in fixes:
+            fixes.append(fix)
+    return "; ".join(fixes)
+
+
 def _engine_differences(ours: dict, theirs: dict) -> list[str]:
     """``engine.<field>``, and ``engine.settings.<name>`` for each setting that differs."""
     fields = [f"engine.{k}" for k in ours if k != "settings" and ours[k] != theirs[k]]

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import ProtocolError
 
 from ..checkpoints.manifest import Manifest
@@ -117,6 +118,7 @@ class StatusReply(_Message):
     adopted: bool = False  # re-adopted from the keeper: no disk read this life
     deposited: bool = False  # the keeper holds this arena now
     weights_digest: str = ""  # Fingerprint.weights_digest: comparable across nodes (fingerprint_digest is not)
+    checkpoint: CheckpointWatch | None = None  # the checkpoint on disk against the arena (daemon/watch.py)
 
 
 class Pong(_Message):
@@ -153,6 +155,9 @@ class Deposit(_Message):
     mapping_bytes: int
     device_uuid: str | None = None
     manifest: Manifest
+    fingerprint: Fingerprint | None = None
+    """What the arena was loaded for: lets a daemon restarted after an equal-bytes rewrite of a shard
+    verify and re-adopt it under the new stamps (daemon/rank.py)."""
 
 
 class Withdraw(_Message):
@@ -194,6 +199,7 @@ class Withdrawn(_Message):
     type: Literal["withdrawn"] = "withdrawn"
     holding: Holding
     manifest: Manifest
+    fingerprint: Fingerprint | None = None
 
 
 class Holdings(_Message):
