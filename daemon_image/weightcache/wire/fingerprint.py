@@ -138,7 +138,8 @@ _FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (
         ("shards", "config_sha256"),
         "the checkpoint on disk changed after the daemon loaded it; restart the daemon so it loads the "
-        "checkpoint as it is now (`weightcache status` on the daemon names the changed files)",
+        "checkpoint as it is now (`weightcache status` on the daemon names the changed files; under the "
+        "operator, spec.model.onChange: Reload does this with a new daemon generation)",
     ),
     (("model_path",), "give the daemon and the engine the same --model path"),
     (("revision",), "give the daemon and the engine the same --revision"),
