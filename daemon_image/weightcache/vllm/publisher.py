@@ -45,11 +45,6 @@ log = logging.getLogger("weightcache.vllm")
 
 
 def run(args: argparse.Namespace) -> int:
-    import vllm
-
-    from . import versions
-
-    versions.check(vllm.__version__)  # what the engine's plug-in would refuse is not published
     layout = Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size)
     refuse_reference_only_flags(args)
     world = args.tp_size * args.pp_size
@@ -63,6 +58,11 @@ def run(args: argparse.Namespace) -> int:
     if device is None:
         return 0  # stopped while waiting for the GPU holder
     args.device = device
+    import vllm
+
+    from . import versions
+
+    versions.check(vllm.__version__)  # what the engine's plug-in would refuse is not published
     vllm_config = engine_config(args.model, vllm_args, args.tp_size, args.pp_size)
 
     from .stamp import platform_backend, rank_fingerprint
