@@ -45,6 +45,9 @@ from weightcache.wire.protocol import (
 from weightcache_contract.errors import CacheUnavailable, DaemonBusy
 
 NOBODY = 65534
+# The caps and their refusals, where every held connection is still within its grace (so none may be
+# closed to make room): the tests of eviction below use the server's default grace.
+LONG_GRACE_S = 60.0
 
 
 def pong(request: object, _fds: list[int]) -> Reply:
@@ -309,7 +312,13 @@ def test_one_uid_holding_its_share_of_connections_leaves_slots_for_other_uids(se
         pytest.fail(f"uid/gid {NOBODY} must exist on the test machine")
     if os.getuid() != 0:
         pytest.fail("this test drops to another uid and must run as root")
-    path = serve(max_connections=6, max_connections_per_group=3, socket_mode=0o660, socket_gid=NOBODY)
+    path = serve(
+        max_connections=6,
+        max_connections_per_group=3,
+        socket_mode=0o660,
+        socket_gid=NOBODY,
+        evict_idle_after_s=LONG_GRACE_S,
+    )
     hog = hogs(path, 4, uid=NOBODY)
     assert hog.uid == NOBODY
     assert [a.type for a in hog.answers[:3]] == ["hello_reply"] * 3
@@ -334,7 +343,7 @@ def test_one_uid_holding_its_share_of_connections_leaves_slots_for_other_uids(se
 
 
 def test_a_process_holding_its_group_s_share_leaves_slots_for_other_processes_of_its_uid(serve, hogs) -> None:
-    path = serve(max_connections=8, max_connections_per_group=3)
+    path = serve(max_connections=8, max_connections_per_group=3, evict_idle_after_s=LONG_GRACE_S)
     hog = hogs(path, 4)
     assert hog.uid == os.getuid() and hog.pgid != os.getpgid(0)
     assert [a.type for a in hog.answers] == ["hello_reply"] * 3 + ["error"]
@@ -352,7 +361,7 @@ def test_a_process_holding_its_group_s_share_leaves_slots_for_other_processes_of
 
 
 def test_a_client_finding_every_slot_taken_says_the_daemon_is_busy(serve, hogs) -> None:
-    path = serve(max_connections=4, max_connections_per_group=2)
+    path = serve(max_connections=4, max_connections_per_group=2, evict_idle_after_s=LONG_GRACE_S)
     hogs(path, 2), hogs(path, 2)
     started = time.monotonic()
     with pytest.raises(CacheUnavailable) as refused:
@@ -366,7 +375,7 @@ def test_a_client_finding_every_slot_taken_says_the_daemon_is_busy(serve, hogs) 
 
 
 def test_a_client_finding_every_slot_taken_gets_one_once_a_slot_frees_within_its_timeout(serve, hogs) -> None:
-    path = serve(max_connections=4, max_connections_per_group=2)
+    path = serve(max_connections=4, max_connections_per_group=2, evict_idle_after_s=LONG_GRACE_S)
     first, _ = hogs(path, 2), hogs(path, 2)
     release = threading.Timer(1.0, first.release)
     started = time.monotonic()
@@ -384,7 +393,7 @@ def test_a_refusal_reads_as_the_daemon_s_busy_text_however_the_client_s_hello_ra
     # The daemon writes its refusal and closes at accept; a client's hello sent after that close
     # fails with a broken pipe (about one attempt in five on a 2-core machine), one sent before it
     # with a reset. Either way the refusal is in the client's receive buffer and is what it reports.
-    path = serve(max_connections=2, max_connections_per_group=2)
+    path = serve(max_connections=2, max_connections_per_group=2, evict_idle_after_s=LONG_GRACE_S)
     hogs(path, 2)
     errors = []
     for _ in range(25):
@@ -398,9 +407,10 @@ SERVER = r"""
 import os, sys
 from weightcache.daemon.server import FramedServer, PeerPolicy, Reply
 from weightcache.wire.protocol import REQUEST, Pong
+grace = {"evict_idle_after_s": float(sys.argv[2])} if len(sys.argv) > 2 else {}
 server = FramedServer(
     sys.argv[1], PeerPolicy(uids=frozenset({os.getuid()})), REQUEST, lambda request, fds: Reply(Pong()),
-    identity=("slow", 0), max_request_bytes=65536, max_connections=4, max_connections_per_group=2,
+    identity=("slow", 0), max_request_bytes=65536, max_connections=4, max_connections_per_group=2, **grace,
 )
 print("listening", flush=True)
 server.serve_forever()
@@ -416,7 +426,7 @@ def test_peers_outside_the_daemon_s_pid_namespace_share_their_uid_s_slots_and_ar
     with tempfile.TemporaryDirectory(prefix="wc-ns-") as d:
         path = os.path.join(d, "s.sock")
         daemon = subprocess.Popen(
-            [*OWN_PID_NAMESPACE, sys.executable, "-c", SERVER, path],
+            [*OWN_PID_NAMESPACE, sys.executable, "-c", SERVER, path, str(LONG_GRACE_S)],
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
