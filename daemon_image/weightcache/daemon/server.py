@@ -444,7 +444,9 @@ def peer_group(pid: int, uid: int) -> tuple[str, int]:
     ``pid`` is SO_PEERCRED's, the connecting process as this process's pid namespace numbers it:
     - 0 when the peer is outside that namespace (an engine pod while the daemon pod has no hostPID).
       Its group and its cgroup cannot be read (the kernel refuses its pidfd's info with EREMOTE),
-      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``.
+      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``. What
+      keeps one of them from starving the others is not this grouping but eviction (``_admit``):
+      a newcomer takes the group's connection idle longest.
     - a process that has exited since it connected (its socket may live on in a child) has no
       group to look up; it counts alone, as ``("pid", pid)``. A pid reused meanwhile by another
       process lends the connection that process's group: one connection counted against the wrong
