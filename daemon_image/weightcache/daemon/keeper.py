@@ -136,8 +136,11 @@ def run(socket_dir: str, allow_uids: list[int] | None = None, allow_gids: list[i
         max_request_bytes=MAX_REPLY_BYTES,
         accept_fds=True,
         idle_timeout_s=365 * 86400.0,
-        frame_timeout_s=30.0,
-    )  # a deposit carries a manifest of up to 256 MiB
+        frame_timeout_s=30.0,  # a deposit carries a manifest of up to 256 MiB
+        # Never closes an idle connection to make room: a daemon's link waits on one, idle by design,
+        # to see the keeper go away; closed, that daemon would deposit again and close another's.
+        evict_idle_after_s=None,
+    )
     signal.signal(signal.SIGTERM, lambda *_: server.stop())
     signal.signal(signal.SIGINT, lambda *_: server.stop())
     log.info("keeper listening", extra={"fields": {"socket": str(path)}})

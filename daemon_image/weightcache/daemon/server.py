@@ -8,8 +8,11 @@ must be complete within ``hello_timeout_s`` of connecting, every frame within ``
 of its first byte, and a connection idle for ``idle_timeout_s`` between frames is closed — so a
 peer trickling bytes cannot pin a thread. Connections are capped in total and per peer group
 (``max_connections_per_group``, below the total; ``peer_group``), so one process holding
-connections cannot take the slots of another that shares its uid. A refused peer gets a ``busy``
-reply, written before the connection is closed.
+connections cannot take the slots of another that shares its uid. Where a newcomer would hit a
+cap, the connection idle longest (of its own group; for the total cap, of the group holding the
+most) is closed to make room, if one has been idle ``evict_idle_after_s``; only where none has
+is the newcomer refused. A refused or evicted peer gets a ``busy`` reply, written before its
+connection is closed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,7 @@ from ..wire.protocol import (
     PeerClosed,
     PeerTimeout,
     decode,
+    encode,
     recv_frame,
     send_frame,
 )
@@ -89,6 +93,25 @@ class ServerStats:
                 setattr(self, key, getattr(self, key) + delta)
 
 
+Group = tuple[str, int]
+
+
+@dataclass(eq=False)  # compared and hashed by identity: one slot is one connection, in its group's set
+class _Slot:
+    """One admitted connection as admission sees it.
+
+    Every field is read and written under the server's lock (``stats.lock``) only. Why one lock for
+    all: admission decides on the counts, the groups and the slots' states together, and the
+    connection threads take it only twice per request (``_begin``/``_end``), briefly."""
+
+    conn: socket.socket
+    pid: int
+    group: Group
+    idle_since: float  # time.monotonic() when it connected or its last reply was sent
+    busy: bool = False  # its thread is answering a request (or writing its last error): never evicted
+    evicted: bool = False  # closed to make room: no longer counted, and its thread must not write again
+
+
 class FramedServer:
     def __init__(
         self,
@@ -107,6 +130,7 @@ class FramedServer:
         idle_timeout_s: float = 30.0,
         frame_timeout_s: float = 5.0,
         hello_timeout_s: float = 5.0,
+        evict_idle_after_s: float | None = 1.0,
         stats: ServerStats | None = None,
     ) -> None:
         self.path = path
@@ -126,7 +150,15 @@ class FramedServer:
         self.idle_timeout_s = idle_timeout_s
         self.frame_timeout_s = frame_timeout_s
         self.hello_timeout_s = hello_timeout_s
-        self._per_group: dict[tuple[str, int], int] = {}
+        # Why evict at all: peers in other pid namespaces (engine pods, daemon without hostPID) all
+        # look like pid 0 and share one group per uid, so a per-group cap alone would let one pod
+        # holding idle connections starve the pods that share its uid. Why a grace: a connection
+        # just opened has not sent its first request yet, and one between two requests of a client
+        # is not abandoned; a second is long for a client's turn-around and short for a waiting
+        # newcomer. None: never evict (the keeper, whose clients hold idle connections by design).
+        self.evict_idle_after_s = evict_idle_after_s
+        # Per group, its admitted connections: the count is the set's size, and eviction picks from it.
+        self._groups: dict[Group, set[_Slot]] = {}
         self.stats = stats or ServerStats()
         self._stop_r, self._stop_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -171,25 +203,119 @@ class FramedServer:
             )
             return
         group = peer_group(pid, uid)
+        slot = _Slot(conn, pid, group, time.monotonic())
         busy = None
         with self.stats.lock:
-            held = self._per_group.get(group, 0)
-            if self.stats.connections_active >= self.max_connections:
-                busy = f"all {self.max_connections} connections are in use; retry shortly"
-            elif held >= self.max_connections_per_group:
-                busy = (
-                    f"{describe_group(group)} already holds {held} connections, the most one may hold; "
-                    "close idle ones or retry shortly"
-                )
-            else:
+            held = self._groups.get(group, set())
+            # The group's cap first: making room in the group makes room in the total too.
+            if len(held) >= self.max_connections_per_group:
+                victim = self._idlest_locked(held, slot.idle_since)
+                if victim is None and self.stats.connections_active >= self.max_connections:
+                    busy = f"all {self.max_connections} connections are in use; retry shortly"  # the wider cap
+                elif victim is None:
+                    busy = (
+                        f"{describe_group(group)} already holds {len(held)} connections, the most one may hold; "
+                        "close idle ones or retry shortly"
+                    )
+                else:
+                    self._evict_locked(
+                        victim,
+                        slot,
+                        f"to make room for another client of the same {describe_group(group)}, "
+                        f"which may hold {self.max_connections_per_group} connections",
+                    )
+            elif self.stats.connections_active >= self.max_connections:
+                # Of the group holding the most (any of them, on a tie): the fair share to take from,
+                # whoever the newcomer is; a busy biggest group is not spared at a smaller one's cost.
+                most = max(len(slots) for slots in self._groups.values())
+                biggest = [slots for slots in self._groups.values() if len(slots) == most]
+                victim = self._idlest_locked((s for slots in biggest for s in slots), slot.idle_since)
+                if victim is None:
+                    busy = f"all {self.max_connections} connections are in use; retry shortly"
+                else:
+                    self._evict_locked(
+                        victim,
+                        slot,
+                        f"to make room for another client: all {self.max_connections} connections were in use "
+                        f"and {describe_group(victim.group)} held the most ({most})",
+                    )
+            if busy is None:
                 self.stats.connections_active += 1
                 self.stats.connections_total += 1
-                self._per_group[group] = held + 1
+                self._groups.setdefault(group, set()).add(slot)
         if busy is not None:
             log.warning("connection refused", extra={"fields": {"pid": pid, "uid": uid, "reason": busy}})
             self._reply_and_close(conn, ErrorReply(code="busy", message=busy))
             return
-        threading.Thread(target=self._serve_connection, args=(conn, pid, group), daemon=True).start()
+        threading.Thread(target=self._serve_connection, args=(slot,), daemon=True).start()
+
+    def _idlest_locked(self, slots: Iterable[_Slot], now: float) -> _Slot | None:
+        """The connection idle longest among ``slots``, if one is idle and past the grace.
+
+        A scan, O(len(slots)) ≤ O(connections), only when a cap is full. Why not a structure kept
+        in idle order (an ordered dict per group, moved to the end on each reply): busy connections
+        would still have to be skipped, every request would pay for it, and at 64 per group and 256
+        in all a scan under the lock takes microseconds."""
+        if self.evict_idle_after_s is None:
+            return None
+        idlest = None
+        for candidate in slots:
+            if candidate.busy or now - candidate.idle_since < self.evict_idle_after_s:
+                continue
+            if idlest is None or candidate.idle_since < idlest.idle_since:
+                idlest = candidate
+        return idlest
+
+    def _evict_locked(self, victim: _Slot, newcomer: _Slot, why: str) -> None:
+        """Close ``victim`` (idle, so its thread waits in ``recv_frame``) to make room for ``newcomer``.
+
+        Under the lock, which is what makes it race-free: the victim is not busy, and its thread
+        must take the lock (``_begin``) before it writes anything, so only this writes to it; its
+        thread closes the socket only after taking the lock to unregister it, so the fd is open
+        here. The slot stops counting at once; its thread sees the shutdown, ends and closes the fd."""
+        idle = newcomer.idle_since - victim.idle_since
+        victim.evicted = True
+        self._unregister_locked(victim)
+        message = f"idle connection closed after {idle:.1f} s {why}; reconnect when needed"
+        log.info(
+            "idle connection closed to make room",
+            extra={"fields": {"pid": victim.pid, "group": describe_group(victim.group), "for_pid": newcomer.pid}},
+        )
+        frame = encode(ErrorReply(code="busy", message=message))
+        # Through a duplicate without a timeout: Python waits for writability before sending on a
+        # socket with one (the thread's), and this must not wait under the lock. MSG_DONTWAIT makes
+        # the send one non-blocking syscall whatever the shared file's flags; a peer whose buffer is
+        # full (it has not read what it was sent) does not get the text, or gets part of it.
+        try:
+            with socket.socket(fileno=os.dup(victim.conn.fileno())) as dup:
+                dup.send(frame, socket.MSG_DONTWAIT)
+        except OSError:
+            pass
+        try:
+            victim.conn.shutdown(socket.SHUT_RDWR)  # wakes its thread's recv; the peer reads the text, then EOF
+        except OSError:
+            pass
+
+    def _unregister_locked(self, slot: _Slot) -> None:
+        held = self._groups[slot.group]
+        held.discard(slot)
+        if not held:
+            del self._groups[slot.group]
+        self.stats.connections_active -= 1
+
+    def _begin(self, slot: _Slot) -> bool:
+        """Before a thread writes to its connection: False if it was evicted (it must not write)."""
+        with self.stats.lock:
+            if slot.evicted:
+                return False
+            slot.busy = True
+            return True
+
+    def _end(self, slot: _Slot) -> None:
+        """After a reply: the connection is idle again, from now."""
+        with self.stats.lock:
+            slot.busy = False
+            slot.idle_since = time.monotonic()
 
     def _reply_and_close(self, conn: socket.socket, reply: ErrorReply) -> None:
         self.stats.count(errors_total=1)
@@ -205,7 +331,8 @@ class FramedServer:
         log.info("request rejected", extra={"fields": {"peer_pid": pid, "code": code, "error": message}})
         self._reply_and_close(conn, ErrorReply(code=code, message=message))  # type: ignore[arg-type]
 
-    def _serve_connection(self, conn: socket.socket, pid: int, group: tuple[str, int]) -> None:
+    def _serve_connection(self, slot: _Slot) -> None:
+        conn, pid = slot.conn, slot.pid
         try:
             greeted = False
             unauthenticated = Deadlines(
@@ -228,11 +355,19 @@ class FramedServer:
                     return
                 except PeerTimeout as exc:
                     _close_all(fds)
-                    self._reject(conn, pid, "timeout", str(exc))
+                    if self._begin(slot):  # else evicted meanwhile: the peer has that reason already
+                        self._reject(conn, pid, "timeout", str(exc))
                     return
                 except ProtocolError as exc:
                     _close_all(fds)
-                    self._reject(conn, pid, "bad_frame", str(exc))
+                    if self._begin(slot):
+                        self._reject(conn, pid, "bad_frame", str(exc))
+                    return
+                # From here to the reply's last byte the connection is busy, so never evicted. A
+                # frame completed just as the connection was evicted is dropped unanswered: the
+                # peer reads the eviction text instead, as if it had sent the request a moment later.
+                if not self._begin(slot):
+                    _close_all(fds)
                     return
                 conn.settimeout(self.idle_timeout_s)  # for the reply: a peer must read it as it would a frame
                 try:
@@ -265,6 +400,7 @@ class FramedServer:
                             rank=self.identity[1],
                         ),
                     )
+                    self._end(slot)
                     continue
                 if not greeted:
                     _close_all(fds)
@@ -281,14 +417,15 @@ class FramedServer:
                     send_frame(conn, reply.message, reply.fds)
                 finally:
                     _close_all(reply.fds)
+                self._end(slot)
         except (TimeoutError, OSError):
             return  # peer vanished or idled out; nothing to clean but the socket
         finally:
+            # Unregister before closing, under the lock: an evictor touches the socket only while
+            # it is registered, so it never sees a closed (or reused) fd.
             with self.stats.lock:
-                self.stats.connections_active -= 1
-                self._per_group[group] -= 1
-                if not self._per_group[group]:
-                    del self._per_group[group]
+                if not slot.evicted:  # an evicted slot was unregistered when it was evicted
+                    self._unregister_locked(slot)
             conn.close()
 
 
@@ -307,7 +444,9 @@ def peer_group(pid: int, uid: int) -> tuple[str, int]:
     ``pid`` is SO_PEERCRED's, the connecting process as this process's pid namespace numbers it:
     - 0 when the peer is outside that namespace (an engine pod while the daemon pod has no hostPID).
       Its group and its cgroup cannot be read (the kernel refuses its pidfd's info with EREMOTE),
-      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``.
+      so nothing tells such peers apart but their uid: they count per uid, ``("uid", uid)``. What
+      keeps one of them from starving the others is not this grouping but eviction (``_admit``):
+      a newcomer takes the group's connection idle longest.
     - a process that has exited since it connected (its socket may live on in a child) has no
       group to look up; it counts alone, as ``("pid", pid)``. A pid reused meanwhile by another
       process lends the connection that process's group: one connection counted against the wrong
