@@ -261,6 +261,7 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
         "Available": "True",
         "Progressing": "False",
         "Degraded": "False",
+        "CheckpointChanged": "False",
     }
     table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
     print("\n".join(table))
