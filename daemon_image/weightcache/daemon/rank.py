@@ -254,7 +254,8 @@ def serve(
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
     ready file, and the checkpoint watch (watch.py; ``watch_plan``: the rank's read tasks, which
-    verify a rewritten shard; without it a rewrite is reported as a change). Every load profile
+    verify a rewritten shard against sliced digests; whole-file ones need no plan, and a shard with
+    no digest is reported as changed when rewritten). Every load profile
     ends here, so engines, probes, the status endpoint and the keeper see one kind of daemon. The
     caller holds ``files``' lock and closes the arena."""
     link: KeeperLink | None = None
