@@ -4,9 +4,13 @@ The adversarial case: copying a shard over itself (``cp`` to a temporary file, t
 rsync and re-syncs from object storage do) gives it a new inode and ctime but not one new byte.
 The daemon re-hashes the whole file against the digest it took right after vLLM's load, adopts
 the new file identity, and a new vLLM engine that refuses any fallback maps the cache again, with
-no daemon restart. A shard whose bytes really differ is reported as ``changed``, by name."""
+no daemon restart. A shard whose bytes really differ is reported as ``changed``, by name. A daemon
+restarted after such a rewrite made while none ran re-adopts the keeper's arena under the new
+stamps, verified by the same whole-file digests, instead of loading again."""
 
+import os
 import shutil
+import signal
 import time
 from pathlib import Path
 
@@ -87,3 +91,33 @@ def test_equal_bytes_under_a_new_inode_are_adopted_and_different_bytes_are_repor
     finally:
         if daemon.proc.poll() is None:
             daemon.stop()
+
+
+def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_readopts_from_the_keeper(
+    tmp_path: Path, socket_dir: str, start_keeper
+) -> None:
+    model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
+    start_keeper()
+    first = start_daemon(model, Path(socket_dir), "qwen3", args, "--checkpoint-poll-seconds", "1", logs=tmp_path)
+    second = None
+    try:
+        first.wait_ready()
+        wait_for(lambda: status(first).deposited, first, "the keeper deposit")
+        before = status(first).fingerprint_digest
+        os.killpg(first.proc.pid, signal.SIGKILL)
+        first.proc.wait()
+        rewrite(sorted(model.glob("*.safetensors"))[0])  # nobody watching: the keeper holds the old stamps
+
+        second = start_daemon(model, Path(socket_dir), "qwen3", args, "--checkpoint-poll-seconds", "1", logs=tmp_path)
+        second.wait_ready()
+        st = status(second)
+        log = second.log.read_text()
+        assert st.adopted and st.disk_bytes_read == 0 and st.fingerprint_digest != before, log[-3000:]
+        assert "re-adopting it under the new ones" in log, log[-3000:]
+        with Engine(model, args, cache=cache_config(second), log=tmp_path / "engine.log") as engine:
+            assert_zero_copy(engine.report(), tp=1)
+            assert engine.generate()
+    finally:
+        for daemon in (first, second):
+            if daemon is not None and daemon.proc.poll() is None:
+                daemon.stop()
