@@ -48,7 +48,7 @@ from ..checkpoints.sharding import Layout
 from ..daemon.command import LAUNCHER_FLAGS, rank_argv
 from ..daemon.handoff import HandoffState, exec_daemon, handoff_state
 from ..daemon.keeper import keeper_socket
-from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device
+from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device, verified_rebadge
 from ..wire.fingerprint import Fingerprint, ShardStamp
 from ..wire.rankfiles import RankFiles
 from .engine_args import engine_config, parse_list
@@ -149,8 +149,15 @@ def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dic
     """This rank's arena back from the keeper when it holds this fingerprint (no weight read)."""
     if args.keeper != "auto":
         return None
+    # The keeper may hold these very bytes under older shard stamps (a shard copied over itself
+    # while no daemon ran): its whole-file digests are verified against the files as they are now.
+    rebadge = (
+        verified_rebadge(fingerprint, Path(fingerprint.model_path), {}, None, DigestCache(args.socket_dir), fields)
+        if args.checkpoint_poll_seconds > 0
+        else None
+    )
     adopted = adopt_from_keeper(
-        keeper_socket(args.socket_dir), _daemon_config(args, layout), fingerprint.digest, fields
+        keeper_socket(args.socket_dir), _daemon_config(args, layout), fingerprint.digest, fields, rebadge
     )
     if adopted is None:
         return None
@@ -185,7 +192,11 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
     model = load_rank_model(
         vllm_config, model_config, vllm_config.load_config, check=lambda m: refuse_unpublishable(m, model_config)
     )
-    digests, hashed_bytes, hash_seconds = shard_digests(fingerprint, DigestCache(args.socket_dir))
+    # --checkpoint-poll-seconds 0 turns the watch off, and with it the hashing (as for the reference loader).
+    watched = args.checkpoint_poll_seconds > 0
+    digests, hashed_bytes, hash_seconds = (
+        shard_digests(fingerprint, DigestCache(args.socket_dir)) if watched else ({}, 0, 0.0)
+    )
     rank = fields["rank"]
     published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}", args.backend, args.device)
     del model  # the arena holds the bytes now; on a GPU the exec frees the loaded copy in any case
