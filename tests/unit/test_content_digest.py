@@ -3,6 +3,7 @@ slices however they were read, and different exactly where the bytes a rank read
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from pathlib import Path
@@ -10,7 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 from weightcache.checkpoints.checkpoint import open_checkpoint
-from weightcache.checkpoints.content import DigestCache, ReadDigests, digest_shard
+from weightcache.checkpoints.content import (
+    WHOLE_FILE,
+    DigestCache,
+    ReadDigests,
+    current_digest,
+    digest_shard,
+    is_whole_file,
+)
 from weightcache.checkpoints.loader import fill, plan_rank
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
@@ -83,3 +91,34 @@ def test_the_digest_cache_returns_what_was_put_under_the_files_identity(llama: P
     assert cache.get(key) is None
     cache.put({key: "sha256:abc"})
     assert DigestCache(tmp_path).get(key) == "sha256:abc"
+
+
+def test_a_whole_file_digest_is_its_own_kind_and_tells_an_equal_copy_from_a_changed_byte(
+    llama: Path, tmp_path: Path
+) -> None:
+    """``tasks=None`` (the vLLM profile's arenas): SHA-256 of the whole file, never taken for a
+    sliced digest, with its own digest-cache key; every byte counts, header and tails included."""
+    copy = tmp_path / "ckpt"
+    shutil.copytree(llama, copy)
+    ckpt = open_checkpoint(copy)
+    shard = ckpt.shards[0]
+    path = copy / shard.name
+    whole = digest_shard(path, shard, ckpt.tensors, None)
+    assert whole == f"{WHOLE_FILE}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+    assert is_whole_file(whole) and not is_whole_file(digest_shard(path, shard, ckpt.tensors, []))
+    assert DigestCache.key(path, shard, None, ckpt.tensors) != DigestCache.key(path, shard, [], ckpt.tensors)
+
+    shutil.copyfile(llama / shard.name, path)  # equal bytes under a new stamp: the old one is stale
+    assert digest_shard(path, shard, ckpt.tensors, None) is None
+    now = open_checkpoint(copy).shards[0]
+    digest, read = current_digest(path, now, {}, None, DigestCache(tmp_path))
+    assert (digest, read) == (whole, now.size)
+    assert current_digest(path, now, {}, None, DigestCache(tmp_path)) == (whole, 0)  # from the node's cache
+
+    with path.open("r+b") as fh:
+        fh.seek(-1, os.SEEK_END)
+        byte = fh.read(1)
+        fh.seek(-1, os.SEEK_END)
+        fh.write(bytes([byte[0] ^ 0xFF]))
+    changed = open_checkpoint(copy).shards[0]
+    assert digest_shard(path, changed, {}, None) not in (None, whole)

@@ -16,6 +16,12 @@ the file holds now; bytes of the shard the rank does not read may differ, and do
 A shard the rank reads nothing of has the digest of no tasks: only its stamp's size and header
 are compared. The header itself is in the stamp (``header_sha256``).
 
+Whole-file digests: an arena another loader filled (the vLLM profile: vLLM's loader reads every
+shard whole, and which bytes end up in which entry is vLLM's business) is described by SHA-256 over
+each shard's whole file, written ``sha256-file:<hex>`` (``WHOLE_FILE``) so that it cannot be taken
+for a sliced digest (``sha256:<hex>``): ``tasks=None`` asks ``digest_shard`` and
+``current_digest`` for this kind, and ``is_whole_file`` tells which kind a recorded digest is.
+
 SHA-256 because it is the fastest hash in ``hashlib`` here (OpenSSL uses the CPU's SHA
 instructions; ``benchmarks/digest.py`` measures it against BLAKE2b) and needs no dependency.
 """
@@ -37,6 +43,8 @@ from .dtypes import itemsize
 from .read_tasks import ReadTask
 
 HASH = "sha256"
+WHOLE_FILE = f"{HASH}-file"
+"""Prefix of a whole-file digest (``tasks=None``); a sliced one starts with ``HASH + ":"``."""
 CHUNK_BYTES = 16 * 2**20
 """What ``digest_shard`` reads at a time: a verification holds one such buffer, never a shard."""
 
@@ -48,6 +56,10 @@ def new_hash() -> hashlib._Hash:
 def task_key(task: ReadTask) -> str:
     """A task's identity in a shard digest: its source slice and the entries it fills."""
     return f"{task.source}|{task.dim}|{task.start}|{task.stop}|{','.join(task.outputs)}"
+
+
+def is_whole_file(digest: str | None) -> bool:
+    return digest is not None and digest.startswith(WHOLE_FILE + ":")
 
 
 def combine(entries: Iterable[tuple[str, str]]) -> str:
@@ -134,31 +146,41 @@ def digest_shard(
     path: Path,
     stamp: ShardFile,
     tensors: dict[str, TensorInfo],
-    tasks: list[ReadTask],
+    tasks: list[ReadTask] | None,
     stop: Callable[[], bool] = lambda: False,
 ) -> str | None:
     """The shard's digest read from ``path``, which must still be the file ``stamp`` describes
     before and after the read (else None: it changed meanwhile, and the digest would describe
     neither version). ``tasks``: the rank's plan; those whose source is in this shard are read.
-    None too when ``stop()`` turns true between tasks."""
+    ``tasks=None``: the whole file, as one slice from its first byte to its last (``WHOLE_FILE``).
+    None too when ``stop()`` turns true between tasks (between chunks of a whole file)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if not _is(os.fstat(fd), stamp):
             return None
         buffer = bytearray(CHUNK_BYTES)
-        entries = []
-        mine = [t for t in tasks if tensors[t.source].file == stamp.name]
-        for task in sorted(mine, key=lambda t: (tensors[t.source].data_start, task_key(t))):
-            if stop():
-                return None
+        if tasks is None:
             h = new_hash()
-            for chunk in _slice_chunks(fd, tensors[task.source], task, buffer):
+            for chunk in _pread_chunks(fd, 0, stamp.size, memoryview(buffer)):
+                if stop():
+                    return None
                 h.update(chunk)
-            entries.append((task_key(task), h.hexdigest()))
+            digest = f"{WHOLE_FILE}:{h.hexdigest()}"
+        else:
+            entries = []
+            mine = [t for t in tasks if tensors[t.source].file == stamp.name]
+            for task in sorted(mine, key=lambda t: (tensors[t.source].data_start, task_key(t))):
+                if stop():
+                    return None
+                h = new_hash()
+                for chunk in _slice_chunks(fd, tensors[task.source], task, buffer):
+                    h.update(chunk)
+                entries.append((task_key(task), h.hexdigest()))
+            digest = combine(entries)
         # A write during the read sets the ctime; a replaced path names another inode.
         if not (_is(os.fstat(fd), stamp) and _is(os.stat(path), stamp)):
             return None
-        return combine(entries)
+        return digest
     finally:
         os.close(fd)
 
@@ -167,19 +189,24 @@ def current_digest(
     path: Path,
     stamp: ShardFile,
     tensors: dict[str, TensorInfo],
-    tasks: list[ReadTask],
+    tasks: list[ReadTask] | None,
     cache: DigestCache | None,
     stop: Callable[[], bool] = lambda: False,
 ) -> tuple[str | None, int]:
     """The digest of the file ``stamp`` describes, from the node's digest cache or else read (and
-    then cached); with the bytes read for it (0 from the cache). None: it changed meanwhile."""
+    then cached); with the bytes read for it (0 from the cache). None: it changed meanwhile.
+    ``tasks=None``: the whole file's digest (``WHOLE_FILE``)."""
     key = DigestCache.key(path, stamp, tasks, tensors) if cache is not None else None
     if cache is not None and key is not None and (known := cache.get(key)) is not None:
         return known, 0
     digest = digest_shard(path, stamp, tensors, tasks, stop)
     if digest is not None and cache is not None and key is not None:
         cache.put({key: digest})
-    return digest, sum(t.read_bytes for t in tasks if tensors[t.source].file == stamp.name) if digest else 0
+    if digest is None:
+        return None, 0
+    if tasks is None:
+        return digest, stamp.size
+    return digest, sum(t.read_bytes for t in tasks if tensors[t.source].file == stamp.name)
 
 
 def _is(st: os.stat_result, stamp: ShardFile) -> bool:
@@ -205,10 +232,15 @@ class DigestCache:
         self._lock_path = Path(directory) / (self.FILE + ".lock")
 
     @staticmethod
-    def key(path: Path, stamp: ShardFile, tasks: list[ReadTask], tensors: dict[str, TensorInfo]) -> str:
-        readset = hashlib.sha256(
-            "\n".join(sorted(task_key(t) for t in tasks if tensors[t.source].file == stamp.name)).encode()
-        ).hexdigest()[:32]
+    def key(path: Path, stamp: ShardFile, tasks: list[ReadTask] | None, tensors: dict[str, TensorInfo]) -> str:
+        """``tasks=None`` (the whole file) has its own read set, ``WHOLE_FILE``: no slice list hashes to it."""
+        readset = (
+            WHOLE_FILE
+            if tasks is None
+            else hashlib.sha256(
+                "\n".join(sorted(task_key(t) for t in tasks if tensors[t.source].file == stamp.name)).encode()
+            ).hexdigest()[:32]
+        )
         device = os.stat(path).st_dev  # of the file itself: a symlinked shard may live on another
         return f"{device}:{stamp.inode}:{stamp.size}:{stamp.mtime_ns}:{stamp.ctime_ns}:{readset}"
 

@@ -71,8 +71,9 @@ class Manifest(BaseModel):
     checksums: bytes  # uint32 per tensor
     # Tied weights: name → the entry it shares storage with (e.g. lm_head.weight → embed_tokens).
     aliases: dict[str, str] = {}
-    # Shard file → the content digest of the bytes this rank read from it (checkpoints/content.py);
-    # empty when the arena was not filled by weightcache's loader (another load profile, synthetic).
+    # Shard file → the content digest of the bytes this rank read from it (checkpoints/content.py):
+    # sliced (``sha256:``) from weightcache's loader, whole-file (``sha256-file:``) from the vLLM
+    # profile's publisher; empty for a synthetic fill (and an older daemon's vLLM-profile arena).
     shard_digests: dict[str, str] = {}
 
     @classmethod

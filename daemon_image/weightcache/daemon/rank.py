@@ -36,8 +36,15 @@ from weightcache_contract.errors import (
 
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
-from ..checkpoints.checkpoint import Checkpoint, ShardFile, current_stamps, open_checkpoint, with_headers
-from ..checkpoints.content import DigestCache, ReadDigests, current_digest
+from ..checkpoints.checkpoint import (
+    Checkpoint,
+    ShardFile,
+    TensorInfo,
+    current_stamps,
+    open_checkpoint,
+    with_headers,
+)
+from ..checkpoints.content import DigestCache, ReadDigests, current_digest, is_whole_file
 from ..checkpoints.loader import (
     SYNTHETIC_REVISION,
     LoadPlan,
@@ -52,6 +59,7 @@ from ..checkpoints.manifest import Manifest
 from ..checkpoints.page_cache import available_memory, prefetch
 from ..checkpoints.progress import Progress
 from ..checkpoints.quantization import QuantConfig, resolve
+from ..checkpoints.read_tasks import ReadTask
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
@@ -167,7 +175,9 @@ def run(cfg: DaemonConfig) -> int:
         # Planned (the keeper held no arena for this fingerprint when asked): the keeper may still
         # hold these very bytes under older shard stamps, which the rank verifies for less than a load.
         rebadge = (
-            _rebadge(fingerprint, checkpoint, plan, DigestCache(cfg.socket_dir), fields)
+            verified_rebadge(
+                fingerprint, checkpoint.path, checkpoint.tensors, plan.tasks, DigestCache(cfg.socket_dir), fields
+            )
             if plan is not None and cfg.checkpoint_poll_s > 0 and not cfg.synthetic_fill
             else None
         )
@@ -254,7 +264,8 @@ def serve(
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
     ready file, and the checkpoint watch (watch.py; ``watch_plan``: the rank's read tasks, which
-    verify a rewritten shard; without it a rewrite is reported as a change). Every load profile
+    verify a rewritten shard against sliced digests; whole-file ones need no plan, and a shard with
+    no digest is reported as changed when rewritten). Every load profile
     ends here, so engines, probes, the status endpoint and the keeper see one kind of daemon. The
     caller holds ``files``' lock and closes the arena."""
     link: KeeperLink | None = None
@@ -502,7 +513,7 @@ def arena_fd_backend(backend: str) -> bool:
 
 Rebadge = Callable[[Withdrawn], Manifest | None]
 """The withdrawn arena's manifest under this daemon's fingerprint when its bytes are what the
-checkpoint holds now under other file stamps (``_rebadge``); None when they may not be."""
+checkpoint holds now under other file stamps (``verified_rebadge``); None when they may not be."""
 
 
 def adopt_from_keeper(
@@ -576,14 +587,20 @@ def _withdraw_rebadged(keeper: KeeperClient, cfg: DaemonConfig, rebadge: Rebadge
     return withdrawn.model_copy(update={"manifest": manifest}), fd
 
 
-def _rebadge(
-    fingerprint: Fingerprint, checkpoint: Checkpoint, plan: LoadPlan, cache: DigestCache, fields: dict
+def verified_rebadge(
+    fingerprint: Fingerprint,
+    root: Path,
+    tensors: dict[str, TensorInfo],
+    tasks: list[ReadTask] | None,
+    cache: DigestCache,
+    fields: dict,
 ) -> Rebadge:
     """Accept the keeper's arena for ``fingerprint`` when it was loaded for the same everything but
     some shards' file stamps, and each of those shards, as it is now, has the size, header and
     content digest the arena was loaded from: a shard rewritten with equal bytes (``cp``, rsync)
-    while no daemon watched. The digest comes from the node's digest cache or a read of the slices
-    this rank reads (content.py)."""
+    while no daemon watched. The digest comes from the node's digest cache or a read: of the slices
+    this rank reads (``tasks``, the reference loader's sliced digests) or of the whole file (a
+    whole-file digest, the vLLM profile's; ``tasks`` may then be None) (content.py)."""
 
     def rebadge(withdrawn: Withdrawn) -> Manifest | None:
         old, manifest = withdrawn.fingerprint, withdrawn.manifest
@@ -596,10 +613,14 @@ def _rebadge(
         for was, now in rewritten:
             if (was.size, was.header_sha256) != (now.size, now.header_sha256):
                 return None
+            loaded = manifest.shard_digests.get(now.name)
+            whole = is_whole_file(loaded)
+            if loaded is None or (tasks is None and not whole):
+                return None
             shard = ShardFile(**now.model_dump())
-            digest, read = current_digest(checkpoint.path / now.name, shard, checkpoint.tensors, plan.tasks, cache)
+            digest, read = current_digest(root / now.name, shard, tensors, None if whole else tasks, cache)
             verified += read
-            if digest is None or digest != manifest.shard_digests.get(now.name):
+            if digest is None or digest != loaded:
                 return None
         log.info(
             "the keeper's arena holds the checkpoint's bytes under older file stamps; re-adopting it under the new ones",

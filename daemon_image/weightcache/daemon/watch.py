@@ -8,7 +8,8 @@ A rank serves the bytes it read at load time, under a fingerprint that stamps ea
   so it reports ``changed`` (status, log line, metric) and keeps serving engines already mapped.
 - only its file identity changed (``cp`` over it, rsync's temporary file + rename, a re-sync):
   the daemon re-reads the slices this rank reads of it (content.py, at disk speed, one 16 MiB
-  buffer) and, when the content digest equals the one taken at load time, adopts the new stamps:
+  buffer; the whole file where the arena's digest is a whole-file one, as the vLLM profile's are)
+  and, when the content digest equals the one taken at load time, adopts the new stamps:
   its fingerprint, ready file and keeper deposit change, so engines stamping the files as they
   are now map the arena again. Nothing is adopted unless the digest was read from the very file
   (inode, size, mtime, ctime) the new stamp describes, unchanged from before to after the read.
@@ -34,7 +35,7 @@ from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import WeightCacheError
 
 from ..checkpoints.checkpoint import CONFIG_FILE, INDEX_FILE, ShardFile, TensorInfo, shard_names, stamp_file
-from ..checkpoints.content import DigestCache, current_digest
+from ..checkpoints.content import DigestCache, current_digest, is_whole_file
 from ..checkpoints.read_tasks import ReadTask
 from ..wire.fingerprint import Fingerprint, ShardStamp
 from .serving import Served
@@ -146,10 +147,11 @@ class CheckpointWatcher:
 
         # Another shard's header or the config changing changes the plan: verify against a steady one.
         if to_verify and not changed and CONFIG_FILE not in settling:
-            if not manifest.shard_digests or self._plan is None:
+            unverifiable = [name for name in to_verify if not self._can_verify(manifest.shard_digests.get(name))]
+            if unverifiable:
                 changed.update(
                     dict.fromkeys(
-                        to_verify,
+                        unverifiable,
                         "it was rewritten, and this arena has no content digest to tell whether its bytes changed",
                     )
                 )
@@ -186,6 +188,10 @@ class CheckpointWatcher:
         else:
             self._publish("unchanged", [], None)
 
+    def _can_verify(self, loaded: str | None) -> bool:
+        """A whole-file digest needs nothing but the file; a sliced one needs the rank's plan."""
+        return loaded is not None and (is_whole_file(loaded) or self._plan is not None)
+
     def _verify(self, root: Path, name: str, stamp: ShardStamp, loaded: str | None) -> bool | None:
         """Whether the file ``stamp`` describes holds the bytes the arena was loaded from; None
         when it changed while being read."""
@@ -193,10 +199,13 @@ class CheckpointWatcher:
             "checkpoint file rewritten; verifying its content",
             extra={"fields": {**self._fields, "file": name, "inode": stamp.inode, "ctime_ns": stamp.ctime_ns}},
         )
-        try:
-            tasks, tensors = self._tasks()
-        except (OSError, WeightCacheError):
-            return None  # the headers are in flux (another file being copied): look again later
+        tasks: list[ReadTask] | None = None  # a whole-file digest: the whole file again, no plan
+        tensors: dict[str, TensorInfo] = {}
+        if not is_whole_file(loaded):
+            try:
+                tasks, tensors = self._tasks()
+            except (OSError, WeightCacheError):
+                return None  # the headers are in flux (another file being copied): look again later
         shard = ShardFile(**stamp.model_dump())
         digest, _ = current_digest(root / name, shard, tensors, tasks, self._cache, self._stop.is_set)
         if digest is None:

@@ -19,6 +19,13 @@ change between versions, and a second definition here could drift from the engin
 vLLM's import and config on a restart (18 s to ready on the loaded 2-core CPU machine) instead of
 a fraction of a second; the keeper then
 hands the arena back without a weight byte read, and the exec drops vLLM again.
+
+Content digests: right after vLLM's load, while the checkpoint's pages are still in the page
+cache, every shard the fingerprint stamps is hashed whole (``content.digest_shard`` with
+``tasks=None``, one thread per shard up to ``DIGEST_THREADS``) into the manifest's
+``shard_digests``, which cross the exec and the keeper with it. The serving daemon's checkpoint
+watch then tells a shard rewritten with equal bytes (new inode, same content) from a changed one,
+as it does for the reference loader's sliced digests (daemon/watch.py).
 """
 
 from __future__ import annotations
@@ -30,18 +37,26 @@ import os
 import signal
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from weightcache_contract.errors import WeightCacheError
 
+from ..checkpoints.checkpoint import ShardFile
+from ..checkpoints.content import DigestCache, current_digest
 from ..checkpoints.sharding import Layout
 from ..daemon.command import LAUNCHER_FLAGS, rank_argv
 from ..daemon.handoff import HandoffState, exec_daemon, handoff_state
 from ..daemon.keeper import keeper_socket
-from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device
+from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device, verified_rebadge
+from ..wire.fingerprint import Fingerprint, ShardStamp
 from ..wire.rankfiles import RankFiles
 from .engine_args import engine_config, parse_list
 
 log = logging.getLogger("weightcache.vllm")
+
+DIGEST_THREADS = 8
+"""Shards hashed at once after the load (SHA-256 of page-cached bytes runs at ~1-2 GB/s a core)."""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -134,8 +149,15 @@ def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dic
     """This rank's arena back from the keeper when it holds this fingerprint (no weight read)."""
     if args.keeper != "auto":
         return None
+    # The keeper may hold these very bytes under older shard stamps (a shard copied over itself
+    # while no daemon ran): its whole-file digests are verified against the files as they are now.
+    rebadge = (
+        verified_rebadge(fingerprint, Path(fingerprint.model_path), {}, None, DigestCache(args.socket_dir), fields)
+        if args.checkpoint_poll_seconds > 0
+        else None
+    )
     adopted = adopt_from_keeper(
-        keeper_socket(args.socket_dir), _daemon_config(args, layout), fingerprint.digest, fields
+        keeper_socket(args.socket_dir), _daemon_config(args, layout), fingerprint.digest, fields, rebadge
     )
     if adopted is None:
         return None
@@ -170,9 +192,15 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
     model = load_rank_model(
         vllm_config, model_config, vllm_config.load_config, check=lambda m: refuse_unpublishable(m, model_config)
     )
+    # --checkpoint-poll-seconds 0 turns the watch off, and with it the hashing (as for the reference loader).
+    watched = args.checkpoint_poll_seconds > 0
+    digests, hashed_bytes, hash_seconds = (
+        shard_digests(fingerprint, DigestCache(args.socket_dir)) if watched else ({}, 0, 0.0)
+    )
     rank = fields["rank"]
     published = publish(model, fingerprint.digest, f"{args.name}/rank-{rank}", args.backend, args.device)
     del model  # the arena holds the bytes now; on a GPU the exec frees the loaded copy in any case
+    manifest = published.manifest.model_copy(update={"shard_digests": digests})
     seconds = time.perf_counter() - started
     log.info(
         "published",
@@ -182,18 +210,39 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
                 "tensors": len(published.manifest),
                 "arena_bytes": published.arena.size,
                 "seconds": f"{seconds:.2f}",
+                "hashed_bytes": hashed_bytes,
+                "hash_seconds": f"{hash_seconds:.3f}",
             }
         },
     )
     return handoff_state(
         published.arena,
-        published.manifest,
+        manifest,
         fingerprint,
         lock_fd=-1,
         load_seconds=seconds,
         disk_bytes_read=_checkpoint_bytes(args.model),
         adopted=False,
     )
+
+
+def shard_digests(fingerprint: Fingerprint, cache: DigestCache | None) -> tuple[dict[str, str], int, float]:
+    """Whole-file content digests of the shards ``fingerprint`` stamps, hashed in parallel threads
+    (hashlib releases the GIL); with the bytes read for them and the seconds it took. A shard
+    whose file changed since it was stamped gets no digest: the watch then reports it as changed,
+    which it is for the engines that will stamp it as it is now."""
+    started = time.perf_counter()
+    root = Path(fingerprint.model_path)
+
+    def one(stamp: ShardStamp) -> tuple[str, str | None, int]:
+        digest, read = current_digest(root / stamp.name, ShardFile(**stamp.model_dump()), {}, None, cache)
+        return stamp.name, digest, read
+
+    shards = list(fingerprint.shards)
+    with ThreadPoolExecutor(max_workers=max(1, min(DIGEST_THREADS, len(shards))), thread_name_prefix="digest") as pool:
+        done = list(pool.map(one, shards))
+    digests = {name: digest for name, digest, _ in done if digest is not None}
+    return digests, sum(read for _, _, read in done), time.perf_counter() - started
 
 
 def _checkpoint_bytes(model: str) -> int:
