@@ -72,7 +72,11 @@ def test_a_recorded_cluster_counts_as_running_only_while_its_marked_process_live
     }
     try:
         (directory / INFO).write_text(json.dumps(record))
-        found = running(directory)
+        # Until ``sleep`` has exec'd, the forked child's environment is still this process's (no
+        # marker): wait for the exec, as a recorded cluster process has long exec'd.
+        deadline = time.monotonic() + 10
+        while (found := running(directory)) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert found is not None and found.node_root("node-1") == directory / "kubelet/nodes/node-1/root"
         assert found.shell_setup() == "export KUBECONFIG=k\nexport PATH=/t:$PATH"
         # A live process without the session's marker (a pid recycled after a crash) is not the cluster.

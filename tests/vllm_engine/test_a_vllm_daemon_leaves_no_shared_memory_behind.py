@@ -43,6 +43,12 @@ def test_a_started_and_stopped_vllm_daemon_leaves_no_shared_memory_or_socket_fil
     assert sorted(p.name for p in rpc.iterdir()) == []
     assert "leaked shared_memory" not in daemon.log.read_text()
     # Only the ranks' lock files stay, by design: unlinking an flock'ed file races with the next
-    # daemon opening it (docs/architecture.md, "Files on a node").
-    locks = [f"tp{tp}", *(f"tp{tp}/rank-{r}.lock" for r in range(tp))]
+    # daemon opening it (docs/architecture.md, "Files on a node"); and the node's checkpoint digest
+    # cache, which a later daemon reuses (checkpoints/content.py, DigestCache).
+    locks = [
+        "checkpoint-digests.json",
+        "checkpoint-digests.json.lock",
+        f"tp{tp}",
+        *(f"tp{tp}/rank-{r}.lock" for r in range(tp)),
+    ]
     assert sorted(str(p.relative_to(sockets)) for p in sockets.rglob("*")) == locks
