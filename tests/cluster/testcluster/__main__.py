@@ -7,7 +7,8 @@
   /tmp/weightcache-cluster); ``down`` stops it.
 - ``sample``: on a detached cluster, what ``make cluster`` adds: the operator installed with helm,
   the nodes labelled and the checkpoint placed for examples/weightcache-cpu.yaml.
-- ``demo``: the operator's main job, narrated, on a fresh detached cluster (``make demo``).
+- ``demo``: the operator's main job, narrated, on a fresh detached cluster (``make demo``;
+  ``--engine vllm``: on examples/weightcache-vllm-cpu.yaml, ``make demo ENGINE=vllm``).
 - ``which helm|kubectl`` prints the path of the unpacked tool (unpacking it once), for the
   Makefile's ``manifests`` target; it starts nothing.
 """
@@ -39,6 +40,13 @@ def main() -> int:
     parser.add_argument("--detach", action="store_true", help="up: leave the cluster running in the background")
     parser.add_argument("--node-grace", type=float, default=6.0, help="seconds until a silent node is NotReady")
     parser.add_argument("--keep", action="store_true", help="demo: leave the cluster running at the end")
+    parser.add_argument(
+        "--engine",
+        choices=["reference", "vllm"],
+        default="reference",
+        help="demo: the engines to run: the reference engine (examples/weightcache-cpu.yaml) "
+        "or vLLM (examples/weightcache-vllm-cpu.yaml)",
+    )
     parser.add_argument("--report", type=Path, default=None, help="demo: also write what it measured as JSON here")
     options = parser.parse_args()
     # Progress lines must show as they happen when the output is a pipe (make, CI logs) too.
@@ -82,7 +90,7 @@ def main() -> int:
         else:
             from .demo import run_demo
 
-            return run_demo(directory, keep=options.keep, report_path=options.report)
+            return run_demo(directory, keep=options.keep, report_path=options.report, engine=options.engine)
     except LocalClusterError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

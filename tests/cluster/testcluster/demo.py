@@ -2,9 +2,10 @@
 
 A fresh detached local cluster (``local.py``: the control plane built from tests/cluster and the
 process kubelet, two nodes), the chart installed with helm, the nodes prepared for
-examples/weightcache-cpu.yaml, the sample applied; then, with a client sending completions
-through the Service: the active engine killed (promotion as the client saw it) and an engine
-rolling upgrade (no failed request, no weight byte read from disk). Each step prints the command
+examples/weightcache-cpu.yaml (``--engine vllm``: examples/weightcache-vllm-cpu.yaml, whose
+completion is compared with vLLM's own from disk), the sample applied; then, with a client sending
+completions through the Service: the active engine killed (promotion as the client saw it) and an
+engine rolling upgrade (no failed request, no weight byte read from disk). Each step prints the command
 it runs, as README's "Try it locally" lists them, so any step can be repeated by hand. Ends with a
 teardown, or with the cluster left running (``--keep``) and how to reach it.
 
@@ -23,7 +24,7 @@ import threading
 import time
 import traceback
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,17 +35,21 @@ from .local import DEFAULT_DIR, LocalCluster, running, start_detached, stop
 from .rest import Kube
 from .sample import (
     CHART,
-    ENGINES,
-    NAME,
     REPO,
     SAMPLE,
+    VLLM_SAMPLE,
     checkpoint_path,
     container_pid,
     daemon_facts,
+    daemons_of,
+    engines_of,
     generate_checkpoint,
     node_labels,
     place_checkpoint,
     pods,
+    sample,
+    vllm_completion,
+    vllm_disk_token_ids,
 )
 from .serviceproxy import ServiceProxy
 from .waiting import wait_for
@@ -52,7 +57,6 @@ from .waiting import wait_for
 NAMESPACE = "default"
 RELEASE = "weightcache"
 OPERATOR_NAMESPACE = "weightcache-system"
-WC = f"/apis/weightcache.io/v1alpha1/namespaces/{NAMESPACE}/weightcaches/{NAME}"
 HELM_INSTALL = [
     "install",
     RELEASE,
@@ -74,8 +78,54 @@ UPGRADE_PATCH = [
         "value": {"name": "DEMO_REVISION", "value": "2"},
     }
 ]
+VLLM_ENGINE_ARGS = ["--max-num-seqs", "8"]
+"""The vLLM demo's upgrade: a serving option, for the engines only (spec.engine.vllm.engineArgs)."""
 # 5 requests/s, each retried once after 0.3 s: below what one engine serves on a loaded 2-core machine.
 LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT = 0.2, 0.3, 10.0
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What the demo runs: which example, how its engines are upgraded, and how long its engines
+    may take. vLLM's engines import vLLM and build the model (about 30 s each on a loaded 2-core
+    machine, against 2 s for the reference engine), hence its longer waits."""
+
+    engine: str
+    example: Path
+    upgrade: list[str]
+    """``kubectl patch`` arguments after the cache's name: an engine-only change."""
+    ready_timeout: float
+    engines_timeout: float
+    """For a new standby to be Ready after a failover, and for a rollout to complete."""
+
+    @property
+    def name(self) -> str:
+        return str(sample(self.example)["metadata"]["name"])
+
+    @property
+    def wc(self) -> str:
+        return f"/apis/weightcache.io/v1alpha1/namespaces/{NAMESPACE}/weightcaches/{self.name}"
+
+    @property
+    def engines(self) -> str:
+        return engines_of(self.name)
+
+    @property
+    def daemons(self) -> str:
+        return daemons_of(self.name)
+
+
+VARIANTS = {
+    "reference": Variant("reference", SAMPLE, ["--type=json", "-p", json.dumps(UPGRADE_PATCH)], 300, 300),
+    "vllm": Variant(
+        "vllm",
+        VLLM_SAMPLE,
+        ["--type=merge", "-p", json.dumps({"spec": {"engine": {"vllm": {"engineArgs": VLLM_ENGINE_ARGS}}}})],
+        600,
+        420,
+    ),
+}
+WC = VARIANTS["reference"].wc
 
 
 @dataclass
@@ -111,6 +161,11 @@ class DemoReport:
     ready_seconds: float = 0.0
     completion: str = ""
     completion_endpoint: str = ""
+    served_model: str = ""
+    """vLLM: the model name the client asked for."""
+    completion_token_ids: list[int] = field(default_factory=list)
+    disk_token_ids: list[int] = field(default_factory=list)
+    """vLLM: the greedy ids of vLLM loading the checkpoint from disk, for the same request."""
     killed_pod: str = ""
     killed_at: float = 0.0
     failover_from: str = ""
@@ -184,17 +239,18 @@ def start_cluster(directory: Path, narrator: Narrator) -> LocalCluster:
     return cluster
 
 
-def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None) -> None:
-    """The operator installed with helm, the nodes labelled as the sample selects, and its checkpoint
-    at its hostPath on every node: what ``make cluster`` adds to a started cluster."""
+def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None, example: Path = SAMPLE) -> Path:
+    """The operator installed with helm, the nodes labelled as the example selects, and its checkpoint
+    at its hostPath on every node: what ``make cluster`` adds to a started cluster. Returns where the
+    checkpoint was generated."""
     narrator = narrator or Narrator(0)
-    made = Path(cluster.dir) / "checkpoint" / NAME
+    made = Path(cluster.dir) / "checkpoint" / str(sample(example)["metadata"]["name"])
     with ThreadPoolExecutor(1) as background:
         # Generating imports torch (seconds): done while helm installs.
-        generated = background.submit(generate_checkpoint, made)
+        generated = background.submit(generate_checkpoint, made, example)
         tool(cluster, "helm", HELM_INSTALL, narrator, show=False)
         narrator.say(f"operator Deployment {RELEASE}-operator Ready in namespace {OPERATOR_NAMESPACE}")
-        labels = [f"{k}={v}" for k, v in node_labels().items()]
+        labels = [f"{k}={v}" for k, v in node_labels(example).items()]
         tool(cluster, "kubectl", ["label", "nodes", "--all", "--overwrite", *labels], narrator)
         # What README's Helm section does on a real cluster: the daemons use hostPath.
         tool(
@@ -206,12 +262,13 @@ def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None) -> N
         narrator.command(f"python -m weightcache gen-checkpoint {made}")
         generated.result()
     roots = [cluster.node_root(node) for node in cluster.nodes]
-    for copy in place_checkpoint(made, roots):
+    for copy in place_checkpoint(made, roots, example):
         narrator.command(f"cp -r {made} {copy}")
-    narrator.say(f"each node's hostPath {checkpoint_path()} is <node root>{checkpoint_path()}")
+    narrator.say(f"each node's hostPath {checkpoint_path(example)} is <node root>{checkpoint_path(example)}")
+    return made
 
 
-def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoReport, timeout: float = 300) -> None:
+def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoReport, variant: Variant) -> None:
     """`kubectl get wc -w`, printed as it comes (repeats dropped, AGE left out), until the sample
     is Ready."""
     narrator.command(["kubectl", "get", "wc", "-w"])
@@ -251,9 +308,10 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     try:
-        if not ready.wait(timeout):
+        if not ready.wait(variant.ready_timeout):
             raise RuntimeError(
-                f"{NAME} not Ready within {timeout:.0f}s; status: {cluster.kube().get(WC).get('status')}"
+                f"{variant.name} not Ready within {variant.ready_timeout:.0f}s; "
+                f"status: {cluster.kube().get(variant.wc).get('status')}"
             )
     finally:
         watch.terminate()
@@ -261,9 +319,9 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
     narrator.say(f"Ready {report.ready_seconds:.1f}s after the apply")
 
 
-def whole(kube: Kube) -> dict[str, Any] | None:
+def whole(kube: Kube, variant: Variant) -> dict[str, Any] | None:
     """The status once the sample is Ready with its active engine and one Ready standby."""
-    status = kube.get(WC).get("status") or {}
+    status = kube.get(variant.wc).get("status") or {}
     engines = status.get("engines") or [{}]
     return (
         status
@@ -272,23 +330,28 @@ def whole(kube: Kube) -> dict[str, Any] | None:
     )
 
 
-def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -> None:
+def post(proxy: ServiceProxy, body: dict[str, Any], narrator: Narrator) -> dict[str, Any]:
+    """POSTs a completion to the Service, printing the curl that sends the same."""
     host, port = proxy.address
     narrator.say(
         f"(kube-proxy's part: the demo forwards {host}:{port} to the Service's ready endpoints, "
         "following its EndpointSlices)"
     )
     narrator.command(
-        f"curl -s http://{host}:{port}/v1/completions -H 'Content-Type: application/json' -d '{json.dumps(PROMPT)}'"
+        f"curl -s http://{host}:{port}/v1/completions -H 'Content-Type: application/json' -d '{json.dumps(body)}'"
     )
-    started = time.monotonic()
     request = urllib.request.Request(
         f"http://{host}:{port}/v1/completions",
-        data=json.dumps(PROMPT).encode(),
+        data=json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
     )
     with urllib.request.urlopen(request, timeout=60) as response:
-        body = json.loads(response.read())
+        return dict(json.loads(response.read()))
+
+
+def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -> None:
+    started = time.monotonic()
+    body = post(proxy, PROMPT, narrator)
     report.completion = body["choices"][0]["text"]
     report.completion_endpoint = proxy.ready_endpoints[0] if proxy.ready_endpoints else ""
     narrator.say(
@@ -297,10 +360,52 @@ def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -
     )
 
 
-def failover(
-    cluster: LocalCluster, kube: Kube, proxy: ServiceProxy, load: OpenLoopLoad, narrator: Narrator, report: DemoReport
+def served_model(kube: Kube, proxy: ServiceProxy, variant: Variant) -> str:
+    """The model name clients ask a vLLM engine for: the cache's status.servedModelName where the
+    operator reports one, else what the engine lists at /v1/models."""
+    name = (kube.get(variant.wc).get("status") or {}).get("servedModelName")
+    if name:
+        return str(name)
+    host, port = proxy.address
+    with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=30) as response:
+        return str(json.loads(response.read())["data"][0]["id"])
+
+
+def complete_like_disk(
+    proxy: ServiceProxy, narrator: Narrator, report: DemoReport, disk: Future[list[int]], model: str
 ) -> None:
-    status = wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    """A greedy completion through the Service, by token ids, against vLLM's own from disk."""
+    started = time.monotonic()
+    body = post(proxy, vllm_completion(model), narrator)
+    report.served_model = model
+    report.completion = body["choices"][0]["text"]
+    report.completion_token_ids = list(body["choices"][0]["token_ids"])
+    report.completion_endpoint = proxy.ready_endpoints[0] if proxy.ready_endpoints else ""
+    narrator.say(
+        f"model {model!r}: token ids {report.completion_token_ids} ({report.completion!r}) from "
+        f"{report.completion_endpoint} in {(time.monotonic() - started) * 1000:.0f} ms"
+    )
+    report.disk_token_ids = disk.result(timeout=300)
+    same = report.completion_token_ids == report.disk_token_ids
+    narrator.say(
+        f"vLLM from disk (--load-format auto, same checkpoint and arguments): {report.disk_token_ids}: "
+        + ("the same tokens" if same else "DIFFERENT tokens")
+    )
+    if not same:
+        raise RuntimeError(
+            f"the cache's engine answered {report.completion_token_ids}, vLLM from disk {report.disk_token_ids}"
+        )
+
+
+def failover(
+    kube: Kube, proxy: ServiceProxy, load: OpenLoopLoad, narrator: Narrator, report: DemoReport, variant: Variant
+) -> None:
+    status = wait_for(
+        lambda: whole(kube, variant),
+        variant.engines_timeout,
+        interval=0.2,
+        describe=lambda: kube.get(variant.wc).get("status"),
+    )
     wait_for(lambda: len(proxy.ready_endpoints) == 1, 60)
     time.sleep(2.0)  # the client is served by the active before the kill
     active, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
@@ -312,7 +417,9 @@ def failover(
     report.killed_pod, report.killed_at = active, time.time()
     os.killpg(pid, signal.SIGKILL)
     last = wait_for(
-        lambda: (f := (kube.get(WC).get("status") or {}).get("lastFailover")) and f.get("time") != previous and f,
+        lambda: (
+            (f := (kube.get(variant.wc).get("status") or {}).get("lastFailover")) and f.get("time") != previous and f
+        ),
         120,
         interval=0.05,
         describe="no failover recorded in status.lastFailover",
@@ -334,7 +441,12 @@ def failover(
         f"after the kill, relabelled {report.promotion_ms:.0f} ms later (status.lastFailover)"
     )
     narrator.say(f"client: first success {report.client_first_ok_seconds:.2f}s after the kill")
-    wait_for(lambda: whole(kube), 180, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    wait_for(
+        lambda: whole(kube, variant),
+        variant.engines_timeout,
+        interval=0.2,
+        describe=lambda: kube.get(variant.wc).get("status"),
+    )
     end = time.time()
     report.failover_window = (report.killed_at, end)
     settle(load, end)
@@ -345,17 +457,17 @@ def failover(
 
 
 def rolling_upgrade(
-    cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport
+    cluster: LocalCluster, kube: Kube, load: OpenLoopLoad, narrator: Narrator, report: DemoReport, variant: Variant
 ) -> None:
-    before = daemon_facts(kube, NAMESPACE)
+    before = daemon_facts(kube, NAMESPACE, variant.daemons)
     report.rollout_revision_before = str(
-        ((kube.get(WC).get("status") or {}).get("rollout") or {}).get("engineTemplateHash", "")
+        ((kube.get(variant.wc).get("status") or {}).get("rollout") or {}).get("engineTemplateHash", "")
     )
     started = time.time()
-    tool(cluster, "kubectl", ["patch", "wc", NAME, "--type=json", "-p", json.dumps(UPGRADE_PATCH)], narrator)
+    tool(cluster, "kubectl", ["patch", "wc", variant.name, *variant.upgrade], narrator)
 
     def complete() -> dict[str, Any] | None:
-        rollout = (kube.get(WC).get("status") or {}).get("rollout") or {}
+        rollout = (kube.get(variant.wc).get("status") or {}).get("rollout") or {}
         if rollout.get("phase") == "Stalled":
             raise SystemExit(f"rollout stalled: {rollout}")
         if rollout.get("phase") != "Complete" or rollout.get("engineTemplateHash") in (
@@ -363,7 +475,7 @@ def rolling_upgrade(
             report.rollout_revision_before,
         ):
             return None
-        engines = [p for p in pods(kube, NAMESPACE, ENGINES) if not p["metadata"].get("deletionTimestamp")]
+        engines = [p for p in pods(kube, NAMESPACE, variant.engines) if not p["metadata"].get("deletionTimestamp")]
         upgraded = [
             p
             for p in engines
@@ -372,13 +484,15 @@ def rolling_upgrade(
         ]
         return rollout if len(engines) == len(upgraded) == 2 else None
 
-    rollout = wait_for(complete, 300, interval=0.2, describe=lambda: kube.get(WC).get("status"))
+    rollout = wait_for(
+        complete, variant.engines_timeout, interval=0.2, describe=lambda: kube.get(variant.wc).get("status")
+    )
     end = time.time()
     report.rollout_revision, report.rollout_seconds = str(rollout["engineTemplateHash"]), round(end - started, 2)
     report.rollout_window = (started, end)
     settle(load, end)
     report.rollout_client = ClientCount.of(load.done(), started, end)
-    after = daemon_facts(kube, NAMESPACE)
+    after = daemon_facts(kube, NAMESPACE, variant.daemons)
     report.disk_bytes_read = sum(after[p][2] for p in after) - sum(before[p][2] for p in before if p in after)
     report.daemons_replaced = len(set(before) - set(after)) + sum(
         after[p][1] - before[p][1] for p in after if p in before
@@ -399,7 +513,7 @@ def settle(load: OpenLoopLoad, until: float) -> None:
     wait_for(lambda: load.settled(until), 2 * REQUEST_TIMEOUT + RETRY_DELAY + 5, interval=0.05)
 
 
-def keep_message(cluster: LocalCluster) -> str:
+def keep_message(cluster: LocalCluster, variant: Variant) -> str:
     return "\n".join(
         [
             "The cluster keeps running. In a shell:",
@@ -407,14 +521,18 @@ def keep_message(cluster: LocalCluster) -> str:
             f"  (kubectl: {cluster.kubectl}; helm: {cluster.helm})",
             "Three things to try:",
             "  kubectl get wc,pods -o wide",
-            "  kubectl delete pod -l weightcache.io/role=active && kubectl get wc tiny-llama -o jsonpath='{.status.lastFailover}'",
+            "  kubectl delete pod -l weightcache.io/role=active && "
+            f"kubectl get wc {variant.name} -o jsonpath='{{.status.lastFailover}}'",
             "  kubectl get events --field-selector involvedObject.kind=WeightCache   # phases, failovers, rollouts",
             f"Stop it with: make cluster-down   (python -m testcluster down --dir {cluster.dir}, from tests/cluster)",
         ]
     )
 
 
-def run_demo(directory: Path, keep: bool = False, report_path: Path | None = None) -> int:
+def run_demo(directory: Path, keep: bool = False, report_path: Path | None = None, engine: str = "reference") -> int:
+    variant = VARIANTS[engine]
+    example = str(variant.example.relative_to(REPO))
+    make = "make demo" + ("" if engine == "reference" else f" ENGINE={engine}")
     if running(directory) is not None:
         print(
             f"error: a local cluster is already running from {directory} (make cluster, make demo KEEP=1); "
@@ -425,40 +543,58 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
     report = DemoReport()
     print(
         "weightcache on a local Kubernetes cluster: a real control plane (kube-apiserver, controller-manager,\n"
-        "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend."
+        "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend"
+        + (", vLLM engines." if engine == "vllm" else ".")
     )
     proxy: ServiceProxy | None = None
     load: OpenLoopLoad | None = None
     cluster: LocalCluster | None = None
+    background = ThreadPoolExecutor(1)
+    disk: Future[list[int]] | None = None
     ok = False
     try:
         narrator.title("Start the control plane and the process kubelet (built once, then cached)")
         cluster = start_cluster(directory, narrator)
         report.cluster_seconds = round(narrator.elapsed(), 1)
         kube = cluster.kube()
-        narrator.title(f"Install the operator with helm; prepare the nodes for {SAMPLE.relative_to(REPO)}")
-        prepare_sample(cluster, narrator)
+        narrator.title(f"Install the operator with helm; prepare the nodes for {example}")
+        made = prepare_sample(cluster, narrator, variant.example)
+        if engine == "vllm":
+            narrator.say(
+                "vLLM from disk on the same checkpoint, for the reference tokens, in the background "
+                "(tests/vllm_engine/engine_process.py: vLLM's default loader, the arguments the operator renders)"
+            )
+            disk = background.submit(vllm_disk_token_ids, made, variant.example)
         narrator.title("Apply the sample WeightCache and watch it become Ready")
-        tool(cluster, "kubectl", ["apply", "-f", str(SAMPLE.relative_to(REPO))], narrator)
-        watch_until_ready(cluster, narrator, report)
-        narrator.title(f"A completion through the Service {NAME}")
-        proxy = ServiceProxy(kube, NAMESPACE, NAME, 8000).start()
+        tool(cluster, "kubectl", ["apply", "-f", example], narrator)
+        watch_until_ready(cluster, narrator, report, variant)
+        narrator.title(f"A completion through the Service {variant.name}")
+        proxy = ServiceProxy(kube, NAMESPACE, variant.name, 8000).start()
         proxy.wait_for_ready(1, timeout=60)
-        complete_once(proxy, narrator, report)
+        prompt = dict(PROMPT)
+        if engine == "vllm":
+            assert disk is not None
+            model = served_model(kube, proxy, variant)
+            prompt["model"] = model
+            complete_like_disk(proxy, narrator, report, disk, model)
+        else:
+            complete_once(proxy, narrator, report)
         narrator.title(
             f"Kill the active engine while a client sends {1 / LOAD_INTERVAL:.0f} requests/s "
             f"(each retried once after {RETRY_DELAY}s)"
         )
-        load = OpenLoopLoad(proxy.address, LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT).start()
-        failover(cluster, kube, proxy, load, narrator, report)
+        load = OpenLoopLoad(proxy.address, LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT, prompt).start()
+        failover(kube, proxy, load, narrator, report, variant)
         narrator.title("Roll out a new engine version under the same client")
-        rolling_upgrade(cluster, kube, load, narrator, report)
+        rolling_upgrade(cluster, kube, load, narrator, report, variant)
         ok = True
     except Exception:  # noqa: BLE001 - shown, then the cluster is torn down or kept as asked
         traceback.print_exc()
         if not keep:
-            print("(make demo KEEP=1 keeps the cluster after a failure, for kubectl describe and the logs)")
+            print(f"({make} KEEP=1 keeps the cluster after a failure, for kubectl describe and the logs)")
     finally:
+        # A reference engine still loading is waited for (it stops itself once done), not left behind.
+        background.shutdown(wait=True, cancel_futures=True)
         if load is not None:
             load.stop()
             report.attempts = load.done()
@@ -466,13 +602,13 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
             proxy.stop()
         narrator.title("Keep the cluster" if keep else "Tear down")
         if cluster is not None and keep:
-            print(keep_message(cluster))
+            print(keep_message(cluster, variant))
         elif cluster is not None:
             if ok:
                 tool(
                     cluster,
                     "kubectl",
-                    ["delete", "-f", str(SAMPLE.relative_to(REPO)), "--wait", "--timeout=60s"],
+                    ["delete", "-f", example, "--wait", "--timeout=60s"],
                     narrator,
                     check=False,
                 )
@@ -486,8 +622,10 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
         if report_path is not None:
             report_path.write_text(json.dumps(asdict(report), indent=1))
     print(
-        f"\ndemo {'done' if ok else 'FAILED'} in {int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
+        f"\n{'vLLM ' if engine == 'vllm' else ''}demo {'done' if ok else 'FAILED'} in "
+        f"{int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
         f"(cluster start {report.cluster_seconds:.0f}s, Ready {report.ready_seconds:.0f}s after the apply, "
-        f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)"
+        + ("completion equal to vLLM from disk, " if report.disk_token_ids == report.completion_token_ids != [] else "")
+        + f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)"
     )
     return 0 if ok else 1

@@ -151,3 +151,50 @@ def container_pid(pod: dict[str, Any], container: str) -> int:
         if status["name"] == container and "running" in status.get("state", {}):
             return int(status["containerID"].removeprefix("process://"))
     raise LookupError(f"pod {pod['metadata']['name']} has no running container {container!r}")
+
+
+VLLM_PROMPT_IDS = [1, 17, 300, 42, 9]
+VLLM_MAX_TOKENS = 8
+
+
+def vllm_completion(model: str | None = None) -> dict[str, Any]:
+    """The greedy completion of VLLM_PROMPT_IDS asked of a vLLM engine's /v1/completions, with its
+    token ids in the answer: token ids, not text, so the comparison with vLLM from disk does not
+    depend on the tokenizer."""
+    return {
+        **({"model": model} if model is not None else {}),
+        "prompt": VLLM_PROMPT_IDS,
+        "max_tokens": VLLM_MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "return_token_ids": True,
+    }
+
+
+def rendered_vllm_args(example: Path = VLLM_SAMPLE) -> list[str]:
+    """The vLLM arguments the operator renders for a vLLM example, daemons and engines alike."""
+    from weightcache_operator.render.vllm import vllm_args
+    from weightcache_operator.validation import parse
+
+    body = sample(example)
+    body["metadata"].update(namespace="default", uid="sample", generation=1)
+    cache, problems = parse(body)
+    if cache is None or problems:
+        raise ValueError(f"{example} does not validate: {problems}")
+    return vllm_args(cache)
+
+
+def vllm_disk_token_ids(checkpoint: Path, example: Path = VLLM_SAMPLE) -> list[int]:
+    """vLLM's greedy ids for VLLM_PROMPT_IDS with its default loader (``--load-format auto``) on
+    ``checkpoint`` and the vLLM arguments the example's engines get (a small KV cache: engine-only),
+    in a process of its own (tests/vllm_engine/engine_process.py)."""
+    sys.path.insert(0, str(REPO / "tests" / "vllm_engine"))
+    from vllm_harness import Engine
+
+    args = [*rendered_vllm_args(example), "--kv-cache-memory-bytes", str(64 * 2**20)]
+    with Engine(checkpoint, args) as engine:
+        modes = [r["mode"] for r in engine.report()]
+        if modes != ["disk"]:
+            raise RuntimeError(f"the reference engine was to load from disk, it reports {modes}")
+        [ids] = engine.generate([VLLM_PROMPT_IDS], VLLM_MAX_TOKENS)
+    return list(ids)
