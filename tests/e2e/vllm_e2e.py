@@ -75,9 +75,11 @@ def apply_example(cluster: ControlPlane, namespace: str) -> None:
 
 
 def served_token_ids(proxy: ServiceProxy) -> list[int]:
-    """The greedy completion of PROMPT_IDS through the Service, as token ids."""
+    """The greedy completion of PROMPT_IDS through the Service, as token ids, asked for by the
+    cache's name (what ``kubectl get wc`` shows), as a client would."""
     host, port = proxy.address
     body = {
+        "model": NAME,
         "prompt": PROMPT_IDS,
         "max_tokens": MAX_TOKENS,
         "temperature": 0,
