@@ -199,7 +199,10 @@ class OperatorMetrics:
         ):
             self.registry.replace(
                 name,
-                [(int(rollout.get(field) or 0), {"namespace": ns, "cache": cache}) for (ns, cache), rollout in rollouts],
+                [
+                    (int(rollout.get(field) or 0), {"namespace": ns, "cache": cache})
+                    for (ns, cache), rollout in rollouts
+                ],
             )
 
 
