@@ -1,12 +1,20 @@
 """charts/weightcache/dashboards/weightcache.json, the chart's Grafana dashboard: every query
 names only metric series that the operator, the daemon's status endpoint or the reference engine
 export, read from their own metric registries (a renamed or removed metric fails here, not on
-someone's empty panel). Rendering it into a ConfigMap is tested in test_chart.py."""
+someone's empty panel), and Prometheus' own PromQL parser (tests/promql, built once per source
+hash with the Go toolchain the control plane uses) accepts it. Rendering it into a ConfigMap is
+tested in test_chart.py."""
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +23,21 @@ from weightcache.engine.metrics import engine_metrics
 from weightcache_contract.daemon_report import DaemonReport, report_metrics
 from weightcache_operator.metrics import OperatorMetrics
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "charts" / "weightcache" / "dashboards" / "weightcache.json"
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
+
+from testcluster.cache import cache_root  # noqa: E402
+
+DASHBOARD = ROOT / "charts" / "weightcache" / "dashboards" / "weightcache.json"
+PROMQL_CHECK = ROOT / "tests" / "promql"
+GRAFANA_VARIABLES = {
+    # What Grafana puts in for each variable before sending a query (all values selected).
+    "${cache:regex}": ".*",
+    "$__rate_interval": "1m",
+    "$__range": "6h",
+    "$namespace": ".*",
+    "$cache": ".*",
+}
 
 PROMQL_CALLS = {
     # aggregation operators and the functions the dashboard may call: PromQL's vocabulary, not metrics
@@ -139,3 +161,52 @@ def test_the_dashboard_reads_one_prometheus_chosen_by_a_variable_and_filters_by_
                 assert "$namespace" in expr and ("$cache" in expr or "${cache:regex}" in expr), (panel["title"], expr)
     ids = [p["id"] for p in dashboard["panels"]]
     assert len(ids) == len(set(ids))
+
+
+def promql_check() -> Path:
+    """tests/promql built once per hash of its sources and the toolchain, outside the repository."""
+    go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
+    version = subprocess.run([go, "version"], capture_output=True, text=True, check=True).stdout
+    sources = b"".join((PROMQL_CHECK / name).read_bytes() for name in ("go.mod", "go.sum", "main.go"))
+    key = hashlib.sha256(sources + version.encode()).hexdigest()[:16]
+    target = cache_root() / "promql" / key / "promql-check"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / ".lock", "w") as lock:  # two test sessions at once build it once
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.exists():
+            subprocess.run(
+                [go, "build", "-mod=readonly", "-trimpath", "-o", str(target) + ".partial", "."],
+                cwd=PROMQL_CHECK,
+                env={**os.environ, "GOFLAGS": "-buildvcs=false"},
+                check=True,
+                timeout=900,
+            )
+            os.replace(str(target) + ".partial", target)
+    return target
+
+
+def parsed_by_prometheus(exprs: list[str]) -> list[str]:
+    result = subprocess.run(
+        [str(promql_check())], input="\n".join(exprs) + "\n", capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode in (0, 1), result.stderr
+    return result.stdout.splitlines()
+
+
+def as_grafana_sends_it(expr: str) -> str:
+    for variable, value in GRAFANA_VARIABLES.items():
+        expr = expr.replace(variable, value)
+    assert "$" not in expr, f"a variable the dashboard does not define: {expr!r}"
+    return re.sub(r"^label_values\((.*),\s*[a-zA-Z_]\w*\)$", r"\1", expr)  # a variable's query: its selector
+
+
+def test_prometheus_parses_every_dashboard_query_as_an_instant_vector(dashboard: dict[str, Any]) -> None:
+    found = queries(dashboard)
+    verdicts = parsed_by_prometheus([as_grafana_sends_it(expr) for _where, expr in found])
+    assert len(verdicts) == len(found)
+    for (where, expr), verdict in zip(found, verdicts, strict=True):
+        assert verdict == "ok vector", f"{where}: {verdict}: {expr!r}"
+    assert parsed_by_prometheus(["sum by (le (rate(x_bucket[1m]))", "x[1m]"]) == [
+        'error 1:12: parse error: unexpected "(" in grouping opts, expected "," or ")"',
+        "ok matrix",
+    ], "the parser refuses what Prometheus refuses, and tells a range from an instant vector"
