@@ -44,6 +44,11 @@ class Metrics:
     def describe(self, name: str, kind: str, text: str) -> None:
         self._help[name] = (kind, text)
 
+    def described(self) -> dict[str, str]:
+        """Every metric family described so far, name → kind, whether or not it has a series yet:
+        what a scrape can show (the chart's dashboard is checked against it)."""
+        return {name: kind for name, (kind, _text) in self._help.items()}
+
     def inc(self, name: str, amount: float = 1.0, **labels: object) -> None:
         key = tuple(sorted((k, str(v)) for k, v in labels.items()))
         with self._lock:

@@ -37,6 +37,7 @@ PRINTER_COLUMNS: list[Schema] = [
     {"name": "Ready Nodes", "type": "string", "jsonPath": ".status.readyNodes"},
     {"name": "Active", "type": "integer", "jsonPath": ".status.activeEngines"},
     {"name": "Standby", "type": "integer", "jsonPath": ".status.standbyEngines"},
+    {"name": "Served Model", "type": "string", "jsonPath": ".status.servedModelName"},
     {"name": "Model", "type": "string", "jsonPath": ".status.model"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     # Last: it can be long, and the columns before it are the glance.

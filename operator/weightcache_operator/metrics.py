@@ -23,6 +23,12 @@
   writes the watch had not delivered yet).
 - ``weightcache_operator_events_total{outcome}``: Events the operator posted (events.py), by
   outcome: ``sent``, ``failed`` (the API server refused it) or ``dropped`` (too many waiting).
+- ``weightcache_operator_rollout_phase{namespace,cache,mode,phase}``: 1 for the phase of the cache's
+  latest rollout (``status.rollout``: ``Progressing``, ``Stalled``, ``Complete``), 0 for the others;
+  no series for a cache that has had no rollout.
+- ``weightcache_operator_rollout_updated_replicas{namespace,cache}`` and
+  ``weightcache_operator_rollout_replicas{namespace,cache}``: that rollout's ``updated`` and
+  ``total``: how far it got.
 - ``weightcache_operator_api_request_seconds{verb}``: every request the operator sent to the API
   server, as long as it waited for the answer (``GET``, ``LIST``, ``POST``, ``PATCH``, ``APPLY``,
   ``DELETE``): the API server's latency as the operator sees it.
@@ -41,11 +47,12 @@ from typing import Any, get_args
 from weightcache_contract.prometheus import Metrics
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
 
-from .spec import Phase
+from .spec import Phase, RolloutStatus
 
 METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
 DEFAULT_METRICS_ADDR = "0.0.0.0:9090"
 PHASES: tuple[str, ...] = get_args(Phase)
+ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutStatus.model_fields["phase"].annotation)
 PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "daemon-status", "status")
 """A pass's steps in their order (reconcile.py): the reads, the DaemonSet applies, the readiness
 gates (both syncs), planning, the planned actions, the daemons' ``/status`` reads, the status
@@ -87,8 +94,14 @@ class OperatorMetrics:
         )
         m.describe("weightcache_operator_events_total", "counter", "Events posted, by outcome")
         m.describe("weightcache_operator_pod_reads_total", "counter", "passes' reads of their pods, by source")
+        m.describe("weightcache_operator_rollout_phase", "gauge", "1 for the phase of each cache's latest rollout")
+        m.describe(
+            "weightcache_operator_rollout_updated_replicas", "gauge", "replicas the latest rollout has moved over"
+        )
+        m.describe("weightcache_operator_rollout_replicas", "gauge", "replicas the latest rollout moves over in all")
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
+        self._rollouts: dict[tuple[str, str], dict[str, Any]] = {}
         self._publish()
 
     def pass_done(self, namespace: str, cache: str, outcome: str, seconds: float) -> None:
@@ -137,12 +150,18 @@ class OperatorMetrics:
         with self._lock:
             if status is None:
                 self._caches.pop((namespace, cache), None)
+                self._rollouts.pop((namespace, cache), None)
             else:
                 self._caches[(namespace, cache)] = (
                     str(status.get("phase")),
                     int(status.get("activeEngines") or 0),
                     int(status.get("standbyEngines") or 0),
                 )
+                # A pass that stops before planning writes no rollout; the object keeps its last
+                # one (a merge patch), and so do the gauges.
+                rollout = status.get("rollout")
+                if isinstance(rollout, dict):
+                    self._rollouts[(namespace, cache)] = rollout
             self._publish()
 
     def render(self) -> str:
@@ -162,6 +181,29 @@ class OperatorMetrics:
                 for role, count in (("active", active), ("standby", standby))
             ],
         )
+        rollouts = sorted(self._rollouts.items())
+        self.registry.replace(
+            "weightcache_operator_rollout_phase",
+            [
+                (
+                    float(rollout.get("phase") == phase),
+                    {"namespace": ns, "cache": cache, "mode": rollout.get("mode") or "", "phase": phase},
+                )
+                for (ns, cache), rollout in rollouts
+                for phase in ROLLOUT_PHASES
+            ],
+        )
+        for name, field in (
+            ("weightcache_operator_rollout_updated_replicas", "updated"),
+            ("weightcache_operator_rollout_replicas", "total"),
+        ):
+            self.registry.replace(
+                name,
+                [
+                    (int(rollout.get(field) or 0), {"namespace": ns, "cache": cache})
+                    for (ns, cache), rollout in rollouts
+                ],
+            )
 
 
 class Stopwatch:

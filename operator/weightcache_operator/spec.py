@@ -338,7 +338,7 @@ class Vllm(ApiModel):
     engine_args: list[str] = Field(
         default=[],
         description="vLLM arguments for the engines only: serving options that leave the weights alone (for "
-        "example --served-model-name, --max-num-seqs, --gpu-memory-utilization). Changing them rolls the "
+        "example --max-num-seqs, --gpu-memory-utilization). Changing them rolls the "
         "engines, not the daemons.",
     )
     max_model_len: int | None = Field(
@@ -374,6 +374,15 @@ class Engine(ApiModel):
     standbys_per_replica: int = Field(default=0, ge=0, le=100)
     template: EngineTemplate
     port: int = Field(default=8000, ge=1, le=65535, description="The engine's serving port.")
+    served_model_name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        pattern=r"^\S+$",
+        description="The model's name in the engines' OpenAI API (/v1/models, the model field of requests and"
+        " answers): what clients ask for. Defaults to the WeightCache's name; status.servedModelName shows it."
+        " Changing it rolls the engines, not the daemons.",
+    )
     gpu_access: GpuAccess = Field(
         default="visibleDevices",
         description="visibleDevices: engines request no GPUs and get the daemon's GPU UUIDs; "
@@ -607,6 +616,11 @@ class WeightCacheStatus(ApiModel):
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)
     model: str | None = Field(default=None, description="The model source and revision, in one line.")
+    served_model_name: str | None = Field(
+        default=None,
+        description="The name the engines serve the model under (spec.engine.servedModelName or the"
+        " WeightCache's name): the model field clients send.",
+    )
     message: str | None = Field(
         default=None,
         description="What is wrong, in one line (the Degraded condition's message), else what the daemons of "

@@ -20,7 +20,7 @@ from .engine_units import units
 from .objects import Object, PodView
 from .objects import condition as make_condition
 from .reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
-from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks
+from .render.layout import SLOT_LABEL, daemon_spec_hash, local_ranks, served_model_name
 from .spec import PlanStatus, WeightCache
 
 __all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "plan_status"]
@@ -73,6 +73,7 @@ def aggregate(
         "observedGeneration": observed_generation,
         "daemonSpecHash": spec_hash,
         "model": _model_line(cache),
+        "servedModelName": served_model_name(cache),
     }
     if observed.problems:
         return invalid_status(observed_generation, observed.problems, now, previous, base)

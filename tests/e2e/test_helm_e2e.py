@@ -81,16 +81,20 @@ def operator_logs(kubelet: ProcessKubelet, namespace: str, release: str) -> str:
 
 def test_rendered_chart_passes_server_side_dry_run(cluster: ControlPlane, namespace: str, weightcache_crd: str) -> None:
     """The API server validates every object the chart renders (schemas, RBAC references, the
-    peering CR against its CRD) without creating anything."""
+    peering CR against its CRD, the Grafana dashboard's ConfigMap) without creating anything."""
     cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(CRDS[1]))
     cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
-    for values in ([], ["--set", f"watchNamespaces={{{namespace}}}", "--set", "logLevel=debug"]):
+    for values in (
+        [],
+        ["--set", f"watchNamespaces={{{namespace}}}", "--set", "logLevel=debug", "--set", "dashboard.enabled=true"],
+    ):
         manifest = cluster.helm("template", "dry", str(CHART), "-n", namespace, "--include-crds", *values).stdout
         result = cluster.kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-", input=manifest)
         applied = result.stdout.splitlines()
         assert len(applied) == len([d for d in yaml.safe_load_all(manifest) if d]), result.stdout
         assert all("(server dry run)" in line for line in applied), result.stdout
         assert "deployment.apps/dry-operator" in result.stdout
+        assert ("configmap/dry-operator-dashboard" in result.stdout) == ("dashboard.enabled=true" in values)
     # Nothing was created.
     assert kube_names(cluster, "deployments", namespace) == []
 

@@ -265,8 +265,9 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     }
     table = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()
     print("\n".join(table))
-    assert table[0].split()[:5] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE"], table
+    assert table[0].split()[:8] == ["NAME", "PHASE", "READY", "NODES", "ACTIVE", "STANDBY", "SERVED", "MODEL"], table
     assert table[1].split()[:5] == ["tiny-llama", "Ready", "2/2", "1", "1"], table
+    assert table[1].split()[5] == "tiny-llama", "engines serve under the cache's name"
 
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
@@ -274,6 +275,10 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     served = http_json(f"http://{host}:{port}/v1/completions", PROMPT)
     assert served["choices"][0]["text"] == disk_completion["choices"][0]["text"]
     assert served["choices"][0].get("token_ids") == disk_completion["choices"][0].get("token_ids")
+    # Clients can ask for the name kubectl get wc shows.
+    assert http_json(f"http://{host}:{port}/v1/models")["data"][0]["id"] == "tiny-llama"
+    named = http_json(f"http://{host}:{port}/v1/completions", {**PROMPT, "model": "tiny-llama"})
+    assert named["model"] == "tiny-llama" and named["choices"][0]["text"] == served["choices"][0]["text"]
     # The engine behind the Service mapped the daemon's arena: no rank read the checkpoint.
     health = http_json(f"http://{host}:{port}/health")
     assert [r["weights"]["mode"] for r in health["ranks"]] == ["cache", "cache"], health

@@ -21,7 +21,9 @@ from test_operator_e2e import (  # noqa: F401 - fixtures
     ENGINES,
     checkpoint,
     http_json,
+    http_text,
     is_ready,
+    metric,
     operator,
     pods,
     sample,
@@ -87,6 +89,22 @@ def replaced(before: dict) -> Callable[[dict], bool]:
     )
 
 
+def rollout_gauges(operator: subprocess.Popen, namespace: str) -> tuple[dict[str, float], float, float]:
+    """What the operator's /metrics says of the cache's latest rollout (the chart's dashboard
+    shows it): each phase's gauge, updated replicas, total replicas."""
+    scraped = http_text(operator.metrics_url)  # type: ignore[attr-defined]
+    mine = {"namespace": namespace, "cache": NAME}
+    phases = {
+        phase: metric(scraped, "weightcache_operator_rollout_phase", **mine, phase=phase)
+        for phase in ("Progressing", "Stalled", "Complete")
+    }
+    return (
+        phases,
+        metric(scraped, "weightcache_operator_rollout_updated_replicas", **mine),
+        metric(scraped, "weightcache_operator_rollout_replicas", **mine),
+    )
+
+
 def env_of(pod: dict) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
 
@@ -136,6 +154,12 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
         "startedAt"
     ]
     assert not old_engines & {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}, "every old engine retired"
+    # The status is patched just before the gauges are set, in the same pass.
+    wait_for(
+        lambda: rollout_gauges(operator, namespace) == ({"Progressing": 0, "Stalled": 0, "Complete": 1}, 1, 1),
+        10,
+        describe=lambda: rollout_gauges(operator, namespace),
+    )
     # No daemon restarted or re-read the checkpoint: same pods, same restart counts, same counters.
     assert daemon_facts(kube, namespace) == before
     assert status["daemonSpecHash"] == before_status["daemonSpecHash"]
@@ -250,6 +274,11 @@ def test_broken_version_stalls_keeps_serving_and_reverting_resumes(
     assert (progressing["status"], progressing["reason"]) == ("False", "RolloutStalled")
     assert "readyDeadlineSeconds" in progressing["message"] and "readyDeadlineSeconds" in stalled["rollout"]["message"]
     assert events(kube, namespace, "RolloutStalled"), "a Warning event says why"
+    wait_for(
+        lambda: rollout_gauges(operator, namespace)[0] == {"Progressing": 0, "Stalled": 1, "Complete": 0},
+        10,
+        describe=lambda: rollout_gauges(operator, namespace),
+    )
     # The old version keeps serving: same active, Ready, answering through the Service.
     now = {p["metadata"]["name"]: p for p in pods(kube, namespace, ENGINES)}
     for name, role in serving.items():

@@ -72,8 +72,9 @@ def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_withou
             assert command[:2] == ["vllm", "serve"] and "weightcache" in command, command
 
         # The completion: asked under the name the cache serves, the same greedy tokens as vLLM from disk.
-        assert report["served_model"] == status.get("servedModelName", report["served_model"])
-        assert f'"model": "{report["served_model"]}"' in out
+        assert report["served_model"] == status["servedModelName"] == VLLM.name, (report["served_model"], status)
+        assert f"the engines serve the model as {VLLM.name!r} (status.servedModelName)" in out
+        assert f'"model": "{VLLM.name}"' in out
         ids = report["completion_token_ids"]
         assert len(ids) == VLLM_MAX_TOKENS and ids == report["disk_token_ids"], (ids, report["disk_token_ids"])
         assert f"vLLM from disk (--load-format auto, same checkpoint and arguments): {ids}: the same tokens" in out

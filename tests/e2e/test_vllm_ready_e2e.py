@@ -1,7 +1,7 @@
 """examples/weightcache-vllm-cpu.yaml applied as written on the real control plane: its daemons
 (profile vllm) and its vLLM engines (``vllm serve --load-format weightcache``) become Ready, the
-engines map the daemon's arena (the daemon served one map per engine, no engine fell back to disk), and a greedy completion through the Service equals vLLM's own
-from disk on the same checkpoint."""
+engines map the daemon's arena (the daemon served one map per engine, no engine fell back to disk), and a greedy completion through the Service, asked for by the
+cache's name, equals vLLM's own from disk on the same checkpoint."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import is_ready, operator, pods, start_operator, wait_phase  # noqa: F401 - fixtures
+from test_operator_e2e import http_json, is_ready, operator, pods, start_operator, wait_phase  # noqa: F401 - fixtures
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
@@ -61,3 +61,7 @@ def test_vllm_example_becomes_ready_maps_the_cache_and_answers_as_vllm_from_disk
     proxy = service_proxy(namespace, NAME, 8000)
     proxy.wait_for_ready(1)
     assert served_token_ids(proxy) == disk_token_ids
+    # Served under the cache's name, not the pod's mount path: what status (and kubectl get wc) shows.
+    assert status["servedModelName"] == NAME
+    host, port = proxy.address
+    assert [m["id"] for m in http_json(f"http://{host}:{port}/v1/models")["data"]] == [NAME]

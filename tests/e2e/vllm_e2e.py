@@ -54,9 +54,10 @@ def apply_example(cluster: ControlPlane, namespace: str) -> None:
 
 
 def served_token_ids(proxy: ServiceProxy) -> list[int]:
-    """The greedy completion of the prompt through the Service, as token ids."""
+    """The greedy completion of the prompt through the Service, as token ids, asked for by the
+    cache's name (what ``kubectl get wc`` shows), as a client would."""
     host, port = proxy.address
-    return list(http_json(f"http://{host}:{port}/v1/completions", vllm_completion())["choices"][0]["token_ids"])
+    return list(http_json(f"http://{host}:{port}/v1/completions", vllm_completion(NAME))["choices"][0]["token_ids"])
 
 
 def engine_log(kubelet: ProcessKubelet, namespace: str, pod: str) -> str:

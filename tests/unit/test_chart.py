@@ -269,10 +269,43 @@ def test_non_default_values_reach_the_objects(helm: str) -> None:
         monitor["spec"]["endpoints"][0]["port"] == "metrics" and monitor["spec"]["endpoints"][0]["path"] == "/metrics"
     )
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert monitor["spec"]["endpoints"][0]["honorLabels"] is True, "the series' namespace is the cache's"
 
 
 def test_metrics_service_can_be_turned_off(helm: str) -> None:
     assert "Service" not in kinds(render(helm, "--set", "metrics.service.enabled=false"))
+
+
+def test_the_grafana_dashboard_is_a_configmap_with_the_sidecar_label_only_when_enabled(helm: str) -> None:
+    assert "ConfigMap" not in kinds(render(helm)), "off by default"
+    dashboard = json.loads((CHART / "dashboards" / "weightcache.json").read_text())
+
+    config_map = only(render(helm, "--set", "dashboard.enabled=true"), "ConfigMap")
+    assert config_map["metadata"]["name"] == "weightcache-operator-dashboard"
+    assert config_map["metadata"]["namespace"] == "weightcache-system"
+    assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(config_map["data"]["weightcache.json"]) == dashboard, "the chart's file, whole"
+
+    moved = only(
+        render(
+            helm,
+            "--set",
+            "dashboard.enabled=true",
+            "--set",
+            "dashboard.namespace=monitoring",
+            "--set",
+            "dashboard.label.key=grafana.example/dashboard",
+            "--set",
+            "dashboard.label.value=7",  # a number, as --set parses it: written as the string "7"
+            "--set",
+            "dashboard.annotations.grafana_folder=weightcache",
+        ),
+        "ConfigMap",
+    )
+    assert moved["metadata"]["namespace"] == "monitoring"
+    assert moved["metadata"]["labels"]["grafana.example/dashboard"] == "7"
+    assert "grafana_dashboard" not in moved["metadata"]["labels"]
+    assert moved["metadata"]["annotations"] == {"grafana_folder": "weightcache"}
 
 
 @pytest.mark.parametrize(
@@ -318,6 +351,9 @@ def test_inconsistent_values_fail_with_a_fix(helm: str, args: list[str], message
         ("resources.requests.cpu=lots", "/resources/requests/cpu", "does not match pattern"),
         ("metrics.serviceMonitor.interval=30sec", "/metrics/serviceMonitor/interval", "does not match pattern"),
         ("nodeSelector.zone=1", "/nodeSelector/zone", "want string"),
+        ("dashboard.label.key=grafana dashboard", "/dashboard/label/key", "does not match pattern"),
+        ("dashboard.namespace=Monitoring", "/dashboard/namespace", "does not match pattern"),
+        ("dashboard.enable=true", "'enable' not allowed", "additional properties"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm: str, setting: str, field: str, why: str) -> None:

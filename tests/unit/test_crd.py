@@ -194,6 +194,7 @@ def test_resource_names_columns_and_subresources() -> None:
         ("READY NODES", ".status.readyNodes"),
         ("ACTIVE", ".status.activeEngines"),
         ("STANDBY", ".status.standbyEngines"),
+        ("SERVED MODEL", ".status.servedModelName"),
         ("MODEL", ".status.model"),
         ("AGE", ".metadata.creationTimestamp"),
         ("MESSAGE", ".status.message"),

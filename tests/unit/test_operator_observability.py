@@ -386,3 +386,27 @@ def test_a_pass_stopwatch_charges_each_step_the_time_since_the_previous_lap_and_
     m.api_request("LIST", 0.3)
     m.api_request("LIST", 0.01)
     assert series(m.render())['weightcache_operator_api_request_seconds_count{verb="LIST"}'] == 2
+
+
+def test_rollout_gauges_follow_the_latest_rollout_of_each_cache_until_the_cache_is_gone() -> None:
+    m = OperatorMetrics()
+    progressing = {"phase": "Progressing", "mode": "Engine", "updated": 1, "total": 3, "currentStep": "replica 1"}
+    status = {"phase": "Ready", "activeEngines": 3, "standbyEngines": 3, "rollout": progressing}
+    WeightCacheStatus.model_validate(status)  # the shape the operator writes
+    assert not any("rollout" in k for k in series(m.render())), "no rollout yet: no series"
+    m.cache_status("ns", "tiny", status)
+    got = series(m.render())
+    phase = 'weightcache_operator_rollout_phase{cache="tiny",mode="Engine",namespace="ns",phase="%s"}'
+    assert [got[phase % p] for p in ("Progressing", "Stalled", "Complete")] == [1, 0, 0]
+    assert got['weightcache_operator_rollout_updated_replicas{cache="tiny",namespace="ns"}'] == 1
+    assert got['weightcache_operator_rollout_replicas{cache="tiny",namespace="ns"}'] == 3
+
+    m.cache_status("ns", "tiny", {"phase": "Failed"})  # a pass that stopped before planning keeps the last one
+    assert series(m.render())[phase % "Progressing"] == 1
+    m.cache_status("ns", "tiny", {**status, "rollout": {**progressing, "phase": "Complete", "updated": 3}})
+    got = series(m.render())
+    assert [got[phase % p] for p in ("Progressing", "Stalled", "Complete")] == [0, 0, 1]
+    assert got['weightcache_operator_rollout_updated_replicas{cache="tiny",namespace="ns"}'] == 3
+
+    m.cache_status("ns", "tiny", None)
+    assert not any("rollout" in k for k in series(m.render()))

@@ -283,6 +283,7 @@ def test_template_env_wins_and_gpu_access() -> None:
 def test_service_selects_active_engines() -> None:
     svc = engine_service(make(**{"service": {"name": "chat", "port": 80, "type": "ClusterIP"}, "engine.port": 8001}))
     assert svc["metadata"]["name"] == "chat"
+    assert svc["metadata"]["annotations"] == {"weightcache.io/served-model-name": "tiny"}
     assert svc["spec"]["selector"] == {
         "weightcache.io/cache": "tiny",
         "weightcache.io/component": "engine",
@@ -316,6 +317,35 @@ def test_engine_hash_follows_the_rendered_pod_not_its_role_or_node() -> None:
     assert engine_template_hash(make(**{"engine.failover": {"daemonOutageGraceSeconds": 2}})) == engine_template_hash(
         base
     )
+
+
+def test_engines_serve_under_the_caches_name_unless_the_spec_names_another() -> None:
+    """Clients ask for the name ``kubectl get wc`` shows; a different served name is a new engine
+    version (a rollout), never a new daemon generation."""
+    base = make()
+    assert env_of(container(engine_pod(base, 0, "active"), "engine"))["WEIGHTCACHE_ENGINE_SERVED_MODEL_NAME"] == "tiny"
+    named = make(**{"engine.servedModelName": "Qwen/Qwen3-0.6B"})
+    env = env_of(container(engine_pod(named, 0, "active"), "engine"))
+    assert env["WEIGHTCACHE_ENGINE_SERVED_MODEL_NAME"] == "Qwen/Qwen3-0.6B"
+    assert engine_template_hash(named) != engine_template_hash(base)
+    assert daemon_spec_hash(named) == daemon_spec_hash(base)
+    # The default follows the cache's name: another cache of the same spec serves another name.
+    other = copy.deepcopy(BASE)
+    other["metadata"]["name"] = "chat"
+    renamed, problems = parse(other)
+    assert renamed is not None and not problems
+    assert engine_template_hash(renamed) != engine_template_hash(base)
+    status = aggregate(named, Observed([], [], 1), NOW)
+    assert status["servedModelName"] == "Qwen/Qwen3-0.6B"
+    assert aggregate(base, Observed([], [], 1), NOW)["servedModelName"] == "tiny"
+
+
+@pytest.mark.parametrize("name", ["", "two words", "x" * 257])
+def test_a_served_model_name_clients_could_not_send_is_refused(name: str) -> None:
+    body = copy.deepcopy(BASE)
+    body["spec"]["engine"]["servedModelName"] = name
+    cache, problems = parse(body)
+    assert cache is None and any("servedModelName" in p for p in problems), problems
 
 
 def test_daemonset_is_replaced_by_the_operator_only() -> None:

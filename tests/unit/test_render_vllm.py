@@ -82,7 +82,8 @@ def test_daemon_and_engine_get_the_same_vllm_arguments() -> None:
     assert command[:3] == ["vllm", "serve", "/weightcache/model"]
     assert command[3 : 3 + len(listed)] == listed
     assert command[3 + len(listed) : 5 + len(listed)] == ["--shutdown-timeout", "30"], "engines drain on SIGTERM"
-    rest = command[5 + len(listed) :]
+    assert command[5 + len(listed) : 7 + len(listed)] == ["--served-model-name", "tiny-qwen3"], "the cache's name"
+    rest = command[7 + len(listed) :]
     assert rest[:2] == ["--load-format", "weightcache"]
     assert json.loads(rest[3]) == {"socket_dir": "/run/weightcache", "name": "tiny-qwen3", "fallback": "disk"}
     assert rest[2] == "--model-loader-extra-config" and rest[4:] == ["--host", "$(POD_IP)", "--port", "8000"]
@@ -107,7 +108,7 @@ def test_the_gpu_example_lists_quantization_and_engine_only_options_follow_the_s
     ]
     command = main_container(cache)["command"]
     after = command[5 + len(listed) :]
-    assert after[:4] == ["--gpu-memory-utilization", "0.63", "--served-model-name", "qwen3-235b"]
+    assert after[:4] == ["--served-model-name", "qwen3-235b", "--gpu-memory-utilization", "0.63"]
     assert json.loads(after[after.index("--model-loader-extra-config") + 1])["fallback"] == "error"
     assert "--gpu-memory-utilization" not in daemon_command(cache)
 
@@ -177,8 +178,11 @@ def test_engine_only_settings_roll_engines_and_shared_arguments_change_the_gener
 
 def test_a_cache_without_vllm_keeps_the_hashes_it_had_before_the_field_existed() -> None:
     reference = cache_of(body("weightcache-cpu.yaml"))
-    # Computed before spec.engine.vllm existed: an operator upgrade must not roll existing caches.
-    assert (daemon_spec_hash(reference), engine_template_hash(reference)) == ("33d6755a50a74f45", "9c6ae0707194c915")
+    # The daemon hash was computed before spec.engine.vllm existed: an operator upgrade must not
+    # reload existing caches. The engine hash moved once, with served model names: engines served
+    # under their mount path's name before, so an upgrade rolls them (no weight read) to serve
+    # under the cache's name.
+    assert (daemon_spec_hash(reference), engine_template_hash(reference)) == ("33d6755a50a74f45", "58182dc4ca2ef1be")
     assert "--profile" not in daemon_command(reference)
 
 
@@ -195,6 +199,7 @@ REFUSED = [
     ({"engine.vllm.args": ["--tensor_parallel_size=2"]}, "sets --tensor-parallel-size, which the operator renders"),
     ({"engine.vllm.engineArgs": ["-q", "fp8"]}, "set spec.model.quantization.method instead"),
     ({"engine.vllm.engineArgs": ["--port", "9000"]}, "set spec.engine.port instead"),
+    ({"engine.vllm.engineArgs": ["--served-model-name", "m"]}, "set spec.engine.servedModelName instead"),
     ({"engine.vllm.engineArgs": ["--kv-cache-dtype", "fp8"]}, "move it to spec.engine.vllm.args"),
 ]
 

@@ -34,6 +34,7 @@ from .layout import (
     model_volume,
     pin_to_nodes,
     placement_fields,
+    served_model_name,
     socket_volume,
 )
 from .security import container_security, with_defaults
@@ -49,7 +50,8 @@ def engine_template_hash(cache: WeightCache) -> str:
     except what differs between pods of one version (replica, role, nodes, claim, group) and
     what only says how to roll or fail over (replicas, standbys, rollout and failover settings). It covers the daemon spec
     hash too (engines map those weights), so a generation change is also a new version."""
-    excluded = {"replicas", "standbys_per_replica", "rollout", "failover"}
+    # The served name enters as what the engines serve (the default follows the cache's name).
+    excluded = {"replicas", "standbys_per_replica", "rollout", "failover", "served_model_name"}
     if cache.spec.engine.vllm is None:
         excluded.add("vllm")  # so that the hash of a cache without it is what it was before the field existed
     if cache.spec.engine.pre_stop_sleep_seconds == PRE_STOP_SLEEP_DEFAULT_S:
@@ -58,7 +60,9 @@ def engine_template_hash(cache: WeightCache) -> str:
         excluded.add("pre_stop_sleep_seconds")
     engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=excluded)
     canonical = json.dumps(
-        {"engine": engine, "generation": daemon_spec_hash(cache)}, sort_keys=True, separators=(",", ":")
+        {"engine": engine, "generation": daemon_spec_hash(cache), "servedModelName": served_model_name(cache)},
+        sort_keys=True,
+        separators=(",", ":"),
     )
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
@@ -234,6 +238,7 @@ def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:
         "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_FALLBACK": spec.engine.weight_fallback,
         "WEIGHTCACHE_ENGINE_BACKEND": spec.daemon.backend,
         "WEIGHTCACHE_ENGINE_PORT": str(spec.engine.port),
+        "WEIGHTCACHE_ENGINE_SERVED_MODEL_NAME": served_model_name(cache),
         # Engines of one node share the host's network in some runtimes: bind the pod's own IP.
         "WEIGHTCACHE_ENGINE_HOST": "$(POD_IP)",
     }

@@ -145,6 +145,17 @@ def pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
     required["nodeSelectorTerms"] = terms
 
 
+SERVED_MODEL_ANNOTATION = "weightcache.io/served-model-name"
+"""On the Service: the model name its engines answer to, for routers and clients that discover
+Services (annotations take the names vLLM allows; labels would not)."""
+
+
+def served_model_name(cache: WeightCache) -> str:
+    """The model's name in the engines' API: the spec's, else the WeightCache's own name, which is
+    what ``kubectl get wc`` shows and so what a client can know without looking inside a pod."""
+    return cache.spec.engine.served_model_name or CacheRef.of(cache).name
+
+
 def rank_range(ranks: list[int]) -> str:
     """``[0, 1, 2]`` → ``"0-2"``, the form ``--ranks`` takes."""
     return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])

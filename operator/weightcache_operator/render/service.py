@@ -13,9 +13,11 @@ from .layout import (
     COMPONENT_LABEL,
     NODE_RANK_LABEL,
     ROLE_LABEL,
+    SERVED_MODEL_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
     daemon_spec_hash,
+    served_model_name,
 )
 
 
@@ -45,6 +47,7 @@ def engine_service(cache: WeightCache, daemon_hash: str | None = None) -> dict[s
             "name": spec.service.name or ref.name,
             "namespace": ref.namespace,
             "labels": ref.labels("service"),
+            "annotations": {SERVED_MODEL_ANNOTATION: served_model_name(cache)},
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": {

@@ -15,7 +15,7 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 
 from ..spec import ENGINE_DRAIN_S, WeightCache
-from .layout import MODEL_MOUNT, SOCKET_MOUNT, CacheRef
+from .layout import MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
 VLLM_CLI = ["vllm"]
 """vLLM's console script: on PATH in vLLM's images and in any environment vLLM is installed in
@@ -41,6 +41,7 @@ RENDERED_FLAGS: dict[str, str] = {
     "-q": "spec.model.quantization.method",
     "--revision": "spec.model.revision",
     "--max-model-len": "spec.engine.vllm.maxModelLen",
+    "--served-model-name": "spec.engine.servedModelName",
     "--load-format": "nothing: the operator loads through the weightcache plug-in",
     "--model-loader-extra-config": "spec.engine.weightFallback (the rest comes from the cache)",
     "--host": "nothing: engines bind their pod IP",
@@ -124,6 +125,8 @@ def engine_command(cache: WeightCache) -> list[str]:
         # an --shutdown-timeout in engineArgs comes later and wins.
         "--shutdown-timeout",
         str(ENGINE_DRAIN_S),
+        "--served-model-name",
+        served_model_name(cache),
         *spec.engine.vllm.engine_args,
         "--load-format",
         LOAD_FORMAT,

@@ -360,17 +360,6 @@ def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -
     )
 
 
-def served_model(kube: Kube, proxy: ServiceProxy, variant: Variant) -> str:
-    """The model name clients ask a vLLM engine for: the cache's status.servedModelName where the
-    operator reports one, else what the engine lists at /v1/models."""
-    name = (kube.get(variant.wc).get("status") or {}).get("servedModelName")
-    if name:
-        return str(name)
-    host, port = proxy.address
-    with urllib.request.urlopen(f"http://{host}:{port}/v1/models", timeout=30) as response:
-        return str(json.loads(response.read())["data"][0]["id"])
-
-
 def complete_like_disk(
     proxy: ServiceProxy, narrator: Narrator, report: DemoReport, disk: Future[list[int]], model: str
 ) -> None:
@@ -574,7 +563,10 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
         prompt = dict(PROMPT)
         if engine == "vllm":
             assert disk is not None
-            model = served_model(kube, proxy, variant)
+            # Clients ask for the cache's name (spec.engine.servedModelName overrides it): the
+            # operator passes it to vLLM as --served-model-name and reports it in status.
+            model = str(kube.get(variant.wc)["status"]["servedModelName"])
+            narrator.say(f"the engines serve the model as {model!r} (status.servedModelName)")
             prompt["model"] = model
             complete_like_disk(proxy, narrator, report, disk, model)
         else:

@@ -157,12 +157,12 @@ VLLM_PROMPT_IDS = [1, 17, 300, 42, 9]
 VLLM_MAX_TOKENS = 8
 
 
-def vllm_completion(model: str | None = None) -> dict[str, Any]:
-    """The greedy completion of VLLM_PROMPT_IDS asked of a vLLM engine's /v1/completions, with its
-    token ids in the answer: token ids, not text, so the comparison with vLLM from disk does not
-    depend on the tokenizer."""
+def vllm_completion(model: str) -> dict[str, Any]:
+    """The greedy completion of VLLM_PROMPT_IDS asked of a vLLM engine's /v1/completions for the
+    model name it serves, with its token ids in the answer: token ids, not text, so the comparison
+    with vLLM from disk does not depend on the tokenizer."""
     return {
-        **({"model": model} if model is not None else {}),
+        "model": model,
         "prompt": VLLM_PROMPT_IDS,
         "max_tokens": VLLM_MAX_TOKENS,
         "temperature": 0,
