@@ -23,7 +23,7 @@ from .spec import POOL_API_VERSION, POOL_PLURAL, WeightCache
 log = logging.getLogger("weightcache_operator.routing")
 
 CRD_NAME = f"{POOL_PLURAL}.{POOL_API_VERSION.split('/')[0]}"
-RIGHTS = "list, patch and delete"
+RIGHTS = "list, create, patch and delete"
 
 
 def pools_path(namespace: str) -> str:
@@ -42,7 +42,8 @@ def _refusal(error: ApiError, doing: str) -> Problem:
         return Problem(
             "Forbidden",
             f"the operator may not {doing} InferencePools: install the chart with"
-            f" --set routing.inferencePool.enabled=true (or grant {RIGHTS} on {CRD_NAME}); the API server said: {error}",
+            f" --set routing.inferencePool.enabled=true (or grant {RIGHTS} on {CRD_NAME}), and install the CRD if it"
+            f" is not; the API server said: {error}",
         )
     return Problem("ApiError", f"could not {doing} the InferencePool: {error}")
 

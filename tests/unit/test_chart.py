@@ -61,9 +61,9 @@ def cluster_rules(release: str) -> list[Object]:
 INFERENCE_POOL_RULE = {
     "apiGroups": ["inference.networking.k8s.io"],
     "resources": ["inferencepools"],
-    "verbs": ["list", "patch", "delete"],
+    "verbs": ["list", "create", "patch", "delete"],
 }
-"""routing.inferencePool.enabled only: read pools (LIST), server-side apply and delete managed ones."""
+"""routing.inferencePool.enabled only: read pools (LIST), server-side apply (create, patch) and delete managed ones."""
 
 NAMESPACE_WATCH = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 

@@ -85,10 +85,10 @@ runs the operator with exactly these rules and shows it fails without each group
   verbs: [create]
 {{- if .Values.routing.inferencePool.enabled }}
 # spec.routing.inferencePool: a pool is read by a LIST (a missing CRD told apart from a missing
-# pool), a managed one server-side applied (patch) and deleted once the spec stops asking for it.
+# pool); a managed one server-side applied (create and patch) and deleted once the spec stops asking for it.
 - apiGroups: [inference.networking.k8s.io]
   resources: [inferencepools]
-  verbs: [list, patch, delete]
+  verbs: [list, create, patch, delete]
 {{- end }}
 {{- end -}}
 
