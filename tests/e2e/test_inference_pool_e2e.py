@@ -2,8 +2,8 @@
 (crds/third-party/, v1.6.0), the process kubelet and the operator as a process. One cache goes
 through every step (an engine start costs most of the time here): asked for a managed pool
 without the rights, then without the CRD, each said in InferencePoolReady; then the pool, whose
-selector the API server answers with exactly the serving engines — before and after a failover
-and an engine rollout; switched to a referenced pool, which is checked (missing, too wide, fixed)
+selector the API server answers with exactly the serving engines — before and after a failover,
+an engine rollout and a daemon generation change (which moves its hash label with the Service's); switched to a referenced pool, which is checked (missing, too wide, fixed)
 and never touched while the managed one is deleted; and finally the cache deleted, which takes a
 managed pool with it and leaves a referenced one alone."""
 
@@ -27,7 +27,7 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     start_operator,
     wait_phase,
 )
-from test_rollout_e2e import rollout, with_engine_env
+from test_rollout_e2e import replaced, reported, rollout, with_engine_env
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube
@@ -70,10 +70,12 @@ def pool_selects_the_serving_engines(kube: Kube, namespace: str) -> bool:
     return match == service["spec"]["selector"] and len(serving) == 1 and selected(kube, namespace, match) == serving
 
 
-def with_routing(routing: dict) -> dict:
-    body = sample()
+def with_routing(routing: dict, version: str = "1", revision: str = "seed-0") -> dict:
+    """The sample with ``routing``, engine version ``version`` (an env var: changing it is an
+    engine rollout) and model revision ``revision`` (changing it is a daemon generation change)."""
+    body = sample(model__revision=revision)
     body["spec"]["routing"] = routing
-    return body
+    return with_engine_env(body, "ENGINE_VERSION", version)
 
 
 def apply(cluster: ControlPlane, namespace: str, body: dict) -> None:
@@ -141,8 +143,8 @@ def test_pool_follows_the_serving_engines_and_a_referenced_pool_is_checked_never
 
     # An engine rollout: new engines take over, the pool selects the new active only.
     old = {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
-    apply(cluster, namespace, with_engine_env(with_routing(MANAGED), "ENGINE_VERSION", "2"))
-    wait_phase(
+    apply(cluster, namespace, with_routing(MANAGED, version="2"))
+    before = wait_phase(
         kube,
         namespace,
         operator,
@@ -150,16 +152,24 @@ def test_pool_follows_the_serving_engines_and_a_referenced_pool_is_checked_never
         also=lambda s: (
             (s.get("rollout") or {}).get("phase") == "Complete"
             and not old & {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
+            and reported(s)
         ),
     )
     assert rollout(kube, namespace)["mode"] == "Engine"
     wait_for(lambda: pool_selects_the_serving_engines(kube, namespace), 30, describe=lambda: by_role(kube, namespace))
     assert by_role(kube, namespace)["active"][0] not in old
 
+    # A daemon generation change: the Service switches to the new generation's hash, and so does the pool.
+    selector = kube.get(f"{pools_path(namespace)}/{NAME}")["spec"]["selector"]["matchLabels"]
+    assert selector["weightcache.io/daemon-spec-hash"] == before["daemonSpecHash"]
+    apply(cluster, namespace, with_routing(MANAGED, version="2", revision="seed-1"))
+    after = wait_phase(kube, namespace, operator, "Ready", timeout=400, also=replaced(before))
+    wait_for(lambda: pool_selects_the_serving_engines(kube, namespace), 30, describe=lambda: by_role(kube, namespace))
+    selector = kube.get(f"{pools_path(namespace)}/{NAME}")["spec"]["selector"]["matchLabels"]
+    assert selector["weightcache.io/daemon-spec-hash"] == after["daemonSpecHash"] != before["daemonSpecHash"]
+
     # Reference mode, to a pool that does not exist yet: said; the managed pool, no longer wanted, is deleted.
-    referenced = with_engine_env(
-        with_routing({"inferencePool": {"mode": "Reference", "name": "mine"}}), "ENGINE_VERSION", "2"
-    )
+    referenced = with_routing({"inferencePool": {"mode": "Reference", "name": "mine"}}, version="2", revision="seed-1")
     apply(cluster, namespace, referenced)
     status = wait_phase(kube, namespace, operator, "Ready", also=said("PoolNotFound"))
     assert status["inferencePool"] == {"name": "mine", "mode": "Reference"}
@@ -195,7 +205,7 @@ def test_pool_follows_the_serving_engines_and_a_referenced_pool_is_checked_never
 
     # Managed again (pool named "mine" is taken: the default name), then the cache deleted: the
     # managed pool goes with it, the referenced one stays as it was.
-    apply(cluster, namespace, with_engine_env(with_routing(MANAGED), "ENGINE_VERSION", "2"))
+    apply(cluster, namespace, with_routing(MANAGED, version="2", revision="seed-1"))
     wait_phase(kube, namespace, operator, "Ready", also=said("PoolApplied", ok=True))
     assert pool_selects_the_serving_engines(kube, namespace)
     version = kube.get(f"{pools_path(namespace)}/mine")["metadata"]["resourceVersion"]
