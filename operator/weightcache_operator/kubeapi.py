@@ -93,7 +93,14 @@ class KubeApi:
         finally:
             if self.timed is not None:
                 self.timed(verb or method, time.perf_counter() - started)
-        payload: Any = json.loads(response.data) if response.data else {}
+        try:
+            payload: Any = json.loads(response.data) if response.data else {}
+        except ValueError:
+            if response.status < 400:
+                raise
+            # A plain-text error: "404 page not found" for an API group the server does not
+            # serve (a CRD not installed).
+            payload = response.data.decode(errors="replace").strip()
         if response.status >= 400:
             raise ApiError(response.status, payload)
         return cast(Object, payload)

@@ -53,10 +53,10 @@ METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
 DEFAULT_METRICS_ADDR = "0.0.0.0:9090"
 PHASES: tuple[str, ...] = get_args(Phase)
 ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutStatus.model_fields["phase"].annotation)
-PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "daemon-status", "status")
+PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "routing", "daemon-status", "status")
 """A pass's steps in their order (reconcile.py): the reads, the DaemonSet applies, the readiness
-gates (both syncs), planning, the planned actions, the daemons' ``/status`` reads, the status
-patch and Events."""
+gates (both syncs), planning, the planned actions, the InferencePool (routing.py; no request
+without spec.routing), the daemons' ``/status`` reads, the status patch and Events."""
 
 
 class OperatorMetrics:

@@ -43,6 +43,7 @@ from .render.gpu_holder import uses_gpu_holder
 from .report import Reporter, strategy_decision, with_failover
 from .responsiveness import ResponsivenessWatch, probe_url
 from .rollout import SWITCH_SETTLE_SECONDS
+from .routing import sync_pool
 from .runner import PassRunner
 from .sightings import Sightings
 from .snapshot import Snapshot, observe
@@ -318,6 +319,9 @@ class Reconciler:
         serving_before = snapshot.serving
         failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
         lap("execute")
+        # Right after the Service: a managed pool switches generation in the same pass.
+        pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
+        lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
         self._gates(key, snapshot, grace, also=settles if plan.rollout.switching else None)
@@ -340,6 +344,10 @@ class Reconciler:
         )
         if failover is not None:
             with_failover(status, failover)
+        # Always written: null (a merge patch's delete) once routing is off.
+        status["inferencePool"] = pool
+        if pool_condition is not None:
+            status["conditions"].append(pool_condition)
         return self._report(snapshot, status, lap)
 
     def _report(self, snapshot: Snapshot, status: dict[str, object], lap: Callable[[str], None]) -> str:

@@ -422,6 +422,81 @@ class Service(ApiModel):
     type: ServiceType = "ClusterIP"
 
 
+# --- spec.routing ---------------------------------------------------------------------------------
+
+InferencePoolMode = Literal["Managed", "Reference"]
+FailureMode = Literal["FailOpen", "FailClose"]
+"""The spelling of ``inference.networking.k8s.io/v1`` InferencePool's endpointPickerRef.failureMode."""
+POOL_API_VERSION = "inference.networking.k8s.io/v1"
+POOL_KIND = "InferencePool"
+POOL_PLURAL = "inferencepools"
+
+
+class EndpointPicker(ApiModel):
+    """The endpoint picker (EPP) Service a managed InferencePool names in its endpointPickerRef."""
+
+    name: str = Field(min_length=1, max_length=253, pattern=DNS_SUBDOMAIN, description="The picker's Service.")
+    port: int = Field(ge=1, le=65535, description="The picker Service's port (its gRPC ext-proc port).")
+    failure_mode: FailureMode = Field(
+        default="FailClose",
+        description="What the gateway does while the picker does not answer: FailClose refuses the request,"
+        " FailOpen sends it to any pod of the pool.",
+    )
+
+
+POOL_REFERENCE_NAMED = cel(
+    "self.mode != 'Reference' || has(self.name)",
+    "inferencePool.mode Reference needs inferencePool.name, the InferencePool to check",
+)
+POOL_PICKER_MANAGED = cel(
+    "self.mode == 'Managed' || !has(self.endpointPickerRef)",
+    "inferencePool.endpointPickerRef is rendered into a managed pool only; set it on your own pool in mode Reference",
+)
+
+
+class InferencePoolRouting(ApiModel):
+    """Traffic through the Gateway API Inference Extension. A standby engine is Ready (it has mapped
+    the weights) but must receive no request, so a pool has to select serving engines only: those
+    the Service selects. ``Managed``: the operator creates and owns an InferencePool with exactly the
+    Service's selector and keeps it on the serving generation. ``Reference``: the operator checks a
+    pool you own against the labels it guarantees on serving engines and says what is wrong in the
+    InferencePoolReady condition; it never changes that pool."""
+
+    model_config = ConfigDict(json_schema_extra=validations(POOL_REFERENCE_NAMED, POOL_PICKER_MANAGED))
+
+    mode: InferencePoolMode
+    name: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_SUBDOMAIN,
+        description="Managed: the pool's name (defaults to the WeightCache's name). Reference: the pool to check,"
+        " in the cache's namespace.",
+    )
+    endpoint_picker_ref: EndpointPicker | None = Field(
+        default=None, description="Managed only: the endpoint picker the pool names; unset, the pool names none."
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> InferencePoolRouting:
+        if self.mode == "Reference" and self.name is None:
+            raise ValueError(POOL_REFERENCE_NAMED["message"])
+        if self.mode != "Managed" and self.endpoint_picker_ref is not None:
+            raise ValueError(POOL_PICKER_MANAGED["message"])
+        return self
+
+
+class Routing(ApiModel):
+    """How traffic reaches the serving engines besides the Service."""
+
+    inference_pool: InferencePoolRouting | None = Field(
+        default=None,
+        description="A Gateway API Inference Extension InferencePool over the serving engines (the"
+        " inference.networking.k8s.io/v1 CRD must be installed, and the chart's routing.inferencePool.enabled"
+        " set for the operator's rights).",
+    )
+
+
 DRA_NEEDS_GPU = cel(
     "self.engine.gpuAccess != 'dra' || self.daemon.backend != 'cpu-shm'",
     "engine.gpuAccess dra shares a GPU ResourceClaim and needs a GPU daemon backend (cuda-vmm or cuda-ipc)",
@@ -439,6 +514,7 @@ class WeightCacheSpec(ApiModel):
     daemon: Daemon
     engine: Engine
     service: Service = Field(default_factory=Service, json_schema_extra=default_object(Service))
+    routing: Routing | None = Field(default=None, description="Unset: the Service is the only way in.")
 
     @model_validator(mode="after")
     def _dra_needs_gpu(self) -> WeightCacheSpec:
@@ -586,6 +662,14 @@ class FailoverStatus(ApiModel):
     )
 
 
+class InferencePoolStatus(ApiModel):
+    """The InferencePool of spec.routing; the InferencePoolReady condition says whether it selects
+    exactly the serving engines."""
+
+    name: str
+    mode: InferencePoolMode
+
+
 class WeightCacheStatus(ApiModel):
     """Written only by the operator, through the status subresource.
 
@@ -627,6 +711,7 @@ class WeightCacheStatus(ApiModel):
         "nodes that are not ready say they wait for; unset when nothing is.",
     )
     last_failover: FailoverStatus | None = None
+    inference_pool: InferencePoolStatus | None = None
 
 
 class WeightCache(ApiModel):

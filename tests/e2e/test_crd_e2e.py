@@ -254,6 +254,32 @@ INVALID = [
         "spec.engine.failover.unresponsiveAfterMilliseconds: Invalid value: 50: "
         "unresponsiveAfterMilliseconds must be 0 (off) or at least 100",
     ),
+    (
+        "reference-pool-unnamed",
+        _set("routing", {"inferencePool": {"mode": "Reference"}}),
+        "inferencePool.mode Reference needs inferencePool.name, the InferencePool to check",
+    ),
+    (
+        "reference-pool-with-picker",
+        _set(
+            "routing",
+            {"inferencePool": {"mode": "Reference", "name": "mine", "endpointPickerRef": {"name": "e", "port": 9002}}},
+        ),
+        "inferencePool.endpointPickerRef is rendered into a managed pool only",
+    ),
+    (
+        "pool-failure-mode",
+        _set(
+            "routing",
+            {
+                "inferencePool": {
+                    "mode": "Managed",
+                    "endpointPickerRef": {"name": "e", "port": 9002, "failureMode": "Open"},
+                }
+            },
+        ),
+        'spec.routing.inferencePool.endpointPickerRef.failureMode: Unsupported value: "Open"',
+    ),
 ]
 
 

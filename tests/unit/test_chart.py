@@ -58,6 +58,13 @@ def cluster_rules(release: str) -> list[Object]:
     ]
 
 
+INFERENCE_POOL_RULE = {
+    "apiGroups": ["inference.networking.k8s.io"],
+    "resources": ["inferencepools"],
+    "verbs": ["list", "create", "patch", "delete"],
+}
+"""routing.inferencePool.enabled only: read pools (LIST), server-side apply (create, patch) and delete managed ones."""
+
 NAMESPACE_WATCH = {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}
 
 
@@ -170,6 +177,20 @@ def test_cluster_wide_rbac_is_exactly_the_enumerated_rules(helm: str) -> None:
     for rule in only(objects, "ClusterRole")["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
     assert not any("secrets" in r["resources"] or "configmaps" in r["resources"] for r in NAMESPACED_RULES)
+
+
+def test_inference_pool_rights_are_granted_only_when_routing_is_enabled(helm: str) -> None:
+    assert not any("inferencepools" in r["resources"] for r in only(render(helm), "ClusterRole")["rules"])
+    enabled = ("--set", "routing.inferencePool.enabled=true")
+    assert only(render(helm, *enabled), "ClusterRole")["rules"] == [
+        *NAMESPACED_RULES,
+        INFERENCE_POOL_RULE,
+        *cluster_rules("weightcache"),
+    ]
+    # A namespaced install grants them in each served namespace's Role, nowhere cluster-wide.
+    objects = render(helm, *enabled, "--set", "watchNamespaces={team-a}")
+    assert only(objects, "Role", "team-a")["rules"] == [*NAMESPACED_RULES, INFERENCE_POOL_RULE]
+    assert only(objects, "ClusterRole")["rules"] == [NAMESPACE_WATCH, *cluster_rules("weightcache")]
 
 
 def test_watched_namespaces_get_roles_and_privileged_namespaces(helm: str) -> None:
@@ -354,6 +375,8 @@ def test_inconsistent_values_fail_with_a_fix(helm: str, args: list[str], message
         ("dashboard.label.key=grafana dashboard", "/dashboard/label/key", "does not match pattern"),
         ("dashboard.namespace=Monitoring", "/dashboard/namespace", "does not match pattern"),
         ("dashboard.enable=true", "'enable' not allowed", "additional properties"),
+        ("routing.inferencePool.enable=true", "'enable' not allowed", "additional properties"),
+        ("routing.inferencePool.enabled=yes", "/routing/inferencePool/enabled", "want boolean"),
     ],
 )
 def test_schema_rejects_bad_values_naming_the_field(helm: str, setting: str, field: str, why: str) -> None:

@@ -128,6 +128,7 @@ EXPECTED_DEFAULTS = {
     ".spec.service": {"port": 8000, "type": "ClusterIP"},
     ".spec.service.port": 8000,
     ".spec.service.type": "ClusterIP",
+    ".spec.routing.inferencePool.endpointPickerRef.failureMode": "FailClose",
 }
 
 
@@ -171,12 +172,17 @@ def test_cel_rules_are_the_models_rules() -> None:
     assert nodes[".spec"]["x-kubernetes-validations"] == [spec.DRA_NEEDS_GPU]
     unresponsive = nodes[".spec.engine.failover.unresponsiveAfterMilliseconds"]
     assert unresponsive["x-kubernetes-validations"] == [spec.UNRESPONSIVE_FLOOR]
+    assert nodes[".spec.routing.inferencePool"]["x-kubernetes-validations"] == [
+        spec.POOL_REFERENCE_NAMED,
+        spec.POOL_PICKER_MANAGED,
+    ]
     rules = [where for where, node in nodes.items() if "x-kubernetes-validations" in node]
     assert sorted(rules) == [
         ".spec",
         ".spec.engine.failover.unresponsiveAfterMilliseconds",
         ".spec.model.source",
         ".spec.parallelism",
+        ".spec.routing.inferencePool",
     ]
 
 

@@ -83,6 +83,13 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- if .Values.routing.inferencePool.enabled }}
+# spec.routing.inferencePool: a pool is read by a LIST (a missing CRD told apart from a missing
+# pool); a managed one server-side applied (create and patch) and deleted once the spec stops asking for it.
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [list, create, patch, delete]
+{{- end }}
 {{- end -}}
 
 {{- define "weightcache.clusterRules" -}}

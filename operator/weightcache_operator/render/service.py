@@ -32,14 +32,21 @@ def serving_engines(cache: WeightCache, daemon_hash: str | None = None) -> dict[
     }
 
 
+def serving_selector(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, str]:
+    """The Service's selector: the serving engines of generation ``daemon_hash`` that answer HTTP
+    (with ``parallelism.nodes > 1`` a group's leader only). A managed InferencePool selects the same."""
+    selector = serving_engines(cache, daemon_hash)
+    if cache.spec.parallelism.nodes > 1:
+        selector[NODE_RANK_LABEL] = "0"
+    return selector
+
+
 def engine_service(cache: WeightCache, daemon_hash: str | None = None) -> dict[str, Any]:
     """``daemon_hash``: the daemon spec hash to serve; the current one unless a generation change
     is still moving engines over (rollout.serve_hash decides)."""
     ref = CacheRef.of(cache)
     spec = cache.spec
-    selector = serving_engines(cache, daemon_hash)
-    if spec.parallelism.nodes > 1:
-        selector[NODE_RANK_LABEL] = "0"
+    selector = serving_selector(cache, daemon_hash)
     return {
         "apiVersion": "v1",
         "kind": "Service",
