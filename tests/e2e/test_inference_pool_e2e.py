@@ -123,6 +123,7 @@ def test_pool_follows_the_serving_engines_and_a_referenced_pool_is_checked_never
         "port": {"number": 9002},
         "failureMode": "FailClose",
     }
+    assert pool["metadata"]["annotations"]["weightcache.io/served-model-name"] == NAME
     owner = pool["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["name"], owner["controller"]) == ("WeightCache", NAME, True)
     assert pool_selects_the_serving_engines(kube, namespace)

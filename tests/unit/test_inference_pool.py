@@ -46,6 +46,9 @@ def test_a_managed_pool_selects_exactly_the_services_pods_on_the_engine_port() -
     assert pool["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     assert pool["spec"]["selector"]["matchLabels"] == engine_service(cache)["spec"]["selector"]
     assert pool["spec"]["targetPorts"] == [{"number": 8001}]
+    # The model its engines answer to, as on the Service: a route can match on it.
+    assert pool["metadata"]["annotations"] == engine_service(cache)["metadata"]["annotations"]
+    assert pool["metadata"]["annotations"] == {"weightcache.io/served-model-name": "tiny"}
     assert pool["spec"]["endpointPickerRef"] == {
         "kind": "Service",
         "name": "epp",

@@ -19,8 +19,10 @@ from .layout import (
     NODE_RANK_LABEL,
     REPLICA_LABEL,
     ROLE_LABEL,
+    SERVED_MODEL_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
+    served_model_name,
 )
 from .service import serving_selector
 
@@ -69,6 +71,9 @@ def managed_pool(cache: WeightCache, daemon_hash: str | None = None) -> dict[str
             "name": pool_name(cache),
             "namespace": ref.namespace,
             "labels": ref.labels("inference-pool"),
+            # What a route's model match (an InferenceObjective, a gateway's body-based routing)
+            # names: the model the pool's engines answer to.
+            "annotations": {SERVED_MODEL_ANNOTATION: served_model_name(cache)},
             "ownerReferences": [ref.owner_reference()],
         },
         "spec": spec,
