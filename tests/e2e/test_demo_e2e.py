@@ -8,53 +8,22 @@ replaced; the commands it suggests work; `down` leaves no process and no directo
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
-from testcluster.binaries import CLUSTER_SOURCES
-from testcluster.demo import NAMESPACE, WC, ClientCount
-from testcluster.load import Attempt
-from testcluster.local import running, stop
-from testcluster.sample import DAEMONS, ENGINES, events, pods
-from testcluster.strays import marked_processes
+from demo_e2e import check_failover, check_rollout_client, kept_demo
+from testcluster.demo import NAMESPACE, WC
+from testcluster.sample import DAEMONS, ENGINES, NAME, pods
 
 pytestmark = pytest.mark.e2e
 
 
 def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_removes(tmp_path: Path) -> None:
-    # Short: the daemons' Unix sockets live under the node roots inside it.
-    directory = Path(tempfile.mkdtemp(prefix="wc-demo-"))
-    report_file = tmp_path / "report.json"
-    try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "testcluster",
-                "demo",
-                "--keep",
-                "--dir",
-                str(directory),
-                "--report",
-                str(report_file),
-            ],
-            cwd=CLUSTER_SOURCES,
-            capture_output=True,
-            text=True,
-            timeout=540,
-        )
-        out = result.stdout
-        assert result.returncode == 0, out[-8000:] + result.stderr[-4000:]
-        report = json.loads(report_file.read_text())
-        cluster = running(directory)
-        assert cluster is not None, "--keep left no cluster running"
-        kube = cluster.kube()
+    with kept_demo(tmp_path, timeout=540) as demo:
+        out, report, kube = demo.out, demo.report, demo.kube
         status = kube.get(WC)["status"]
 
         # The phases as printed (rows of `kubectl get wc -w`) are the ones recorded, ending in Ready,
@@ -68,26 +37,8 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
         assert status["phase"] == "Ready" and status["readyNodes"] == "2/2", status
         assert report["completion"] and repr(report["completion"]) in out
 
-        # The failover it narrates is the one the operator recorded, and the only one.
-        last = status["lastFailover"]
-        assert report["killed_pod"] == report["failover_from"] == last["from"], (report["killed_pod"], last)
-        assert report["failover_to"] == last["to"] != last["from"]
-        assert f"{last['from']} → {last['to']} promoted" in out
-        failovers = events(kube, NAMESPACE, "Failover")
-        assert sum(e.get("count", 1) for e in failovers) == 1, failovers
-        assert last["to"] in failovers[0]["message"]
-
-        # The client's numbers recount from its raw requests.
-        attempts = [Attempt(**a) for a in report["attempts"]]
-        first_ok = min(a.ended for a in attempts if a.ok and a.started >= report["killed_at"]) - report["killed_at"]
-        assert abs(first_ok - report["client_first_ok_seconds"]) < 0.002
-        assert f"first success {report['client_first_ok_seconds']:.2f}s after the kill" in out
-        during_failover = ClientCount.of(attempts, *report["failover_window"])
-        assert during_failover == ClientCount(**report["failover_client"]) and str(during_failover) in out
-        during_rollout = ClientCount.of(attempts, *report["rollout_window"])
-        assert during_rollout == ClientCount(**report["rollout_client"]) and str(during_rollout) in out
-        assert during_rollout.sent >= 10 and during_rollout.failed == 0, during_rollout
-        assert "requests failed: 0; weight bytes read from disk: 0; daemon pods replaced or restarted: 0" in out
+        check_failover(demo, status, NAME)
+        check_rollout_client(demo)
 
         # The rollout is what the cluster shows: every engine on the new template and revision, the
         # daemons the ones that were there before it (no restart).
@@ -106,6 +57,7 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
             assert all(c["restartCount"] == 0 for c in daemon["status"]["containerStatuses"]), daemon["status"]
 
         # The shell lines it prints reach the cluster, and a suggested command works as written.
+        cluster = demo.cluster
         assert f"export KUBECONFIG={cluster.kubeconfig}" in out and cluster.kubectl in out
         listed = subprocess.run(
             ["kubectl", "get", "wc,pods", "-o", "wide"],
@@ -120,17 +72,3 @@ def test_the_demo_prints_what_happened_and_leaves_a_working_cluster_that_down_re
         )
         assert re.search(r"tiny-llama\s+Ready\s+2/2\s+1\s+1", listed.stdout), listed.stdout
         assert re.search(r"demo done in \d+m\d\ds", out)
-    finally:
-        session = cluster.session if (cluster := running(directory)) else None
-        down = subprocess.run(
-            [sys.executable, "-m", "testcluster", "down", "--dir", str(directory)],
-            cwd=CLUSTER_SOURCES,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if down.returncode != 0:
-            stop(directory)
-    assert down.returncode == 0 and "killed leftovers" not in down.stdout, down.stdout + down.stderr
-    assert not directory.exists()
-    assert session is not None and marked_processes(session) == {}

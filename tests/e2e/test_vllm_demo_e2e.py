@@ -9,20 +9,13 @@ disk and replaced no daemon, and every engine runs the new arguments; `down` lea
 
 from __future__ import annotations
 
-import json
 import re
-import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
-from testcluster.binaries import CLUSTER_SOURCES
-from testcluster.demo import NAMESPACE, VARIANTS, VLLM_ENGINE_ARGS, ClientCount
-from testcluster.load import Attempt
-from testcluster.local import running, stop
-from testcluster.sample import VLLM_MAX_TOKENS, events, pods
-from testcluster.strays import marked_processes
+from demo_e2e import check_failover, check_rollout_client, kept_demo
+from testcluster.demo import NAMESPACE, VARIANTS, VLLM_ENGINE_ARGS
+from testcluster.sample import VLLM_MAX_TOKENS, pods
 
 pytestmark = pytest.mark.e2e
 
@@ -32,36 +25,8 @@ VLLM = VARIANTS["vllm"]
 def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_without_failed_requests(
     tmp_path: Path,
 ) -> None:
-    # Short: the daemons' Unix sockets live under the node roots inside it.
-    directory = Path(tempfile.mkdtemp(prefix="wc-vdemo-"))
-    report_file = tmp_path / "report.json"
-    try:
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "testcluster",
-                "demo",
-                "--engine",
-                "vllm",
-                "--keep",
-                "--dir",
-                str(directory),
-                "--report",
-                str(report_file),
-            ],
-            cwd=CLUSTER_SOURCES,
-            capture_output=True,
-            text=True,
-            timeout=1500,
-        )
-        out = result.stdout
-        print(out)
-        assert result.returncode == 0, out[-8000:] + result.stderr[-4000:]
-        report = json.loads(report_file.read_text())
-        cluster = running(directory)
-        assert cluster is not None, "--keep left no cluster running"
-        kube = cluster.kube()
+    with kept_demo(tmp_path, "--engine", "vllm", timeout=1500) as demo:
+        out, report, kube = demo.out, demo.report, demo.kube
         status = kube.get(VLLM.wc)["status"]
 
         # Ready, as printed, with vLLM engines (`vllm serve`) mapping the cache.
@@ -79,27 +44,13 @@ def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_withou
         assert len(ids) == VLLM_MAX_TOKENS and ids == report["disk_token_ids"], (ids, report["disk_token_ids"])
         assert f"vLLM from disk (--load-format auto, same checkpoint and arguments): {ids}: the same tokens" in out
 
-        # The failover it narrates is the one the operator recorded, and the only one; the client's
-        # numbers recount from its raw requests, and no request failed after its retry.
-        last = status["lastFailover"]
-        assert report["killed_pod"] == report["failover_from"] == last["from"], (report["killed_pod"], last)
-        assert report["failover_to"] == last["to"] != last["from"]
-        assert f"{last['from']} → {last['to']} promoted" in out
-        failovers = events(kube, NAMESPACE, "Failover", of=VLLM.name)
-        assert sum(e.get("count", 1) for e in failovers) == 1, failovers
-        attempts = [Attempt(**a) for a in report["attempts"]]
-        first_ok = min(a.ended for a in attempts if a.ok and a.started >= report["killed_at"]) - report["killed_at"]
-        assert abs(first_ok - report["client_first_ok_seconds"]) < 0.002
-        during_failover = ClientCount.of(attempts, *report["failover_window"])
-        assert during_failover == ClientCount(**report["failover_client"]) and str(during_failover) in out
+        # The failover it narrates is the one the operator recorded, and no request failed after
+        # its retry; the rollout failed none, read no weight byte from disk and replaced no daemon.
+        during_failover = check_failover(demo, status, VLLM.name)
         assert during_failover.sent >= 10 and during_failover.failed == 0, during_failover
+        check_rollout_client(demo)
 
-        # The rollout: no failed request, no weight byte read from disk, no daemon replaced, and
-        # every engine on the new template, running the new arguments.
-        during_rollout = ClientCount.of(attempts, *report["rollout_window"])
-        assert during_rollout == ClientCount(**report["rollout_client"]) and str(during_rollout) in out
-        assert during_rollout.sent >= 10 and during_rollout.failed == 0, during_rollout
-        assert "requests failed: 0; weight bytes read from disk: 0; daemon pods replaced or restarted: 0" in out
+        # Every engine on the new template, running the new arguments.
         engines = [p for p in pods(kube, NAMESPACE, VLLM.engines) if not p["metadata"].get("deletionTimestamp")]
         assert len(engines) == 2
         for pod in engines:
@@ -111,17 +62,3 @@ def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_withou
             assert all(c["restartCount"] == 0 for c in daemon["status"]["containerStatuses"]), daemon["status"]
         assert f"kubectl get wc {VLLM.name} -o jsonpath" in out
         assert re.search(r"vLLM demo done in \d+m\d\ds .*completion equal to vLLM from disk", out), out[-2000:]
-    finally:
-        session = cluster.session if (cluster := running(directory)) else None
-        down = subprocess.run(
-            [sys.executable, "-m", "testcluster", "down", "--dir", str(directory)],
-            cwd=CLUSTER_SOURCES,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-        if down.returncode != 0:
-            stop(directory)
-    assert down.returncode == 0 and "killed leftovers" not in down.stdout, down.stdout + down.stderr
-    assert not directory.exists()
-    assert session is not None and marked_processes(session) == {}
