@@ -23,6 +23,8 @@ from .spec import POOL_API_VERSION, POOL_PLURAL, WeightCache
 log = logging.getLogger("weightcache_operator.routing")
 
 CRD_NAME = f"{POOL_PLURAL}.{POOL_API_VERSION.split('/')[0]}"
+TESTED_RELEASE = "v1.6.0"
+"""The extension's release whose InferencePool CRD the e2e tests install (tests/e2e/upstream/)."""
 RIGHTS = "list, create, patch and delete"
 
 
@@ -36,7 +38,7 @@ def _refusal(error: ApiError, doing: str) -> Problem:
         return Problem(
             "CRDNotInstalled",
             f"the {CRD_NAME} CRD is not installed, so there is no InferencePool to {doing}: install the Gateway API"
-            " Inference Extension's CRDs (v1; crds/third-party/ holds the version this operator is tested with)",
+            f" Inference Extension's CRDs (v1; this operator is tested with release {TESTED_RELEASE})",
         )
     if error.status == 403:
         return Problem(

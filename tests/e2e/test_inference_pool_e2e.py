@@ -1,5 +1,5 @@
 """spec.routing.inferencePool on the real control plane with the upstream InferencePool CRD
-(crds/third-party/, v1.6.0), the process kubelet and the operator as a process. One cache goes
+(tests/e2e/upstream/, v1.6.0), the process kubelet and the operator as a process. One cache goes
 through every step (an engine start costs most of the time here): asked for a managed pool
 without the rights, then without the CRD, each said in InferencePoolReady; then the pool, whose
 selector the API server answers with exactly the serving engines — before and after a failover,
@@ -37,7 +37,7 @@ from testcluster.waiting import wait_for
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-POOL_CRD = REPO / "crds" / "third-party" / "inference.networking.k8s.io_inferencepools.yaml"
+POOL_CRD = REPO / "tests" / "e2e" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"
 CRD_NAME = "inferencepools.inference.networking.k8s.io"
 MANAGED = {"inferencePool": {"mode": "Managed", "endpointPickerRef": {"name": "epp", "port": 9002}}}
 
@@ -108,7 +108,7 @@ def test_pool_follows_the_serving_engines_and_a_referenced_pool_is_checked_never
     path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/weightcache-operator-{namespace}"
     kube.patch(path, {"rules": [*kube.get(path)["rules"], rule]}, content_type="application/merge-patch+json")
     status = wait_phase(kube, namespace, operator, "Ready", also=said("CRDNotInstalled"))
-    assert "crds/third-party/" in condition(status)["message"]
+    assert "tested with release v1.6.0" in condition(status)["message"]
 
     # The upstream CRD installed: the pool is created.
     cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(POOL_CRD))

@@ -1,5 +1,5 @@
 """spec.routing.inferencePool without a cluster: the managed pool selects exactly what the Service
-selects and is valid under the upstream InferencePool CRD vendored in crds/third-party/; a
+selects and is valid under the upstream InferencePool CRD vendored in tests/e2e/upstream/; a
 referenced pool's selector and ports are checked against the labels serving engines carry, each
 problem named with its fix; the spec refuses contradictory settings with the field's name; API
 refusals become what to install or enable. The real API server's side is
@@ -23,7 +23,7 @@ from weightcache_operator.spec import FailureMode
 from weightcache_operator.validation import parse
 
 ROOT = Path(__file__).resolve().parents[2]
-UPSTREAM = ROOT / "crds" / "third-party" / "inference.networking.k8s.io_inferencepools.yaml"
+UPSTREAM = ROOT / "tests" / "e2e" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"
 MANAGED = {"inferencePool": {"mode": "Managed", "endpointPickerRef": {"name": "epp", "port": 9002}}}
 
 
@@ -171,5 +171,10 @@ def test_no_routing_renders_nothing() -> None:
 def test_api_refusals_say_what_to_install_or_enable() -> None:
     missing = _refusal(ApiError(404, {"message": "the server could not find the requested resource"}), "read")
     assert missing.reason == "CRDNotInstalled" and "inferencepools.inference.networking.k8s.io" in missing.message
+    # The release it names is the one whose CRD the tests run against.
+    bundle = yaml.safe_load(UPSTREAM.read_text())["metadata"]["annotations"][
+        "inference.networking.k8s.io/bundle-version"
+    ]
+    assert f"tested with release {bundle}" in missing.message
     forbidden = _refusal(ApiError(403, {"message": "forbidden"}), "apply")
     assert forbidden.reason == "Forbidden" and "--set routing.inferencePool.enabled=true" in forbidden.message
