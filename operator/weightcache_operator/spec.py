@@ -528,7 +528,7 @@ class WeightCacheSpec(ApiModel):
 
 class Condition(ApiModel):
     """The Kubernetes condition convention (metav1.Condition): DaemonsReady, EnginesReady,
-    Available, Progressing, Degraded, CheckpointChanged."""
+    Available, Progressing, Degraded, CheckpointChanged, InferencePoolReady."""
 
     type: str = Field(min_length=1, max_length=316)
     status: ConditionStatus

@@ -75,7 +75,19 @@ def test_vllm_examples_are_stored_as_written_with_the_models_defaults(
 def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str, namespace: str) -> None:
     cluster.apply(SAMPLE_PATH.read_text(), namespace=namespace)
     header = cluster.kubectl("get", "wc", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "READY", "NODES", "ACTIVE", "STANDBY", "MODEL", "AGE", "MESSAGE"]
+    assert header == [
+        "NAME",
+        "PHASE",
+        "READY",
+        "NODES",
+        "ACTIVE",
+        "STANDBY",
+        "SERVED",
+        "MODEL",
+        "MODEL",
+        "AGE",
+        "MESSAGE",
+    ]
     kube.patch(
         f"{collection(namespace)}/tiny-llama/status",
         {
@@ -84,13 +96,14 @@ def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str
                 "readyNodes": "1/1",
                 "activeEngines": 1,
                 "standbyEngines": 1,
+                "servedModelName": "tiny-llama",
                 "model": "/models/tiny-llama@seed-0",
             }
         },
         content_type=MERGE,
     )
     row = cluster.kubectl("get", "wc", "tiny-llama", "-n", namespace, "--no-headers").stdout.split()
-    assert row[:6] == ["tiny-llama", "Ready", "1/1", "1", "1", "/models/tiny-llama@seed-0"]
+    assert row[:7] == ["tiny-llama", "Ready", "1/1", "1", "1", "tiny-llama", "/models/tiny-llama@seed-0"]
 
 
 GPU_VARIANT = {
