@@ -11,7 +11,9 @@ are looked at: other vLLM processes on the machine make theirs concurrently. The
 random name cannot be told apart that way; what the resource tracker finds left of it is in the
 daemon's log."""
 
+import tempfile
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +22,20 @@ from vllm_harness import qwen3_checkpoint, start_daemon, vllm_args
 SHM = Path("/dev/shm")
 
 
+@pytest.fixture
+def rpc_dir() -> Iterator[Path]:
+    """vLLM's ``VLLM_RPC_BASE_PATH``, short: vLLM binds ZeroMQ sockets of 36-character names in it,
+    a Unix socket path has at most 107 bytes, and pytest's tmp_path grows with its run counter."""
+    with tempfile.TemporaryDirectory(prefix="wc-rpc-") as d:
+        yield Path(d)
+
+
 @pytest.mark.parametrize("tp", [1, 2])
 def test_a_started_and_stopped_vllm_daemon_leaves_no_shared_memory_or_socket_files(
-    tmp_path: Path, socket_dir: str, tp: int, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, socket_dir: str, rpc_dir: Path, tp: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ident = f"wc-test-{uuid.uuid4().hex[:12]}"
-    rpc = tmp_path / "vllm-rpc"
-    rpc.mkdir()
+    rpc = rpc_dir
     monkeypatch.setenv("VLLM_DIST_IDENT", ident)  # the daemon's processes inherit both
     monkeypatch.setenv("VLLM_RPC_BASE_PATH", str(rpc))
     model = qwen3_checkpoint(tmp_path / "qwen3")
