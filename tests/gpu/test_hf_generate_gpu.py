@@ -6,12 +6,25 @@ transformers' own greedy tokens for the same checkpoint on the same GPU.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from typing import Any
+
 import pytest
-from weightcache.tools.demo import run_engine
 from weightcache.tools.reference_hf import greedy, oracle_hf_model, tokenizer_for
 
 pytestmark = pytest.mark.gpu
 PROMPT = "The weight cache"
+
+
+def run_engine(args: list[str]) -> dict[str, Any]:
+    """``weightcache hf-generate`` in its own process; its JSON report (the last line it prints)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "weightcache", "hf-generate", *args], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, f"hf-generate failed ({proc.returncode}):\n{proc.stderr[-2000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_hf_generate_runs_on_cuda_from_the_cache_and_from_disk(checkpoint_factory, start_daemon) -> None:

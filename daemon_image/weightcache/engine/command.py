@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from ..arguments import block
@@ -131,15 +132,18 @@ def run(args: argparse.Namespace) -> int:
             "--nnodes > 1 needs --dist-addr (or WEIGHTCACHE_ENGINE_DIST_ADDR): the host:port of "
             "node 0's rendezvous, which every node's ranks dial"
         )
-    if _source(args).device == "cuda":
-        import torch
+    source = _source(args)
+    launcher = args.tp_rank is None and args.tp_size > 1
+    if source.device == "cuda":
+        from ..gpu.gpu_identity import gpu_count, start_primary_context
 
-        if not torch.cuda.is_available():
-            raise WeightCacheError(
-                f"--backend {args.backend} keeps weights in GPU memory, but this process sees no "
-                "CUDA device; use --backend cpu-shm here"
-            )
-    if args.tp_rank is None and args.tp_size > 1:
+        if not launcher:
+            # The driver's start and the GPU's context are made beside the imports
+            # below (the driver calls drop the GIL); torch adopts the context on its first call.
+            threading.Thread(target=_quietly, args=(start_primary_context,), name="cuda-context", daemon=True).start()
+        elif not gpu_count():  # the launcher needs no torch: the driver API answers "is there a GPU"
+            raise WeightCacheError(_NO_GPU.format(backend=args.backend))
+    if launcher:
         return _launch(args)
     if args.tp_rank is None:
         args.tp_rank = 0  # one rank: this process is it, no launcher needed
@@ -148,8 +152,9 @@ def run(args: argparse.Namespace) -> int:
     timeline = Timeline(rank=args.tp_rank)
     from .rank import EngineOptions, run_rank  # torch, aiohttp: the "imports" phase
 
+    if source.device == "cuda" and not gpu_count():
+        raise WeightCacheError(_NO_GPU.format(backend=args.backend))
     timeline.mark("imports")
-    source = _source(args)
     opts = EngineOptions(
         source=source,
         tp_size=args.tp_size,
@@ -180,6 +185,20 @@ def run(args: argparse.Namespace) -> int:
     os._exit(code)
 
 
+_NO_GPU = (
+    "--backend {backend} keeps weights in GPU memory, but this process sees no CUDA device; use --backend cpu-shm here"
+)
+
+
+def _quietly(start: Any) -> None:
+    """Run an early start-up step on its thread; a failure shows again, with its own message, where
+    the main thread needs the result (``gpu_count``, or torch's first CUDA call)."""
+    try:
+        start()
+    except Exception:  # noqa: BLE001
+        log.debug("early CUDA start failed", exc_info=True)
+
+
 def _source(args: argparse.Namespace) -> Any:
     from ..wire.rankfiles import default_socket_dir
     from .weights import WeightSource
@@ -202,7 +221,7 @@ def _source(args: argparse.Namespace) -> Any:
 def _launch(args: argparse.Namespace) -> int:
     from .launcher import free_port, launch, local_ranks
 
-    source = _source(args)  # validates the mode's arguments before anything starts
+    source = _source(args)
     ranks = local_ranks(args.tp_size, args.nnodes, args.node_rank)
     overrides: dict[str, Any] = {"dist-addr": args.dist_addr or f"127.0.0.1:{free_port()}"}
     if source.mode == "daemon":

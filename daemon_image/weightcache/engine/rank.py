@@ -15,7 +15,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -25,10 +25,12 @@ from .metrics import Metrics, engine_metrics
 from .model import Model
 from .parallel import Group, init_group
 from .scheduler import Event, Leader, Request, SamplingParams, Worker, follow
-from .server import EngineState, build_app
 from .timeline import Timeline
 from .tokenizer import Tokenizer
 from .weights import WeightSource, load_rank
+
+if TYPE_CHECKING:
+    from .server import EngineState
 
 log = logging.getLogger("weightcache.engine")
 
@@ -59,6 +61,10 @@ def run_rank(opts: EngineOptions, timeline: Timeline) -> int:
     threads = opts.threads or (1 if opts.tp_size > 1 else None)
     if threads:
         torch.set_num_threads(threads)
+    if opts.source.device == "cuda":
+        # cuBLAS loads and makes its handle on the first matmul; let that happen while this thread
+        # starts the server and maps the weights (torch drops the GIL inside its operators).
+        threading.Thread(target=_warm_cublas, name="warm-cublas", daemon=True).start()
     if opts.tp_rank == 0:
         return asyncio.run(_serve(opts, timeline))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # rank 0 drains, then tells us to stop
@@ -96,6 +102,15 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
         {"rank": opts.tp_rank, "pid": os.getpid(), "weights": report, "startup": dict(timeline.marks)}
     )
     return Worker(model, group), ranks
+
+
+def _warm_cublas() -> None:
+    try:
+        torch.cuda.set_device(0)  # as _start does: the launcher leaves each rank one visible GPU
+        x = torch.ones((64, 64), dtype=torch.bfloat16, device="cuda")
+        (x @ x).sum().item()
+    except Exception:  # noqa: BLE001 - the warm-up's real forward reports any CUDA problem by name
+        log.debug("cuBLAS warm-up failed", exc_info=True)
 
 
 def _block_of(source: WeightSource) -> tuple[int, int] | None:
@@ -149,6 +164,8 @@ def _warm_up(leader: Leader, tokens: int) -> None:
 
 async def _serve(opts: EngineOptions, timeline: Timeline) -> int:
     from aiohttp import web
+
+    from .server import EngineState, build_app  # aiohttp: rank 0 only, the other ranks serve nothing
 
     cfg = ModelConfig.from_checkpoint(opts.source.model)
     max_len = min(opts.max_model_len or cfg.max_position_embeddings, cfg.max_position_embeddings)

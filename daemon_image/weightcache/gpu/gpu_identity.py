@@ -56,6 +56,22 @@ def gpu_count() -> int:
         return 0  # no libcuda, no device, or a driver that refuses: no GPU for our purposes
 
 
+def start_primary_context(ordinal: int = 0) -> bool:
+    """Initialise the driver and create GPU ``ordinal``'s primary context; False without a GPU.
+
+    The primary context is the one the CUDA runtime (torch) adopts on its first call, so a process
+    that calls this on a thread while it imports torch pays for the context (a few hundred ms on an
+    H200) beside the import, not after it: the driver calls drop the GIL. The context is retained
+    for the life of the process, as torch's own is.
+    """
+    if ordinal >= gpu_count():
+        return False
+    cu = _driver()
+    device = _ok(cu.cuDeviceGet(ordinal), "cuDeviceGet")
+    _ok(cu.cuDevicePrimaryCtxRetain(device), "cuDevicePrimaryCtxRetain")
+    return True
+
+
 @functools.cache
 def gpu_facts(ordinal: int) -> GpuFacts:
     """Facts of this process's GPU ``ordinal`` (its own numbering; only UUIDs cross processes)."""

@@ -1,24 +1,31 @@
 """The quick-start demo: one command that shows what weightcache is for, on CPU.
 
-Generates a small real checkpoint, starts a daemon that loads it once, then starts an engine
-process twice — once loading from disk, once mapping from the daemon — and prints both load
-times, the speed-up and the greedy completion from each (which must be identical).
+Generates a small real checkpoint, starts a daemon that loads it once, then starts the reference
+engine (``weightcache engine``) twice — once loading from disk, once mapping from the daemon —
+and prints, for each, the weight phase, the time from process start to ``/ready`` and its phases
+(from the engine's own startup timeline), and one greedy completion (which must be identical).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
 
 from ..checkpoints.page_cache import drop_page_cache
+from ..engine.launcher import free_port
+from ..engine.timeline import PHASES
 from ..wire.rankfiles import RankFiles
 from .sample_checkpoints import ModelSpec, write_checkpoint
 
@@ -34,6 +41,7 @@ DEMO_SPEC = ModelSpec(
     seed=1,
 )
 PROMPT = "The weight cache keeps"
+ENGINE_TIMEOUT_S = 300.0
 
 
 def ensure_checkpoint(path: Path, spec: ModelSpec) -> Path:
@@ -54,16 +62,63 @@ def wait_ready(files: RankFiles, daemon: subprocess.Popen[bytes], timeout_s: flo
         time.sleep(0.05)
 
 
-def run_engine(args: list[str]) -> dict:
+def http(port: int, path: str, body: dict[str, Any] | None = None, timeout: float = 60.0) -> tuple[int, str]:
+    """GET (or, with a body, POST JSON) on the local engine; (status, text), 4xx/5xx included."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def startup_marks(metrics: str, rank: int = 0) -> dict[str, float]:
+    """The engine's startup timeline from its ``/metrics``: phase → seconds since process start."""
+    pattern = rf'weightcache_engine_startup_seconds\{{phase="(\w+)",rank="{rank}"\}} (\S+)'
+    return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, metrics)}
+
+
+def run_engine(args: list[str], max_new_tokens: int, log: Path) -> dict[str, Any]:
+    """Start ``weightcache engine`` with ``args``, wait for ``/ready``, ask for one greedy completion,
+    stop it with SIGTERM; returns what it reported."""
+    port = free_port()
+    argv = [sys.executable, "-m", "weightcache", "engine", *args, "--port", str(port)]
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "weightcache", "hf-generate", *args], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise WeightCacheError(f"engine failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    report["wall_seconds"] = time.perf_counter() - started
-    return report
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise WeightCacheError(f"engine exited {proc.returncode} before it was ready; see {log}")
+            if time.perf_counter() - started > ENGINE_TIMEOUT_S:
+                raise WeightCacheError(f"engine not ready after {ENGINE_TIMEOUT_S:.0f} s; see {log}")
+            try:
+                if http(port, "/ready", timeout=1)[0] == 200:
+                    break
+            except OSError:  # not listening yet
+                pass
+            time.sleep(0.01)
+        ready_wall = time.perf_counter() - started
+        request = {"prompt": PROMPT, "max_tokens": max_new_tokens, "temperature": 0, "return_token_ids": True}
+        status, text = http(port, "/v1/completions", request)
+        if status != 200:
+            raise WeightCacheError(f"the engine answered {status}: {text}")
+        answered = time.perf_counter() - started
+        choice = json.loads(text)["choices"][0]
+        weights = json.loads(http(port, "/health")[1])["ranks"][0]["weights"]
+        marks = startup_marks(http(port, "/metrics")[1])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    return {
+        **weights,
+        "ready_wall": ready_wall,
+        "answered_wall": answered,
+        "marks": marks,
+        "completion": choice["text"],
+        "tokens": choice["token_ids"],
+    }
 
 
 def run(workdir: str, max_new_tokens: int = 16) -> int:
@@ -91,20 +146,13 @@ def run(workdir: str, max_new_tokens: int = 16) -> int:
     try:
         wait_ready(files, daemon, timeout_s=600)
         ready = files.read_ready()
-        common = [
-            "--model",
-            str(checkpoint),
-            "--prompt",
-            PROMPT,
-            "--max-new-tokens",
-            str(max_new_tokens),
-            "--dtype",
-            "bfloat16",
-        ]
+        common = ["--model", str(checkpoint), "--dtype", "bfloat16", "--weight-cache-fallback", "error"]
         dropped = drop_page_cache(checkpoint)
-        disk = run_engine([*common, "--weights", "off"])
+        disk = run_engine([*common, "--weight-cache-mode", "off"], max_new_tokens, root / "engine-disk.log")
         cached = run_engine(
-            [*common, "--weights", "client", "--socket-dir", socket_dir, "--name", name, "--fallback", "error"]
+            [*common, "--weight-cache-mode", "client", "--socket-dir", socket_dir, "--name", name],
+            max_new_tokens,
+            root / "engine-cache.log",
         )
     finally:
         daemon.send_signal(signal.SIGTERM)
@@ -115,12 +163,23 @@ def run(workdir: str, max_new_tokens: int = 16) -> int:
     print(f"checkpoint: {checkpoint} ({gib:.2f} GiB of weights, {ready.tensor_count if ready else '?'} tensors)")
     print(f"daemon first load (disk → arena): {ready.load_seconds if ready else float('nan'):.3f} s")
     print()
-    print(f"{'engine start':<26} {'weights ready':>14} {'process':>9}  completion")
-    for label, r in ((f"from disk{' (cold cache)' if dropped else ''}", disk), ("from the weight cache", cached)):
+    print(f"{'engine start':<26} {'weights ready':>14} {'to /ready':>10} {'to answer':>10}  completion")
+    runs = ((f"from disk{' (cold cache)' if dropped else ''}", disk), ("from the weight cache", cached))
+    for label, r in runs:
         print(
-            f"{label:<26} {r['weights_ready_seconds'] * 1000:>11.1f} ms {r['process_seconds']:>7.2f} s  {r['completion']!r}"
+            f"{label:<26} {r['seconds'] * 1000:>11.1f} ms {r['ready_wall']:>8.2f} s {r['answered_wall']:>8.2f} s"
+            f"  {r['completion']!r}"
         )
-    speedup = disk["weights_ready_seconds"] / max(cached["weights_ready_seconds"], 1e-9)
+    print()
+    print("startup phases, seconds (the engine's timeline, from the kernel's process start):")
+    print(f"{'':<26} " + " ".join(f"{phase:>16}" for phase in PHASES))
+    for label, r in runs:
+        previous, cells = 0.0, []
+        for phase in PHASES:
+            cells.append(f"{r['marks'].get(phase, float('nan')) - previous:>16.3f}")
+            previous = r["marks"].get(phase, previous)
+        print(f"{label:<26} " + " ".join(cells))
+    speedup = disk["seconds"] / max(cached["seconds"], 1e-9)
     print()
     print(
         f"speed-up of weight loading: {speedup:.0f}×  (mapped {cached['bytes_mapped'] / 2**20:.0f} MiB, "
