@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from weightcache.engine.metrics import Metrics
 from weightcache.engine.timeline import Timeline, process_start_time
 from weightcache.engine.tokenizer import Tokenizer
@@ -36,6 +37,35 @@ def test_tokenizer_round_trips_and_knows_its_eos(checkpoint_factory) -> None:
     ids = tok.encode("The weight cache keeps a model's weights resident.")
     assert len(ids) > 3 and tok.decode(ids) == "The weight cache keeps a model's weights resident."
     assert tok.eos_token_ids == frozenset({0})
+
+
+# Text the tokenizers must agree on: ASCII, code, runs of spaces and newlines, accents, CJK, emoji
+# (bytes outside the trained merges), a special token's text and the empty string.
+TOKENIZER_SAMPLES = [
+    "The weight cache keeps a model's weights resident.",
+    "def add(a, b):\n    return a + b\n\n\nprint(add(2, 3))",
+    "  leading and   inner   spaces\t\ttabs ",
+    "naïve café, Grüße — 東京 🚀 ∑x²",
+    "<|endoftext|> after the end",
+    "",
+]
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_tokenizer_gives_transformers_ids_and_text_without_importing_it(checkpoint_factory, family: str) -> None:
+    """The engine reads tokenizer.json with ``tokenizers`` alone; transformers' AutoTokenizer (what
+    the oracle and the old demo used) must produce the same ids and the same decoded text."""
+    from weightcache.tools.reference_hf import tokenizer_for
+
+    model = checkpoint_factory(family=family)
+    ours, theirs = Tokenizer(model), tokenizer_for(model)
+    for text in TOKENIZER_SAMPLES:
+        ids = ours.encode(text)
+        assert ids == theirs.encode(text, add_special_tokens=False), text
+        assert ours.decode(ids) == theirs.decode(ids, skip_special_tokens=True), text
+    every_id = list(range(theirs.vocab_size))  # each token alone, specials included
+    assert [ours.decode([i]) for i in every_id] == [theirs.decode([i], skip_special_tokens=True) for i in every_id]
+    assert ours.eos_token_ids >= {theirs.eos_token_id}
 
 
 def test_chat_uses_the_checkpoint_template_when_it_has_one(checkpoint_factory, tmp_path) -> None:

@@ -50,3 +50,29 @@ def test_plan_command_runs_without_torch_or_numpy(lean_env: dict[str, str], chec
         env=lean_env,
     )
     assert out.returncode == 0 and "every rank can be planned" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_gpu_engine_launcher_checks_for_a_gpu_without_torch(lean_env: dict[str, str], checkpoint_factory) -> None:
+    """The launcher of a multi-rank GPU engine only starts ranks: it asks the CUDA driver whether
+    there is a GPU instead of importing torch (seconds) before the ranks can even start theirs."""
+    ckpt = checkpoint_factory(family="llama")
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "engine",
+            "--model",
+            str(ckpt),
+            "--tp-size",
+            "2",
+            "--backend",
+            "cuda-vmm",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=lean_env,
+    )
+    assert "lean path" not in out.stderr, out.stderr
+    assert out.returncode != 0 and "sees no CUDA device" in out.stderr, out.stdout + out.stderr
