@@ -150,7 +150,10 @@ def run(args: argparse.Namespace) -> int:
     from .timeline import Timeline
 
     timeline = Timeline(rank=args.tp_rank)
-    from .rank import EngineOptions, run_rank  # torch, aiohttp: the "imports" phase
+    from .rank import EngineOptions, run_rank  # torch: the "imports" phase
+
+    if args.tp_rank == 0:
+        from . import server  # noqa: F401 - rank 0's HTTP server (aiohttp), imported within the phase
 
     if source.device == "cuda" and not gpu_count():
         raise WeightCacheError(_NO_GPU.format(backend=args.backend))
