@@ -23,7 +23,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
-from weightcache_contract.daemon_report import ArtifactReport, DaemonReport, RankReport, node_fingerprint, report_metrics
+from weightcache_contract.daemon_report import (
+    ArtifactReport,
+    DaemonReport,
+    RankReport,
+    node_fingerprint,
+    report_metrics,
+)
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
 from ..gpu.device_memory import memory_report

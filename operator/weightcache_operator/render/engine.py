@@ -38,9 +38,9 @@ from .layout import (
     socket_volume,
 )
 from .security import container_security, with_defaults
+from .vllm import engine_artifact_volumes, engine_probes, uses_artifacts, uses_vllm
 from .vllm import engine_command as vllm_engine_command
 from .vllm import engine_env as vllm_engine_env
-from .vllm import engine_artifact_volumes, engine_probes, uses_artifacts, uses_vllm
 
 Role = Literal["active", "standby"]
 
