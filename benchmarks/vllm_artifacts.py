@@ -28,6 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 from weightcache.artifacts.store import Store
@@ -59,8 +60,11 @@ def healthy(url: str) -> bool:
         return False
 
 
-def start_engine(model: Path, root: Path, socket_dir: str, scratch: Path, log: Path) -> tuple[float, str]:
-    """One engine start under the artifact wrapper: seconds to /health, and what its loader said."""
+def start_engine(
+    model: Path, root: Path, socket_dir: str, scratch: Path, log: Path, before_stop: Callable[[], object]
+) -> tuple[float, str]:
+    """One engine start under the artifact wrapper: seconds to /health, and what its loader said.
+    ``before_stop`` runs while the engine still serves (a miss is published only then)."""
     port = free_port()
     health = f"http://127.0.0.1:{port}/health"
     extra = json.dumps({"socket_dir": socket_dir, "name": NAME, "fallback": "error"})
@@ -88,6 +92,7 @@ def start_engine(model: Path, root: Path, socket_dir: str, scratch: Path, log: P
                     raise SystemExit(f"engine exited {proc.returncode}; see {log}")
                 time.sleep(0.1)
             took = time.perf_counter() - began
+            before_stop()
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=120)
@@ -141,12 +146,14 @@ def main() -> int:
             time.sleep(0.1)
         for run in range(args.runs):
             store.evict(0)  # no engine runs now: the cold start finds nothing
-            took, said = start_engine(model, root, socket_dir, scratch, work / f"cold-{run}.log")
+            took, said = start_engine(
+                model, root, socket_dir, scratch, work / f"cold-{run}.log", lambda: wait_published(store)
+            )
             results["cold"].append(took)
             notes["cold"].append(said)
-            published = wait_published(store)
+            published = sum(e.bytes for e in store.list_entries())
             print(f"run {run + 1}/{args.runs} cold: {took:.1f} s ({said}); published {published} bytes", flush=True)
-            took, said = start_engine(model, root, socket_dir, scratch, work / f"warm-{run}.log")
+            took, said = start_engine(model, root, socket_dir, scratch, work / f"warm-{run}.log", lambda: None)
             results["warm"].append(took)
             notes["warm"].append(said)
             print(f"run {run + 1}/{args.runs} warm: {took:.1f} s ({said})", flush=True)

@@ -327,29 +327,25 @@ class Store:
     def claim(self, staging: Path, key: ArtifactKey) -> Claim:
         """Once per engine (every worker calls it; the first does the work): copy the entry
         published under ``key`` into the staging data, when there is one, and record the claim."""
-        fd = os.open(staging / "alive.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # Workers of one engine are separate processes; alive.lock's flock is the wrapper's, so
+        # they serialise on a lock of their own.
+        lock = os.open(staging / "claim.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            # Workers of one engine are separate processes: the lock file's own flock is held by
-            # the wrapper, so they serialise on a second one.
-            lock = os.open(staging / "claim.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX)
-                earlier = self.read_claim(staging)
-                if earlier is not None:
-                    if earlier.key != key:
-                        raise ArtifactError(
-                            f"workers of one engine computed different artifact keys ({earlier.key.digest} and "
-                            f"{key.digest}); they must run with one configuration"
-                        )
-                    return earlier
-                hit = self.checkout(key, staging / "data")
-                claim = Claim(key=key, hit=hit)
-                write_atomically(staging / "claim.json", claim.model_dump_json().encode(), 0o600)
-                return claim
-            finally:
-                os.close(lock)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            earlier = self.read_claim(staging)
+            if earlier is not None:
+                if earlier.key != key:
+                    raise ArtifactError(
+                        f"workers of one engine computed different artifact keys ({earlier.key.digest} and "
+                        f"{key.digest}); they must run with one configuration"
+                    )
+                return earlier
+            hit = self.checkout(key, staging / "data")
+            claim = Claim(key=key, hit=hit)
+            write_atomically(staging / "claim.json", claim.model_dump_json().encode(), 0o600)
+            return claim
         finally:
-            os.close(fd)
+            os.close(lock)
 
     def checkout(self, key: ArtifactKey, dest: Path) -> str | None:
         """Copies the entry of ``key`` into ``dest``; its digest, or None on a miss."""
