@@ -61,7 +61,13 @@ def healthy(url: str) -> bool:
 
 
 def start_engine(
-    model: Path, root: Path, socket_dir: str, scratch: Path, log: Path, before_stop: Callable[[], object]
+    model: Path,
+    root: Path,
+    socket_dir: str,
+    scratch: Path,
+    log: Path,
+    before_stop: Callable[[], object],
+    extra_env: dict[str, str],
 ) -> tuple[float, str]:
     """One engine start under the artifact wrapper: seconds to /health, and what its loader said.
     ``before_stop`` runs while the engine still serves (a miss is published only then)."""
@@ -82,6 +88,7 @@ def start_engine(
         # directory can make a start warm.
         "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-", dir=scratch),
         "HOME": tempfile.mkdtemp(prefix="home-", dir=scratch),
+        **extra_env,
     }
     began = time.perf_counter()
     with log.open("w") as sink:
@@ -113,7 +120,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--runs", type=int, default=2, help="starts per kind (medians are printed)")
     p.add_argument("--workdir", default=None)
+    p.add_argument("--engine-env", action="append", default=[], metavar="NAME=VALUE", help="more engine environment")
     args = p.parse_args()
+    extra_env = dict(item.split("=", 1) for item in args.engine_env)
     from testcluster.sample import VLLM_SAMPLE, generate_checkpoint
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="wc-bench-artifacts-"))
@@ -147,13 +156,15 @@ def main() -> int:
         for run in range(args.runs):
             store.evict(0)  # no engine runs now: the cold start finds nothing
             took, said = start_engine(
-                model, root, socket_dir, scratch, work / f"cold-{run}.log", lambda: wait_published(store)
+                model, root, socket_dir, scratch, work / f"cold-{run}.log", lambda: wait_published(store), extra_env
             )
             results["cold"].append(took)
             notes["cold"].append(said)
             published = sum(e.bytes for e in store.list_entries())
             print(f"run {run + 1}/{args.runs} cold: {took:.1f} s ({said}); published {published} bytes", flush=True)
-            took, said = start_engine(model, root, socket_dir, scratch, work / f"warm-{run}.log", lambda: None)
+            took, said = start_engine(
+                model, root, socket_dir, scratch, work / f"warm-{run}.log", lambda: None, extra_env
+            )
             results["warm"].append(took)
             notes["warm"].append(said)
             print(f"run {run + 1}/{args.runs} warm: {took:.1f} s ({said})", flush=True)
