@@ -40,8 +40,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("engine", nargs=argparse.REMAINDER, help="-- and the engine's command line")
 
 
-def engine_env(staging: Path, root: str) -> dict[str, str]:
-    return {DIR_ENV: root, STAGING_ENV: str(staging), ENGINE_CACHE_ENV: str(staging / "data")}
+ENGINE_DEFAULTS = {"VLLM_USE_AOT_COMPILE": "0"}
+"""Set unless the engine's environment sets them. vLLM 0.32's ahead-of-time compiled function (its
+default with torch ≥ 2.10) does not load back on this CPU build with torch 2.13: every later engine
+logs ``Compiling model again due to a load failure …: 'function' object has no attribute
+'finalize_loading'`` and compiles again, with or without ``VLLM_USE_MEGA_AOT_ARTIFACT``. Without
+it vLLM traces with Dynamo (seconds) and loads Inductor's compiled graphs from its cache by keys
+relative to the cache directory, so a copied entry works from any staging directory."""
+
+
+def engine_env(staging: Path, root: str, environ: dict[str, str]) -> dict[str, str]:
+    defaults = {k: v for k, v in ENGINE_DEFAULTS.items() if k not in environ}
+    return {**defaults, DIR_ENV: root, STAGING_ENV: str(staging), ENGINE_CACHE_ENV: str(staging / "data")}
 
 
 def healthy(url: str) -> bool:
@@ -63,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             "mount the same host directory, or start the daemon first"
         )
     staging, alive = store.stage()
-    child = subprocess.Popen(argv, env={**os.environ, **engine_env(staging, args.dir)}, pass_fds=())
+    child = subprocess.Popen(argv, env={**os.environ, **engine_env(staging, args.dir, dict(os.environ))}, pass_fds=())
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:
