@@ -48,3 +48,14 @@ def test_an_entry_in_use_is_never_evicted_even_when_oldest() -> None:
     entries = [Entry("old", 50, last_used=1.0), Entry("new", 50, last_used=2.0)]
     assert eviction_order(entries, max_bytes=50, in_use=frozenset({"old"})) == ["new"]
     assert eviction_order(entries, max_bytes=0, in_use=frozenset({"old", "new"})) == []
+
+
+def test_the_engine_compiles_into_its_staging_and_its_own_aot_setting_wins() -> None:
+    from pathlib import Path
+
+    from weightcache.artifacts.engine import engine_env
+
+    env = engine_env(Path("/a/staging/0123456789abcdef"), "/a", {})
+    assert env["VLLM_CACHE_ROOT"] == "/a/staging/0123456789abcdef/data"
+    assert env["VLLM_USE_AOT_COMPILE"] == "0"
+    assert "VLLM_USE_AOT_COMPILE" not in engine_env(Path("/a/staging/x"), "/a", {"VLLM_USE_AOT_COMPILE": "1"})
