@@ -171,10 +171,11 @@ def main() -> int:
             notes["cold"].append(said)
             published = sum(e.bytes for e in store.list_entries())
             print(f"run {run + 1}/{args.runs} cold: {took:.1f} s ({said}); published {published} bytes", flush=True)
-            took, said = start_engine(
+            took, init, said = start_engine(
                 model, root, socket_dir, scratch, work / f"warm-{run}.log", lambda: None, extra_env
             )
             results["warm"].append(took)
+            inits["warm"].append(init)
             notes["warm"].append(said)
             print(f"run {run + 1}/{args.runs} warm: {took:.1f} s ({said})", flush=True)
     finally:
