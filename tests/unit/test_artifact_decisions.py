@@ -57,5 +57,6 @@ def test_the_engine_compiles_into_its_staging_and_its_own_aot_setting_wins() -> 
 
     env = engine_env(Path("/a/staging/0123456789abcdef"), "/a", {})
     assert env["VLLM_CACHE_ROOT"] == "/a/staging/0123456789abcdef/data"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/a/staging/0123456789abcdef/data/inductor"
     assert env["VLLM_USE_AOT_COMPILE"] == "0"
     assert "VLLM_USE_AOT_COMPILE" not in engine_env(Path("/a/staging/x"), "/a", {"VLLM_USE_AOT_COMPILE": "1"})

@@ -2,8 +2,8 @@
 compile-artifact directory.
 
 The wrapper makes the engine's private staging directory (store.py) and holds its ``alive.lock``,
-points the engine's compile caches into it (``VLLM_CACHE_ROOT``; vLLM keeps Inductor's and
-Triton's caches under it), and runs the engine as its child. The engine's loader computes the key
+points the engine's compile caches into it (``VLLM_CACHE_ROOT``, ``TORCHINDUCTOR_CACHE_DIR``,
+``TRITON_CACHE_DIR``), and runs the engine as its child. The engine's loader computes the key
 from its own parsed configuration and copies a published entry in (``Store.claim``, in the
 weightcache loader), before vLLM compiles. Once the engine answers ``URL`` with 200 its compilation
 is done: the wrapper marks the staging directory ``READY`` and the daemon publishes it. Signals
@@ -50,8 +50,21 @@ relative to the cache directory, so a copied entry works from any staging direct
 
 
 def engine_env(staging: Path, root: str, environ: dict[str, str]) -> dict[str, str]:
+    """Every compile cache of the engine under its staging data. vLLM moves Inductor's and
+    Triton's caches under ``VLLM_CACHE_ROOT`` only where its own compile cache is used; without the
+    AOT function (``ENGINE_DEFAULTS``), vLLM's CPU build compiles through Inductor's FX graph and
+    AOTAutograd caches in ``TORCHINDUCTOR_CACHE_DIR`` (seen: nothing but ``modelinfos/`` under
+    ``VLLM_CACHE_ROOT`` otherwise), so they are pointed there too."""
+    data = staging / "data"
     defaults = {k: v for k, v in ENGINE_DEFAULTS.items() if k not in environ}
-    return {**defaults, DIR_ENV: root, STAGING_ENV: str(staging), ENGINE_CACHE_ENV: str(staging / "data")}
+    return {
+        **defaults,
+        DIR_ENV: root,
+        STAGING_ENV: str(staging),
+        ENGINE_CACHE_ENV: str(data),
+        "TORCHINDUCTOR_CACHE_DIR": str(data / "inductor"),
+        "TRITON_CACHE_DIR": str(data / "triton"),
+    }
 
 
 def healthy(url: str) -> bool:
