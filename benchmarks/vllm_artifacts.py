@@ -7,7 +7,7 @@ Everything is real and as the operator renders it: a ``weightcache daemon --prof
 --artifact-dir DIR`` holding the example's tiny Qwen3 (examples/weightcache-vllm-cpu.yaml) and
 publishing, and each engine ``weightcache artifacts-run --dir DIR --health URL -- vllm serve …
 --load-format weightcache``. A cold start begins with no entries (the previous one's evicted) and
-a fresh Inductor directory and home outside the artifact directory, so nothing compiled earlier
+a fresh home directory outside the artifact directory, so nothing compiled earlier
 helps it. Each start is a fresh process; the time is from its spawn to the first 200 of
 ``/health``. It prints a table and asserts nothing (a script, not a test).
 
@@ -87,10 +87,9 @@ def start_engine(
         "VLLM_HOST_IP": "127.0.0.1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-        # Inductor's default directory (vLLM moves Inductor and Triton under VLLM_CACHE_ROOT when it
-        # compiles) and the home directory start empty on every start, so that only the artifact
-        # directory can make a start warm.
-        "TORCHINDUCTOR_CACHE_DIR": tempfile.mkdtemp(prefix="inductor-", dir=scratch),
+        # The home directory starts empty on every start (the wrapper points vLLM's, Inductor's and
+        # Triton's caches into the engine's staging), so only the artifact directory can make a
+        # start warm.
         "HOME": tempfile.mkdtemp(prefix="home-", dir=scratch),
         **extra_env,
     }
