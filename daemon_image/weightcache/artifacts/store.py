@@ -146,15 +146,6 @@ def _copy_file(src: Path, dest: Path) -> None:
         os.close(fin)
 
 
-def tree_bytes(path: Path) -> int:
-    total = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for name in names:
-            st = os.lstat(os.path.join(dirpath, name))
-            total += st.st_size if stat.S_ISREG(st.st_mode) else 0
-    return total
-
-
 @contextmanager
 def _dir_lock(path: Path, exclusive: bool, wait: bool) -> Iterator[bool]:
     """``flock`` on a directory itself (no file to create: engines see entries read-only).
