@@ -86,6 +86,26 @@ class DeviceMemory(_Report):
     error: str | None = None
 
 
+class ArtifactReport(_Report):
+    """The node's compile-artifact directory (``weightcache.artifacts``), counted since the daemon
+    pod started: engines that started from a published entry (``hits``), engines that compiled
+    anew (``misses``), and what the daemon did with their staging directories."""
+
+    hits: int = Field(default=0, ge=0)
+    misses: int = Field(default=0, ge=0)
+    published: int = Field(default=0, ge=0)
+    lost_races: int = Field(default=0, ge=0)
+    """Misses published by another engine of the same key first (one entry per key)."""
+    refused: int = Field(default=0, ge=0)
+    """Staging directories not published (a symlink, a special file, over the size bound, a bad claim)."""
+    evicted: int = Field(default=0, ge=0)
+    entries: int = Field(default=0, ge=0)
+    bytes: int = Field(default=0, ge=0)
+    max_bytes: int = Field(default=0, ge=0)
+    problem: str | None = None
+    """The last refusal or failure, for people."""
+
+
 class DaemonReport(_Report):
     """A daemon pod's ranks. ``fingerprint`` identifies what the whole node holds (see
     ``node_fingerprint``); null until every rank answers. ``memory``: the host's and each GPU's
@@ -97,6 +117,8 @@ class DaemonReport(_Report):
     fingerprint: str | None = None
     ranks: list[RankReport]
     memory: list[DeviceMemory] = []
+    artifacts: ArtifactReport | None = None
+    """Null when the daemon keeps no compile artifacts (``--artifact-dir`` unset)."""
 
 
 def node_fingerprint(ranks: list[RankReport]) -> str | None:
@@ -131,6 +153,13 @@ def report_metrics(report: DaemonReport) -> Metrics:
         "gauge",
         "1 while the checkpoint on disk holds other bytes than the rank's arena (restart the daemon to load them)",
     )
+    m.describe("weightcache_artifacts_hits_total", "counter", "engines started from published compile artifacts")
+    m.describe("weightcache_artifacts_misses_total", "counter", "engines that found no compile artifacts for their key")
+    m.describe("weightcache_artifacts_bytes", "gauge", "bytes of the published compile-artifact entries")
+    if report.artifacts is not None:
+        m.set("weightcache_artifacts_hits_total", report.artifacts.hits, cache=report.cache)
+        m.set("weightcache_artifacts_misses_total", report.artifacts.misses, cache=report.cache)
+        m.set("weightcache_artifacts_bytes", report.artifacts.bytes, cache=report.cache)
     for memory in report.memory:
         if memory.free_bytes is not None:
             m.set("weightcache_daemon_device_free_bytes", memory.free_bytes, cache=report.cache, device=memory.device)

@@ -98,6 +98,12 @@ COMMANDS: tuple[Command, ...] = (
         "weightcache.tools.bench:run",
     ),
     Command(
+        "artifacts-run",
+        "run an engine on the node's compile-artifact directory (stage, then publish once it serves)",
+        "weightcache.artifacts.engine:add_arguments",
+        "weightcache.artifacts.engine:run",
+    ),
+    Command(
         "engine",
         "the reference engine: a tensor-parallel OpenAI-compatible server",
         "weightcache.engine.command:add_arguments",

@@ -320,6 +320,23 @@ class Dra(ApiModel):
     )
 
 
+ARTIFACT_CACHE_DEFAULT_BYTES = 8 << 30
+
+
+class ArtifactCache(ApiModel):
+    """A node-local cache of the engines' compile artifacts (vLLM's torch.compile, Inductor and
+    Triton output), next to the weights: the first engine of a configuration on a node compiles
+    and its daemon publishes the result, later engines with the same key start from it
+    (docs/vllm.md, *Compile artifacts*)."""
+
+    max_bytes: int = Field(
+        default=ARTIFACT_CACHE_DEFAULT_BYTES,
+        ge=1 << 20,
+        description="The bound on the node's published entries for this cache, in bytes; the least recently used"
+        " entries are evicted beyond it (never one an engine is copying out).",
+    )
+
+
 class Vllm(ApiModel):
     """The engines are vLLM: ``vllm serve`` maps an arena in vLLM's own layout, which the daemons
     build with vLLM's loader (their ``vllm`` profile). The operator derives one list of vLLM
@@ -353,6 +370,14 @@ class Vllm(ApiModel):
         " counts every mapped weight page as the engine's own, so two engines would each pay for the one"
         " shared copy. On GPUs size the KV cache with --gpu-memory-utilization in engineArgs"
         " (docs/operator.md).",
+    )
+    artifact_cache: ArtifactCache | None = Field(
+        default=None,
+        description="Set: engines keep their compile artifacts in a per-node directory the daemon pod owns, keyed"
+        " by the weights, vLLM's version and image, the device and vLLM's compilation-relevant configuration;"
+        " an engine whose key was published starts from it instead of compiling. Unset (the default): each"
+        " engine compiles into its own filesystem. Setting or changing it is a daemon generation change (the"
+        " daemons publish and evict).",
     )
 
 
@@ -554,6 +579,18 @@ class RankStatus(ApiModel):
     )
 
 
+class ArtifactStatus(ApiModel):
+    """The node's compile-artifact directory (``spec.engine.vllm.artifactCache``), as its daemon
+    pod counted since it started."""
+
+    hits: int = Field(default=0, ge=0, description="Engines that started from a published entry.")
+    misses: int = Field(default=0, ge=0, description="Engines that compiled anew (no entry for their key).")
+    published: int = Field(default=0, ge=0, description="Entries the daemon published from engines that compiled.")
+    entries: int = Field(default=0, ge=0, description="Published entries now.")
+    bytes: int = Field(default=0, ge=0, description="Bytes of the published entries now.")
+    problem: str | None = Field(default=None, max_length=1024, description="The last staging directory refused.")
+
+
 class NodeStatus(ApiModel):
     """One node's daemon pod and its local ranks."""
 
@@ -565,6 +602,9 @@ class NodeStatus(ApiModel):
     daemon_pod: str | None = None
     fingerprint: str | None = Field(
         default=None, description="Digest of the ranks' weight fingerprints: equal on nodes holding the same weights."
+    )
+    artifacts: ArtifactStatus | None = Field(
+        default=None, description="Compile artifacts on the node; unset without spec.engine.vllm.artifactCache."
     )
     report_error: str | None = Field(
         default=None,

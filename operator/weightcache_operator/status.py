@@ -272,6 +272,16 @@ def _node_entry(
         )
     if isinstance(report, DaemonReport) and report.fingerprint:
         entry["fingerprint"] = report.fingerprint
+    if isinstance(report, DaemonReport) and report.artifacts is not None:
+        seen_artifacts = report.artifacts
+        entry["artifacts"] = {
+            "hits": seen_artifacts.hits,
+            "misses": seen_artifacts.misses,
+            "published": seen_artifacts.published,
+            "entries": seen_artifacts.entries,
+            "bytes": seen_artifacts.bytes,
+            **({"problem": seen_artifacts.problem[:1024]} if seen_artifacts.problem else {}),
+        }
     elif isinstance(report, str):
         entry["reportError"] = report[:1024]
     return entry

@@ -120,6 +120,7 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.preStopSleepSeconds": 5,
     ".spec.engine.vllm.args": [],
     ".spec.engine.vllm.engineArgs": [],
+    ".spec.engine.vllm.artifactCache.maxBytes": 8 << 30,
     ".spec.engine.rollout": {"readyDeadlineSeconds": 600},
     ".spec.engine.rollout.readyDeadlineSeconds": 600,
     ".spec.engine.failover": {"daemonOutageGraceSeconds": 30, "unresponsiveAfterMilliseconds": 0},

@@ -75,7 +75,7 @@ def test_the_check_sees_a_forbidden_import() -> None:
 # ``vllm`` (the vLLM publisher and load format) is the top: it uses the client, the wire, arenas
 # and the daemon's serving path, and nothing in the data plane may need vLLM.
 DATA_PLANE_ORDER = [
-    {"checkpoints", "gpu"},
+    {"checkpoints", "gpu", "artifacts"},
     {"wire"},
     {"arenas"},
     {"client"},

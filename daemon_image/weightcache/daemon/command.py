@@ -29,6 +29,8 @@ LAUNCHER_FLAGS = frozenset(
         "pp_rank",
         "vllm_dist_init",
         "handoff_state",
+        "artifact_dir",
+        "artifact_max_bytes",
     }
 )
 """Flags a rank does not get from its launcher: the launcher's own, and the ones it sets per rank
@@ -112,6 +114,21 @@ def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
             metavar="tcp://HOST:PORT",
             help=argparse.SUPPRESS,  # set by the --ranks launcher: the local ranks' gloo rendezvous
         ),
+        d.add_argument(
+            "--artifact-dir",
+            default=None,
+            metavar="DIR",
+            help="keep the node's engine compile artifacts here: publish what engines run under "
+            "`weightcache artifacts-run` staged, evict beyond --artifact-max-bytes, report hits in /status "
+            "(docs/vllm.md, Compile artifacts); off unless given",
+        ),
+        d.add_argument(
+            "--artifact-max-bytes",
+            type=int,
+            default=8 << 30,
+            metavar="N",
+            help="the bound on --artifact-dir's published entries; least recently used ones go first",
+        ),
         d.add_argument("--handoff-state", default=None, help=argparse.SUPPRESS),  # set by handoff.exec_daemon
         d.add_argument(
             "--local-index",
@@ -154,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
     from .rank import DaemonConfig, launch_local_ranks
     from .rank import run as run_rank
 
-    if args.ranks or args.status_addr:
-        # The status endpoint lives in the launcher, so asking for it launches even one rank.
+    if args.ranks or args.status_addr or args.artifact_dir:
+        # The status endpoint and the artifact publisher live in the launcher, so asking for
+        # either launches even one rank.
         from weightcache_contract.readonly_http import parse_addr
 
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
@@ -164,8 +182,22 @@ def run(args: argparse.Namespace) -> int:
         child_args = rank_argv(args)
         if args.profile == "vllm":
             child_args += ["--vllm-dist-init", vllm_rendezvous(ranks, args.tp_size, args.pp_size)]
+        publisher = None
+        if args.artifact_dir:
+            from ..artifacts.publisher import Publisher
+
+            publisher = Publisher(args.artifact_dir, args.artifact_max_bytes)
+            publisher.create()
         return launch_local_ranks(
-            ranks, args.tp_size, args.pp_size, child_args, status_addr, args.socket_dir, args.name, args.gpus_file
+            ranks,
+            args.tp_size,
+            args.pp_size,
+            child_args,
+            status_addr,
+            args.socket_dir,
+            args.name,
+            args.gpus_file,
+            publisher,
         )
     cfg = DaemonConfig(
         model=args.model,

@@ -36,6 +36,7 @@ from weightcache_contract.errors import (
 
 from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
+from ..artifacts.publisher import Publisher
 from ..checkpoints.checkpoint import (
     Checkpoint,
     ShardFile,
@@ -715,6 +716,7 @@ def launch_local_ranks(
     socket_dir: str = "",
     name: str = "",
     gpus_file: str | None = None,
+    artifacts: Publisher | None = None,
 ) -> int:
     """Start one daemon process per local rank and supervise them as a unit.
 
@@ -724,7 +726,8 @@ def launch_local_ranks(
     ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py),
     which reports what each rank noted it is doing (status_note.py) and why an exited one ended.
     ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
-    holder no longer books as not ready, as the readiness probe does.
+    holder no longer books as not ready, as the readiness probe does. ``artifacts``: the node's
+    compile-artifact publisher, run in a thread here and reported by the endpoint.
     """
     # Each rank's termination message and status note, in a directory only this launcher uses.
     rank_dir = Path(tempfile.mkdtemp(prefix="weightcache-ranks-"))
@@ -755,6 +758,7 @@ def launch_local_ranks(
                 gpus_file=gpus_file,
                 memory=memory,
                 note=lambda rank: termination.read(note_file(rank)),
+                artifacts=artifacts.report if artifacts is not None else None,
             ),
         )
     children: dict[int, subprocess.Popen[bytes]] = {}
@@ -794,6 +798,8 @@ def launch_local_ranks(
     signal.signal(signal.SIGINT, forward)
     if endpoint is not None:
         endpoint.start()
+    if artifacts is not None:
+        artifacts.start()
     exit_code = 0
     failure = ""
     try:
@@ -816,6 +822,8 @@ def launch_local_ranks(
                 )
                 forward(signal.SIGTERM, None)
     finally:
+        if artifacts is not None:
+            artifacts.stop()
         if endpoint is not None:
             endpoint.stop()
         shutil.rmtree(rank_dir, ignore_errors=True)

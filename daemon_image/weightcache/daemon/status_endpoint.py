@@ -23,7 +23,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
 
-from weightcache_contract.daemon_report import DaemonReport, RankReport, node_fingerprint, report_metrics
+from weightcache_contract.daemon_report import (
+    ArtifactReport,
+    DaemonReport,
+    RankReport,
+    node_fingerprint,
+    report_metrics,
+)
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer
 
 from ..gpu.device_memory import memory_report
@@ -46,12 +52,13 @@ def collect(
     gpus_file: str | None = None,
     memory: bool = True,
     note: RankText = lambda _rank: None,
+    artifacts: Callable[[], ArtifactReport] | None = None,
 ) -> DaemonReport:
     """Ask every local rank at once, so a report takes one rank timeout at worst. ``ended``: why
     the rank's process ended (exit code and message), None while it runs; ``note``: what a rank
     that has no socket yet says it is doing (status_note.py); ``gpus_file``: the GPU holder's
     grant, checked as the readiness probe checks it; ``memory``: also read free memory (the
-    readiness verdict does not need it)."""
+    readiness verdict does not need it); ``artifacts``: the compile-artifact publisher's counts."""
 
     def one(rank: int) -> RankReport:
         why = ended(rank)
@@ -90,6 +97,7 @@ def collect(
         fingerprint=node_fingerprint(reports),
         ranks=reports,
         memory=memory_report(gpus) if memory else [],
+        artifacts=artifacts() if artifacts is not None and memory else None,
     )
 
 

@@ -44,6 +44,7 @@ from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
 from ..wire.rankfiles import RankFiles, default_socket_dir
 from . import versions
+from .artifacts import claim_artifacts
 from .bind import WRITTEN_IN_PLACE, bind_arena, check_bound, outside_mapping
 from .build import load_rank_model
 from .cpu_policy import keep_plain_weights
@@ -173,6 +174,9 @@ class WeightcacheModelLoader(BaseModelLoader):
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
         model, phases = bind_model(vllm_config, model_config, weights, prefix)
         self.weights = weights
+        # Before vLLM compiles, which it does after load_model: a published entry must be in place.
+        device = torch.cuda.current_device() if expected.backend in GPU_BACKENDS else 0
+        claim_artifacts(vllm_config, expected.fingerprint, expected.backend, device)
         log.info(
             "Mapping and binding weights took %.3f seconds (weightcache %r rank %d: %d tensors, %d bytes; "
             "map %.3f s, bind %.3f s; model on the meta device %.3f s, post-processing %.3f s)",

@@ -41,7 +41,7 @@ from .layout import (
 )
 from .plan import plan_init, uses_plan
 from .security import container_security, owner_init, scratch_volume
-from .vllm import daemon_env, daemon_profile_args, uses_vllm
+from .vllm import daemon_artifact_volume, daemon_env, daemon_profile_args, uses_artifacts, uses_vllm
 
 
 def daemon_daemonsets(
@@ -161,6 +161,12 @@ def daemon_daemonset(
         daemon["env"].insert(1, tmpdir)
         daemon["volumeMounts"].append(scratch_mount)
         volumes.append(scratch_vol)
+    owned = [dict(sock_mount)]
+    if uses_artifacts(cache):
+        artifact_vol, artifact_mount = daemon_artifact_volume(cache)
+        daemon["volumeMounts"].append(artifact_mount)
+        volumes.append(artifact_vol)
+        owned.append(dict(artifact_mount))
     if holder:
         # Every device of the node is visible; the grant says which ones are ours (by UUID).
         daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
@@ -190,7 +196,7 @@ def daemon_daemonset(
         # The plan first: a spec the daemon would refuse, or ranks that cannot fit, stop the pod here,
         # before any rank process starts (plan.py).
         "initContainers": [
-            owner_init(spec.daemon.image, [dict(sock_mount)]),
+            owner_init(spec.daemon.image, owned),
             *([plan_init(cache, ranks, model_mount)] if uses_plan(cache) else []),
         ],
         "containers": containers,

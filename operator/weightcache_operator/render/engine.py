@@ -38,9 +38,9 @@ from .layout import (
     socket_volume,
 )
 from .security import container_security, with_defaults
+from .vllm import engine_artifact_volumes, engine_probes, uses_artifacts, uses_vllm
 from .vllm import engine_command as vllm_engine_command
 from .vllm import engine_env as vllm_engine_env
-from .vllm import engine_probes, uses_vllm
 
 Role = Literal["active", "standby"]
 
@@ -58,7 +58,10 @@ def engine_template_hash(cache: WeightCache) -> str:
         # Likewise: an operator upgrade must not roll every engine; engines get the sleep with
         # their next version.
         excluded.add("pre_stop_sleep_seconds")
-    engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=excluded)
+    exclude: dict[str, Any] = dict.fromkeys(excluded, True)
+    if cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is None:
+        exclude["vllm"] = {"artifact_cache"}  # likewise: vLLM caches without it keep their hash
+    engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=exclude)
     canonical = json.dumps(
         {"engine": engine, "generation": daemon_spec_hash(cache), "servedModelName": served_model_name(cache)},
         sort_keys=True,
@@ -176,6 +179,10 @@ def engine_pod(
 
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in ("model", sock_vol["name"])]
     pod_spec["volumes"] = [*volumes, model_vol, sock_vol]
+    if uses_artifacts(cache):
+        for volume, mount in engine_artifact_volumes(cache):
+            main["volumeMounts"].append(mount)
+            pod_spec["volumes"].append(volume)
     gates = [g for g in pod_spec.get("readinessGates", []) if g.get("conditionType") != READY_GATE]
     pod_spec["readinessGates"] = [*gates, {"conditionType": READY_GATE}]
     for key, value in placement_fields(cache).items():

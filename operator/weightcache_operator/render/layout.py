@@ -73,6 +73,9 @@ generations' daemons (a blue/green change) can run on one node side by side. The
 directory itself holds the GPU holder's grant (``gpus.json``, ``gpus.lock``), which every
 generation's daemons read."""
 SOCKET_MOUNT = "/run/weightcache"
+ARTIFACT_HOST_ROOT = "/var/lib/weightcache/artifacts"
+ARTIFACT_MOUNT = "/weightcache/artifacts"
+"""Where daemon and engines see the cache's compile-artifact directory (render/vllm.py)."""
 """Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
 STATUS_PORT = 9400
 STATUS_PORT_NAME = "status"
@@ -101,6 +104,13 @@ class CacheRef:
         """The host directory of this cache on every node: the generations' socket directories
         and the GPU holder's grant."""
         return f"{SOCKET_HOST_ROOT}/{self.namespace}-{self.name}"
+
+    @property
+    def artifact_host_dir(self) -> str:
+        """The host directory of this cache's compile artifacts on every node (``spec.engine.vllm.
+        artifactCache``): one per cache, not per generation, since each entry's key names the weights;
+        on disk, not under /run, so a node's reboot keeps it."""
+        return f"{ARTIFACT_HOST_ROOT}/{self.namespace}-{self.name}"
 
     def socket_host_dir(self, daemon_hash: str) -> str:
         return f"{self.cache_host_dir}/{daemon_hash}"
@@ -182,8 +192,10 @@ def daemon_spec_hash(cache: WeightCache) -> str:
     if spec.engine.vllm is not None:
         # The daemons' vLLM profile and the vLLM arguments they load with (absent for other caches,
         # whose hash stays as it was). The engine-only fields are left out: they roll engines only.
+        # artifactCache only when set, so that caches without it keep their hash.
+        unset = {"artifact_cache"} if spec.engine.vllm.artifact_cache is None else set()
         relevant["vllm"] = spec.engine.vllm.model_dump(
-            by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib"}
+            by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib", *unset}
         )
     reload = cache.status.checkpoint_reload if cache.status is not None else None
     if reload is not None:

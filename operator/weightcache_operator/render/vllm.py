@@ -15,7 +15,7 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 
 from ..spec import ENGINE_DRAIN_S, WeightCache
-from .layout import MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
+from .layout import ARTIFACT_MOUNT, CLI, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
 VLLM_CLI = ["vllm"]
 """vLLM's console script: on PATH in vLLM's images and in any environment vLLM is installed in
@@ -98,9 +98,46 @@ def vllm_args(cache: WeightCache) -> list[str]:
     return [*args, *spec.engine.vllm.args]
 
 
+def uses_artifacts(cache: WeightCache) -> bool:
+    return cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is not None
+
+
 def daemon_profile_args(cache: WeightCache) -> list[str]:
-    """Appended to the daemon's command: its load profile and the shared vLLM arguments (JSON)."""
-    return ["--profile", PROFILE, "--vllm-args", json.dumps(vllm_args(cache))]
+    """Appended to the daemon's command: its load profile and the shared vLLM arguments (JSON);
+    with ``artifactCache`` the directory whose engines' compile artifacts it publishes."""
+    args = ["--profile", PROFILE, "--vllm-args", json.dumps(vllm_args(cache))]
+    artifacts = cache.spec.engine.vllm.artifact_cache if cache.spec.engine.vllm is not None else None
+    if artifacts is not None:
+        args += ["--artifact-dir", ARTIFACT_MOUNT, "--artifact-max-bytes", str(artifacts.max_bytes)]
+    return args
+
+
+ARTIFACT_VOLUME = "weightcache-artifacts"
+
+
+def daemon_artifact_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The daemon pod owns the node's artifact directory (owner_init hands it to the daemon's uid)."""
+    volume = {
+        "name": ARTIFACT_VOLUME,
+        "hostPath": {"path": CacheRef.of(cache).artifact_host_dir, "type": "DirectoryOrCreate"},
+    }
+    return volume, {"name": ARTIFACT_VOLUME, "mountPath": ARTIFACT_MOUNT}
+
+
+def engine_artifact_volumes(cache: WeightCache) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """An engine sees the published entries read-only (the kernel refuses its writes there, so no
+    engine can change what another starts from) and writes only under ``staging/``, where its
+    wrapper makes a private directory. ``Directory``, not ``DirectoryOrCreate``: the daemon creates
+    both (a kubelet-created one would be root's, unwritable for the engine), and engines start only
+    where the daemon is ready."""
+    host = CacheRef.of(cache).artifact_host_dir
+    return [
+        (
+            {"name": f"{ARTIFACT_VOLUME}-{part}", "hostPath": {"path": f"{host}/{part}", "type": "Directory"}},
+            {"name": f"{ARTIFACT_VOLUME}-{part}", "mountPath": f"{ARTIFACT_MOUNT}/{part}", "readOnly": read_only},
+        )
+        for part, read_only in (("entries", True), ("staging", False))
+    ]
 
 
 def loader_config(cache: WeightCache) -> dict[str, str]:
@@ -114,9 +151,16 @@ def loader_config(cache: WeightCache) -> dict[str, str]:
 
 
 def engine_command(cache: WeightCache) -> list[str]:
+    """``vllm serve …``; with ``artifactCache`` run by ``weightcache artifacts-run``, which stages
+    the engine's compile caches on the node and marks them for publication once ``/health`` answers."""
     spec = cache.spec
     assert spec.engine.vllm is not None, "engine_command needs spec.engine.vllm"
+    wrapper: list[str] = []
+    if spec.engine.vllm.artifact_cache is not None:
+        health = f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}"
+        wrapper = [*CLI, "artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", health, "--"]
     return [
+        *wrapper,
         *VLLM_CLI,
         "serve",
         MODEL_MOUNT,
@@ -158,6 +202,9 @@ def engine_env(cache: WeightCache) -> list[dict[str, Any]]:
         # cores (a busy active starves a starting engine). The OS schedules the threads instead;
         # a template env can bind them (VLLM_CPU_OMP_THREADS_BIND).
         values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+    if spec.engine.vllm.artifact_cache is not None:
+        # Part of the artifacts' key: another image may generate other code for the same configuration.
+        values["WEIGHTCACHE_ENGINE_IMAGE"] = str(spec.engine.template.spec.containers[0].get("image", ""))
     return [{"name": k, "value": v} for k, v in values.items()]
 
 

@@ -1,0 +1,77 @@
+"""The compile-artifact key of a vLLM engine, from vLLM's own parsed configuration.
+
+Called by the weightcache loader in every worker, after the weights are mapped and before vLLM
+compiles (compilation runs after ``load_model``), when the engine runs under ``weightcache
+artifacts-run`` (which sets ``WEIGHTCACHE_ARTIFACT_STAGING``): a published entry of the same key is
+copied into the engine's ``VLLM_CACHE_ROOT`` and vLLM finds its compiled graphs there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from pathlib import Path
+
+from vllm.config import VllmConfig
+
+from ..artifacts.engine import DIR_ENV, STAGING_ENV
+from ..artifacts.key import ArtifactKey, Claim
+from ..artifacts.store import Store
+from ..wire.fingerprint import Fingerprint
+from .stamp import rank_fingerprint
+
+log = logging.getLogger("vllm.weightcache")
+IMAGE_ENV = "WEIGHTCACHE_ENGINE_IMAGE"
+"""The engine's container image, rendered by the operator (absent outside Kubernetes)."""
+
+
+def artifact_key(vllm_config: VllmConfig, ours: Fingerprint, backend: str, device: int = 0) -> ArtifactKey:
+    """``ours``: this rank's fingerprint; the others' are computed alike, so every worker of the
+    engine arrives at one key. vLLM's ``compute_hash`` covers what its compilation depends on in
+    the configuration (the compilation config, shapes, dtypes, parallel sizes, model config)."""
+    import torch
+    import vllm
+
+    parallel = vllm_config.parallel_config
+    world = [
+        rank_fingerprint(vllm_config, tp, pp, parallel.data_parallel_rank, backend=backend, device=device)
+        for pp in range(parallel.pipeline_parallel_size)
+        for tp in range(parallel.tensor_parallel_size)
+    ]
+    if ours not in world:
+        raise AssertionError("this rank's fingerprint is not among the world's")
+    weights = hashlib.sha256("".join(f.weights_digest + "\n" for f in world).encode()).hexdigest()
+    env = ours.environment
+    settings = ours.engine.settings if ours.engine is not None else {}
+    if env.device_kind == "cpu":
+        device_text = f"cpu:{settings.get('cpu_isa', '')}"
+    else:
+        device_text = f"{env.device_kind}:sm{env.compute_capability}:{env.cuda_runtime}"
+    return ArtifactKey(
+        engine="vllm",
+        engine_version=vllm.__version__,
+        torch_version=torch.__version__,
+        image=os.environ.get(IMAGE_ENV, ""),
+        device=device_text,
+        weights=weights,
+        compile_config=vllm_config.compute_hash(),
+    )
+
+
+def claim_artifacts(vllm_config: VllmConfig, ours: Fingerprint, backend: str, device: int = 0) -> Claim | None:
+    """Under ``artifacts-run``: the engine's claim (a hit copies the entry in); None otherwise."""
+    staging = os.environ.get(STAGING_ENV)
+    if not staging:
+        return None
+    began = time.perf_counter()
+    key = artifact_key(vllm_config, ours, backend, device)
+    claim = Store(os.environ[DIR_ENV]).claim(Path(staging), key)
+    log.info(
+        "Compile artifacts: %s for key %s (%.3f s)",
+        f"hit, copied entry {claim.hit}" if claim.hit else "miss, this engine compiles and its daemon publishes",
+        key.digest,
+        time.perf_counter() - began,
+    )
+    return claim
