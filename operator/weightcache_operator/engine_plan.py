@@ -57,6 +57,7 @@ def desired(cache: WeightCache) -> Desired:
         replicas=engine.replicas,
         standbys=engine.standbys_per_replica,
         ready_deadline_s=engine.rollout.ready_deadline_seconds,
+        max_surge=engine.rollout.max_surge,
     )
 
 

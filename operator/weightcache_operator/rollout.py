@@ -7,14 +7,15 @@ unit, alike for every size; the steps name units by their head pod and apply to 
 
 Two kinds of change reach running engines:
 
-- **Engine rollout** (the engine template changed, the daemons did not): replicas roll one at a
-  time. For the replica whose turn it is, a new-version standby is started next to the old pods
-  (a *surge* pod, hidden from the ordinary scaling logic so it is not trimmed as an extra
-  standby); once it is Ready it is relabelled active and the old active is deleted with its grace
-  period (the engine drains on SIGTERM), then the old standbys go and new ones are created. Both
-  versions map the same daemon arena, so briefly having two actives behind the Service mixes
-  nothing. A replica is done when no old pod is left (terminating ones included) and its new
-  active and standbys are Ready; only then does the next one start.
+- **Engine rollout** (the engine template changed, the daemons did not): up to ``maxSurge``
+  replicas roll at once (default 1: one at a time). For each replica whose turn it is, a
+  new-version standby is started next to the old pods (a *surge* pod, hidden from the ordinary
+  scaling logic so it is not trimmed as an extra standby); once it is Ready it is relabelled
+  active and the old active is deleted with its grace period (the engine drains on SIGTERM), then
+  the old standbys go and new ones are created. Both versions map the same daemon arena, so
+  briefly having two actives behind the Service mixes nothing. A replica is done when no old pod
+  is left (terminating ones included) and its new active and standbys are Ready; only then does
+  the next replica take its place.
 - **Generation change** (what the daemons hold changed: ``daemon_spec_hash``), one of two ways,
   chosen once when the change starts (``generation_strategy``) and visible afterwards in which
   DaemonSets exist:
@@ -34,8 +35,8 @@ Two kinds of change reach running engines:
   fingerprints at once.
 
 A new-version pod that is not Ready within ``readyDeadlineSeconds`` of its creation stalls the
-rollout: nothing more is promoted or retired, the old version keeps serving, and the status says
-which pod and why. Changing the spec back makes the old pods current again; the stalled pod is
+rollout: the old version keeps serving, an engine rollout starts no further replica (those already
+under way finish; with ``maxSurge`` 1 there are none), and the status says which pod and why. Changing the spec back makes the old pods current again; the stalled pod is
 then the outdated one and is retired like any other.
 """
 
@@ -74,6 +75,8 @@ class Desired:
     replicas: int
     standbys: int
     ready_deadline_s: float
+    max_surge: int = 1
+    """``spec.engine.rollout.maxSurge``: replicas an engine rollout works on at once."""
 
 
 @dataclass(frozen=True)
@@ -285,54 +288,59 @@ def serve_hash(want: Desired, pods: list[EngineView], serving: str | None) -> st
 
 
 def _plan_engine(want: Desired, pods: list[EngineView], result: Plan, now: datetime, size: int) -> None:
-    # One replica at a time, for every size: a rollout never holds more than one extra engine
-    # (for a group, ``nodes`` pods' worth of node capacity), and a template that does not work
-    # stalls after one surge instead of one per replica.
-    turn = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
-    if turn is None:
+    # The first ``max_surge`` replicas that are not whole, for every size: a rollout never holds
+    # more than ``max_surge`` extra engines (for groups, ``nodes`` pods' worth of node capacity
+    # each), and one that stalls has started at most that many surges of a template that may not
+    # work. A slot frees as soon as any of them is whole, not when all are.
+    undone = [r for r in range(want.replicas) if not replica_done(want, pods, r)]
+    if not undone:
         # Only pods of replicas beyond ``replicas`` are outdated; scaling removes them.
         result.step = "removing pods of scaled-down replicas"
         return
-    _roll_replica(want, pods, turn, result, now, size)
+    steps = {r: _roll_replica(want, pods, r, result, now, size) for r in undone[: want.max_surge]}
+    if result.stalled:
+        # No further surge while a new-version engine is stuck: the template may be what is wrong.
+        # The replicas already under way go on, so that no more old and new engines coexist than
+        # necessary, and each of them keeps its Ready active until its own surge is Ready.
+        for replica in result.create:
+            steps[replica] = f"replica {replica}: not started while the rollout is stalled"
+        result.create = []
+    result.step = "; ".join(steps.values())
 
 
-def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime, size: int) -> None:
-    """One replica's next step: surge → wait Ready → promote + drain the old active → old
-    standbys out, new ones in (created by the ordinary scaling) → Ready."""
+def _roll_replica(want: Desired, pods: list[EngineView], replica: int, result: Plan, now: datetime, size: int) -> str:
+    """One replica's next step, added to ``result``: surge → wait Ready → promote + drain the
+    old active → old standbys out, new ones in (created by the ordinary scaling) → Ready.
+    Returns what it is doing, for ``currentStep``."""
     mine = [p for p in pods if p.replica == replica]
     live = [p for p in mine if not p.deleting]
     new = sorted((p for p in live if p.engine_hash == want.engine_hash), key=_preference)
     old_live = [p for p in live if p.engine_hash != want.engine_hash]
     active = next((p for p in live if p.role == "active"), None)
     if active is None:
-        result.step = f"replica {replica}: waiting for an active engine"
-        return
+        return f"replica {replica}: waiting for an active engine"
     if active.engine_hash != want.engine_hash:
         if not new:
             result.create.append(replica)
-            result.step = f"replica {replica}: starting a new-version standby"
-            return
+            return f"replica {replica}: starting a new-version standby"
         surge = new[0]
         result.held.add(surge.name)
         if not surge.ready:
-            result.step = f"replica {replica}: waiting for {surge.name} to turn Ready"
             check_deadline(want, surge, now, result, size > 1)
-            return
+            return f"replica {replica}: waiting for {surge.name} to turn Ready"
         result.promote.append(surge.name)
         result.held.discard(surge.name)  # active from now on: the scaler must see it
         result.retire += [p.name for p in old_live]
-        result.step = f"replica {replica}: promoted {surge.name}, draining {active.name}"
-        return
+        return f"replica {replica}: promoted {surge.name}, draining {active.name}"
     if old_live:
         result.retire += [p.name for p in old_live]
-        result.step = f"replica {replica}: retiring old standbys"
-    elif any(p.engine_hash != want.engine_hash for p in mine):
-        result.step = f"replica {replica}: waiting for old engines to finish draining"
-    else:
-        waiting = [p for p in new if not p.ready]
-        result.step = f"replica {replica}: waiting for new standbys to turn Ready"
-        for pod in waiting:
+        return f"replica {replica}: retiring old standbys"
+    if any(p.engine_hash != want.engine_hash for p in mine):
+        return f"replica {replica}: waiting for old engines to finish draining"
+    for pod in new:
+        if not pod.ready:
             check_deadline(want, pod, now, result, size > 1)
+    return f"replica {replica}: waiting for new standbys to turn Ready"
 
 
 def _plan_generation(

@@ -251,7 +251,7 @@ class EngineTemplate(ApiModel):
 
 
 class EngineRollout(ApiModel):
-    """How a change to the engine template rolls through the replicas (one at a time)."""
+    """How a change to the engine template rolls through the replicas (``maxSurge`` at a time)."""
 
     ready_deadline_seconds: int = Field(
         default=600,
@@ -259,6 +259,19 @@ class EngineRollout(ApiModel):
         le=86400,
         description="A new-version engine not Ready this long after its creation stops the rollout;"
         " the old version keeps serving.",
+    )
+    max_surge: int = Field(
+        default=1,
+        ge=1,
+        le=100,
+        description="How many replicas an engine template change rolls at once: each gets one extra"
+        " new-version engine (a whole group with parallelism.nodes > 1) next to its old ones, is"
+        " promoted and drained, and the next replica starts as soon as one is whole again, so N"
+        " replicas take about ceil(N / maxSurge) engine starts. Each costs an engine's resources"
+        " while it starts. Every replica keeps its Ready active throughout. While the rollout is"
+        " stalled, no further replica starts; those already under way finish. A daemon generation"
+        " change starts every replica's new engine at once and does not use it. Values above"
+        " replicas act as replicas.",
     )
 
 
