@@ -11,7 +11,7 @@ reference engine exports it. Where each phase's end comes from:
   core and its workers have started, imported vLLM and joined their process groups.
 - ``weights_bound``: ``load_model`` returns: every weight mapped from the cache and bound (or, on
   a fallback, loaded from disk).
-- ``compile``: vLLM's own ``torch.compile takes … in total`` and ``Graph capturing finished …``
+- ``compile``: vLLM's own ``torch.compile took … in total`` and ``Graph capturing finished …``
   lines, whichever came last; absent when vLLM neither compiles nor captures (``--enforce-eager``).
 - ``warmup``: vLLM's ``init engine (profile, create kv cache, warmup model) took …``: the memory
   profile, the KV cache and the warm-up run.
@@ -47,17 +47,20 @@ DIR_ENV = "WEIGHTCACHE_ENGINE_STARTUP_DIR"
 METRIC = "weightcache_engine_startup_seconds"
 
 VLLM_LINES = {
+    "torch.compile took": "compile",
     "torch.compile takes": "compile",
     "Graph capturing finished": "compile",
     "init engine (profile, create kv cache, warmup model) took": "warmup",
 }
-"""The start of a vLLM log format string → the phase it ends (vLLM 0.26 to 0.32)."""
+"""Part of a vLLM log format string → the phase it ends (vLLM 0.26 to 0.32; a format string may
+begin with a ``%s`` prefix, so these are looked for anywhere in it)."""
 UVICORN_READY = "Application startup complete."
 
 _lock = threading.Lock()
 _installed = False
 _rank = 0
 _marks: dict[str, float] = {}
+_unsaid: list[tuple[int, str, float]] = []
 
 
 def phase_of(record: logging.LogRecord) -> str | None:
@@ -67,7 +70,7 @@ def phase_of(record: logging.LogRecord) -> str | None:
         return None
     if msg == UVICORN_READY:
         return "ready"
-    return next((phase for prefix, phase in VLLM_LINES.items() if msg.startswith(prefix)), None)
+    return next((phase for part, phase in VLLM_LINES.items() if part in msg), None)
 
 
 class _VllmLines(logging.Handler):
@@ -92,9 +95,14 @@ class _UvicornReady(logging.Filter):
 
 
 def install() -> None:
-    """Once per process (vLLM may load plug-ins several times): time zero, the marks' directory,
-    the log watchers, the ``/metrics`` collector; ``imports`` in the first process."""
+    """On every call of the plug-in: the watcher of vLLM's lines, put back if vLLM's logging
+    configuration (``dictConfig``, which replaces the ``vllm`` logger's handlers) removed it. Once
+    per process: time zero, the marks' directory, uvicorn's watcher, the ``/metrics`` collector;
+    ``imports`` in the first process."""
     global _installed
+    watched = logging.getLogger("vllm")
+    if not any(isinstance(h, _VllmLines) for h in watched.handlers):
+        watched.addHandler(_VllmLines())
     with _lock:
         if _installed:
             return
@@ -104,7 +112,6 @@ def install() -> None:
         os.environ[STARTED_ENV] = repr(process_start_time())
         os.environ[DIR_ENV] = where = tempfile.mkdtemp(prefix="weightcache-startup-")
         atexit.register(shutil.rmtree, where, ignore_errors=True)
-    logging.getLogger("vllm").addHandler(_VllmLines())
     logging.getLogger("uvicorn.error").addFilter(_UvicornReady())
     _export()
     if first:
@@ -124,7 +131,13 @@ def mark(phase: str) -> float:
     with _lock:
         _marks[phase] = seconds
         marks, rank = dict(_marks), _rank
-    log.info("startup rank=%d phase=%s seconds=%.3f", rank, phase, seconds)
+        _unsaid.append((rank, phase, seconds))
+        # The API server loads plug-ins before vLLM configures its logging (until then its logger
+        # drops INFO): ``imports`` waits for the next mark to be logged.
+        said = list(_unsaid) if log.isEnabledFor(logging.INFO) else []
+        del _unsaid[: len(said)]
+    for line in said:
+        log.info("startup rank=%d phase=%s seconds=%.3f", *line)
     where = os.environ.get(DIR_ENV)
     if where:
         _leave(Path(where), {"rank": rank, "marks": marks})
