@@ -158,6 +158,8 @@ def _true_since(view: PodView, kind: str) -> datetime | None:
 
 def _containers_started(view: PodView) -> datetime | None:
     """When the last of the pod's containers started running (None unless every one runs)."""
-    starts = [parse_time(((s.get("state") or {}).get("running") or {}).get("startedAt")) for s in view.container_statuses]
+    starts = [
+        parse_time(((s.get("state") or {}).get("running") or {}).get("startedAt")) for s in view.container_statuses
+    ]
     running = [s for s in starts if s is not None]
     return max(running) if running and len(running) == len(starts) else None

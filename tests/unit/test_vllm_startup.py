@@ -19,9 +19,8 @@ def record(msg: object, *args: object) -> logging.LogRecord:
 def test_vllm_s_own_lines_end_phases_by_their_format_string_whatever_the_values() -> None:
     warmup = "init engine (profile, create kv cache, warmup model) took %.2f seconds"
     assert phase_of(record(warmup, 12.5)) == "warmup"
-    assert phase_of(record("init engine (profile, create kv cache, warmup model) took %.2f s (compilation: %.2f s)")) == (
-        "warmup"
-    )
+    compiled = "init engine (profile, create kv cache, warmup model) took %.2f s (compilation: %.2f s)"
+    assert phase_of(record(compiled, 30.0, 12.0)) == "warmup"
     assert phase_of(record("%storch.compile took %.2f s in total", "", 3.1)) == "compile"
     assert phase_of(record("torch.compile takes %.2f s in total", 3.1)) == "compile"  # vLLM 0.26
     assert phase_of(record("Graph capturing finished in %.0f secs, took %.2f GiB", 3, 0.3)) == "compile"

@@ -92,7 +92,11 @@ def test_vllm_serve_logs_and_exports_each_startup_phase_from_the_api_server_s_st
     text = log.read_text()
     assert "loading from disk" not in text, text[-6000:]
     marks = [m.groups() for m in map(LINE.match, text.splitlines()) if m]
-    print("\n".join(f"{who or '-'} {pid or '-'} rank {rank} {phase} {seconds}" for who, pid, rank, phase, seconds in marks))
+    print(
+        "\n".join(
+            f"{who or '-'} {pid or '-'} rank {rank} {phase} {seconds}" for who, pid, rank, phase, seconds in marks
+        )
+    )
     seconds = {phase: float(s) for _who, _pid, _rank, phase, s in marks}
     phases = [phase for _w, _p, _r, phase, _s in marks]
     assert len(phases) == len(set(phases)), f"each phase once: {marks}"
@@ -104,5 +108,7 @@ def test_vllm_serve_logs_and_exports_each_startup_phase_from_the_api_server_s_st
     assert seconds["imports"] > 0.5, "counted from the API server's process start, not from the plug-in's first call"
     assert status == 200
     for phase, value in seconds.items():
-        exported = re.search(rf'^weightcache_engine_startup_seconds{{phase="{phase}",rank="0"}} ([\d.e+-]+)$', metrics, re.M)
+        exported = re.search(
+            rf'^weightcache_engine_startup_seconds{{phase="{phase}",rank="0"}} ([\d.e+-]+)$', metrics, re.M
+        )
         assert exported is not None and abs(float(exported.group(1)) - value) < 0.001, (phase, metrics[:3000])

@@ -58,6 +58,7 @@ UVICORN_READY = "Application startup complete."
 
 _lock = threading.Lock()
 _installed = False
+_disabled = False
 _rank = 0
 _marks: dict[str, float] = {}
 _unsaid: list[tuple[int, str, float]] = []
@@ -100,6 +101,8 @@ def install() -> None:
     per process: time zero, the marks' directory, uvicorn's watcher, the ``/metrics`` collector;
     ``imports`` in the first process."""
     global _installed
+    if _disabled:
+        return
     watched = logging.getLogger("vllm")
     if not any(isinstance(h, _VllmLines) for h in watched.handlers):
         watched.addHandler(_VllmLines())
@@ -116,6 +119,13 @@ def install() -> None:
     _export()
     if first:
         mark("imports")
+
+
+def disable() -> None:
+    """No timeline in this process: a vLLM-profile daemon runs vLLM's loader (and vLLM loads the
+    plug-in) to publish weights, not to serve."""
+    global _disabled
+    _disabled = True
 
 
 def set_rank(rank: int) -> None:
