@@ -13,6 +13,9 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+STARTUP_BUCKETS = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 300.0, 600.0, 1200.0)
+"""For process starts: seconds to tens of minutes (a GPU engine that compiles), where a request's
+latency buckets would put every start past a minute into +Inf."""
 Labels = tuple[tuple[str, str], ...]
 
 
@@ -40,9 +43,12 @@ class Metrics:
         self._help: dict[str, tuple[str, str]] = {}
         self._values: dict[str, dict[Labels, float]] = defaultdict(dict)
         self._hist: dict[str, dict[Labels, list[float]]] = defaultdict(dict)  # bucket counts + [sum, count]
+        self._buckets: dict[str, tuple[float, ...]] = {}
 
-    def describe(self, name: str, kind: str, text: str) -> None:
+    def describe(self, name: str, kind: str, text: str, buckets: tuple[float, ...] = LATENCY_BUCKETS) -> None:
+        """``buckets``: a histogram's upper bounds (``le``), ascending; +Inf is added."""
         self._help[name] = (kind, text)
+        self._buckets[name] = buckets
 
     def described(self) -> dict[str, str]:
         """Every metric family described so far, name → kind, whether or not it has a series yet:
@@ -69,9 +75,10 @@ class Metrics:
 
     def observe(self, name: str, value: float, **labels: object) -> None:
         key = tuple(sorted((k, str(v)) for k, v in labels.items()))
+        bounds = self._buckets.get(name, LATENCY_BUCKETS)
         with self._lock:
-            counts = self._hist[name].setdefault(key, [0.0] * (len(LATENCY_BUCKETS) + 2))
-            for i, bound in enumerate(LATENCY_BUCKETS):
+            counts = self._hist[name].setdefault(key, [0.0] * (len(bounds) + 2))
+            for i, bound in enumerate(bounds):
                 if value <= bound:
                     counts[i] += 1
             counts[-2] += value
@@ -86,7 +93,7 @@ class Metrics:
                 for labels, value in sorted(self._values.get(name, {}).items()):
                     lines.append(f"{name}{_labels(labels)} {value:.17g}")
                 for labels, counts in sorted(self._hist.get(name, {}).items()):
-                    for bound, count in zip(LATENCY_BUCKETS, counts):
+                    for bound, count in zip(self._buckets.get(name, LATENCY_BUCKETS), counts):
                         lines.append(f"{name}_bucket{_labels(labels + (('le', f'{bound:g}'),))} {count:.17g}")
                     lines.append(f"{name}_bucket{_labels(labels + (('le', '+Inf'),))} {counts[-1]:.17g}")
                     lines.append(f"{name}_sum{_labels(labels)} {counts[-2]:.17g}")

@@ -29,6 +29,11 @@
 - ``weightcache_operator_rollout_updated_replicas{namespace,cache}`` and
   ``weightcache_operator_rollout_replicas{namespace,cache}``: that rollout's ``updated`` and
   ``total``: how far it got.
+- ``weightcache_operator_engine_start_seconds{namespace,cache,phase}``: each engine pod's start,
+  observed once per pod when the operator first sees it Ready (engine_start.py): for each phase
+  (``scheduled``, ``started``, ``ready``) the seconds since the pod's creation at which it ended,
+  from the API's timestamps (whole seconds); ``ready`` is the whole start. Start buckets (1 s to
+  20 min), not the latency buckets.
 - ``weightcache_operator_api_request_seconds{verb}``: every request the operator sent to the API
   server, as long as it waited for the answer (``GET``, ``LIST``, ``POST``, ``PATCH``, ``APPLY``,
   ``DELETE``): the API server's latency as the operator sees it.
@@ -44,9 +49,10 @@ import time
 from collections.abc import Callable
 from typing import Any, get_args
 
-from weightcache_contract.prometheus import Metrics
+from weightcache_contract.prometheus import STARTUP_BUCKETS, Metrics
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
 
+from .engine_start import EngineStart
 from .spec import Phase, RolloutStatus
 
 METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
@@ -99,6 +105,12 @@ class OperatorMetrics:
             "weightcache_operator_rollout_updated_replicas", "gauge", "replicas the latest rollout has moved over"
         )
         m.describe("weightcache_operator_rollout_replicas", "gauge", "replicas the latest rollout moves over in all")
+        m.describe(
+            "weightcache_operator_engine_start_seconds",
+            "histogram",
+            "engine pods' starts: seconds since the pod's creation at which each phase ended",
+            buckets=STARTUP_BUCKETS,
+        )
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
         self._rollouts: dict[tuple[str, str], dict[str, Any]] = {}
@@ -140,6 +152,12 @@ class OperatorMetrics:
                 namespace=namespace,
                 cache=cache,
                 signal=signal,
+            )
+
+    def engine_started(self, namespace: str, cache: str, start: EngineStart) -> None:
+        for phase, seconds in start.seconds.items():
+            self.registry.observe(
+                "weightcache_operator_engine_start_seconds", seconds, namespace=namespace, cache=cache, phase=phase
             )
 
     def daemon_status_reads(self, reads: int) -> None:

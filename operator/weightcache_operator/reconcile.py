@@ -27,6 +27,7 @@ from .daemon_status import DaemonStatusReader
 from .daemonsets import apply_daemons
 from .engine_nodes import EngineNodes
 from .engine_plan import desired, plan_engines
+from .engine_start import StartWatch
 from .events import EventSink
 from .executor import execute
 from .finalizer import StillTerminating, finalize
@@ -87,6 +88,8 @@ class Reconciler:
         self._switch_settles: dict[tuple[str, str], datetime] = {}
         """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
         forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
+        self.starts = StartWatch()
+        """Which engine pods' starts were counted (engine_start.py): each once, not once per pass."""
         self.sightings = Sightings()
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
@@ -171,6 +174,7 @@ class Reconciler:
             self.alarms.cancel(key)
             self.responsiveness.forget(key)
             self.sightings.forget(key)  # events are not handled while paused: what we saw may be stale
+            self.starts.forget(key)
 
     def finalize(self, namespace: str, name: str) -> None:
         """finalizer.finalize: raises ``StillTerminating`` until the cache's pods are gone, and
@@ -340,8 +344,15 @@ class Reconciler:
         )
         status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
         self.reporter.add_rollout(
-            snapshot.body, status, plan.rollout, want, strategy_decision(snapshot.daemonsets_of(want.daemon_hash))
+            snapshot.body,
+            status,
+            plan.rollout,
+            want,
+            strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
+            snapshot.engine_pods,
         )
+        starts = self.starts.new_starts(key, snapshot.engine_pods)
+        self.reporter.engine_starts(snapshot.body, status, starts, want.ready_deadline_s)
         if failover is not None:
             with_failover(status, failover)
         # Always written: null (a merge patch's delete) once routing is off.
@@ -386,4 +397,5 @@ class Reconciler:
         self.alarms.cancel(key)
         self.responsiveness.forget(key)
         self.sightings.forget(key)
+        self.starts.forget(key)
         self.metrics.cache_status(key[0], key[1], None)

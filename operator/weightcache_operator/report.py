@@ -1,6 +1,6 @@
 """What a pass tells: the cache's status (merge-patched only when it differs), the Events of
-phase changes, failures, rollouts and failovers (sent off the pass: events.py), and the failover
-metrics."""
+phase changes, failures, rollouts, slow engine starts and failovers (sent off the pass:
+events.py), and the failover and engine start metrics."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from .engine_start import EngineStart, latest, slow_after, slow_message
 from .events import EventSink
 from .failover import Promotion, failover_status
 from .kubeapi import ApiError, KubeApi
@@ -17,6 +18,7 @@ from .objects import Object, stamp
 from .reasons import failure_events
 from .render.layout import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 from .rollout import Desired, Plan, Strategy, rollout_conditions, rollout_status
+from .rollout_timing import replica_timings
 from .sightings import Sightings
 from .snapshot import cache_path
 from .spec import FailoverStatus
@@ -92,16 +94,26 @@ class Reporter:
         self.events.post(meta["namespace"], event)
 
     def add_rollout(
-        self, body: Object, status: dict[str, Any], steps: Plan, want: Desired, decision: tuple[Strategy, str] | None
+        self,
+        body: Object,
+        status: dict[str, Any],
+        steps: Plan,
+        want: Desired,
+        decision: tuple[Strategy, str] | None,
+        engines: list[Object],
     ) -> None:
-        """Adds ``status.rollout`` and the rollout conditions; posts an Event when a rollout
-        starts, stalls or completes. ``decision``: how the generation change was decided
-        (``strategy_decision``)."""
+        """Adds ``status.rollout`` (with each replica's start, promotion and drain times:
+        rollout_timing.py) and the rollout conditions; posts an Event when a rollout starts,
+        stalls or completes. ``decision``: how the generation change was decided
+        (``strategy_decision``); ``engines``: the engine pods as the pass left them."""
         now = self.clock()
         before = (body.get("status") or {}).get("rollout")
         previous = (body.get("status") or {}).get("conditions") or []
         rollout = rollout_status(steps, want, now, before)
         if rollout is not None:
+            # Always written (a merge patch replaces a list whole): a new rollout's empty list
+            # replaces the previous rollout's.
+            rollout = {**rollout, "replicas": replica_timings(before, steps, want, engines, now)}
             status["rollout"] = rollout
         strategy = decision if steps.mode == "Generation" else None
         extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
@@ -113,6 +125,26 @@ class Reporter:
             if strategy is not None and rollout["phase"] == "Progressing":
                 message += f"; {strategy[0]}: {strategy[1]}"
             self.event(body, kind, f"Rollout{rollout['phase']}", message)
+
+    def engine_starts(
+        self, body: Object, status: dict[str, Any], starts: list[EngineStart], ready_deadline_seconds: float
+    ) -> None:
+        """Engine pods seen Ready for the first time (engine_start.StartWatch): each start into
+        the histogram, a Warning ``SlowEngineStart`` Event for each slow one, and the latest into
+        ``status.lastEngineStart`` (left as it was when no engine started: a merge patch)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        threshold = slow_after(ready_deadline_seconds)
+        for start in starts:
+            self.metrics.engine_started(namespace, name, start)
+            log.info(
+                "engine started",
+                extra={"cache": name, "namespace": namespace, "pod": start.pod, "seconds": start.seconds},
+            )
+            if start.total >= threshold:
+                self.event(body, "Warning", "SlowEngineStart", slow_message(start, ready_deadline_seconds))
+        last = latest(starts)
+        if last is not None:
+            status["lastEngineStart"] = last.status(threshold)
 
     def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
         """The ``status.lastFailover`` entry of a promotion just patched, its Event and metrics;

@@ -658,6 +658,27 @@ class EngineStatus(ApiModel):
     standbys: list[str] = Field(default_factory=list)
 
 
+class RolloutReplicaStatus(ApiModel):
+    """One replica of a rollout: its new engine's start against the promotion and the old engines'
+    drain (operator/weightcache_operator/rollout_timing.py)."""
+
+    replica: int = Field(ge=0)
+    engine: str = Field(description="The new engine pod (a group's leader) promoted to active.")
+    start_seconds: float | None = Field(
+        default=None, ge=0, description="The new engine's creation to Ready, from its pod's timestamps (whole seconds)."
+    )
+    promoted_at: datetime | None = Field(
+        default=None, description="When the pass that promoted it began, on the operator's clock (milliseconds)."
+    )
+    promotion_seconds: float | None = Field(default=None, ge=0, description="From its Ready to promotedAt.")
+    retired_at: datetime | None = Field(
+        default=None, description="When the pass that first deleted one of the replica's old engines began."
+    )
+    drain_seconds: float | None = Field(
+        default=None, ge=0, description="From retiredAt until none of the replica's old engines was left."
+    )
+
+
 class RolloutStatus(ApiModel):
     """The last (or current) change rolled onto running engines (operator/weightcache_operator/rollout.py)."""
 
@@ -673,6 +694,31 @@ class RolloutStatus(ApiModel):
     message: str | None = Field(default=None, description="Why the rollout stalled.")
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    replicas: list[RolloutReplicaStatus] = Field(
+        default_factory=list,
+        description="Each replica whose new engine was promoted: start, promotion and drain times.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["replica"]},
+    )
+
+
+class EngineStartStatus(ApiModel):
+    """An engine pod's start as its pod object tells it (operator/weightcache_operator/engine_start.py):
+    every duration is seconds since the pod's creation, from the API server's timestamps (whole
+    seconds). The engine's own log and metrics split the time after its process started."""
+
+    pod: str
+    replica: int | None = Field(default=None, ge=0)
+    node: str | None = None
+    created_at: datetime | None = None
+    ready_at: datetime | None = None
+    scheduled_seconds: float | None = Field(default=None, ge=0, description="Bound to a node.")
+    started_seconds: float | None = Field(default=None, ge=0, description="Every container running.")
+    ready_seconds: float = Field(ge=0, description="Ready: the whole start.")
+    restarts: int = Field(default=0, ge=0, description="Container restarts before Ready.")
+    slow: bool = Field(
+        default=False,
+        description="readySeconds reached half of engine.rollout.readyDeadlineSeconds (a SlowEngineStart Event).",
+    )
 
 
 class FailoverStatus(ApiModel):
@@ -764,6 +810,9 @@ class WeightCacheStatus(ApiModel):
         "nodes that are not ready say they wait for; unset when nothing is.",
     )
     last_failover: FailoverStatus | None = None
+    last_engine_start: EngineStartStatus | None = Field(
+        default=None, description="The engine pod that turned Ready last, as this operator saw it start."
+    )
     inference_pool: InferencePoolStatus | None = None
 
 

@@ -154,6 +154,12 @@ def test_template_change_rolls_through_without_failures_restarts_or_disk_reads(
         "startedAt"
     ]
     assert not old_engines & {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}, "every old engine retired"
+    # The replica's time: its new engine's start, the promotion, the old engines' drain.
+    [timing] = done["replicas"]
+    print(f"replica timing: {timing}")
+    assert timing["replica"] == 0 and timing["engine"] not in old_engines, timing
+    assert timing["startSeconds"] >= 1 and timing["promotionSeconds"] >= 0, timing
+    assert timing["retiredAt"] == timing["promotedAt"] and timing["drainSeconds"] >= 0, "one pass promotes and drains"
     # The status is patched just before the gauges are set, in the same pass.
     wait_for(
         lambda: rollout_gauges(operator, namespace) == ({"Progressing": 0, "Stalled": 0, "Complete": 1}, 1, 1),

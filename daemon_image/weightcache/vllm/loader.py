@@ -43,7 +43,7 @@ from ..client.weights import Weights, held_bytes, map_fingerprint
 from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
 from ..wire.rankfiles import RankFiles, default_socket_dir
-from . import versions
+from . import startup, versions
 from .artifacts import claim_artifacts
 from .bind import WRITTEN_IN_PLACE, bind_arena, check_bound, outside_mapping
 from .build import load_rank_model
@@ -152,6 +152,17 @@ class WeightcacheModelLoader(BaseModelLoader):
             log.warning("weightcache caches the target model only; loading %s from disk", model_config.model)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
         expected = self._expected(vllm_config)
+        # The worker joined its process groups before it asked for the model (startup.py).
+        startup.set_rank(expected.rank)
+        startup.mark("distributed_init")
+        model = self._load_rank(vllm_config, model_config, prefix, expected)
+        startup.mark("weights_bound")
+        return model
+
+    def _load_rank(
+        self, vllm_config: VllmConfig, model_config: ModelConfig, prefix: str, expected: _Expected
+    ) -> nn.Module:
+        """The rank's model on the mapped weights, or from disk on a fallback."""
         rank = expected.rank
         try:
             weights = map_fingerprint(

@@ -1,4 +1,5 @@
-"""The ``vllm.general_plugins`` entry point: registers the ``weightcache`` load format.
+"""The ``vllm.general_plugins`` entry point: registers the ``weightcache`` load format and starts
+the engine's startup timeline (startup.py).
 
 vLLM calls it in every process that may load a model (API server, engine core, each worker),
 possibly more than once per process, so it registers only when not registered yet.
@@ -21,8 +22,9 @@ def register() -> None:
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, register_model_loader
     from weightcache_contract.errors import WeightCacheError
 
-    from . import LOAD_FORMAT, versions
+    from . import LOAD_FORMAT, startup, versions
 
+    startup.install()  # the startup timeline (startup.py); once per process
     if LOAD_FORMAT in _LOAD_FORMAT_TO_MODEL_LOADER:
         return
     try:

@@ -51,6 +51,7 @@ from ..daemon.keeper import keeper_socket
 from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device, verified_rebadge
 from ..wire.fingerprint import Fingerprint, ShardStamp
 from ..wire.rankfiles import RankFiles
+from . import startup
 from .engine_args import engine_config, parse_list
 
 log = logging.getLogger("weightcache.vllm")
@@ -60,6 +61,7 @@ DIGEST_THREADS = 8
 
 
 def run(args: argparse.Namespace) -> int:
+    startup.disable()  # vLLM loads the plug-in here too; a daemon is no engine starting
     layout = Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size)
     refuse_reference_only_flags(args)
     world = args.tp_size * args.pp_size
