@@ -20,7 +20,6 @@ engine is imported.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from typing import TYPE_CHECKING
 
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("weightcache.engine")
 
 PROMPT_TOKENS = 4  # the start's real warm-up prompt (rank._warm_up): a 4-token prefill, then decodes
-SWITCH_INTERVAL_S = 0.0002  # while the thread runs (see start)
 LM_HEAD_BYTES = 256 << 20  # scratch lm_head rows at most (its shape picks the biggest matmul's kernel)
 
 
@@ -41,17 +39,12 @@ def start(cfg: ModelConfig, tp_size: int, dtype: str, device: str) -> threading.
     """Start the warm-up thread on a CUDA engine; ``None`` (and no thread) anywhere else."""
     if device != "cuda":
         return None
-    # Each operator drops the GIL and must take it back from the importing thread, which by default
-    # yields it only every 5 ms: ~100 operators would wait ~0.5 s, as long as the loading itself.
-    # A short switch interval while the thread runs lets it take the GIL back at once.
-    interval = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
-    thread = threading.Thread(target=_quietly, args=(cfg, tp_size, dtype, interval), name="warm-kernels", daemon=True)
+    thread = threading.Thread(target=_quietly, args=(cfg, tp_size, dtype), name="warm-kernels", daemon=True)
     thread.start()
     return thread
 
 
-def _quietly(cfg: ModelConfig, tp_size: int, dtype: str, interval: float) -> None:
+def _quietly(cfg: ModelConfig, tp_size: int, dtype: str) -> None:
     try:
         torch.cuda.set_device(0)  # as rank._start does: the launcher leaves each rank one visible GPU
         run(cfg, tp_size, getattr(torch, dtype), "cuda")
@@ -59,8 +52,6 @@ def _quietly(cfg: ModelConfig, tp_size: int, dtype: str, interval: float) -> Non
         torch.cuda.empty_cache()  # give the scratch tensors' memory back
     except Exception:  # noqa: BLE001 - the real warm-up's forward reports any CUDA problem by name
         log.debug("kernel warm-up failed", exc_info=True)
-    finally:
-        sys.setswitchinterval(interval)
 
 
 @torch.inference_mode()
