@@ -10,7 +10,6 @@ children, and how ranks can be started one by one).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -124,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
         raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")
     from .config import ModelConfig
 
-    cfg = ModelConfig.from_checkpoint(args.model)
-    cfg.check_tensor_parallel(args.tp_size, args.ep_size)  # fail before starting
+    ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size, args.ep_size)  # fail before starting
     from .launcher import local_ranks
 
     local_ranks(args.tp_size, args.nnodes, args.node_rank)  # a bad node layout fails here, by name
@@ -152,12 +150,6 @@ def run(args: argparse.Namespace) -> int:
     from .timeline import Timeline
 
     timeline = Timeline(rank=args.tp_rank)
-    if source.device == "cuda":
-        # torch first, then the GPU's first-launch costs (kernel modules, cuBLAS) on a thread beside
-        # the rest of the imports, the server, distributed init and the mapping (warmup.py says why).
-        from . import warmup
-
-        warmup.start(cfg, args.tp_size, _weights_dtype(args), source.device)
     from .rank import EngineOptions, run_rank  # torch: the "imports" phase
 
     if args.tp_rank == 0:
@@ -199,19 +191,6 @@ def run(args: argparse.Namespace) -> int:
 _NO_GPU = (
     "--backend {backend} keeps weights in GPU memory, but this process sees no CUDA device; use --backend cpu-shm here"
 )
-
-
-def _weights_dtype(args: argparse.Namespace) -> str:
-    """The dtype the weights will have (``--dtype``, else config.json's), for the kernel warm-up."""
-    name = args.dtype
-    if name == "auto":
-        try:
-            with open(os.path.join(args.model, "config.json")) as f:
-                config = json.load(f)
-            name = config.get("torch_dtype") or config.get("dtype") or "bfloat16"
-        except (OSError, ValueError):
-            name = "bfloat16"
-    return name if name in ("bfloat16", "float16", "float32") else "bfloat16"
 
 
 def _quietly(start: Any) -> None:

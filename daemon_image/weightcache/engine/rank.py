@@ -61,6 +61,10 @@ def run_rank(opts: EngineOptions, timeline: Timeline) -> int:
     threads = opts.threads or (1 if opts.tp_size > 1 else None)
     if threads:
         torch.set_num_threads(threads)
+    if opts.source.device == "cuda":
+        # cuBLAS loads and makes its handle on the first matmul; let that happen while this thread
+        # starts the server and maps the weights (torch drops the GIL inside its operators).
+        threading.Thread(target=_warm_cublas, name="warm-cublas", daemon=True).start()
     if opts.tp_rank == 0:
         return asyncio.run(_serve(opts, timeline))
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # rank 0 drains, then tells us to stop
@@ -98,6 +102,15 @@ def _start(opts: EngineOptions, timeline: Timeline) -> tuple[Worker, list[dict[s
         {"rank": opts.tp_rank, "pid": os.getpid(), "weights": report, "startup": dict(timeline.marks)}
     )
     return Worker(model, group), ranks
+
+
+def _warm_cublas() -> None:
+    try:
+        torch.cuda.set_device(0)  # as _start does: the launcher leaves each rank one visible GPU
+        x = torch.ones((64, 64), dtype=torch.bfloat16, device="cuda")
+        (x @ x).sum().item()
+    except Exception:  # noqa: BLE001 - the warm-up's real forward reports any CUDA problem by name
+        log.debug("cuBLAS warm-up failed", exc_info=True)
 
 
 def _block_of(source: WeightSource) -> tuple[int, int] | None:
