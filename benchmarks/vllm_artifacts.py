@@ -28,17 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from weightcache.artifacts.engine import healthy
 from weightcache.artifacts.store import Store
 from weightcache.wire.rankfiles import RankFiles
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "bench"
 INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def engine_args() -> list[str]:
@@ -52,14 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def healthy(url: str) -> bool:
-    try:
-        with _OPENER.open(url, timeout=2) as response:
-            return int(response.status) == 200
-    except (OSError, ValueError):
-        return False
 
 
 def start_engine(
