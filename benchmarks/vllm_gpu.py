@@ -13,6 +13,11 @@ operator renders it, with the same list of vLLM arguments as the engines. Scenar
 - ``kill``: the daemon SIGKILLed under a serving engine, which keeps answering the same tokens; a new
   daemon re-adopts the arena from the keeper (0 bytes read); a new engine maps it and answers the same.
 - ``moe``: a block-FP8 Qwen3-MoE through vLLM's FP8 path, from disk and from the cache.
+- ``artifacts --size-gib N``: compilation and CUDA graphs on (no ``--enforce-eager``); a daemon with
+  ``--artifact-dir`` and each engine under ``weightcache artifacts-run``, as the operator renders
+  them with ``spec.engine.vllm.artifactCache``: a cold start (the directory empty; vLLM compiles, the
+  daemon publishes) against a warm one (the entry copied in), each with an emptied home directory, so
+  only the artifact directory can make a start warm; ``--runs`` pairs.
 
 A script, not a test: it prints a table (and writes results.json into --workdir); the tokens columns
 say whether every start answered the same.
@@ -24,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -35,12 +41,16 @@ from pathlib import Path
 from typing import Any
 
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
+# vLLM's own log lines for where a compiled start spends its time (0.26 and 0.32 word them alike).
+INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
+COMPILE = re.compile(r"torch.compile takes ([0-9.]+) s in total")
+GRAPHS = re.compile(r"Graph capturing finished in ([0-9.]+) secs")
 PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
 MAX_TOKENS = 16
 KV_BYTES = 4 * 2**30
 
 
-def vllm_args(extra: list[str] | None = None) -> list[str]:
+def vllm_args(extra: list[str] | None = None, eager: bool = True) -> list[str]:
     """One list for the daemon and every engine, as the operator renders it. A fixed KV cache size, so
     what an engine adds to the GPU's memory is comparable between starts; a memory fraction that leaves
     room for the daemon's arena beside it (vLLM 0.26 checks the fraction against the free memory)."""
@@ -49,7 +59,7 @@ def vllm_args(extra: list[str] | None = None) -> list[str]:
         "bfloat16",
         "--max-model-len",
         "1024",
-        "--enforce-eager",
+        *(["--enforce-eager"] if eager else []),
         "--kv-cache-memory-bytes",
         str(KV_BYTES),
         "--gpu-memory-utilization",
@@ -75,19 +85,49 @@ def free_port() -> int:
 
 
 class Serve:
-    """``vllm serve MODEL <args>`` in a process group of its own, timed from its start."""
+    """``vllm serve MODEL <args>`` in a process group of its own, timed from its start; with
+    ``artifacts``, under ``weightcache artifacts-run --dir ARTIFACTS`` and a fresh home directory."""
 
-    def __init__(self, model: Path, args: list[str], log: Path, cache: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        model: Path,
+        args: list[str],
+        log: Path,
+        cache: dict[str, Any] | None = None,
+        artifacts: Path | None = None,
+    ) -> None:
         self.port = free_port()
         argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *args]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", "m"]
         if cache is not None:
             argv += ["--load-format", "weightcache", "--model-loader-extra-config", json.dumps(cache)]
+        env = dict(os.environ)
+        if artifacts is not None:
+            health = f"http://127.0.0.1:{self.port}/health"
+            wrapper = [
+                sys.executable,
+                "-m",
+                "weightcache",
+                "artifacts-run",
+                "--dir",
+                str(artifacts),
+                "--health",
+                health,
+            ]
+            argv = [*wrapper, "--", *argv]
+            # The wrapper points vLLM's, Inductor's and Triton's caches into the engine's staging; a
+            # home emptied before every start keeps anything compiled earlier on this machine
+            # (~/.cache, ~/.nv) out of it. One path for all starts, as in an engine image: vLLM 0.26
+            # hashes paths under HOME into the name of its compile-cache directory.
+            home = artifacts.parent / "home"
+            shutil.rmtree(home, ignore_errors=True)
+            home.mkdir()
+            env["HOME"] = str(home)
         self.log = log
         self.used_before = gpu_used_mib()
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(
-            argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=os.environ
+            argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
         self.healthy = self._wait_healthy()
         self.used_after = gpu_used_mib()
@@ -132,6 +172,15 @@ class Serve:
         return float(found[-1].group(2)) if found else None
 
     def row(self, kind: str) -> dict[str, Any]:
+        text = self.log.read_text()
+
+        def last(pattern: re.Pattern[str]) -> float | None:
+            found = pattern.findall(text)
+            return float(found[-1]) if found else None
+
+        said = [
+            line.split("Compile artifacts:", 1)[1].strip() for line in text.splitlines() if "Compile artifacts:" in line
+        ]
         return {
             "start": kind,
             "weights_phase_s": self.weights_phase(),
@@ -139,6 +188,10 @@ class Serve:
             "to_first_token_s": round(self.first_token_s, 2),
             "engine_adds_mib": self.used_after - self.used_before,
             "tokens": self.first_tokens,
+            "init_engine_s": last(INIT_ENGINE),
+            "compile_s": last(COMPILE),
+            "graphs_s": last(GRAPHS),
+            "artifacts": said[-1] if said else None,
         }
 
     def stop(self) -> None:
@@ -160,11 +213,14 @@ class Serve:
 class Daemon:
     """``weightcache daemon --profile vllm --backend cuda-vmm`` for rank 0, keeper on."""
 
-    def __init__(self, model: Path, args: list[str], socket_dir: str, name: str, log: Path) -> None:
+    def __init__(
+        self, model: Path, args: list[str], socket_dir: str, name: str, log: Path, artifacts: Path | None = None
+    ) -> None:
         self.socket_dir, self.name = socket_dir, name
         argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args)]
         argv += ["--model", str(model), "--backend", "cuda-vmm", "--tp-size", "1", "--pp-size", "1"]
         argv += ["--ranks", "0-0", "--socket-dir", socket_dir, "--name", name, "--keeper", "auto"]
+        argv += ["--artifact-dir", str(artifacts)] if artifacts is not None else []
         self.log = log
         self.started = time.perf_counter()
         self.launched = time.time()
@@ -294,8 +350,9 @@ def table(rows: list[dict[str, Any]], arena_bytes: int | None) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", choices=("smoke", "dense", "kill", "moe"))
-    p.add_argument("--size-gib", type=float, default=16.0, help="dense: the checkpoint's size")
+    p.add_argument("scenario", choices=("smoke", "dense", "kill", "moe", "artifacts"))
+    p.add_argument("--size-gib", type=float, default=16.0, help="dense, kill, artifacts: the checkpoint's size")
+    p.add_argument("--runs", type=int, default=1, help="artifacts: cold/warm pairs")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-vllm-gpu"))
     args = p.parse_args()
     from weightcache.checkpoints.page_cache import drop_page_cache
@@ -304,11 +361,13 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     logs = work / f"logs-{args.scenario}"
     logs.mkdir(exist_ok=True)
-    kind = "dense" if args.scenario in ("dense", "kill") else args.scenario
+    kind = "dense" if args.scenario in ("dense", "kill", "artifacts") else args.scenario
     t0 = time.perf_counter()
     model = checkpoint(work, kind, args.size_gib)
     size = sum(f.stat().st_size for f in model.glob("*.safetensors"))
     print(f"checkpoint {model}: {size / 2**30:.2f} GiB ({time.perf_counter() - t0:.0f} s to have it)", flush=True)
+    if args.scenario == "artifacts":
+        return artifacts_scenario(model, work, logs, args.runs)
     engine_args = vllm_args()
     socket_dir = tempfile.mkdtemp(prefix="wcv-")
     keeper = start_keeper(socket_dir, logs / "keeper.log")
@@ -348,6 +407,52 @@ def main() -> int:
             if proc is not None:
                 (proc.stop() if isinstance(proc, Daemon) else proc.terminate())
     (work / f"results-{args.scenario}.json").write_text(json.dumps(results, indent=1, default=str))
+    return 0
+
+
+def artifacts_scenario(model: Path, work: Path, logs: Path, runs: int) -> int:
+    from weightcache.artifacts.store import Store
+
+    engine_args = vllm_args(eager=False)
+    root = Path(tempfile.mkdtemp(prefix="artifacts-", dir=work)) / "dir"
+    socket_dir = tempfile.mkdtemp(prefix="wcv-")
+    keeper = start_keeper(socket_dir, logs / "keeper.log")
+    store = Store(root)
+    rows: list[dict[str, Any]] = []
+    daemon = None
+    try:
+        daemon = Daemon(model, engine_args, socket_dir, "artifacts", logs / "daemon.log", artifacts=root)
+        for run in range(runs):
+            store.evict(0)  # no engine runs now: the cold start finds nothing
+            with Serve(model, engine_args, logs / f"cold-{run}.log", cache=daemon.cache(), artifacts=root) as engine:
+                rows.append(engine.row("cold: vLLM compiles, the daemon publishes"))
+                deadline = time.monotonic() + 300  # a miss is published while its engine still serves
+                while not store.list_entries() and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            entries = store.list_entries()
+            rows[-1]["published_bytes"] = sum(e.bytes for e in entries)
+            print(f"run {run + 1}/{runs} cold: {rows[-1]}", flush=True)
+            if not entries:
+                raise SystemExit(f"nothing was published in {root}; see {logs}")
+            with Serve(model, engine_args, logs / f"warm-{run}.log", cache=daemon.cache(), artifacts=root) as engine:
+                rows.append(engine.row("warm: the entry copied in"))
+            print(f"run {run + 1}/{runs} warm: {rows[-1]}", flush=True)
+    finally:
+        if daemon is not None:
+            daemon.stop()
+        keeper.terminate()
+    (work / "results-artifacts.json").write_text(json.dumps({"args": engine_args, "rows": rows}, indent=1))
+    same = len({json.dumps(r["tokens"]) for r in rows}) == 1
+    print(f"\nvllm serve {' '.join(engine_args)} (compilation and CUDA graphs on), from the cache")
+    print(
+        "| start | to /health (s) | init engine (s) | torch.compile (s) | graph capture (s) | weight phase (s) | artifacts |"
+    )
+    print("| --- | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in rows:
+        cells = [r["to_health_s"], r["init_engine_s"], r["compile_s"], r["graphs_s"], r["weights_phase_s"]]
+        text = " | ".join("—" if c is None else f"{c:.2f}" for c in cells)
+        print(f"| {r['start']} | {text} | {r['artifacts']} |")
+    print(f"greedy tokens identical in every start: {same}")
     return 0
 
 

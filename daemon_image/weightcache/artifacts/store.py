@@ -32,7 +32,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -315,9 +315,10 @@ class Store:
         fcntl.flock(fd, fcntl.LOCK_EX)
         return staging, fd
 
-    def claim(self, staging: Path, key: ArtifactKey) -> Claim:
+    def claim(self, staging: Path, key: ArtifactKey, prepare: Callable[[Path], object] | None = None) -> Claim:
         """Once per engine (every worker calls it; the first does the work): copy the entry
-        published under ``key`` into the staging data, when there is one, and record the claim."""
+        published under ``key`` into the staging data, when there is one, and record the claim.
+        ``prepare`` runs on the copied data before any worker goes on (the engine's own fix-ups)."""
         # Workers of one engine are separate processes; alive.lock's flock is the wrapper's, so
         # they serialise on a lock of their own.
         lock = os.open(staging / "claim.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -332,6 +333,8 @@ class Store:
                     )
                 return earlier
             hit = self.checkout(key, staging / "data")
+            if hit is not None and prepare is not None:
+                prepare(staging / "data")
             claim = Claim(key=key, hit=hit)
             write_atomically(staging / "claim.json", claim.model_dump_json().encode(), 0o600)
             return claim
