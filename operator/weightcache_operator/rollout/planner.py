@@ -4,7 +4,7 @@ phase out (``plan``). Pure."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from ..objects import Object
 from .decisions import Plan
@@ -43,35 +43,31 @@ def plan(
     result.switching = settling or (serving is not None and serving != result.serve_hash)
     result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
     nodes = [DaemonView.of(p) for p in daemons]
-    _plan_steps(want, pods, nodes, result, now, desired_nodes, old_daemonsets or {}, size)
+    old_sets = old_daemonsets or {}
+    result.mode = _change(want, pods, nodes, old_sets)
+    if result.mode == "Generation":
+        plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
+    elif result.mode == "Engine":
+        plan_engine(want, pods, result, now, size)
     undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     settle_phase(result, previous, undone)
     return result
 
 
-def _plan_steps(
-    want: Desired,
-    pods: list[EngineView],
-    nodes: list[DaemonView],
-    result: Plan,
-    now: datetime,
-    desired_nodes: int,
-    old_sets: dict[str, str | None],
-    size: int,
-) -> None:
+def _change(
+    want: Desired, pods: list[EngineView], nodes: list[DaemonView], old_sets: dict[str, str | None]
+) -> Literal["Engine", "Generation"] | None:
     """A generation change (any daemon, engine or kept DaemonSet of another generation) or an
-    engine rollout (an engine of another template)."""
-    generation_change = (
-        bool(old_sets)
+    engine rollout (an engine of another template), or neither."""
+    if (
+        old_sets
         or any(d.daemon_hash != want.daemon_hash for d in nodes)
         or any(p.daemon_hash != want.daemon_hash for p in pods)
-    )
-    if generation_change:
-        result.mode = "Generation"
-        plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
-    elif any(p.engine_hash != want.engine_hash for p in pods):
-        result.mode = "Engine"
-        plan_engine(want, pods, result, now, size)
+    ):
+        return "Generation"
+    if any(p.engine_hash != want.engine_hash for p in pods):
+        return "Engine"
+    return None
 
 
 def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None) -> None:
