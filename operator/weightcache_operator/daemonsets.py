@@ -26,7 +26,7 @@ from .render.layout import (
     daemon_spec_hash,
 )
 from .render.topology import assign_slots, selected
-from .rollout import Strategy, generation_strategy
+from .rollout.strategy import Strategy, generation_strategy
 from .snapshot import Snapshot
 from .spec import WeightCache
 from .together import all_at_once

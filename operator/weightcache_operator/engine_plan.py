@@ -4,7 +4,7 @@ and the rollout report out. Pure.
 One planner for engines of every size (a single-pod engine is a group of one: engine_units.py),
 in two steps over one vocabulary:
 
-- the rollout (``rollout.plan``) moves replicas to the wanted engine template and daemon spec
+- the rollout (``rollout.planner.plan``) moves replicas to the wanted engine template and daemon spec
   hash — surge, promote, drain, replace a daemon — reports how far it got, and says which
   generation the Service selects;
 - scaling and failover (scaling.py, ``failover.plan_replica`` per replica) keep exactly
@@ -31,7 +31,9 @@ from .objects import Object, PodView, spec_hash, stamp
 from .render.daemon import slot_base
 from .render.engine import engine_template_hash
 from .render.layout import ROLE_LABEL, SLOT_LABEL, daemon_spec_hash
-from .rollout import Desired, Plan, plan
+from .rollout.decisions import Plan
+from .rollout.planner import plan
+from .rollout.views import Desired
 from .scaling import plan_scaling
 from .snapshot import Snapshot
 from .spec import WeightCache

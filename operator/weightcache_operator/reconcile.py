@@ -43,7 +43,7 @@ from .podsecurity import pod_security_problem
 from .render.gpu_holder import uses_gpu_holder
 from .report import Reporter, strategy_decision, with_failover
 from .responsiveness import ResponsivenessWatch, probe_url
-from .rollout import SWITCH_SETTLE_SECONDS
+from .rollout.generation import SWITCH_SETTLE_SECONDS
 from .routing import sync_pool
 from .runner import PassRunner
 from .sightings import Sightings

@@ -17,7 +17,10 @@ from .metrics import OperatorMetrics
 from .objects import Object, stamp
 from .reasons import failure_events
 from .render.layout import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
-from .rollout import Desired, Plan, Strategy, rollout_conditions, rollout_status
+from .rollout.decisions import Plan
+from .rollout.status import rollout_conditions, rollout_status
+from .rollout.strategy import Strategy
+from .rollout.views import Desired
 from .rollout_timing import replica_timings
 from .sightings import Sightings
 from .snapshot import cache_path

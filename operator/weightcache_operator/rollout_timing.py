@@ -1,6 +1,6 @@
 """A rollout's time per replica (``status.rollout.replicas``): how long the replica's new engine
 took to start, how long the operator then took to promote it, and how long its old engines took
-to drain. Pure: the previous list, this pass's rollout plan (rollout.py) and the engine pods in,
+to drain. Pure: the previous list, this pass's rollout plan (rollout/) and the engine pods in,
 the new list out; the status carries it from pass to pass, so an operator restart keeps it.
 
 - ``startSeconds``: the new engine's creation → Ready, from its pod (engine_start.py; the API's
@@ -23,7 +23,8 @@ from typing import Any
 
 from .engine_start import engine_start
 from .objects import Object, PodView, parse_time
-from .rollout import Desired, Plan
+from .rollout.decisions import Plan
+from .rollout.views import Desired
 
 
 def replica_timings(

@@ -10,12 +10,12 @@ from typing import Any
 
 from test_multinode import READY, TWO, complete_groups, daemon, engine_plan, failovers, ids, plan_groups, run
 from test_render import make
-from weightcache_operator import rollout
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
 from weightcache_operator.responsiveness import probe_url
-from weightcache_operator.rollout import Desired
+from weightcache_operator.rollout import planner
+from weightcache_operator.rollout.views import Desired
 
 FOUR_NODES = {0: {**READY[0], "node-3": daemon("node-3", 0)}, 1: {**READY[1], "node-4": daemon("node-4", 1)}}
 
@@ -206,5 +206,5 @@ def test_a_node_by_node_generation_change_of_groups_leaves_their_daemons_to_the_
         pod["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: old_gen}
         pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
     at = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
-    result = rollout.plan(want, complete_groups(old_cache), daemons, old_gen, at, size=2)
+    result = planner.plan(want, complete_groups(old_cache), daemons, old_gen, at, size=2)
     assert result.mode == "Generation" and result.replace_daemon is None and result.retire == []

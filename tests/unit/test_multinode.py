@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from test_render import NOW, container, env_of, make
-from weightcache_operator import rollout
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
 from weightcache_operator.engine_units import units
@@ -22,7 +21,9 @@ from weightcache_operator.render import (
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
-from weightcache_operator.rollout import Desired, rollout_status
+from weightcache_operator.rollout import planner
+from weightcache_operator.rollout.status import rollout_status
+from weightcache_operator.rollout.views import Desired
 from weightcache_operator.snapshot import Snapshot
 from weightcache_operator.spec import Placement
 from weightcache_operator.status import Observed, aggregate
@@ -485,7 +486,7 @@ def test_a_new_engine_version_rolls_through_group_by_group() -> None:
 
 
 def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes() -> None:
-    """status.rollout for engine groups: what rollout.plan tells rollout_status at each stage."""
+    """status.rollout for engine groups: what planner.plan tells rollout_status at each stage."""
     old_cache = make(**TWO)
     new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
     want = Desired(
@@ -493,11 +494,11 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     )
     at = lambda minutes: datetime(2026, 11, 29, 10, minutes, tzinfo=UTC)  # noqa: E731  (pods: 10:00)
     old = complete_groups(old_cache)
-    assert rollout.plan(want, complete_groups(new_cache), [], None, at(1), size=2).phase is None, (
+    assert planner.plan(want, complete_groups(new_cache), [], None, at(1), size=2).phase is None, (
         "nothing to roll, nothing rolled"
     )
 
-    started = rollout.plan(want, old, [], None, at(1), size=2)
+    started = planner.plan(want, old, [], None, at(1), size=2)
     assert (started.mode, started.phase, started.updated) == ("Engine", "Progressing", 0)
     assert started.step == "replica 0: starting a new-version standby"
 
@@ -508,10 +509,10 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
         for a in plan_groups(new_cache, [*old, leader], READY, ids())
         if isinstance(a, Create)
     ]
-    waiting = rollout.plan(want, [*old, leader, member], [], None, at(5), size=2)
+    waiting = planner.plan(want, [*old, leader, member], [], None, at(5), size=2)
     assert waiting.phase == "Progressing"
     assert waiting.step == f"replica 0: waiting for {leader['metadata']['name']} to turn Ready"
-    stalled = rollout.plan(want, [*old, leader, member], [], None, at(11), size=2)
+    stalled = planner.plan(want, [*old, leader, member], [], None, at(11), size=2)
     assert stalled.phase == "Stalled" and stalled.stalled is not None
     assert f"engine group {leader['metadata']['name']}" in stalled.stalled
     assert "readyDeadlineSeconds is 600" in stalled.stalled
@@ -526,18 +527,18 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     for pod in draining:
         pod["metadata"]["deletionTimestamp"] = "2026-11-29T10:12:00Z"
     assert (
-        rollout.plan(want, [*draining, *ready_group], [], None, at(12), size=2).step
+        planner.plan(want, [*draining, *ready_group], [], None, at(12), size=2).step
         == "replica 0: waiting for old engines to finish draining"
     )
     previous = {"phase": "Progressing", "mode": "Engine"}
-    restoring = rollout.plan(want, ready_group, [], None, at(13), previous, size=2)
+    restoring = planner.plan(want, ready_group, [], None, at(13), previous, size=2)
     assert (restoring.phase, restoring.updated) == ("Progressing", 0), "no Ready new standby group yet"
     standby = [copy.deepcopy(p) for p in ready_group]
     for pod, name in zip(standby, ("tiny-0-gz-0", "tiny-0-gz-1")):
         pod["metadata"]["name"] = name
         pod["metadata"]["labels"]["weightcache.io/role"] = "standby"
         pod["metadata"]["labels"]["weightcache.io/engine-group"] = "gz"
-    done = rollout.plan(want, [*ready_group, *standby], [], None, at(14), previous, size=2)
+    done = planner.plan(want, [*ready_group, *standby], [], None, at(14), previous, size=2)
     assert (done.phase, done.mode, done.updated, done.step) == ("Complete", "Engine", 1, "every replica updated")
 
 
@@ -574,7 +575,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     )
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
-    progress = rollout.plan(want, [*old, *fresh], [], old_gen, at, None, 0, old_sets, size=2)
+    progress = planner.plan(want, [*old, *fresh], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == old_gen and progress.retire_daemonsets == []
     plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_hash)
     assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
@@ -584,7 +585,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     for pod in promoted:
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
-    progress = rollout.plan(want, [*old, *promoted], [], old_gen, at, None, 0, old_sets, size=2)
+    progress = planner.plan(want, [*old, *promoted], [], old_gen, at, None, 0, old_sets, size=2)
     assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == [
@@ -597,7 +598,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     steps = [type(a).__name__ for a in in_order([ApplyService(new_gen), *plan])]
     assert steps.index("ApplyService") < steps.index("Delete")
     # The old engines are gone: their slot DaemonSets go too.
-    done = rollout.plan(
+    done = planner.plan(
         want, promoted, [], new_gen, at, {"phase": "Progressing", "mode": "Generation"}, 0, old_sets, size=2
     )
     assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]

@@ -1,4 +1,4 @@
-"""Rollout decisions (operator/weightcache_operator/rollout.py): pods as the API server returns
+"""Rollout decisions (operator/weightcache_operator/rollout/): pods as the API server returns
 them in, actions out. The e2e tests run the same decisions against a real control plane."""
 
 from __future__ import annotations
@@ -9,17 +9,11 @@ from typing import Any
 import pytest
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.engine_units import units
-from weightcache_operator.rollout import (
-    Desired,
-    EngineView,
-    engine_views,
-    generation_strategy,
-    plan,
-    rollout_conditions,
-    rollout_status,
-    serve_hash,
-    unit_view,
-)
+from weightcache_operator.rollout.generation import serve_hash
+from weightcache_operator.rollout.planner import plan
+from weightcache_operator.rollout.status import rollout_conditions, rollout_status
+from weightcache_operator.rollout.strategy import generation_strategy
+from weightcache_operator.rollout.views import Desired, EngineView, engine_views, unit_view
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 WANT = Desired(engine_hash="new", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)

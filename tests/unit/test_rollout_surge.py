@@ -1,5 +1,5 @@
 """Engine rollouts over several replicas at once (``spec.engine.rollout.maxSurge``): the planner
-(rollout.plan) and what the one engine planner (engine_plan.plan_engines) creates from it. The
+(rollout.planner.plan) and what the one engine planner (engine_plan.plan_engines) creates from it. The
 e2e test test_rollout_surge_e2e.py runs the same decisions on a real control plane."""
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from weightcache_operator.actions import ApplyService, Create, Delete, SetRole
 from weightcache_operator.engine_plan import desired
 from weightcache_operator.render import engine_pod
 from weightcache_operator.render.engine import Member
-from weightcache_operator.rollout import Desired, plan
+from weightcache_operator.rollout.planner import plan
+from weightcache_operator.rollout.views import Desired
 from weightcache_operator.spec import EngineRollout
 
 
