@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import NOW
 from test_engine_plan import CACHE, WANT, snapshot
-from test_render import NOW
 from weightcache_operator.engine_plan import nodes_to_run, plan_engines
 
 READY = [{"type": "Ready", "status": "True"}]

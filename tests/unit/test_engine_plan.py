@@ -8,7 +8,7 @@ import copy
 from datetime import timedelta
 from typing import Any
 
-from test_render import NOW, make
+from builders import NOW, make
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import desired, plan_engines
 from weightcache_operator.objects import stamp

@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_render import BASE, make
+from builders import BASE, make
 from test_render_vllm import body, cache_of, changed
 from weightcache_operator.render import engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import make
 from weightcache_operator.engine_units import Unit, units
 from weightcache_operator.failover import Promotion, ReplicaPlan, failover_status, failure_of, unready_nodes
 from weightcache_operator.failover import plan_replica as plan_units

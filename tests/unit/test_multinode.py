@@ -7,7 +7,8 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from test_render import NOW, container, env_of, make
+from builders import NOW, make
+from test_render import container, env_of
 from weightcache_operator import rollout
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines

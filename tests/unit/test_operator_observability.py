@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_render import NOW, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import NOW, daemon, make
 from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport, node_fingerprint
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
@@ -58,9 +58,9 @@ def report(*ranks: RankReport) -> DaemonReport:
 
 def test_ranks_carry_what_the_daemon_reported_and_the_node_its_fingerprint() -> None:
     cache = make()
-    daemon = fake_pod("tiny-daemon-x", True, annotations={SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)})
+    daemon_pod = daemon("tiny-daemon-x", ready=True, spec_hash=daemon_spec_hash(cache))
     held = report(rank(0, gpu_uuid="GPU-a"), rank(1, source="keeper", disk_bytes_read=0))
-    status = aggregate(cache, Observed([daemon], [], 1, daemon_reports={"tiny-daemon-x": held}), NOW)
+    status = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"tiny-daemon-x": held}), NOW)
     node = status["nodes"][0]
     assert node["fingerprint"] == held.fingerprint and "reportError" not in node
     assert node["ranks"] == [
@@ -83,13 +83,13 @@ def test_a_rank_is_ready_only_if_both_the_pod_and_the_daemon_say_so() -> None:
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     partly = report(rank(0), rank(1, ready=False))
     status = aggregate(
-        cache, Observed([fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW
+        cache, Observed([daemon("d", ready=True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW
     )
     assert [(r["rank"], r["ready"]) for r in status["nodes"][0]["ranks"]] == [(0, True), (1, False)]
     assert "fingerprint" not in status["nodes"][0], "no node fingerprint until every rank reports one"
     unready = aggregate(
         cache,
-        Observed([fake_pod("d", False, annotations=good)], [], 1, daemon_reports={"d": report(rank(0), rank(1))}),
+        Observed([daemon("d", ready=False, annotations=good)], [], 1, daemon_reports={"d": report(rank(0), rank(1))}),
         NOW,
     )
     assert [r["ready"] for r in unready["nodes"][0]["ranks"]] == [False, False]
@@ -100,7 +100,7 @@ def test_an_unreadable_daemon_is_reported_not_raised() -> None:
     cache = make()
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     seen = Observed(
-        [fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"}
+        [daemon("d", ready=True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"}
     )
     node = aggregate(cache, seen, NOW)["nodes"][0]
     assert node["reportError"] == "GET http://x/status: refused"

@@ -8,7 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_render import container, make
+from builders import make
+from test_render import container
 from test_render_vllm import body, cache_of
 from weightcache_operator.render import daemon_daemonset, engine_pod
 from weightcache_operator.render.gpu_holder import gpu_holder_daemonset

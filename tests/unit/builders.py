@@ -1,0 +1,263 @@
+"""Kubernetes objects for unit tests, as raw dicts shaped like the API server's answers: what the
+operator's views (objects.py) and planners read. One composable builder per kind, keyword
+arguments with defaults; a test names only what its scenario is about.
+
+Times are seconds after ``NOW`` (``at``), stamped as the API writes them (to the second). A
+builder writes only the fields it is asked for, so an object never carries a signal its test did
+not mean: no Ready condition unless ``ready`` is given, no phase unless ``phase`` is.
+
+tests/unit is on ``sys.path`` under pytest (rootdir-relative ``prepend`` import mode, no
+``__init__.py``), so test modules import this one as ``builders``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from weightcache_operator.objects import stamp
+from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
+from weightcache_operator.render.layout import REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.validation import parse
+
+NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
+
+BASE: dict[str, Any] = {
+    "apiVersion": "weightcache.io/v1alpha1",
+    "kind": "WeightCache",
+    "metadata": {"name": "tiny", "namespace": "ns", "uid": "uid-1", "generation": 3},
+    "spec": {
+        "model": {"source": {"hostPath": {"path": "/models/tiny"}}, "revision": "r1", "dtype": "float32"},
+        "parallelism": {"tensor": 2},
+        "placement": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
+        "daemon": {"image": "wc/daemon:1", "backend": "cpu-shm"},
+        "engine": {
+            "replicas": 1,
+            "standbysPerReplica": 1,
+            "template": {
+                "metadata": {"labels": {"app": "chat"}},
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "engine",
+                            "image": "e:1",
+                            "command": ["weightcache", "engine"],
+                            "env": [{"name": "WEIGHTCACHE_ENGINE_THREADS", "value": "1"}],
+                        }
+                    ]
+                },
+            },
+        },
+    },
+}
+"""A valid WeightCache: a two-rank model on CPU shared memory, one replica with one standby."""
+
+
+def make(**changes: Any) -> WeightCache:
+    """BASE with dotted-path spec changes, e.g. ``make(**{"daemon.backend": "cuda-ipc"})``, parsed
+    and validated as the operator parses a cache it reads."""
+    body = copy.deepcopy(BASE)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = body["spec"]
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    cache, problems = parse(body)
+    assert cache is not None and not problems, problems
+    return cache
+
+
+def at(seconds: float, start: datetime = NOW) -> str:
+    """``start`` plus ``seconds``, as the API stamps it."""
+    return stamp(start + timedelta(seconds=seconds))
+
+
+def condition(kind: str, status: bool | str, *, since: float | None = None) -> dict[str, Any]:
+    """A status condition; ``since``: its lastTransitionTime, seconds after NOW."""
+    found: dict[str, Any] = {"type": kind, "status": status if isinstance(status, str) else str(status)}
+    if since is not None:
+        found["lastTransitionTime"] = at(since)
+    return found
+
+
+def container_status(
+    name: str = "engine", *, started: float | None = None, waiting: str | None = None, restarts: int | None = None
+) -> dict[str, Any]:
+    """A container running (since NOW+``started`` when given) or, with ``waiting``, waiting for that reason."""
+    state: dict[str, Any]
+    if waiting is not None:
+        state = {"waiting": {"reason": waiting}}
+    else:
+        state = {"running": {"startedAt": at(started)} if started is not None else {}}
+    found: dict[str, Any] = {"name": name}
+    if restarts is not None:
+        found["restartCount"] = restarts
+    found["state"] = state
+    return found
+
+
+def pod(
+    name: str = "pod",
+    *,
+    namespace: str | None = None,
+    uid: str | None = None,
+    resource_version: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    owner: str | None = None,
+    created: float | None = None,
+    deleted: float | None = None,
+    node: str | None = "node-1",
+    phase: str | None = None,
+    ip: str | None = None,
+    ready: bool | None = None,
+    ready_since: float | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    containers: Sequence[Mapping[str, Any]] | None = None,
+    status: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A pod on ``node`` (None: not scheduled). ``ready``: its Ready condition (since NOW+``ready_since``),
+    then ``conditions``; ``owner``: the uid of the DaemonSet that controls it; ``created`` and
+    ``deleted``: its creation and deletion timestamps in seconds after NOW; ``containers``: its
+    container statuses; ``status``: further status fields, written last."""
+    meta: dict[str, Any] = {"name": name}
+    for key, value in (("namespace", namespace), ("uid", uid), ("resourceVersion", resource_version)):
+        if value is not None:
+            meta[key] = value
+    meta["labels"] = dict(labels or {})
+    meta["annotations"] = dict(annotations or {})
+    if owner is not None:
+        meta["ownerReferences"] = [{"kind": "DaemonSet", "uid": owner}]
+    if created is not None:
+        meta["creationTimestamp"] = at(created)
+    if deleted is not None:
+        meta["deletionTimestamp"] = at(deleted)
+    found: dict[str, Any] = {}
+    if phase is not None:
+        found["phase"] = phase
+    if ip is not None:
+        found["podIP"] = ip
+    every = ([condition("Ready", ready, since=ready_since)] if ready is not None else []) + [
+        dict(c) for c in conditions
+    ]
+    if every:
+        found["conditions"] = every
+    if containers is not None:
+        found["containerStatuses"] = [dict(c) for c in containers]
+    found.update(status or {})
+    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": found}
+
+
+def engine(
+    name: str = "tiny-0-a",
+    *,
+    role: str = "active",
+    replica: int = 0,
+    spec_hash: str | None = None,
+    gate: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    **fields: Any,
+) -> dict[str, Any]:
+    """An engine pod of ``replica`` in ``role``, mapping the daemon generation ``spec_hash``; ``gate``:
+    the status of its daemon-ready gate condition (stamped as its Ready condition is); the rest as
+    ``pod`` takes it."""
+    annotated = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash is not None else {}
+    gated = [condition(READY_GATE, gate, since=fields.get("ready_since"))] if gate is not None else []
+    return pod(
+        name,
+        labels={REPLICA_LABEL: str(replica), ROLE_LABEL: role, **(labels or {})},
+        annotations={**annotated, **(annotations or {})},
+        conditions=[*gated, *conditions],
+        **fields,
+    )
+
+
+def daemon(
+    name: str | None = None,
+    *,
+    node: str = "node-1",
+    spec_hash: str | None = None,
+    slot: int | str | None = None,
+    claim: str | None = None,
+    annotations: Mapping[str, str] | None = None,
+    status: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> dict[str, Any]:
+    """A daemon pod on ``node`` (named after it unless ``name``) of the generation ``spec_hash``,
+    holding node slot ``slot`` and sharing its GPUs through the ResourceClaim ``claim`` when given;
+    the rest as ``pod`` takes it."""
+    annotated = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash is not None else {}
+    claimed = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": claim}]} if claim is not None else {}
+    return pod(
+        name or f"tiny-daemon-{node}",
+        node=node,
+        labels={SLOT_LABEL: str(slot)} if slot is not None else None,
+        annotations={**annotated, **(annotations or {})},
+        status={**claimed, **(status or {})},
+        **fields,
+    )
+
+
+def scheduled(
+    rendered: Mapping[str, Any],
+    *,
+    node: str,
+    ip: str | None = None,
+    ready: bool = False,
+    created: str = "2026-11-29T10:00:00Z",
+) -> dict[str, Any]:
+    """A pod the operator rendered (render/engine.py) as the API server returns it once scheduled
+    on ``node`` and running, Ready or not."""
+    found = copy.deepcopy(dict(rendered))
+    found["metadata"]["creationTimestamp"] = created
+    found["spec"]["nodeName"] = node
+    found["status"] = {"phase": "Running", "podIP": ip, "conditions": [condition("Ready", ready)]}
+    return found
+
+
+def daemonset(
+    name: str = "tiny-daemon", *, uid: str = "ds-1", desired: int = 1, misscheduled: int = 0
+) -> dict[str, Any]:
+    """A DaemonSet whose controller counts ``desired`` nodes, ``misscheduled`` of its pods on nodes it no longer wants."""
+    status = {"desiredNumberScheduled": desired, "numberMisscheduled": misscheduled}
+    return {"metadata": {"name": name, "uid": uid}, "status": status}
+
+
+def node(
+    name: str,
+    *,
+    uid: str | None = None,
+    resource_version: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    taints: Sequence[Mapping[str, str]] | None = None,
+    unschedulable: bool | None = None,
+    ready: bool | str | None = None,
+    ready_since: float | None = None,
+    allocatable: Mapping[str, str] | None = None,
+    status: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A node with ``labels``; ``taints`` and ``unschedulable`` (cordoned) in its spec when given;
+    ``ready``: its Ready condition (since NOW+``ready_since``); ``status``: further status fields."""
+    meta: dict[str, Any] = {"name": name}
+    for key, value in (("uid", uid), ("resourceVersion", resource_version)):
+        if value is not None:
+            meta[key] = value
+    meta["labels"] = dict(labels or {})
+    spec: dict[str, Any] = {}
+    if taints is not None:
+        spec["taints"] = [dict(t) for t in taints]
+    if unschedulable is not None:
+        spec["unschedulable"] = unschedulable
+    found: dict[str, Any] = {}
+    if ready is not None:
+        found["conditions"] = [condition("Ready", ready, since=ready_since)]
+    if allocatable is not None:
+        found["allocatable"] = dict(allocatable)
+    found.update(status or {})
+    return {"metadata": meta, "spec": spec, "status": found}
