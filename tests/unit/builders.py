@@ -19,7 +19,7 @@ from typing import Any
 
 from weightcache_operator.objects import stamp
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
-from weightcache_operator.render.layout import REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.render.layout import CACHE_LABEL, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.validation import parse
 
@@ -105,7 +105,7 @@ def pod(
     *,
     namespace: str | None = None,
     uid: str | None = None,
-    resource_version: str | None = None,
+    resource_version: int | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     owner: str | None = None,
@@ -120,14 +120,15 @@ def pod(
     containers: Sequence[Mapping[str, Any]] | None = None,
     status: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A pod on ``node`` (None: not scheduled). ``ready``: its Ready condition (since NOW+``ready_since``),
+    """A pod on ``node`` (None: not scheduled) whose uid is ``uid-<name>`` unless ``uid``. ``ready``: its Ready condition (since NOW+``ready_since``),
     then ``conditions``; ``owner``: the uid of the DaemonSet that controls it; ``created`` and
     ``deleted``: its creation and deletion timestamps in seconds after NOW; ``containers``: its
     container statuses; ``status``: further status fields, written last."""
-    meta: dict[str, Any] = {"name": name}
-    for key, value in (("namespace", namespace), ("uid", uid), ("resourceVersion", resource_version)):
-        if value is not None:
-            meta[key] = value
+    meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    if resource_version is not None:
+        meta["resourceVersion"] = str(resource_version)
     meta["labels"] = dict(labels or {})
     meta["annotations"] = dict(annotations or {})
     if owner is not None:
@@ -155,6 +156,7 @@ def pod(
 def engine(
     name: str = "tiny-0-a",
     *,
+    cache: str | None = None,
     role: str = "active",
     replica: int = 0,
     spec_hash: str | None = None,
@@ -164,14 +166,15 @@ def engine(
     conditions: Sequence[Mapping[str, Any]] = (),
     **fields: Any,
 ) -> dict[str, Any]:
-    """An engine pod of ``replica`` in ``role``, mapping the daemon generation ``spec_hash``; ``gate``:
+    """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given), mapping the daemon generation ``spec_hash``; ``gate``:
     the status of its daemon-ready gate condition (stamped as its Ready condition is); the rest as
     ``pod`` takes it."""
     annotated = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash is not None else {}
     gated = [condition(READY_GATE, gate, since=fields.get("ready_since"))] if gate is not None else []
     return pod(
         name,
-        labels={REPLICA_LABEL: str(replica), ROLE_LABEL: role, **(labels or {})},
+        labels={**({CACHE_LABEL: cache} if cache is not None else {}), REPLICA_LABEL: str(replica), ROLE_LABEL: role}
+        | dict(labels or {}),
         annotations={**annotated, **(annotations or {})},
         conditions=[*gated, *conditions],
         **fields,
@@ -233,7 +236,7 @@ def node(
     name: str,
     *,
     uid: str | None = None,
-    resource_version: str | None = None,
+    resource_version: int | None = None,
     labels: Mapping[str, str] | None = None,
     taints: Sequence[Mapping[str, str]] | None = None,
     unschedulable: bool | None = None,
@@ -242,12 +245,11 @@ def node(
     allocatable: Mapping[str, str] | None = None,
     status: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A node with ``labels``; ``taints`` and ``unschedulable`` (cordoned) in its spec when given;
+    """A node with ``labels``, whose uid is ``uid-<name>`` unless ``uid``; ``taints`` and ``unschedulable`` (cordoned) in its spec when given;
     ``ready``: its Ready condition (since NOW+``ready_since``); ``status``: further status fields."""
-    meta: dict[str, Any] = {"name": name}
-    for key, value in (("uid", uid), ("resourceVersion", resource_version)):
-        if value is not None:
-            meta[key] = value
+    meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
+    if resource_version is not None:
+        meta["resourceVersion"] = str(resource_version)
     meta["labels"] = dict(labels or {})
     spec: dict[str, Any] = {}
     if taints is not None:
