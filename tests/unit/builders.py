@@ -17,9 +17,10 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from weightcache_operator.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.objects import stamp
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
-from weightcache_operator.render.layout import CACHE_LABEL, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.render.layout import CACHE_LABEL, CLAIM_ANNOTATION, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.validation import parse
 
@@ -71,9 +72,14 @@ def make(**changes: Any) -> WeightCache:
     return cache
 
 
-def at(seconds: float, start: datetime = NOW) -> str:
-    """``start`` plus ``seconds``, as the API stamps it."""
-    return stamp(start + timedelta(seconds=seconds))
+def after(seconds: float) -> datetime:
+    """NOW plus ``seconds``."""
+    return NOW + timedelta(seconds=seconds)
+
+
+def at(seconds: float) -> str:
+    """NOW plus ``seconds``, as the API stamps it."""
+    return stamp(after(seconds))
 
 
 def condition(kind: str, status: bool | str, *, since: float | None = None) -> dict[str, Any]:
@@ -161,22 +167,33 @@ def engine(
     replica: int = 0,
     spec_hash: str | None = None,
     gate: str | None = None,
+    containers_ready: bool | None = None,
+    mapped_from: str | None = None,
+    claim: str | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     conditions: Sequence[Mapping[str, Any]] = (),
     **fields: Any,
 ) -> dict[str, Any]:
-    """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given), mapping the daemon generation ``spec_hash``; ``gate``:
-    the status of its daemon-ready gate condition (stamped as its Ready condition is); the rest as
-    ``pod`` takes it."""
-    annotated = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash is not None else {}
-    gated = [condition(READY_GATE, gate, since=fields.get("ready_since"))] if gate is not None else []
+    """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given) that maps
+    the daemon generation ``spec_hash``. When given: ``gate``, the status of its daemon-ready gate
+    (stamped as its Ready condition is); ``containers_ready``, its ContainersReady condition;
+    ``mapped_from``, the uid of the daemon pod it mapped from; ``claim``, the daemon's
+    ResourceClaim it shares. The rest as ``pod`` takes it."""
+    given = ((SPEC_HASH_ANNOTATION, spec_hash), (DAEMON_UID_ANNOTATION, mapped_from), (CLAIM_ANNOTATION, claim))
+    own = [condition("ContainersReady", containers_ready)] if containers_ready is not None else []
+    if gate is not None:
+        own.append(condition(READY_GATE, gate, since=fields.get("ready_since")))
     return pod(
         name,
-        labels={**({CACHE_LABEL: cache} if cache is not None else {}), REPLICA_LABEL: str(replica), ROLE_LABEL: role}
-        | dict(labels or {}),
-        annotations={**annotated, **(annotations or {})},
-        conditions=[*gated, *conditions],
+        labels={
+            **({CACHE_LABEL: cache} if cache is not None else {}),
+            REPLICA_LABEL: str(replica),
+            ROLE_LABEL: role,
+            **(labels or {}),
+        },
+        annotations={**{key: value for key, value in given if value is not None}, **(annotations or {})},
+        conditions=[*own, *conditions],
         **fields,
     )
 
