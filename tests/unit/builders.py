@@ -167,6 +167,7 @@ def engine(
     replica: int = 0,
     spec_hash: str | None = None,
     gate: str | None = None,
+    started: float | None = None,
     containers_ready: bool | None = None,
     mapped_from: str | None = None,
     claim: str | None = None,
@@ -177,7 +178,8 @@ def engine(
 ) -> dict[str, Any]:
     """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given) that maps
     the daemon generation ``spec_hash``. When given: ``gate``, the status of its daemon-ready gate
-    (stamped as its Ready condition is); ``containers_ready``, its ContainersReady condition;
+    (stamped as its Ready condition is); ``started``, when its container ``engine`` started running,
+    in seconds after NOW; ``containers_ready``, its ContainersReady condition;
     ``mapped_from``, the uid of the daemon pod it mapped from; ``claim``, the daemon's
     ResourceClaim it shares. The rest as ``pod`` takes it."""
     given = ((SPEC_HASH_ANNOTATION, spec_hash), (DAEMON_UID_ANNOTATION, mapped_from), (CLAIM_ANNOTATION, claim))
@@ -194,6 +196,7 @@ def engine(
         },
         annotations={**{key: value for key, value in given if value is not None}, **(annotations or {})},
         conditions=[*own, *conditions],
+        **({"containers": [container_status("engine", started=started)]} if started is not None else {}),
         **fields,
     )
 
