@@ -231,14 +231,28 @@ def scheduled(
     rendered: Mapping[str, Any],
     *,
     node: str,
+    name: str | None = None,
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    created: float = 0,
+    deleted: float | None = None,
     ip: str | None = None,
     ready: bool = False,
-    created: str = "2026-11-29T10:00:00Z",
 ) -> dict[str, Any]:
     """A pod the operator rendered (render/engine.py) as the API server returns it once scheduled
-    on ``node`` and running, Ready or not."""
+    on ``node`` and running, Ready or not: named ``name`` when given (the API's name for a
+    ``generateName``), created and deleted at seconds after NOW, with further ``labels``."""
     found = copy.deepcopy(dict(rendered))
-    found["metadata"]["creationTimestamp"] = created
+    meta = found["metadata"]
+    if name is not None:
+        meta.pop("generateName", None)
+        meta["name"] = name
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta.setdefault("labels", {}).update(labels or {})
+    meta["creationTimestamp"] = at(created)
+    if deleted is not None:
+        meta["deletionTimestamp"] = at(deleted)
     found["spec"]["nodeName"] = node
     found["status"] = {"phase": "Running", "podIP": ip, "conditions": [condition("Ready", ready)]}
     return found

@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders import at, make
+from builders import at, make, node
 from test_failover import plan_replica as plan_pods
 from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
-from test_multinode import TWO, engine_plan, failovers, ids, node
+from test_multinode import TWO, engine_plan, failovers, ids
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.engine_units import units
 from weightcache_operator.failover import ReplicaPlan, cordoned_nodes, failure_of
