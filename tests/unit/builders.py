@@ -111,7 +111,7 @@ def pod(
     *,
     namespace: str | None = None,
     uid: str | None = None,
-    resource_version: int | None = None,
+    resource_version: int | str | None = None,
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     owner: str | None = None,
@@ -124,12 +124,13 @@ def pod(
     ready_since: float | None = None,
     conditions: Sequence[Mapping[str, Any]] = (),
     containers: Sequence[Mapping[str, Any]] | None = None,
+    spec: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A pod on ``node`` (None: not scheduled) whose uid is ``uid-<name>`` unless ``uid``. ``ready``: its Ready condition (since NOW+``ready_since``),
     then ``conditions``; ``owner``: the uid of the DaemonSet that controls it; ``created`` and
     ``deleted``: its creation and deletion timestamps in seconds after NOW; ``containers``: its
-    container statuses; ``status``: further status fields, written last."""
+    container statuses; ``spec`` and ``status``: further fields of each, written last."""
     meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -156,7 +157,7 @@ def pod(
     if containers is not None:
         found["containerStatuses"] = [dict(c) for c in containers]
     found.update(status or {})
-    return {"metadata": meta, "spec": {"nodeName": node} if node else {}, "status": found}
+    return {"metadata": meta, "spec": {**({"nodeName": node} if node else {}), **(spec or {})}, "status": found}
 
 
 def engine(
@@ -208,13 +209,14 @@ def daemon(
     spec_hash: str | None = None,
     slot: int | str | None = None,
     claim: str | None = None,
+    status_port: int | None = None,
     annotations: Mapping[str, str] | None = None,
     status: Mapping[str, Any] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
-    """A daemon pod on ``node`` (named after it unless ``name``) of the generation ``spec_hash``,
-    holding node slot ``slot`` and sharing its GPUs through the ResourceClaim ``claim`` when given;
-    the rest as ``pod`` takes it."""
+    """A daemon pod on ``node`` (named after it unless ``name``) of the generation ``spec_hash``;
+    when given, holding node slot ``slot``, sharing its GPUs through the ResourceClaim ``claim`` and
+    serving its status report on ``status_port``. The rest as ``pod`` takes it."""
     annotated = {SPEC_HASH_ANNOTATION: spec_hash} if spec_hash is not None else {}
     claimed = {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": claim}]} if claim is not None else {}
     return pod(
@@ -223,8 +225,14 @@ def daemon(
         labels={SLOT_LABEL: str(slot)} if slot is not None else None,
         annotations={**annotated, **(annotations or {})},
         status={**claimed, **(status or {})},
+        **({"spec": {"containers": [daemon_container(status_port)]}} if status_port is not None else {}),
         **fields,
     )
+
+
+def daemon_container(status_port: int) -> dict[str, Any]:
+    """The daemon container as its pod's spec lists it: the port the operator reads its report from."""
+    return {"name": "daemon", "ports": [{"name": "status", "containerPort": status_port}]}
 
 
 def scheduled(
@@ -259,11 +267,16 @@ def scheduled(
 
 
 def daemonset(
-    name: str = "tiny-daemon", *, uid: str = "ds-1", desired: int = 1, misscheduled: int = 0
+    name: str = "tiny-daemon",
+    *,
+    uid: str = "ds-1",
+    labels: Mapping[str, str] | None = None,
+    desired: int = 1,
+    misscheduled: int = 0,
 ) -> dict[str, Any]:
     """A DaemonSet whose controller counts ``desired`` nodes, ``misscheduled`` of its pods on nodes it no longer wants."""
     status = {"desiredNumberScheduled": desired, "numberMisscheduled": misscheduled}
-    return {"metadata": {"name": name, "uid": uid}, "status": status}
+    return {"metadata": {"name": name, "uid": uid, "labels": dict(labels or {})}, "status": status}
 
 
 def node(

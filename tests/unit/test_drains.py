@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from builders import at, make, node
+from builders import at, daemon, make, node
 from test_failover import plan_replica as plan_pods
 from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
@@ -93,11 +93,7 @@ def test_a_pod_the_api_marked_for_disruption_fails_at_once_and_is_demoted_rather
 
 
 def test_cordoned_nodes_are_those_marked_unschedulable() -> None:
-    nodes = [
-        {"metadata": {"name": "node-1"}, "spec": {"unschedulable": True}},
-        {"metadata": {"name": "node-2"}, "spec": {}},
-        {"metadata": {"name": "node-3"}},
-    ]
+    nodes = [node("node-1", unschedulable=True), node("node-2"), node("node-3")]
     assert cordoned_nodes(nodes) == {"node-1"}
 
 
@@ -166,8 +162,7 @@ def test_without_a_cordon_nothing_changes() -> None:
 
 def test_no_new_engine_is_placed_on_a_cordoned_node() -> None:
     cache = make(**{"engine.replicas": 1, "engine.standbysPerReplica": 1})
-    daemons = {0: {"node-1": {"metadata": {"name": "d1"}, "spec": {"nodeName": "node-1"}, "status": {}}}}
-    daemons[0]["node-2"] = {"metadata": {"name": "d2"}, "spec": {"nodeName": "node-2"}, "status": {}}
+    daemons = {0: {"node-1": daemon("d1", node="node-1"), "node-2": daemon("d2", node="node-2")}}
     plan = engine_plan(cache, [], daemons, ids(), cordoned=["node-1"])
     created = [a.pod for a in plan.actions if isinstance(a, Create)]
     assert len(created) == 2

@@ -125,11 +125,7 @@ class DaemonEndpoint:
 
     def pod(self, name: str = "d", version: str = "1", uid: str = "u1") -> dict[str, Any]:
         host, port = self.server.address
-        return {
-            "metadata": {"name": name, "uid": uid, "resourceVersion": version},
-            "spec": {"containers": [{"name": "daemon", "ports": [{"name": "status", "containerPort": port}]}]},
-            "status": {"podIP": host},
-        }
+        return daemon(name, uid=uid, resource_version=version, node=None, ip=host, status_port=port)
 
 
 @pytest.fixture
@@ -194,11 +190,7 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens here once the socket closes
-    refused = {
-        "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-        "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-        "status": {"podIP": "127.0.0.1"},
-    }
+    refused = daemon("d", uid="u", resource_version=1, node=None, ip="127.0.0.1", status_port=port)
     first = reader.read(("ns", "tiny"), [refused])["d"]
     assert isinstance(first, str) and first.startswith(f"GET http://127.0.0.1:{port}/status:") and "refused" in first
 
@@ -206,15 +198,11 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        hung = {
-            **refused,
-            "metadata": {"name": "h", "uid": "h", "resourceVersion": "1"},
-            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": silent.getsockname()[1]}]}]},
-        }
+        hung = daemon("h", uid="h", resource_version=1, node=None, ip="127.0.0.1", status_port=silent.getsockname()[1])
         late = reader.read(("ns", "other"), [hung])["h"]
     assert isinstance(late, str) and "timed out" in late
 
-    no_ip = {"metadata": {"name": "n", "uid": "n", "resourceVersion": "1"}, "spec": {}, "status": {}}
+    no_ip = daemon("n", uid="n", resource_version=1, node=None)
     assert reader.read(("ns", "third"), [no_ip]) == {"n": "the pod has no IP yet"}
 
     # The same failed pod is not asked again at once, but is after RETRY_FAILED_S.
@@ -233,11 +221,7 @@ def test_reader_refuses_what_is_not_a_daemon_report() -> None:
     server.start()
     try:
         host, port = server.address
-        pod = {
-            "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-            "status": {"podIP": host},
-        }
+        pod = daemon("d", uid="u", resource_version=1, node=None, ip=host, status_port=port)
         got = DaemonStatusReader().read(("ns", "tiny"), [pod])["d"]
         assert isinstance(got, str) and "not a daemon report" in got
     finally:
@@ -345,13 +329,7 @@ def test_reads_of_many_daemons_run_in_parallel_but_never_more_at_once_than_the_b
 
     counted: list[int] = []
     reader = DaemonStatusReader(fetch=fetch, max_concurrent=4, counted=counted.append)
-    pods = [
-        {
-            "metadata": {"name": f"d{i}", "uid": f"u{i}", "resourceVersion": "1"},
-            "status": {"podIP": f"198.18.0.{i}"},
-        }
-        for i in range(40)
-    ]
+    pods = [daemon(f"d{i}", uid=f"u{i}", resource_version=1, node=None, ip=f"198.18.0.{i}") for i in range(40)]
     passes = [threading.Thread(target=reader.read, args=((f"ns{k}", "c"), pods[k::4])) for k in range(4)]
     for thread in passes:
         thread.start()

@@ -469,11 +469,11 @@ def test_dra_device_class_and_claim_currency() -> None:
     )
     request = claim_template(cache)["spec"]["spec"]["devices"]["requests"][0]
     assert request["exactly"]["deviceClassName"] == "h200.gpu.example.com" and request["exactly"]["count"] == 4
-    daemon = {"metadata": {}, "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "c-1"}]}}
-    assert daemon_claim(daemon) == "c-1" and daemon_claim({"metadata": {}, "status": {}}) is None
+    claimed = daemon(claim="c-1")
+    assert daemon_claim(claimed) == "c-1" and daemon_claim(daemon()) is None
     engine = engine_pod(cache, 0, "active", ["n"], claim="c-1")
-    assert engine_claim_current(engine, daemon)
-    assert not engine_claim_current(engine_pod(cache, 0, "active", ["n"], claim="c-0"), daemon), "replaced daemon"
+    assert engine_claim_current(engine, claimed)
+    assert not engine_claim_current(engine_pod(cache, 0, "active", ["n"], claim="c-0"), claimed), "replaced daemon"
     assert not engine_claim_current(engine, None)
     assert engine_claim_current(engine_pod(make(), 0, "active"), None), "visibleDevices depends on no claim"
     body = copy.deepcopy(BASE)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from builders import daemon, engine
+from builders import daemon, daemonset, engine
 from weightcache_operator.objects import PodView
+from weightcache_operator.render.layout import COMPONENT_LABEL
 from weightcache_operator.snapshot import Snapshot
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
@@ -54,7 +55,7 @@ def test_the_passs_own_changes_replace_what_it_saw() -> None:
     views = {PodView(p).name: PodView(p) for p in snap.engine_pods}
     assert sorted(views) == ["e1", "e2", "e3"]
     assert views["e1"].role == "active" and views["e2"].deleting and not views["e2"].ready
-    snap.daemonset_applied({"metadata": {"name": "ds", "labels": {"weightcache.io/component": "daemon"}}})
+    snap.daemonset_applied(daemonset("ds", labels={COMPONENT_LABEL: "daemon"}))
     assert [d["metadata"]["name"] for d in snap.daemon_daemonsets] == ["ds"]
     snap.daemonset_deleted("ds")
     assert snap.daemonsets == []
