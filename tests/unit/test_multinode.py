@@ -398,19 +398,12 @@ def test_dra_groups_share_the_claim_of_the_daemon_on_their_node() -> None:
 
 def test_status_counts_groups_and_lists_slot_ranks() -> None:
     cache = make(**{"parallelism.tensor": 4, "parallelism.nodes": 2})
-    good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
-    daemons = []
-    for slot, node_name in ((0, "node-1"), (1, "node-2")):
-        pod = {
-            "metadata": {
-                "name": f"tiny-daemon-{slot}-x",
-                "labels": {"weightcache.io/slot": str(slot)},
-                "annotations": good,
-            },
-            "spec": {"nodeName": node_name},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }
-        daemons.append(pod)
+    daemons = [
+        builders.daemon(
+            f"tiny-daemon-{slot}-x", node=node_name, slot=slot, spec_hash=daemon_spec_hash(cache), ready=True
+        )
+        for slot, node_name in ((0, "node-1"), (1, "node-2"))
+    ]
     pods = complete_groups(cache, ready_standby=False)
     status = aggregate(cache, Observed(daemons, pods, 2), NOW)
     assert [n["ranks"] for n in status["nodes"]] == [
