@@ -57,19 +57,29 @@ BASE: dict[str, Any] = {
 """A valid WeightCache: a two-rank model on CPU shared memory, one replica with one standby."""
 
 
-def make(**changes: Any) -> WeightCache:
-    """BASE with dotted-path spec changes, e.g. ``make(**{"daemon.backend": "cuda-ipc"})``, parsed
-    and validated as the operator parses a cache it reads."""
-    body = copy.deepcopy(BASE)
+def changed(obj: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
+    """A copy of the WeightCache body ``obj`` with dotted spec paths set, e.g.
+    ``changed(BASE, **{"engine.vllm.args": []})``."""
+    body = copy.deepcopy(dict(obj))
     for path, value in changes.items():
         *parents, leaf = path.split(".")
         node = body["spec"]
         for part in parents:
             node = node.setdefault(part, {})
         node[leaf] = value
-    cache, problems = parse(body)
-    assert cache is not None and not problems, problems
+    return body
+
+
+def cache_of(obj: Mapping[str, Any]) -> WeightCache:
+    """The WeightCache body ``obj`` parsed and validated as the operator parses a cache it reads."""
+    cache, problems = parse(obj)
+    assert cache is not None and problems == [], problems
     return cache
+
+
+def make(**changes: Any) -> WeightCache:
+    """BASE with dotted-path spec changes, e.g. ``make(**{"daemon.backend": "cuda-ipc"})``, parsed."""
+    return cache_of(changed(BASE, **changes))
 
 
 def after(seconds: float) -> datetime:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from builders import BASE, NOW, container_status, daemon, engine, make
+from builders import BASE, NOW, changed, container_status, daemon, engine, make
 from weightcache_operator.render import (
     READY_GATE,
     SPEC_HASH_ANNOTATION,
@@ -512,14 +512,7 @@ def test_dra_device_class_and_claim_currency() -> None:
     ],
 )
 def test_invalid_specs_are_named(changes: dict[str, Any], needle: str) -> None:
-    body = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = body["spec"]
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    cache, problems = parse(body)
+    cache, problems = parse(changed(BASE, **changes))
     assert problems and any(needle in p for p in problems), problems
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_render_vllm import body, cache_of, changed, daemon_command, env_of, main_container
+from builders import cache_of, changed
+from test_render_vllm import body, daemon_command, env_of, main_container
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.layout import ARTIFACT_MOUNT
 
