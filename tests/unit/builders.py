@@ -6,8 +6,9 @@ Times are seconds after ``NOW`` (``at``), stamped as the API writes them (to the
 builder writes only the fields it is asked for, so an object never carries a signal its test did
 not mean: no Ready condition unless ``ready`` is given, no phase unless ``phase`` is.
 
-tests/unit is on ``sys.path`` under pytest (rootdir-relative ``prepend`` import mode, no
-``__init__.py``), so test modules import this one as ``builders``.
+pytest's default ``prepend`` import mode puts tests/unit (no ``__init__.py``) on ``sys.path``
+before it imports a test module there, so test modules import this one as ``builders`` however
+pytest is started.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def changed(obj: Mapping[str, Any], **changes: Any) -> dict[str, Any]:
     return body
 
 
-def cache_of(obj: Mapping[str, Any]) -> WeightCache:
+def cache_of(obj: dict[str, Any]) -> WeightCache:
     """The WeightCache body ``obj`` parsed and validated as the operator parses a cache it reads."""
     cache, problems = parse(obj)
     assert cache is not None and problems == [], problems
@@ -137,10 +138,11 @@ def pod(
     spec: Mapping[str, Any] | None = None,
     status: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A pod on ``node`` (None: not scheduled) whose uid is ``uid-<name>`` unless ``uid``. ``ready``: its Ready condition (since NOW+``ready_since``),
-    then ``conditions``; ``owner``: the uid of the DaemonSet that controls it; ``created`` and
-    ``deleted``: its creation and deletion timestamps in seconds after NOW; ``containers``: its
-    container statuses; ``spec`` and ``status``: further fields of each, written last."""
+    """A pod on ``node`` (None: not scheduled) whose uid is ``uid-<name>`` unless ``uid``.
+    ``ready``: its Ready condition (since NOW+``ready_since``), then ``conditions``; ``owner``: the
+    uid of the DaemonSet that controls it; ``created`` and ``deleted``: its creation and deletion
+    timestamps in seconds after NOW; ``containers``: its container statuses; ``spec`` and
+    ``status``: further fields of each, written last."""
     meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -185,6 +187,7 @@ def engine(
     labels: Mapping[str, str] | None = None,
     annotations: Mapping[str, str] | None = None,
     conditions: Sequence[Mapping[str, Any]] = (),
+    containers: Sequence[Mapping[str, Any]] | None = None,
     **fields: Any,
 ) -> dict[str, Any]:
     """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given) that maps
@@ -207,7 +210,7 @@ def engine(
         },
         annotations={**{key: value for key, value in given if value is not None}, **(annotations or {})},
         conditions=[*own, *conditions],
-        **({"containers": [container_status("engine", started=started)]} if started is not None else {}),
+        containers=[container_status("engine", started=started)] if started is not None else containers,
         **fields,
     )
 
@@ -235,7 +238,7 @@ def daemon(
         labels={SLOT_LABEL: str(slot)} if slot is not None else None,
         annotations={**annotated, **(annotations or {})},
         status={**claimed, **(status or {})},
-        **({"spec": {"containers": [daemon_container(status_port)]}} if status_port is not None else {}),
+        spec={"containers": [daemon_container(status_port)]} if status_port is not None else None,
         **fields,
     )
 
