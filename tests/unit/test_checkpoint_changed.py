@@ -7,12 +7,12 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from test_reasons import condition, daemon
-from test_render import NOW, make
+from builders import NOW, daemon, make
+from test_reasons import condition
 from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport
 from weightcache_operator import checkpoint_watch
 from weightcache_operator.reasons import failure_events
-from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_daemonset, daemon_spec_hash
+from weightcache_operator.render import daemon_daemonset, daemon_spec_hash
 from weightcache_operator.spec import WeightCache, WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
@@ -44,7 +44,7 @@ def pass_over(cache: WeightCache, reports: dict[str, DaemonReport], hash_of_pods
     """One pass's status with a Ready daemon pod per node of ``reports``, of the generation ``hash_of_pods``
     (the cache's current one unless said)."""
     spec_hash = hash_of_pods or daemon_spec_hash(cache)
-    pods = [daemon(node, ready=True, annotations={SPEC_HASH_ANNOTATION: spec_hash}) for node in reports]
+    pods = [daemon(node=node, ready=True, spec_hash=spec_hash) for node in reports]
     named = {f"tiny-daemon-{node}": r for node, r in reports.items()}
     status = aggregate(cache, Observed(pods, [], len(reports), daemon_reports=dict(named)), NOW)
     WeightCacheStatus.model_validate(status)

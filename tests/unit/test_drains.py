@@ -7,11 +7,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from builders import at, daemon, make, node
 from test_failover import plan_replica as plan_pods
-from test_failover import pod, stamp
+from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
-from test_multinode import TWO, engine_plan, failovers, ids, node
-from test_render import make
+from test_multinode import TWO, engine_plan, failovers, ids
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.engine_units import units
 from weightcache_operator.failover import ReplicaPlan, cordoned_nodes, failure_of
@@ -60,30 +60,30 @@ def test_the_budget_of_engine_groups_covers_every_pod_of_the_active_groups_not_o
 
 
 def test_a_ready_active_on_a_cordoned_node_has_failed_by_the_cordon_which_demotes_and_is_not_final() -> None:
-    failure = failure_of(pod("a", "active"), {}, None, DRAINED)
+    failure = failure_of(running_engine("a", role="active"), {}, None, DRAINED)
     assert failure is not None and failure.signal == "NodeCordoned"
     assert not failure.final and not failure.retire and failure.since is None
     assert "node-1" in failure.detail and "cordoned" in failure.detail
-    assert failure_of(pod("a", "active", node="node-2"), {}, None, DRAINED) is None
+    assert failure_of(running_engine("a", role="active", node="node-2"), {}, None, DRAINED) is None
 
 
 def test_a_pod_failed_in_another_way_on_a_cordoned_node_is_named_by_that_failure() -> None:
-    broken = pod("a", "active", ready=False, started=1, ready_since=80)
+    broken = running_engine("a", role="active", ready=False, started=1, ready_since=80)
     failure = failure_of(broken, {}, None, DRAINED)
     assert failure is not None and failure.signal == "ReadinessFailed" and failure.retire
-    failure = failure_of(pod("a", "active"), {"node-1": None}, None, DRAINED)
+    failure = failure_of(running_engine("a", role="active"), {"node-1": None}, None, DRAINED)
     assert failure is not None and failure.signal == "NodeNotReady"
 
 
 def test_a_pod_the_api_marked_for_disruption_fails_at_once_and_is_demoted_rather_than_deleted() -> None:
-    marked = pod("a", "active")
+    marked = running_engine("a", role="active")
     marked["status"]["conditions"].append(
         {
             "type": "DisruptionTarget",
             "status": "True",
             "reason": "EvictionByEvictionAPI",
             "message": "Eviction API: evicting",
-            "lastTransitionTime": stamp(30),
+            "lastTransitionTime": at(30),
         }
     )
     failure = failure_of(marked, {})
@@ -93,11 +93,7 @@ def test_a_pod_the_api_marked_for_disruption_fails_at_once_and_is_demoted_rather
 
 
 def test_cordoned_nodes_are_those_marked_unschedulable() -> None:
-    nodes = [
-        {"metadata": {"name": "node-1"}, "spec": {"unschedulable": True}},
-        {"metadata": {"name": "node-2"}, "spec": {}},
-        {"metadata": {"name": "node-3"}},
-    ]
+    nodes = [node("node-1", unschedulable=True), node("node-2"), node("node-3")]
     assert cordoned_nodes(nodes) == {"node-1"}
 
 
@@ -105,7 +101,9 @@ def test_cordoned_nodes_are_those_marked_unschedulable() -> None:
 
 
 def test_an_active_on_a_cordoned_node_hands_over_to_a_ready_standby_elsewhere_and_is_demoted_not_deleted() -> None:
-    plan = plan_replica([pod("a", "active"), pod("s", "standby", node="node-2", created=1)])
+    plan = plan_replica(
+        [running_engine("a", role="active"), running_engine("s", role="standby", node="node-2", created=1)]
+    )
     assert plan.promotion is not None and plan.promotion.promoted["metadata"]["name"] == "s"
     assert plan.promotion.failure is not None and plan.promotion.failure.signal == "NodeCordoned"
     assert [u.name for u in plan.demote] == ["a"] and plan.delete == []
@@ -115,13 +113,17 @@ def test_an_active_on_a_cordoned_node_hands_over_to_a_ready_standby_elsewhere_an
 
 def test_a_standby_elsewhere_wins_over_one_on_the_failed_actives_own_cordoned_node() -> None:
     plan = plan_replica(
-        [pod("a", "active"), pod("s1", "standby", created=1), pod("s2", "standby", node="node-2", created=2)]
+        [
+            running_engine("a", role="active"),
+            running_engine("s1", role="standby", created=1),
+            running_engine("s2", role="standby", node="node-2", created=2),
+        ]
     )
     assert plan.promotion is not None and plan.promotion.promoted["metadata"]["name"] == "s2"
 
 
 def test_an_active_on_a_cordoned_node_keeps_serving_while_its_only_standby_is_there_too_and_says_why() -> None:
-    plan = plan_replica([pod("a", "active"), pod("s", "standby", created=1)])
+    plan = plan_replica([running_engine("a", role="active"), running_engine("s", role="standby", created=1)])
     assert plan.promotion is None and plan.demote == [] and plan.delete == []
     assert plan.stranded is not None
     for words in ("replica 0", "node-1", "a keeps serving", "kubectl drain", "PodDisruptionBudget", "uncordon"):
@@ -129,25 +131,29 @@ def test_an_active_on_a_cordoned_node_keeps_serving_while_its_only_standby_is_th
 
 
 def test_an_active_on_a_cordoned_node_waits_for_a_starting_standby_elsewhere_rather_than_handing_over() -> None:
-    starting = pod("s", "standby", ready=False, node="node-2", created=1, started=2, ready_since=0)
-    plan = plan_replica([pod("a", "active"), starting])
+    starting = running_engine("s", role="standby", ready=False, node="node-2", created=1, started=2, ready_since=0)
+    plan = plan_replica([running_engine("a", role="active"), starting])
     assert plan.promotion is None and plan.stranded is not None and "kubectl drain" in plan.stranded
 
 
 def test_a_standby_on_a_cordoned_node_still_takes_over_from_an_active_gone_for_good() -> None:
-    active = pod("a", "active", node="node-2")
-    plan = plan_replica([active, pod("s", "standby", created=1)], unready={"node-2": None})
+    active = running_engine("a", role="active", node="node-2")
+    plan = plan_replica([active, running_engine("s", role="standby", created=1)], unready={"node-2": None})
     assert plan.promotion is not None and plan.promotion.promoted["metadata"]["name"] == "s"
     assert plan.promotion.failure is not None and plan.promotion.failure.signal == "NodeNotReady"
 
 
 def test_of_two_actives_the_one_off_the_cordoned_node_stays() -> None:
-    plan = plan_replica([pod("a", "active"), pod("b", "active", node="node-2", created=1)])
+    plan = plan_replica(
+        [running_engine("a", role="active"), running_engine("b", role="active", node="node-2", created=1)]
+    )
     assert [u.name for u in plan.demote] == ["a"] and plan.promotion is None and plan.delete == []
 
 
 def test_without_a_cordon_nothing_changes() -> None:
-    plan = plan_pods(0, [pod("a", "active"), pod("s", "standby", created=1)], 1, HASH, {})
+    plan = plan_pods(
+        0, [running_engine("a", role="active"), running_engine("s", role="standby", created=1)], 1, HASH, {}
+    )
     assert plan.promotion is None and plan.demote == [] and plan.stranded is None
 
 
@@ -156,8 +162,7 @@ def test_without_a_cordon_nothing_changes() -> None:
 
 def test_no_new_engine_is_placed_on_a_cordoned_node() -> None:
     cache = make(**{"engine.replicas": 1, "engine.standbysPerReplica": 1})
-    daemons = {0: {"node-1": {"metadata": {"name": "d1"}, "spec": {"nodeName": "node-1"}, "status": {}}}}
-    daemons[0]["node-2"] = {"metadata": {"name": "d2"}, "spec": {"nodeName": "node-2"}, "status": {}}
+    daemons = {0: {"node-1": daemon("d1", node="node-1"), "node-2": daemon("d2", node="node-2")}}
     plan = engine_plan(cache, [], daemons, ids(), cordoned=["node-1"])
     created = [a.pod for a in plan.actions if isinstance(a, Create)]
     assert len(created) == 2

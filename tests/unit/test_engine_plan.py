@@ -5,47 +5,42 @@ rollout's relabels and deletions and never its surge pods."""
 from __future__ import annotations
 
 import copy
-from datetime import timedelta
 from typing import Any
 
-from test_render import NOW, make
+from builders import NOW, daemon, make, scheduled
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import desired, plan_engines
-from weightcache_operator.objects import stamp
-from weightcache_operator.render import daemon_spec_hash, engine_pod, engine_service
+from weightcache_operator.render import ENGINE_HASH_LABEL, daemon_spec_hash, engine_pod, engine_service
 from weightcache_operator.snapshot import Snapshot
 
 CACHE = make(**{"engine.replicas": 1, "engine.standbysPerReplica": 1})
 WANT = desired(CACHE)
-READY = [{"type": "Ready", "status": "True"}]
 
 
 def engine(
     name: str, role: str, *, version: str | None = None, ready: bool = True, deleting: bool = False, age_s: float = 100
 ) -> dict[str, Any]:
-    pod = copy.deepcopy(engine_pod(CACHE, 0, "active" if role == "active" else "standby", ["node-1"]))
-    pod["metadata"].pop("generateName", None)
-    pod["metadata"].update(name=name, namespace="ns", creationTimestamp=stamp(NOW - timedelta(seconds=age_s)))
-    if version is not None:
-        pod["metadata"]["labels"]["weightcache.io/engine-hash"] = version
-    if deleting:
-        pod["metadata"]["deletionTimestamp"] = stamp(NOW)
-    pod["spec"]["nodeName"] = "node-1"
-    pod["status"] = {"phase": "Running", "conditions": READY if ready else [{"type": "Ready", "status": "False"}]}
-    return pod
+    """CACHE's engine pod of replica 0 in ``role`` on node-1, created ``age_s`` before NOW, of engine
+    ``version`` (the rendered one unless said)."""
+    return scheduled(
+        engine_pod(CACHE, 0, role, ["node-1"]),
+        node="node-1",
+        name=name,
+        namespace="ns",
+        labels={ENGINE_HASH_LABEL: version} if version is not None else None,
+        created=-age_s,
+        deleted=0 if deleting else None,
+        ready=ready,
+    )
 
 
 def snapshot(*engines: dict[str, Any]) -> Snapshot:
-    daemon = {
-        "metadata": {"name": "d1", "annotations": {"weightcache.io/daemon-spec-hash": daemon_spec_hash(CACHE)}},
-        "spec": {"nodeName": "node-1"},
-        "status": {"conditions": READY},
-    }
+    ready = daemon("d1", node="node-1", spec_hash=daemon_spec_hash(CACHE), ready=True)
     body = {"metadata": {"name": CACHE.metadata["name"], "namespace": "ns"}, "status": {}}
     return Snapshot(
         body,
         CACHE,
-        daemon_pods=[daemon],
+        daemon_pods=[ready],
         engine_pods=list(engines),
         service=engine_service(CACHE, daemon_spec_hash(CACHE)),
     )

@@ -4,19 +4,13 @@ returns them; the e2e test (tests/e2e/test_engine_start_e2e.py) reads real ones.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from builders import condition, container_status, engine
 from weightcache_contract.prometheus import STARTUP_BUCKETS
 from weightcache_operator.engine_start import StartWatch, engine_start, latest, slow_after, slow_message
 from weightcache_operator.metrics import OperatorMetrics
 from weightcache_operator.spec import EngineStartStatus
-
-CREATED = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
-
-
-def at(seconds: float) -> str:
-    return (CREATED + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def pod(
@@ -26,33 +20,23 @@ def pod(
     started: list[float | None] | None = None,
     ready: float | None = 14,
     restarts: int = 0,
-    uid: str | None = None,
 ) -> dict[str, Any]:
-    """An engine pod created at CREATED; each phase ends the given seconds later (None: not yet)."""
-    conditions = []
-    if scheduled is not None:
-        conditions.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": at(scheduled)})
-    conditions.append(
-        {"type": "Ready", "status": "True" if ready is not None else "False", "lastTransitionTime": at(ready or 0)}
-    )
-    statuses = [
-        {
-            "name": f"c{i}",
-            "restartCount": restarts if i == 0 else 0,
-            "state": {"running": {"startedAt": at(s)}} if s is not None else {"waiting": {"reason": "PodInitializing"}},
-        }
+    """A standby engine pod created at NOW; each phase ends the given seconds later (None: not yet)."""
+    containers = [
+        container_status(
+            f"c{i}", started=s, waiting=None if s is not None else "PodInitializing", restarts=restarts if i == 0 else 0
+        )
         for i, s in enumerate(started if started is not None else [3])
     ]
-    return {
-        "metadata": {
-            "name": name,
-            "uid": uid or f"uid-{name}",
-            "creationTimestamp": at(0),
-            "labels": {"weightcache.io/replica": "0", "weightcache.io/role": "standby"},
-        },
-        "spec": {"nodeName": "node-1"},
-        "status": {"conditions": conditions, "containerStatuses": statuses},
-    }
+    return engine(
+        name,
+        role="standby",
+        created=0,
+        ready=ready is not None,
+        ready_since=ready or 0,
+        conditions=[condition("PodScheduled", True, since=scheduled)] if scheduled is not None else [],
+        containers=containers,
+    )
 
 
 def test_a_ready_pod_s_start_is_each_phase_s_end_in_seconds_since_its_creation() -> None:

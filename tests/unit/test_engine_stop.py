@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from test_render import BASE, make
-from test_render_vllm import body, cache_of, changed
+from builders import BASE, cache_of, changed, make
+from test_render_vllm import body
 from weightcache_operator.render import engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
 from weightcache_operator.spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S

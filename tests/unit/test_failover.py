@@ -3,60 +3,26 @@ per-replica plan, including states an operator killed mid-failover leaves behind
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
-from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import NOW, at, engine, make, node
 from weightcache_operator.engine_units import Unit, units
 from weightcache_operator.failover import Promotion, ReplicaPlan, failover_status, failure_of, unready_nodes
 from weightcache_operator.failover import plan_replica as plan_units
 from weightcache_operator.metrics import OperatorMetrics
-from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
 HASH = "h1"
-T0 = datetime(2026, 11, 29, 10, 0, 0, tzinfo=UTC)
 
-
-def stamp(seconds: float) -> str:
-    return (T0 + timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def pod(
-    name: str,
-    role: str,
-    ready: bool = True,
-    *,
-    node: str = "node-1",
-    created: float = 0,
-    started: float = 1,
-    ready_since: float = 5,
-    spec_hash: str = HASH,
-    gate: str | None = "True",
-    **status: Any,
-) -> dict[str, Any]:
-    """An engine pod: created at T0+created, container running since T0+started, Ready (or not)
-    since T0+ready_since; ``status`` overrides status fields."""
-    conditions = [{"type": "Ready", "status": "True" if ready else "False", "lastTransitionTime": stamp(ready_since)}]
-    if gate is not None:
-        conditions.append({"type": READY_GATE, "status": gate, "lastTransitionTime": stamp(ready_since)})
-    return {
-        "metadata": {
-            "name": name,
-            "creationTimestamp": stamp(created),
-            "labels": {"weightcache.io/replica": "0", "weightcache.io/role": role},
-            "annotations": {SPEC_HASH_ANNOTATION: spec_hash},
-        },
-        "spec": {"nodeName": node},
-        "status": {
-            "phase": "Running",
-            "conditions": conditions,
-            "containerStatuses": [{"name": "engine", "state": {"running": {"startedAt": stamp(started)}}}],
-            **status,
-        },
-    }
+running_engine = partial(
+    engine, spec_hash=HASH, gate="True", phase="Running", created=0, started=1, ready=True, ready_since=5
+)
+"""An engine pod of replica 0 on node-1 as the API shows it: created at NOW, its container running
+since NOW+1, Ready and its daemon-ready gate True since NOW+5."""
 
 
 def names(pods: list[Any]) -> list[str]:
@@ -72,104 +38,100 @@ def plan_replica(replica: int, pods: list[dict[str, Any]], *args: Any) -> Replic
 
 
 def test_a_ready_pod_and_a_pod_that_was_never_ready_have_no_failure() -> None:
-    assert failure_of(pod("a", "active"), {}) is None
+    assert failure_of(running_engine("a", role="active"), {}) is None
     # Ready False since before its container started: starting, not failed.
-    assert failure_of(pod("a", "active", ready=False, started=3, ready_since=2), {}) is None
+    assert failure_of(running_engine("a", role="active", ready=False, started=3, ready_since=2), {}) is None
 
 
 def test_deletion_is_timed_from_the_request_not_the_end_of_the_grace_period() -> None:
-    deleted = pod("a", "active")
-    deleted["metadata"] |= {"deletionTimestamp": stamp(40), "deletionGracePeriodSeconds": 30}
+    deleted = running_engine("a", role="active")
+    deleted["metadata"] |= {"deletionTimestamp": at(40), "deletionGracePeriodSeconds": 30}
     failure = failure_of(deleted, {})
     assert failure is not None and failure.signal == "PodDeleted" and failure.final
-    assert failure.since == T0 + timedelta(seconds=10)
+    assert failure.since == NOW + timedelta(seconds=10)
 
 
 def test_eviction_and_a_failed_pod_are_final() -> None:
-    evicted = pod("a", "active", phase="Failed", reason="Evicted", message="node low on memory")
+    evicted = running_engine(
+        "a", role="active", phase="Failed", status={"reason": "Evicted", "message": "node low on memory"}
+    )
     failure = failure_of(evicted, {})
     assert (
         failure is not None
         and (failure.signal, failure.final) == ("PodEvicted", True)
         and "low on memory" in failure.detail
     )
-    failed = pod("a", "active", phase="Failed")
-    failed["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 1, "finishedAt": stamp(7)}}
+    failed = running_engine("a", role="active", phase="Failed")
+    failed["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 1, "finishedAt": at(7)}}
     failure = failure_of(failed, {})
-    assert failure is not None and failure.signal == "PodFailed" and failure.since == T0 + timedelta(seconds=7)
+    assert failure is not None and failure.signal == "PodFailed" and failure.since == NOW + timedelta(seconds=7)
 
 
 def test_a_not_ready_node_fails_even_a_pod_that_still_shows_ready() -> None:
-    nodes = [
-        {
-            "metadata": {"name": "node-1"},
-            "status": {"conditions": [{"type": "Ready", "status": "Unknown", "lastTransitionTime": stamp(9)}]},
-        },
-        {"metadata": {"name": "node-2"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}},
-    ]
+    nodes = [node("node-1", ready="Unknown", ready_since=9), node("node-2", ready=True)]
     unready = unready_nodes(nodes)
-    assert unready == {"node-1": T0 + timedelta(seconds=9)}
-    failure = failure_of(pod("a", "active", ready=True), unready)
+    assert unready == {"node-1": NOW + timedelta(seconds=9)}
+    failure = failure_of(running_engine("a", role="active", ready=True), unready)
     assert failure is not None and (failure.signal, failure.final, failure.since) == (
         "NodeNotReady",
         True,
-        T0 + timedelta(seconds=9),
+        NOW + timedelta(seconds=9),
     )
-    assert failure_of(pod("b", "active", node="node-2"), unready) is None
+    assert failure_of(running_engine("b", role="active", node="node-2"), unready) is None
 
 
 def test_a_restarted_container_is_timed_from_its_finish() -> None:
-    restarted = pod("a", "active", ready=False, started=21, ready_since=20)
-    restarted["status"]["containerStatuses"][0]["lastState"] = {
-        "terminated": {"exitCode": 137, "finishedAt": stamp(20)}
-    }
+    restarted = running_engine("a", role="active", ready=False, started=21, ready_since=20)
+    restarted["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 137, "finishedAt": at(20)}}
     failure = failure_of(restarted, {})
     assert (
-        failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=20)
+        failure is not None and failure.signal == "ContainerRestarted" and failure.since == NOW + timedelta(seconds=20)
     )
     assert not failure.final
-    crashing = pod("a", "active", ready=False)
+    crashing = running_engine("a", role="active", ready=False)
     crashing["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
-    crashing["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(30)}}
+    crashing["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(30)}}
     failure = failure_of(crashing, {})
     assert (
-        failure is not None and failure.signal == "ContainerRestarted" and failure.since == T0 + timedelta(seconds=30)
+        failure is not None and failure.signal == "ContainerRestarted" and failure.since == NOW + timedelta(seconds=30)
     )
 
 
 def test_an_old_restart_does_not_explain_a_new_readiness_failure() -> None:
-    frozen = pod("a", "active", ready=False, started=11, ready_since=100)
-    frozen["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(10)}}
+    frozen = running_engine("a", role="active", ready=False, started=11, ready_since=100)
+    frozen["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(10)}}
     failure = failure_of(frozen, {})
-    assert failure is not None and failure.signal == "ReadinessFailed" and failure.since == T0 + timedelta(seconds=100)
+    assert failure is not None and failure.signal == "ReadinessFailed" and failure.since == NOW + timedelta(seconds=100)
 
 
 def test_a_false_gate_names_the_daemon() -> None:
-    gated = pod("a", "active", ready=False, gate="False", ready_since=50)
+    gated = running_engine("a", role="active", ready=False, gate="False", ready_since=50)
     failure = failure_of(gated, {})
     assert failure is not None and failure.signal == "DaemonNotReady" and "daemon on node-1" in failure.detail
     # The operator turns the gate False before the kubelet recomputes Ready: already a failure.
-    failure = failure_of(pod("a", "active", ready=True, gate="False"), {})
+    failure = failure_of(running_engine("a", role="active", ready=True, gate="False"), {})
     assert failure is not None and failure.signal == "DaemonNotReady"
 
 
 def test_a_silent_pod_the_kubelet_still_calls_ready_is_unresponsive_and_kept() -> None:
-    silent = {"a": T0 + timedelta(seconds=70, milliseconds=250)}
-    failure = failure_of(pod("a", "active"), {}, silent)
+    silent = {"a": NOW + timedelta(seconds=70, milliseconds=250)}
+    failure = failure_of(running_engine("a", role="active"), {}, silent)
     assert failure is not None and failure.signal == "Unresponsive" and failure.seen == silent["a"]
     assert failure.since is None, "the API has no timestamp for it: the probe's own clock is the operator's"
     assert "10:01:10.250" in failure.detail and not failure.final and not failure.retire
     # Once the kubelet has its own verdict, its signal is the one recorded.
-    failure = failure_of(pod("a", "active", ready=False, ready_since=80), {}, silent)
+    failure = failure_of(running_engine("a", role="active", ready=False, ready_since=80), {}, silent)
     assert failure is not None and failure.signal == "ReadinessFailed" and failure.retire
-    assert failure_of(pod("b", "active"), {}, silent) is None
+    assert failure_of(running_engine("b", role="active"), {}, silent) is None
 
 
 # --- plans ---------------------------------------------------------------------------------------
 
 
 def test_healthy_replica_needs_nothing() -> None:
-    plan = plan_replica(0, [pod("a", "active"), pod("s", "standby", created=1)], 1, HASH, {})
+    plan = plan_replica(
+        0, [running_engine("a", role="active"), running_engine("s", role="standby", created=1)], 1, HASH, {}
+    )
     assert (plan.promotion, plan.demote, plan.delete, plan.create_active, plan.create_standbys, plan.stranded) == (
         None,
         [],
@@ -182,17 +144,17 @@ def test_healthy_replica_needs_nothing() -> None:
 
 @pytest.mark.parametrize("signal", ["deleted", "restarted", "readiness", "gate", "node"])
 def test_each_signal_promotes_the_ready_standby_retires_the_active_and_asks_for_a_replacement(signal: str) -> None:
-    active = pod("a", "active", ready=signal == "node", started=1, ready_since=60)
+    active = running_engine("a", role="active", ready=signal == "node", started=1, ready_since=60)
     unready: dict[str, datetime | None] = {}
     if signal == "deleted":
-        active["metadata"]["deletionTimestamp"] = stamp(90)
+        active["metadata"]["deletionTimestamp"] = at(90)
     elif signal == "restarted":
-        active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(60)}}
+        active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(60)}}
     elif signal == "gate":
         active["status"]["conditions"][1]["status"] = "False"
     elif signal == "node":
-        unready = {"node-1": T0}
-    standby = pod("s", "standby", node="node-2", created=1)
+        unready = {"node-1": NOW}
+    standby = running_engine("s", role="standby", node="node-2", created=1)
     plan = plan_replica(0, [active, standby], 1, HASH, unready)
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s"]
     assert plan.promotion.failed is active and plan.promotion.failure is not None
@@ -204,46 +166,46 @@ def test_each_signal_promotes_the_ready_standby_retires_the_active_and_asks_for_
 def test_an_unresponsive_active_swaps_roles_with_an_answering_standby() -> None:
     """A verdict that may be wrong (slow, not hung) costs a role swap: the silent active is
     demoted, not deleted, and stays the replica's standby, so no new one is made."""
-    active, standby = pod("a", "active"), pod("s", "standby", node="node-2", created=1)
-    silent = {"a": T0 + timedelta(seconds=70)}
+    active, standby = running_engine("a", role="active"), running_engine("s", role="standby", node="node-2", created=1)
+    silent = {"a": NOW + timedelta(seconds=70)}
     plan = plan_replica(0, [active, standby], 1, HASH, {}, silent)
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s"]
     assert plan.promotion.failure is not None and plan.promotion.failure.signal == "Unresponsive"
     assert names(plan.demote) == ["a"] and plan.delete == [] and plan.create_standbys == 0 and plan.stranded is None
     # The next pass sees the swap done: nothing more to do while "a" stays silent.
-    swapped = [pod("a", "standby"), pod("s", "active", node="node-2", created=1)]
+    swapped = [running_engine("a", role="standby"), running_engine("s", role="active", node="node-2", created=1)]
     plan = plan_replica(0, swapped, 1, HASH, {}, silent)
     assert (plan.promotion, plan.demote, plan.delete, plan.create_standbys) == (None, [], [], 0)
 
 
 def test_a_silent_standby_never_takes_over_and_a_silent_surplus_active_is_demoted() -> None:
-    active = pod("a", "active", ready=False, ready_since=60)
-    silent_standby = pod("s1", "standby", node="node-1", created=1)
-    answering = pod("s2", "standby", node="node-2", created=2)
-    plan = plan_replica(0, [active, silent_standby, answering], 2, HASH, {}, {"s1": T0})
+    active = running_engine("a", role="active", ready=False, ready_since=60)
+    silent_standby = running_engine("s1", role="standby", node="node-1", created=1)
+    answering = running_engine("s2", role="standby", node="node-2", created=2)
+    plan = plan_replica(0, [active, silent_standby, answering], 2, HASH, {}, {"s1": NOW})
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s2"]
-    plan = plan_replica(0, [active, silent_standby], 1, HASH, {}, {"s1": T0})
+    plan = plan_replica(0, [active, silent_standby], 1, HASH, {}, {"s1": NOW})
     assert plan.promotion is None and plan.stranded and "no Ready standby" in plan.stranded
     # Two actives (an operator stopped mid-swap): the silent one goes back to standby, kept.
-    two = [pod("s", "active", node="node-2", created=1), pod("a", "active", created=2)]
-    plan = plan_replica(0, two, 1, HASH, {}, {"a": T0})
+    two = [running_engine("s", role="active", node="node-2", created=1), running_engine("a", role="active", created=2)]
+    plan = plan_replica(0, two, 1, HASH, {}, {"a": NOW})
     assert names(plan.demote) == ["a"] and plan.delete == [] and plan.promotion is None
     # Whichever is older: the answering one stays active.
-    plan = plan_replica(0, two, 1, HASH, {}, {"s": T0})
+    plan = plan_replica(0, two, 1, HASH, {}, {"s": NOW})
     assert names(plan.demote) == ["s"] and plan.delete == [] and plan.promotion is None
 
 
 def test_an_unresponsive_active_without_an_answering_standby_stays_and_says_degraded() -> None:
-    plan = plan_replica(0, [pod("a", "active")], 0, HASH, {}, {"a": T0})
+    plan = plan_replica(0, [running_engine("a", role="active")], 0, HASH, {}, {"a": NOW})
     assert plan.promotion is None and plan.delete == [] and plan.demote == []
     assert plan.stranded is not None and "has answered no readiness request" in plan.stranded
 
 
 def test_same_node_standby_first_and_never_one_on_other_weights() -> None:
-    active = pod("a", "active", ready=False, ready_since=60)
-    other_node = pod("s1", "standby", node="node-2", created=1)
-    same_node = pod("s2", "standby", node="node-1", created=2)
-    stale = pod("s0", "standby", node="node-1", created=0, spec_hash="old")
+    active = running_engine("a", role="active", ready=False, ready_since=60)
+    other_node = running_engine("s1", role="standby", node="node-2", created=1)
+    same_node = running_engine("s2", role="standby", node="node-1", created=2)
+    stale = running_engine("s0", role="standby", node="node-1", created=0, spec_hash="old")
     plan = plan_replica(0, [active, other_node, same_node, stale], 3, HASH, {})
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s2"]
     plan = plan_replica(0, [active, stale], 1, HASH, {})
@@ -252,49 +214,49 @@ def test_same_node_standby_first_and_never_one_on_other_weights() -> None:
 
 def test_during_a_generation_change_the_old_generations_standby_takes_over_the_old_active() -> None:
     """The Service still selects the old generation: its standby is the one that can serve."""
-    active = pod("a", "active", ready=False, ready_since=60, spec_hash="old")
-    old_standby = pod("s-old", "standby", node="node-2", created=1, spec_hash="old")
-    new_standby = pod("s-new", "standby", node="node-1", created=2)
+    active = running_engine("a", role="active", ready=False, ready_since=60, spec_hash="old")
+    old_standby = running_engine("s-old", role="standby", node="node-2", created=1, spec_hash="old")
+    new_standby = running_engine("s-new", role="standby", node="node-1", created=2)
     plan = plan_replica(0, [active, old_standby, new_standby], 2, HASH, {})
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s-old"]
     # A failed new-generation active is never replaced by a standby on the old weights.
-    new_active = pod("a2", "active", ready=False, ready_since=60)
+    new_active = running_engine("a2", role="active", ready=False, ready_since=60)
     plan = plan_replica(0, [new_active, old_standby], 1, HASH, {})
     assert plan.promotion is None and plan.stranded
 
 
 def test_no_ready_standby_keeps_the_failed_active_and_says_degraded() -> None:
-    active = pod("a", "active", ready=False, ready_since=60)
-    starting = pod("s", "standby", ready=False, created=50, started=52, ready_since=51)
+    active = running_engine("a", role="active", ready=False, ready_since=60)
+    starting = running_engine("s", role="standby", ready=False, created=50, started=52, ready_since=51)
     plan = plan_replica(0, [active, starting], 1, HASH, {})
     assert plan.promotion is None and plan.delete == [] and plan.create_standbys == 0
     assert plan.stranded is not None and "fails its readiness probe" in plan.stranded
     # The status then says Degraded, with the reason, and the CRD schema takes it.
     cache = make()
-    status = aggregate(cache, Observed([], [], 1, stranded=[plan.stranded]), T0)
+    status = aggregate(cache, Observed([], [], 1, stranded=[plan.stranded]), NOW)
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and (degraded["status"], degraded["reason"]) == ("True", "NoReadyStandby")
     WeightCacheStatus.model_validate(status)
 
 
 def test_a_dead_node_hands_over_even_to_a_starting_standby() -> None:
-    active = pod("a", "active", ready=True, node="node-1")
-    starting = pod("s", "standby", ready=False, node="node-2", created=50, started=52, ready_since=51)
-    plan = plan_replica(0, [active, starting], 1, HASH, {"node-1": T0})
+    active = running_engine("a", role="active", ready=True, node="node-1")
+    starting = running_engine("s", role="standby", ready=False, node="node-2", created=50, started=52, ready_since=51)
+    plan = plan_replica(0, [active, starting], 1, HASH, {"node-1": NOW})
     assert plan.promotion is not None and names([plan.promotion.promoted]) == ["s"]
     assert names([p for p, _ in plan.delete]) == ["a"] and plan.create_standbys == 1
     assert plan.stranded is not None and "not Ready yet" in plan.stranded
 
 
 def test_an_active_that_never_got_ready_is_demoted_not_deleted() -> None:
-    starting = pod("a", "active", ready=False, started=3, ready_since=2)
-    plan = plan_replica(0, [starting, pod("s", "standby", created=1)], 1, HASH, {})
+    starting = running_engine("a", role="active", ready=False, started=3, ready_since=2)
+    plan = plan_replica(0, [starting, running_engine("s", role="standby", created=1)], 1, HASH, {})
     assert plan.promotion is not None and plan.promotion.failure is None
     assert names(plan.demote) == ["a"] and plan.delete == [] and plan.create_standbys == 0
 
 
 def test_no_active_at_all_promotes_a_standby_or_creates_one() -> None:
-    plan = plan_replica(0, [pod("s", "standby")], 1, HASH, {})
+    plan = plan_replica(0, [running_engine("s", role="standby")], 1, HASH, {})
     assert plan.promotion is not None and plan.create_standbys == 1 and not plan.create_active
     # The active was deleted and gone before this pass (an operator restart): still a failover.
     assert plan.promotion.failure is not None and plan.promotion.failure.signal == "PodGone"
@@ -307,13 +269,13 @@ def test_restart_after_the_relabel_converges_to_one_active_without_a_second_prom
     """The operator died after promoting ``s`` and before retiring ``a``: two actives. The next
     pass keeps the Ready one, retires the failed one as the failover would have, and promotes
     nobody; a surplus active that has not failed is demoted instead."""
-    failed = pod("a", "active", ready=False, ready_since=60)
-    failed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(60)}}
-    promoted = pod("s", "active", node="node-2", created=1)
+    failed = running_engine("a", role="active", ready=False, ready_since=60)
+    failed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(60)}}
+    promoted = running_engine("s", role="active", node="node-2", created=1)
     plan = plan_replica(0, [failed, promoted], 1, HASH, {})
     assert plan.promotion is None and plan.demote == [] and names([p for p, _ in plan.delete]) == ["a"]
     assert plan.create_standbys == 1
-    healthy = pod("b", "active", created=2)
+    healthy = running_engine("b", role="active", created=2)
     plan = plan_replica(0, [healthy, promoted], 1, HASH, {})
     assert plan.promotion is None and names(plan.demote) == ["b"] and plan.delete == [] and plan.create_standbys == 0
     # Once demoted, the pass after that has nothing left to do.
@@ -323,29 +285,29 @@ def test_restart_after_the_relabel_converges_to_one_active_without_a_second_prom
 
 
 def test_restart_after_the_deletion_only_creates_the_replacement() -> None:
-    gone = pod("a", "active", ready=False)
-    gone["metadata"]["deletionTimestamp"] = stamp(90)
-    plan = plan_replica(0, [gone, pod("s", "active", node="node-2", created=1)], 1, HASH, {})
+    gone = running_engine("a", role="active", ready=False)
+    gone["metadata"]["deletionTimestamp"] = at(90)
+    plan = plan_replica(0, [gone, running_engine("s", role="active", node="node-2", created=1)], 1, HASH, {})
     assert plan.promotion is None and plan.delete == [] and plan.demote == [] and plan.create_standbys == 1
 
 
 def test_surplus_standbys_go_newest_and_not_ready_first() -> None:
     pods = [
-        pod("a", "active"),
-        pod("s1", "standby", created=1),
-        pod("s2", "standby", created=2),
-        pod("s3", "standby", ready=False, created=3, started=4, ready_since=3),
+        running_engine("a", role="active"),
+        running_engine("s1", role="standby", created=1),
+        running_engine("s2", role="standby", created=2),
+        running_engine("s3", role="standby", ready=False, created=3, started=4, ready_since=3),
     ]
     plan = plan_replica(0, pods, 1, HASH, {})
     assert names([p for p, _ in plan.delete]) == ["s3", "s2"]
 
 
 def test_last_failover_entry_and_metrics() -> None:
-    active = pod("a", "active", ready=False, ready_since=60)
-    active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(60)}}
-    plan = plan_replica(0, [active, pod("s", "standby", node="node-2", created=1)], 1, HASH, {})
+    active = running_engine("a", role="active", ready=False, ready_since=60)
+    active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(60)}}
+    plan = plan_replica(0, [active, running_engine("s", role="standby", node="node-2", created=1)], 1, HASH, {})
     assert plan.promotion is not None
-    noticed = T0 + timedelta(seconds=60, milliseconds=250)
+    noticed = NOW + timedelta(seconds=60, milliseconds=250)
     seen = noticed - timedelta(milliseconds=3)
     entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12), seen)
     assert entry == {
@@ -377,6 +339,6 @@ def test_last_failover_entry_and_metrics() -> None:
 
 
 def test_a_promotion_without_a_failed_pod_has_no_from() -> None:
-    promotion = Promotion(2, pod("s", "standby"), None, None)
-    entry = failover_status(promotion, T0, T0, None)
+    promotion = Promotion(2, running_engine("s", role="standby"), None, None)
+    entry = failover_status(promotion, NOW, NOW, None)
     assert "from" not in entry and "signal" not in entry and entry["to"] == "s" and entry["promotionMs"] == 0.0

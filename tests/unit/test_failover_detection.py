@@ -5,9 +5,11 @@ and "stamp → pass" read 0.9 s for a failover the operator finished in millisec
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
-from test_failover import T0, plan_replica, pod, stamp  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import after, at
+from test_failover import plan_replica, running_engine
 from weightcache_operator.failover import Promotion, failover_status
 from weightcache_operator.render.layout import COMPONENT_LABEL
 from weightcache_operator.sightings import Sightings
@@ -17,21 +19,13 @@ KEY = ("ns", "tiny")
 HASH = "h1"
 
 
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def engine(name: str, role: str, **kwargs: Any) -> dict[str, Any]:
-    """An engine pod as the API shows it, with the uid and component label sightings go by."""
-    found = pod(name, role, **kwargs)
-    found["metadata"]["uid"] = f"uid-{name}"
-    found["metadata"]["labels"][COMPONENT_LABEL] = "engine"
-    return found
+watched = partial(running_engine, labels={COMPONENT_LABEL: "engine"})
+"""A running engine pod with the component label sightings go by."""
 
 
 def deleted(found: dict[str, Any], requested: float, grace: int = 30) -> dict[str, Any]:
-    """``found`` with a deletion requested at T0+requested, stamped as the API does: to the second."""
-    found["metadata"]["deletionTimestamp"] = stamp(requested + grace)
+    """``found`` with a deletion requested at NOW+requested, stamped as the API does: to the second."""
+    found["metadata"]["deletionTimestamp"] = at(requested + grace)
     found["metadata"]["deletionGracePeriodSeconds"] = grace
     return found
 
@@ -51,35 +45,39 @@ def record(
 
 def test_a_deletion_stamped_to_the_second_is_timed_from_the_operators_first_sight_not_its_stamp() -> None:
     sightings = Sightings()
-    standby = engine("s", "standby", node="node-2", created=1)
+    standby = watched("s", role="standby", node="node-2", created=1)
     # Deleted at 10:01:00.900; the API stamps deletionTimestamp 10:01:30 (grace 30), the request's
     # own second, 10:01:00, with the 0.9 s cut off.
-    active = deleted(engine("a", "active"), requested=60.9)
-    sightings.pod_event(KEY, active, at(60.905))  # the watch event's arrival
-    entry = record(sightings, [active, standby], noticed=at(60.910), promoted=at(60.925))
+    active = deleted(watched("a", role="active"), requested=60.9)
+    sightings.pod_event(KEY, active, after(60.905))  # the watch event's arrival
+    entry = record(sightings, [active, standby], noticed=after(60.910), promoted=after(60.925))
     assert entry["signal"] == "PodDeleted"
     assert (entry["detectionMs"], entry["promotionMs"]) == (5.0, 15.0), entry
     # First sight never comes before the failure itself (measured from the stamp, it came 0.9 s before).
-    first_sight = at(60.910) - timedelta(milliseconds=entry["detectionMs"])
-    assert first_sight >= at(60.9)
+    first_sight = after(60.910) - timedelta(milliseconds=entry["detectionMs"])
+    assert first_sight >= after(60.9)
     # The stamp is still there, as what it is: a whole second.
     assert entry["failureApiSecond"] == "2026-11-29T10:01:00Z"
 
 
 def test_a_failure_that_came_before_the_operator_is_first_seen_by_its_first_pass_and_its_age_is_in_the_stamp() -> None:
     sightings = Sightings()  # an operator just started: nothing seen yet
-    active = engine("a", "active", ready=False, ready_since=60)
-    active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(60)}}
-    entry = record(sightings, [active, engine("s", "standby", created=1)], noticed=at(360.5), promoted=at(360.52))
+    active = watched("a", role="active", ready=False, ready_since=60)
+    active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(60)}}
+    entry = record(
+        sightings, [active, watched("s", role="standby", created=1)], noticed=after(360.5), promoted=after(360.52)
+    )
     assert entry["signal"] == "ContainerRestarted" and entry["detectionMs"] == 0.0
     assert entry["failureApiSecond"] == "2026-11-29T10:01:00Z", "five minutes before the operator's first sight"
 
 
 def test_a_node_gone_not_ready_is_timed_from_its_node_event() -> None:
     sightings = Sightings()
-    active, standby = engine("a", "active"), engine("s", "standby", node="node-2", created=1)
-    sightings.node_event("node-1", False, at(80.1))
-    entry = record(sightings, [active, standby], noticed=at(80.13), promoted=at(80.15), unready={"node-1": at(80)})
+    active, standby = watched("a", role="active"), watched("s", role="standby", node="node-2", created=1)
+    sightings.node_event("node-1", False, after(80.1))
+    entry = record(
+        sightings, [active, standby], noticed=after(80.13), promoted=after(80.15), unready={"node-1": after(80)}
+    )
     assert (entry["signal"], entry["detectionMs"], entry["failureApiSecond"]) == (
         "NodeNotReady",
         30.0,
@@ -89,9 +87,9 @@ def test_a_node_gone_not_ready_is_timed_from_its_node_event() -> None:
 
 def test_a_frozen_engine_is_timed_from_the_first_probe_it_left_unanswered() -> None:
     sightings = Sightings()
-    active, standby = engine("a", "active"), engine("s", "standby", node="node-2", created=1)
-    silent = {"a": at(70.25)}
-    entry = record(sightings, [active, standby], noticed=at(70.66), promoted=at(70.67), unresponsive=silent)
+    active, standby = watched("a", role="active"), watched("s", role="standby", node="node-2", created=1)
+    silent = {"a": after(70.25)}
+    entry = record(sightings, [active, standby], noticed=after(70.66), promoted=after(70.67), unresponsive=silent)
     # The 400 ms of silence the verdict waits for is detection too; the API has no stamp for it.
     assert entry["signal"] == "Unresponsive" and entry["detectionMs"] == 410.0
     assert "failureApiSecond" not in entry
@@ -99,56 +97,58 @@ def test_a_frozen_engine_is_timed_from_the_first_probe_it_left_unanswered() -> N
 
 def test_a_pod_that_served_again_is_timed_from_its_new_failure() -> None:
     sightings = Sightings()
-    crashed = engine("a", "active", ready=False, started=21, ready_since=20)
-    crashed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": stamp(20)}}
-    sightings.pod_event(KEY, crashed, at(20.3))
-    sightings.pod_event(KEY, engine("a", "active", started=21, ready_since=25), at(25.1))  # Ready again
+    crashed = watched("a", role="active", ready=False, started=21, ready_since=20)
+    crashed["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(20)}}
+    sightings.pod_event(KEY, crashed, after(20.3))
+    sightings.pod_event(KEY, watched("a", role="active", started=21, ready_since=25), after(25.1))  # Ready again
     assert sightings.first(KEY, [crashed]) is None
     # Failing again, first seen by a pass this time: timed from that pass, not from 20.3 s.
-    again = engine("a", "active", ready=False, started=21, ready_since=90)
-    entry = record(sightings, [again, engine("s", "standby", created=1)], noticed=at(90.4), promoted=at(90.41))
+    again = watched("a", role="active", ready=False, started=21, ready_since=90)
+    entry = record(
+        sightings, [again, watched("s", role="standby", created=1)], noticed=after(90.4), promoted=after(90.41)
+    )
     assert (entry["signal"], entry["detectionMs"]) == ("ReadinessFailed", 0.0)
 
 
 def test_a_pass_that_saw_a_pod_healthy_drops_only_sightings_older_than_its_reading() -> None:
     sightings = Sightings()
-    healthy, failing = engine("a", "active"), deleted(engine("a", "active"), requested=50.2)
-    sightings.pod_event(KEY, failing, at(50.21))
+    healthy, failing = watched("a", role="active"), deleted(watched("a", role="active"), requested=50.2)
+    sightings.pod_event(KEY, failing, after(50.21))
     # A pass that began reading at 50.2 read the pod before the deletion: its view is older than the event.
-    sightings.saw(KEY, [healthy], {}, {}, at(50.2), at(50.22))
-    assert sightings.first(KEY, [failing]) == at(50.21)
+    sightings.saw(KEY, [healthy], {}, {}, after(50.2), after(50.22))
+    assert sightings.first(KEY, [failing]) == after(50.21)
     # One that began after the event and still saw it healthy knows better.
-    sightings.saw(KEY, [healthy], {}, {}, at(50.3), at(50.31))
+    sightings.saw(KEY, [healthy], {}, {}, after(50.3), after(50.31))
     assert sightings.first(KEY, [failing]) is None
 
 
 def test_a_pod_gone_from_a_pass_is_forgotten_and_other_caches_keep_theirs() -> None:
     sightings = Sightings()
-    gone, other = deleted(engine("a", "active"), requested=10), deleted(engine("b", "active"), requested=10)
-    sightings.pod_event(KEY, gone, at(10.1))
-    sightings.pod_event(("ns", "other"), other, at(10.1))
-    sightings.saw(KEY, [], {}, {}, at(11), at(11.01))
+    gone, other = deleted(watched("a", role="active"), requested=10), deleted(watched("b", role="active"), requested=10)
+    sightings.pod_event(KEY, gone, after(10.1))
+    sightings.pod_event(("ns", "other"), other, after(10.1))
+    sightings.saw(KEY, [], {}, {}, after(11), after(11.01))
     assert sightings.first(KEY, [gone]) is None
-    assert sightings.first(("ns", "other"), [other]) == at(10.1)
+    assert sightings.first(("ns", "other"), [other]) == after(10.1)
 
 
 def test_an_engine_group_is_timed_from_the_first_of_its_pods_seen_failing() -> None:
     sightings = Sightings()
-    leader, follower = engine("g-0", "active"), deleted(engine("g-1", "active"), requested=30)
-    sightings.pod_event(KEY, follower, at(30.2))
-    sightings.pod_event(KEY, deleted(engine("g-0", "active"), requested=30.5), at(30.6))
-    assert sightings.first(KEY, [leader, follower]) == at(30.2)
+    leader, follower = watched("g-0", role="active"), deleted(watched("g-1", role="active"), requested=30)
+    sightings.pod_event(KEY, follower, after(30.2))
+    sightings.pod_event(KEY, deleted(watched("g-0", role="active"), requested=30.5), after(30.6))
+    assert sightings.first(KEY, [leader, follower]) == after(30.2)
 
 
 def test_daemon_pods_and_healthy_events_record_nothing() -> None:
     sightings = Sightings()
-    daemon = deleted(engine("d", "active"), requested=5)
+    daemon = deleted(watched("d", role="active"), requested=5)
     daemon["metadata"]["labels"][COMPONENT_LABEL] = "daemon"
-    sightings.pod_event(KEY, daemon, at(5.1))
-    sightings.pod_event(KEY, engine("a", "active"), at(5.1))
-    assert sightings.first(KEY, [daemon, engine("a", "active")]) is None
+    sightings.pod_event(KEY, daemon, after(5.1))
+    sightings.pod_event(KEY, watched("a", role="active"), after(5.1))
+    assert sightings.first(KEY, [daemon, watched("a", role="active")]) is None
 
 
 def test_a_promotion_over_no_failure_has_no_detection() -> None:
-    entry = failover_status(Promotion(0, engine("s", "standby"), None, None), at(1), at(1.01), None)
+    entry = failover_status(Promotion(0, watched("s", role="standby"), None, None), after(1), after(1.01), None)
     assert "detectionMs" not in entry and "failureApiSecond" not in entry

@@ -8,8 +8,8 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+from builders import make
 from test_multinode import READY, TWO, complete_groups, daemon, engine_plan, failovers, ids, plan_groups, run
-from test_render import make
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member

@@ -13,7 +13,7 @@ from typing import Any, get_args
 import jsonschema
 import pytest
 import yaml
-from test_render import BASE, make
+from builders import BASE, make
 from weightcache_operator.kubeapi import ApiError
 from weightcache_operator.render import engine_pod, engine_service
 from weightcache_operator.render.engine import Member

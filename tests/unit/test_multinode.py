@@ -7,7 +7,9 @@ import itertools
 from datetime import UTC, datetime
 from typing import Any
 
-from test_render import NOW, container, env_of, make
+import builders
+from builders import NOW, make, node, scheduled
+from test_render import container, env_of
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
 from weightcache_operator.engine_units import units
@@ -29,10 +31,6 @@ from weightcache_operator.spec import Placement
 from weightcache_operator.status import Observed, aggregate
 
 TWO = {"parallelism.tensor": 2, "parallelism.nodes": 2}
-
-
-def node(name: str, labels: dict[str, str] | None = None, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": labels or {}}, "spec": {"taints": taints or []}}
 
 
 # --- mapping -----------------------------------------------------------------------------------
@@ -70,14 +68,19 @@ def test_node_selection_follows_selector_affinity_and_taints() -> None:
             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
         }
     )
-    assert selected(placement, node("a", {"pool": "gpu", "zone": "a"}))
-    assert selected(placement, node("special", {"pool": "gpu"})), "second term (hostname)"
-    assert not selected(placement, node("c", {"pool": "gpu", "zone": "c"}))
-    assert not selected(placement, node("d", {"pool": "cpu", "zone": "a"}))
-    assert selected(placement, node("e", {"pool": "gpu", "zone": "b"}, [{"key": "gpu", "effect": "NoSchedule"}]))
-    assert not selected(placement, node("f", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "NoExecute"}]))
+    assert selected(placement, node("a", labels={"pool": "gpu", "zone": "a"}))
+    assert selected(placement, node("special", labels={"pool": "gpu"})), "second term (hostname)"
+    assert not selected(placement, node("c", labels={"pool": "gpu", "zone": "c"}))
+    assert not selected(placement, node("d", labels={"pool": "cpu", "zone": "a"}))
     assert selected(
-        placement, node("g", {"pool": "gpu", "zone": "b"}, [{"key": "other", "effect": "PreferNoSchedule"}])
+        placement, node("e", labels={"pool": "gpu", "zone": "b"}, taints=[{"key": "gpu", "effect": "NoSchedule"}])
+    )
+    assert not selected(
+        placement, node("f", labels={"pool": "gpu", "zone": "b"}, taints=[{"key": "other", "effect": "NoExecute"}])
+    )
+    assert selected(
+        placement,
+        node("g", labels={"pool": "gpu", "zone": "b"}, taints=[{"key": "other", "effect": "PreferNoSchedule"}]),
     )
     assert selected(Placement(), node("h")), "no placement: every node"
 
@@ -162,24 +165,16 @@ def test_engine_pod_refuses_inconsistent_membership() -> None:
 
 
 def daemon(node_name: str, slot: int) -> dict[str, Any]:
-    return {
-        "metadata": {"name": f"d-{node_name}", "labels": {"weightcache.io/slot": str(slot)}},
-        "spec": {"nodeName": node_name},
-        "status": {},
-    }
+    """The daemon pod of node slot ``slot`` on ``node_name``; ``engine_plan`` makes it Ready and of the cache's generation."""
+    return builders.daemon(f"d-{node_name}", node=node_name, slot=slot)
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
-READY_CONDITION = {"type": "Ready", "status": "True"}
 
 
 def run(pod: dict[str, Any], node_name: str, ip: str | None = None, ready: bool = False) -> dict[str, Any]:
     """A created pod as the API server would return it once scheduled (and running)."""
-    pod = copy.deepcopy(pod)
-    pod["metadata"]["creationTimestamp"] = "2026-11-29T10:00:00Z"
-    pod["spec"]["nodeName"] = node_name
-    pod["status"] = {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": str(ready)}]}
-    return pod
+    return scheduled(pod, node=node_name, ip=ip, ready=ready)
 
 
 def ids() -> Any:
@@ -208,12 +203,8 @@ def engine_plan(
             pod["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
             pod["status"] = {**pod["status"], "conditions": [{"type": "Ready", "status": "True"}]}
             daemons.append(pod)
-    nodes = [
-        {"metadata": {"name": name}, "status": {"conditions": [{"type": "Ready", "status": "False"}]}}
-        for name in unready_nodes or {}
-    ] + [
-        {"metadata": {"name": name}, "spec": {"unschedulable": True}, "status": {"conditions": [READY_CONDITION]}}
-        for name in cordoned
+    nodes = [node(name, ready=False) for name in unready_nodes or {}] + [
+        node(name, unschedulable=True, ready=True) for name in cordoned
     ]
     body = {"metadata": {"name": cache.metadata["name"], "namespace": "ns"}, "status": {}}
     state = Snapshot(
@@ -408,19 +399,12 @@ def test_dra_groups_share_the_claim_of_the_daemon_on_their_node() -> None:
 
 def test_status_counts_groups_and_lists_slot_ranks() -> None:
     cache = make(**{"parallelism.tensor": 4, "parallelism.nodes": 2})
-    good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
-    daemons = []
-    for slot, node_name in ((0, "node-1"), (1, "node-2")):
-        pod = {
-            "metadata": {
-                "name": f"tiny-daemon-{slot}-x",
-                "labels": {"weightcache.io/slot": str(slot)},
-                "annotations": good,
-            },
-            "spec": {"nodeName": node_name},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        }
-        daemons.append(pod)
+    daemons = [
+        builders.daemon(
+            f"tiny-daemon-{slot}-x", node=node_name, slot=slot, spec_hash=daemon_spec_hash(cache), ready=True
+        )
+        for slot, node_name in ((0, "node-1"), (1, "node-2"))
+    ]
     pods = complete_groups(cache, ready_standby=False)
     status = aggregate(cache, Observed(daemons, pods, 2), NOW)
     assert [n["ranks"] for n in status["nodes"]] == [

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from test_render import NOW, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import NOW, daemon, make
 from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport, node_fingerprint
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
@@ -58,9 +58,9 @@ def report(*ranks: RankReport) -> DaemonReport:
 
 def test_ranks_carry_what_the_daemon_reported_and_the_node_its_fingerprint() -> None:
     cache = make()
-    daemon = fake_pod("tiny-daemon-x", True, annotations={SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)})
+    daemon_pod = daemon("tiny-daemon-x", ready=True, spec_hash=daemon_spec_hash(cache))
     held = report(rank(0, gpu_uuid="GPU-a"), rank(1, source="keeper", disk_bytes_read=0))
-    status = aggregate(cache, Observed([daemon], [], 1, daemon_reports={"tiny-daemon-x": held}), NOW)
+    status = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"tiny-daemon-x": held}), NOW)
     node = status["nodes"][0]
     assert node["fingerprint"] == held.fingerprint and "reportError" not in node
     assert node["ranks"] == [
@@ -83,13 +83,13 @@ def test_a_rank_is_ready_only_if_both_the_pod_and_the_daemon_say_so() -> None:
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     partly = report(rank(0), rank(1, ready=False))
     status = aggregate(
-        cache, Observed([fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW
+        cache, Observed([daemon("d", ready=True, annotations=good)], [], 1, daemon_reports={"d": partly}), NOW
     )
     assert [(r["rank"], r["ready"]) for r in status["nodes"][0]["ranks"]] == [(0, True), (1, False)]
     assert "fingerprint" not in status["nodes"][0], "no node fingerprint until every rank reports one"
     unready = aggregate(
         cache,
-        Observed([fake_pod("d", False, annotations=good)], [], 1, daemon_reports={"d": report(rank(0), rank(1))}),
+        Observed([daemon("d", ready=False, annotations=good)], [], 1, daemon_reports={"d": report(rank(0), rank(1))}),
         NOW,
     )
     assert [r["ready"] for r in unready["nodes"][0]["ranks"]] == [False, False]
@@ -100,7 +100,7 @@ def test_an_unreadable_daemon_is_reported_not_raised() -> None:
     cache = make()
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
     seen = Observed(
-        [fake_pod("d", True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"}
+        [daemon("d", ready=True, annotations=good)], [], 1, daemon_reports={"d": "GET http://x/status: refused"}
     )
     node = aggregate(cache, seen, NOW)["nodes"][0]
     assert node["reportError"] == "GET http://x/status: refused"
@@ -125,11 +125,7 @@ class DaemonEndpoint:
 
     def pod(self, name: str = "d", version: str = "1", uid: str = "u1") -> dict[str, Any]:
         host, port = self.server.address
-        return {
-            "metadata": {"name": name, "uid": uid, "resourceVersion": version},
-            "spec": {"containers": [{"name": "daemon", "ports": [{"name": "status", "containerPort": port}]}]},
-            "status": {"podIP": host},
-        }
+        return daemon(name, uid=uid, resource_version=version, node=None, ip=host, status_port=port)
 
 
 @pytest.fixture
@@ -194,11 +190,7 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as closed:
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]  # nothing listens here once the socket closes
-    refused = {
-        "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-        "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-        "status": {"podIP": "127.0.0.1"},
-    }
+    refused = daemon("d", uid="u", resource_version=1, node=None, ip="127.0.0.1", status_port=port)
     first = reader.read(("ns", "tiny"), [refused])["d"]
     assert isinstance(first, str) and first.startswith(f"GET http://127.0.0.1:{port}/status:") and "refused" in first
 
@@ -206,15 +198,11 @@ def test_reader_failures_are_messages_and_are_retried_later() -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        hung = {
-            **refused,
-            "metadata": {"name": "h", "uid": "h", "resourceVersion": "1"},
-            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": silent.getsockname()[1]}]}]},
-        }
+        hung = daemon("h", uid="h", resource_version=1, node=None, ip="127.0.0.1", status_port=silent.getsockname()[1])
         late = reader.read(("ns", "other"), [hung])["h"]
     assert isinstance(late, str) and "timed out" in late
 
-    no_ip = {"metadata": {"name": "n", "uid": "n", "resourceVersion": "1"}, "spec": {}, "status": {}}
+    no_ip = daemon("n", uid="n", resource_version=1, node=None)
     assert reader.read(("ns", "third"), [no_ip]) == {"n": "the pod has no IP yet"}
 
     # The same failed pod is not asked again at once, but is after RETRY_FAILED_S.
@@ -233,11 +221,7 @@ def test_reader_refuses_what_is_not_a_daemon_report() -> None:
     server.start()
     try:
         host, port = server.address
-        pod = {
-            "metadata": {"name": "d", "uid": "u", "resourceVersion": "1"},
-            "spec": {"containers": [{"ports": [{"name": "status", "containerPort": port}]}]},
-            "status": {"podIP": host},
-        }
+        pod = daemon("d", uid="u", resource_version=1, node=None, ip=host, status_port=port)
         got = DaemonStatusReader().read(("ns", "tiny"), [pod])["d"]
         assert isinstance(got, str) and "not a daemon report" in got
     finally:
@@ -345,13 +329,7 @@ def test_reads_of_many_daemons_run_in_parallel_but_never_more_at_once_than_the_b
 
     counted: list[int] = []
     reader = DaemonStatusReader(fetch=fetch, max_concurrent=4, counted=counted.append)
-    pods = [
-        {
-            "metadata": {"name": f"d{i}", "uid": f"u{i}", "resourceVersion": "1"},
-            "status": {"podIP": f"198.18.0.{i}"},
-        }
-        for i in range(40)
-    ]
+    pods = [daemon(f"d{i}", uid=f"u{i}", resource_version=1, node=None, ip=f"198.18.0.{i}") for i in range(40)]
     passes = [threading.Thread(target=reader.read, args=((f"ns{k}", "c"), pods[k::4])) for k in range(4)]
     for thread in passes:
         thread.start()

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_reasons import CACHE, condition, daemon
-from test_render import NOW, make
+from builders import NOW, make
+from test_reasons import CACHE, cache_daemon, condition
 from weightcache.checkpoints.planner import MemoryLimit, plan_world, verdict
 from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 from weightcache_contract.errors import WeightCacheError
@@ -161,7 +161,10 @@ def test_a_nodes_ranks_beyond_its_memory_are_refused_together_and_a_plan_that_fi
 
 
 def test_a_plan_every_node_refuses_fails_the_cache_with_the_planners_words_and_an_event() -> None:
-    pods = [planned(daemon("node-1"), 2, DEEP), planned(daemon("node-2"), 2, DEEP, waiting_again=True)]
+    pods = [
+        planned(cache_daemon(node="node-1"), 2, DEEP),
+        planned(cache_daemon(node="node-2"), 2, DEEP, waiting_again=True),
+    ]
     status = aggregate(CACHE, Observed(pods, [], 2), NOW)
     WeightCacheStatus.model_validate(status)
     assert status["phase"] == "Failed"
@@ -176,7 +179,11 @@ def test_a_plan_every_node_refuses_fails_the_cache_with_the_planners_words_and_a
 
 
 def test_a_passed_plan_is_summarised_in_status_from_the_first_node_that_has_one() -> None:
-    pods = [daemon("node-1"), planned(daemon("node-2"), 0, summary()), planned(daemon("node-3"), 0, summary())]
+    pods = [
+        cache_daemon(node="node-1"),
+        planned(cache_daemon(node="node-2"), 0, summary()),
+        planned(cache_daemon(node="node-3"), 0, summary()),
+    ]
     status = aggregate(CACHE, Observed(pods, [], 3), NOW)
     WeightCacheStatus.model_validate(status)
     assert status["plan"] == {
@@ -192,17 +199,17 @@ def test_a_passed_plan_is_summarised_in_status_from_the_first_node_that_has_one(
 
 
 def test_an_older_generations_plan_or_an_unreadable_message_is_not_this_generations_plan() -> None:
-    old = planned(daemon("node-1", annotations={"weightcache.io/daemon-spec-hash": "0ld"}), 0, summary())
-    cut = planned(daemon("node-2"), 0, summary()[:40])
+    old = planned(cache_daemon(node="node-1", spec_hash="0ld"), 0, summary())
+    cut = planned(cache_daemon(node="node-2"), 0, summary()[:40])
     assert aggregate(CACHE, Observed([old, cut], [], 2), NOW)["plan"] is None
     # The next node's plan speaks instead of a cut one.
-    found = plan_status([cut, planned(daemon("node-3"), 0, summary(ranks=4))])
+    found = plan_status([cut, planned(cache_daemon(node="node-3"), 0, summary(ranks=4))])
     assert found is not None and (found["ranks"], found["node"]) == (4, "node-3")
 
 
 def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
     """The checkpoint was fixed on disk: the retried plan passed and the daemon loads."""
-    pod = planned(daemon("node-1"), 2, DEEP, waiting_again=True)
+    pod = planned(cache_daemon(node="node-1"), 2, DEEP, waiting_again=True)
     plan = pod["status"]["initContainerStatuses"][1]
     plan["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "message": summary()}}
     pod["status"]["containerStatuses"] = [{"name": "daemon", "state": {"running": {}}}]

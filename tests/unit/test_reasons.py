@@ -5,17 +5,19 @@ one Event per new failure message."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
-from test_render import NOW, engine, fake_pod, make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import NOW, daemon, engine, make, pod
 from weightcache_contract.daemon_report import DaemonReport, RankReport
 from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
-from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
+from weightcache_operator.render import daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.status import Observed, aggregate
 
 CACHE = make()
-CURRENT = {SPEC_HASH_ANNOTATION: daemon_spec_hash(CACHE)}
+cache_daemon = partial(daemon, spec_hash=daemon_spec_hash(CACHE), ready=False)
+"""A daemon pod of CACHE's generation, not Ready unless said."""
 HEADS = "num_attention_heads=8 is not divisible by tensor-parallel size 3; use a tp size that divides 8"
 
 
@@ -36,18 +38,15 @@ def exited(
     return pod
 
 
-def daemon(node: str, ready: bool = False, annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    return fake_pod(
-        f"tiny-daemon-{node}", ready, node=node, annotations=CURRENT if annotations is None else annotations
-    )
-
-
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == kind)
 
 
 def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_words() -> None:
-    pods = [exited(daemon("node-1"), 2, HEADS), exited(daemon("node-2"), 2, HEADS, running_again=False)]
+    pods = [
+        exited(cache_daemon(node="node-1"), 2, HEADS),
+        exited(cache_daemon(node="node-2"), 2, HEADS, running_again=False),
+    ]
     status = aggregate(CACHE, Observed(pods, [], 2), NOW)
     WeightCacheStatus.model_validate(status)
     assert status["phase"] == "Failed"
@@ -63,7 +62,7 @@ def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_wor
 
 def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed() -> None:
     missing = "/weightcache/model has no config.json: mount the checkpoint directory"
-    pods = [exited(daemon("node-1"), 2, HEADS), exited(daemon("node-2"), 2, missing)]
+    pods = [exited(cache_daemon(node="node-1"), 2, HEADS), exited(cache_daemon(node="node-2"), 2, missing)]
     status = aggregate(CACHE, Observed(pods, [], 2), NOW)
     assert status["phase"] == "Loading", "different reasons may be the nodes, not the spec"
     ready = condition(status, "DaemonsReady")
@@ -74,24 +73,24 @@ def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed
 
 
 def test_a_node_that_has_not_refused_yet_keeps_the_cache_from_failing() -> None:
-    pods = [exited(daemon("node-1"), 2, HEADS), daemon("node-2")]
+    pods = [exited(cache_daemon(node="node-1"), 2, HEADS), cache_daemon(node="node-2")]
     status = aggregate(CACHE, Observed(pods, [], 2), NOW)
     assert status["phase"] == "Loading" and condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
     assert "node-2" not in condition(status, "DaemonsReady")["message"], "node-2 has said nothing"
 
 
 def test_a_refused_spec_under_serving_engines_is_degraded_not_failed() -> None:
-    pods = [exited(daemon("node-1"), 2, HEADS)]
-    serving = [engine("tiny-0-a", 0, "active", True), engine("tiny-0-b", 0, "standby", True)]
+    pods = [exited(cache_daemon(node="node-1"), 2, HEADS)]
+    serving = [engine("tiny-0-a", role="active", ready=True), engine("tiny-0-b", role="standby", ready=True)]
     status = aggregate(CACHE, Observed(pods, serving, 1), NOW)
     assert status["phase"] == "Degraded"
     assert condition(status, "Degraded")["message"].endswith("the previous generation's engines still serve")
 
 
 def test_a_crash_loop_names_what_the_crashed_daemon_said() -> None:
-    looping = exited(daemon("node-1"), 2, HEADS)
+    looping = exited(cache_daemon(node="node-1"), 2, HEADS)
     looping["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
-    status = aggregate(CACHE, Observed([looping, daemon("node-2")], [], 2), NOW)
+    status = aggregate(CACHE, Observed([looping, cache_daemon(node="node-2")], [], 2), NOW)
     assert status["phase"] == "Degraded"
     assert condition(status, "Degraded")["message"] == (
         f"crash-looping containers: tiny-daemon-node-1/daemon; node-1: daemon exited with code 2: {HEADS}"
@@ -103,14 +102,15 @@ def test_a_crashed_gpu_holder_is_its_nodes_reason() -> None:
         "the GPU holder reads its GPUs through NVML, which failed (libnvidia-ml.so.1: cannot open shared object file)"
     )
     holders = [
-        exited(fake_pod(f"tiny-gpus-{n}", False, node=n), 2, nvml, container="gpu-holder") for n in ("node-1", "node-2")
+        exited(pod(f"tiny-gpus-{n}", node=n, ready=False), 2, nvml, container="gpu-holder")
+        for n in ("node-1", "node-2")
     ]
     waiting = DaemonReport(
         cache="tiny",
         ready=False,
         ranks=[RankReport(rank=0, ready=False, problem="rank 0: waiting for the GPU holder's grant")],
     )
-    pods = [daemon("node-1"), daemon("node-2")]
+    pods = [cache_daemon(node="node-1"), cache_daemon(node="node-2")]
     reports: dict[str, DaemonReport | str] = {p["metadata"]["name"]: waiting for p in pods}
     status = aggregate(CACHE, Observed(pods, [], 2, daemon_reports=reports, holder_pods=holders), NOW)
     assert status["phase"] == "Failed"
@@ -130,7 +130,9 @@ def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> 
             RankReport(rank=1, ready=False, problem=said.replace("rank 0", "rank 1")),
         ],
     )
-    status = aggregate(CACHE, Observed([daemon("node-1")], [], 1, daemon_reports={"tiny-daemon-node-1": report}), NOW)
+    status = aggregate(
+        CACHE, Observed([cache_daemon(node="node-1")], [], 1, daemon_reports={"tiny-daemon-node-1": report}), NOW
+    )
     assert status["phase"] == "Loading", "waiting may end: not a refusal"
     ready = condition(status, "DaemonsReady")
     assert (ready["reason"], ready["message"]) == (
@@ -142,26 +144,26 @@ def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> 
 
 
 def test_a_ready_node_keeps_no_reason_from_an_earlier_crash() -> None:
-    recovered = exited(daemon("node-1", ready=True), 2, HEADS)
+    recovered = exited(cache_daemon(node="node-1", ready=True), 2, HEADS)
     status = aggregate(CACHE, Observed([recovered], [], 1), NOW)
     assert condition(status, "DaemonsReady")["message"] == "1/1 nodes hold every local rank"
     assert status["message"] is None
 
 
 def test_an_old_generations_crash_is_not_this_specs_reason() -> None:
-    old = exited(daemon("node-1", annotations={SPEC_HASH_ANNOTATION: "old"}), 2, HEADS)
+    old = exited(cache_daemon(node="node-1", spec_hash="old"), 2, HEADS)
     status = aggregate(CACHE, Observed([old], [], 1), NOW)
     assert status["phase"] == "Loading" and condition(status, "DaemonsReady")["message"] == "0/1 nodes ready"
 
 
 def test_failed_engines_say_why_in_engines_ready() -> None:
     broken = exited(
-        engine("tiny-0-a", 0, "active", False),
+        engine("tiny-0-a", role="active", ready=False),
         1,
         "Traceback (most recent call last):\n  ...\nValueError: bad port",
         container="engine",
     )
-    status = aggregate(CACHE, Observed([daemon("node-1", ready=True)], [broken], 1), NOW)
+    status = aggregate(CACHE, Observed([cache_daemon(node="node-1", ready=True)], [broken], 1), NOW)
     ready = condition(status, "EnginesReady")
     assert ready["reason"] == "EnginesFailing"
     assert ready["message"].endswith("; tiny-0-a: engine exited with code 1: ValueError: bad port")
@@ -170,7 +172,7 @@ def test_failed_engines_say_why_in_engines_ready() -> None:
 def test_a_killed_daemon_is_a_reason_but_not_a_refusal() -> None:
     """Only exit code 2 (the CLI's input, configuration or environment error) refuses the spec:
     a single node's daemon killed while the engines ride it out must not make the cache Failed."""
-    killed = exited(daemon("node-1"), 137, "ts=… msg=loading")
+    killed = exited(cache_daemon(node="node-1"), 137, "ts=… msg=loading")
     status = aggregate(CACHE, Observed([killed], [], 1), NOW)
     assert status["phase"] == "Loading"
     assert condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
@@ -181,14 +183,16 @@ def test_a_killed_daemon_is_a_reason_but_not_a_refusal() -> None:
 
 
 def test_an_exit_without_a_message_says_how_it_ended_and_a_clean_exit_is_no_reason() -> None:
-    assert exit_reason(exited(daemon("n"), 137, None)) == Reason("daemon exited with code 137 (Error)", refusal=False)
-    assert exit_reason(exited(daemon("n"), 0, "bye")) is None
+    assert exit_reason(exited(cache_daemon(node="n"), 137, None)) == Reason(
+        "daemon exited with code 137 (Error)", refusal=False
+    )
+    assert exit_reason(exited(cache_daemon(node="n"), 0, "bye")) is None
     assert one_line("x" * 2000) == "x" * (MAX_REASON - 1) + "…"
 
 
 def test_an_event_is_posted_once_per_new_failure_message() -> None:
-    pods = [exited(daemon("node-1"), 2, HEADS), exited(daemon("node-2"), 2, HEADS)]
-    loading = aggregate(CACHE, Observed([daemon("node-1"), daemon("node-2")], [], 2), NOW)
+    pods = [exited(cache_daemon(node="node-1"), 2, HEADS), exited(cache_daemon(node="node-2"), 2, HEADS)]
+    loading = aggregate(CACHE, Observed([cache_daemon(node="node-1"), cache_daemon(node="node-2")], [], 2), NOW)
     failed = aggregate(CACHE, Observed(pods, [], 2), NOW, loading["conditions"])
     events = failure_events(loading["conditions"], failed["conditions"])
     assert events == [("Refused", f"0/2 nodes ready; node-1, node-2: daemon exited with code 2: {HEADS}")]

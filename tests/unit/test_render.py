@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from builders import BASE, NOW, changed, container_status, daemon, engine, make
 from weightcache_operator.render import (
     READY_GATE,
     SPEC_HASH_ANNOTATION,
@@ -20,52 +21,8 @@ from weightcache_operator.render import (
 from weightcache_operator.render.daemon import blue_green_name
 from weightcache_operator.render.dra import claim_template, daemon_claim, engine_claim_current
 from weightcache_operator.render.gpu_holder import blue_green_blocker, gpu_holder_daemonset, reads_grant, stale_holder
-from weightcache_operator.spec import WeightCache
 from weightcache_operator.status import Observed, aggregate
 from weightcache_operator.validation import parse
-
-BASE: dict[str, Any] = {
-    "apiVersion": "weightcache.io/v1alpha1",
-    "kind": "WeightCache",
-    "metadata": {"name": "tiny", "namespace": "ns", "uid": "uid-1", "generation": 3},
-    "spec": {
-        "model": {"source": {"hostPath": {"path": "/models/tiny"}}, "revision": "r1", "dtype": "float32"},
-        "parallelism": {"tensor": 2},
-        "placement": {"nodeSelector": {"pool": "gpu"}, "tolerations": [{"key": "gpu", "operator": "Exists"}]},
-        "daemon": {"image": "wc/daemon:1", "backend": "cpu-shm"},
-        "engine": {
-            "replicas": 1,
-            "standbysPerReplica": 1,
-            "template": {
-                "metadata": {"labels": {"app": "chat"}},
-                "spec": {
-                    "containers": [
-                        {
-                            "name": "engine",
-                            "image": "e:1",
-                            "command": ["weightcache", "engine"],
-                            "env": [{"name": "WEIGHTCACHE_ENGINE_THREADS", "value": "1"}],
-                        }
-                    ]
-                },
-            },
-        },
-    },
-}
-
-
-def make(**changes: Any) -> WeightCache:
-    """BASE with dotted-path changes, e.g. ``make(**{"daemon.backend": "cuda-ipc"})``."""
-    body = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = body["spec"]
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    cache, problems = parse(body)
-    assert cache is not None and not problems, problems
-    return cache
 
 
 def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
@@ -512,11 +469,11 @@ def test_dra_device_class_and_claim_currency() -> None:
     )
     request = claim_template(cache)["spec"]["spec"]["devices"]["requests"][0]
     assert request["exactly"]["deviceClassName"] == "h200.gpu.example.com" and request["exactly"]["count"] == 4
-    daemon = {"metadata": {}, "status": {"resourceClaimStatuses": [{"name": "gpus", "resourceClaimName": "c-1"}]}}
-    assert daemon_claim(daemon) == "c-1" and daemon_claim({"metadata": {}, "status": {}}) is None
+    claimed = daemon(claim="c-1")
+    assert daemon_claim(claimed) == "c-1" and daemon_claim(daemon()) is None
     engine = engine_pod(cache, 0, "active", ["n"], claim="c-1")
-    assert engine_claim_current(engine, daemon)
-    assert not engine_claim_current(engine_pod(cache, 0, "active", ["n"], claim="c-0"), daemon), "replaced daemon"
+    assert engine_claim_current(engine, claimed)
+    assert not engine_claim_current(engine_pod(cache, 0, "active", ["n"], claim="c-0"), claimed), "replaced daemon"
     assert not engine_claim_current(engine, None)
     assert engine_claim_current(engine_pod(make(), 0, "active"), None), "visibleDevices depends on no claim"
     body = copy.deepcopy(BASE)
@@ -555,44 +512,11 @@ def test_dra_device_class_and_claim_currency() -> None:
     ],
 )
 def test_invalid_specs_are_named(changes: dict[str, Any], needle: str) -> None:
-    body = copy.deepcopy(BASE)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = body["spec"]
-        for part in parents:
-            node = node[part]
-        node[leaf] = value
-    cache, problems = parse(body)
+    cache, problems = parse(changed(BASE, **changes))
     assert problems and any(needle in p for p in problems), problems
 
 
 # --- status ------------------------------------------------------------------------------------
-
-NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
-
-
-def fake_pod(
-    name: str,
-    ready: bool,
-    labels: dict[str, str] | None = None,
-    node: str = "node-1",
-    annotations: dict[str, str] | None = None,
-    waiting: str | None = None,
-) -> dict[str, Any]:
-    """A pod as the API server returns it, reduced to the fields aggregation reads."""
-    statuses = [{"name": "main", "state": {"waiting": {"reason": waiting}} if waiting else {"running": {}}}]
-    return {
-        "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-        "spec": {"nodeName": node},
-        "status": {
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-            "containerStatuses": statuses,
-        },
-    }
-
-
-def engine(name: str, replica: int, role: str, ready: bool) -> dict[str, Any]:
-    return fake_pod(name, ready, {"weightcache.io/replica": str(replica), "weightcache.io/role": role})
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -602,8 +526,12 @@ def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
 def test_status_ready_loading_and_transition_times() -> None:
     cache = make()
     good = {SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)}
-    daemon = fake_pod("tiny-daemon-x", True, annotations=good)
-    seen = Observed([daemon], [engine("tiny-0-a", 0, "active", True), engine("tiny-0-b", 0, "standby", True)], 1)
+    daemon_pod = daemon("tiny-daemon-x", ready=True, annotations=good)
+    seen = Observed(
+        [daemon_pod],
+        [engine("tiny-0-a", role="active", ready=True), engine("tiny-0-b", role="standby", ready=True)],
+        1,
+    )
     status = aggregate(cache, seen, NOW)
     assert status["phase"] == "Ready" and status["readyNodes"] == "1/1"
     assert (status["activeEngines"], status["standbyEngines"]) == (1, 1)
@@ -621,7 +549,7 @@ def test_status_ready_loading_and_transition_times() -> None:
 
     # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.
     later = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
-    stale = fake_pod("tiny-daemon-x", True, annotations={SPEC_HASH_ANNOTATION: "old"})
+    stale = daemon("tiny-daemon-x", ready=True, spec_hash="old")
     status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"])
     by_type = {c["type"]: c for c in status2["conditions"]}
     assert status2["phase"] == "Loading" and status2["readyNodes"] == "0/1"
@@ -632,7 +560,7 @@ def test_status_ready_loading_and_transition_times() -> None:
 def test_status_pending_degraded_and_invalid() -> None:
     cache = make()
     assert aggregate(cache, Observed([], [], 0), NOW)["phase"] == "Pending"
-    looping = fake_pod("tiny-daemon-x", False, waiting="CrashLoopBackOff")
+    looping = daemon("tiny-daemon-x", ready=False, containers=[container_status("main", waiting="CrashLoopBackOff")])
     status = aggregate(cache, Observed([looping], [], 1), NOW)
     assert status["phase"] == "Degraded" and conditions(status)["Degraded"] == ("True", "CrashLoop")
     invalid = aggregate(cache, Observed(problems=["spec.model.quantization.weightBlockSize [64, 64] ..."]), NOW)
@@ -643,9 +571,17 @@ def test_status_pending_degraded_and_invalid() -> None:
 
 def test_terminating_or_unready_engines_are_not_counted() -> None:
     cache = make(**{"engine.replicas": 2})
-    going = engine("tiny-0-a", 0, "active", True)
+    going = engine("tiny-0-a", role="active", ready=True)
     going["metadata"]["deletionTimestamp"] = "2026-11-29T10:00:00Z"
-    seen = Observed([], [going, engine("tiny-1-a", 1, "active", False), engine("tiny-1-b", 1, "standby", True)], 1)
+    seen = Observed(
+        [],
+        [
+            going,
+            engine("tiny-1-a", replica=1, role="active", ready=False),
+            engine("tiny-1-b", replica=1, role="standby", ready=True),
+        ],
+        1,
+    )
     status = aggregate(cache, seen, NOW)
     assert (status["activeEngines"], status["standbyEngines"]) == (0, 1)
     assert status["engines"][0] == {"replica": 0, "active": None, "standbys": []}
@@ -702,15 +638,7 @@ def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> Non
 
     cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra"})
 
-    def daemon(node: str, claim: str | None) -> dict[str, Any]:
-        claims = [{"name": "gpus", "resourceClaimName": claim}] if claim else []
-        return {
-            "metadata": {"name": f"d-{node}"},
-            "spec": {"nodeName": node},
-            "status": {"resourceClaimStatuses": claims},
-        }
-
-    ready = {"node-1": daemon("node-1", "c-1"), "node-2": daemon("node-2", "c-2"), "node-3": daemon("node-3", None)}
+    ready = {n: daemon(node=n, claim=c) for n, c in (("node-1", "c-1"), ("node-2", "c-2"), ("node-3", None))}
     load: Counter[str | None] = Counter({"node-1": 2})
     first = choose(cache, 0, "active", ready, load)
     second = choose(cache, 0, "standby", ready, load)

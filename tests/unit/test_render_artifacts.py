@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from test_render_vllm import body, cache_of, changed, daemon_command, env_of, main_container
+from builders import cache_of, changed
+from test_render_vllm import body, daemon_command, env_of, main_container
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.layout import ARTIFACT_MOUNT
 
@@ -68,19 +69,18 @@ def test_engines_see_entries_read_only_write_only_staging_and_run_under_the_wrap
 
 
 def test_node_status_shows_what_the_daemon_counted_of_the_nodes_artifacts() -> None:
+    from builders import NOW, daemon, make
     from test_operator_observability import rank, report
-    from test_render import NOW, fake_pod, make
     from weightcache_contract.daemon_report import ArtifactReport
-    from weightcache_operator.render import SPEC_HASH_ANNOTATION
     from weightcache_operator.spec import WeightCacheStatus
     from weightcache_operator.status import Observed, aggregate
 
     cache = make()
-    daemon = fake_pod("d", True, annotations={SPEC_HASH_ANNOTATION: daemon_spec_hash(cache)})
+    daemon_pod = daemon("d", ready=True, spec_hash=daemon_spec_hash(cache))
     counted = ArtifactReport(hits=2, misses=1, published=1, lost_races=0, entries=1, bytes=5000, max_bytes=1 << 30)
     held = report(rank(0), rank(1)).model_copy(update={"artifacts": counted})
-    status = aggregate(cache, Observed([daemon], [], 1, daemon_reports={"d": held}), NOW)
+    status = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": held}), NOW)
     assert status["nodes"][0]["artifacts"] == {"hits": 2, "misses": 1, "published": 1, "entries": 1, "bytes": 5000}
     WeightCacheStatus.model_validate(status)
-    plain = aggregate(cache, Observed([daemon], [], 1, daemon_reports={"d": report(rank(0), rank(1))}), NOW)
+    plain = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": report(rank(0), rank(1))}), NOW)
     assert "artifacts" not in plain["nodes"][0], "a daemon without --artifact-dir reports none"

@@ -8,8 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_render import container, make
-from test_render_vllm import body, cache_of
+from builders import cache_of, make
+from test_render import container
+from test_render_vllm import body
 from weightcache_operator.render import daemon_daemonset, engine_pod
 from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
 from weightcache_operator.render.security import RUN_AS

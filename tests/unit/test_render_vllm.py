@@ -5,13 +5,13 @@ here is refused with the field to change."""
 
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from builders import cache_of, changed
 from weightcache_operator.render import READY_GATE, daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.responsiveness import probe_url
 from weightcache_operator.spec import WeightCache
@@ -24,24 +24,6 @@ def body(example: str = "weightcache-vllm-cpu.yaml") -> dict[str, Any]:
     loaded = yaml.safe_load((EXAMPLES / example).read_text())
     loaded["metadata"].update(namespace="ns", uid="uid-1", generation=1)
     return dict(loaded)
-
-
-def changed(obj: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    """``obj`` with dotted spec paths set, e.g. ``changed(b, **{"engine.vllm.args": []})``."""
-    obj = copy.deepcopy(obj)
-    for path, value in changes.items():
-        *parents, leaf = path.split(".")
-        node = obj["spec"]
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    return obj
-
-
-def cache_of(obj: dict[str, Any]) -> WeightCache:
-    cache, problems = parse(obj)
-    assert cache is not None and problems == [], problems
-    return cache
 
 
 def daemon_command(cache: WeightCache) -> list[str]:

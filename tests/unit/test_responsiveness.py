@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from test_render import make  # noqa: E402  (tests/unit is on sys.path under pytest)
+from builders import make
 from weightcache_operator.render import engine_pod
 from weightcache_operator.responsiveness import probe_url
 

@@ -5,20 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from builders import daemon, daemonset, engine
 from weightcache_operator.objects import PodView
+from weightcache_operator.render.layout import COMPONENT_LABEL
 from weightcache_operator.snapshot import Snapshot
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 HASH = "abc"
-
-
-def pod(name: str, *, slot: str | None = None, spec_hash: str = HASH, ready: bool = True, node: str = "n1") -> dict:
-    labels = {"weightcache.io/slot": slot} if slot is not None else {}
-    return {
-        "metadata": {"name": name, "labels": labels, "annotations": {"weightcache.io/daemon-spec-hash": spec_hash}},
-        "spec": {"nodeName": node},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
 
 
 def test_ready_daemons_are_the_ready_ones_of_the_wanted_spec_by_node_and_slot() -> None:
@@ -26,10 +19,10 @@ def test_ready_daemons_are_the_ready_ones_of_the_wanted_spec_by_node_and_slot() 
         {},
         None,
         daemon_pods=[
-            pod("d1", slot="0"),
-            pod("d2", slot="1", node="n2"),
-            pod("old", spec_hash="zzz", node="n3"),
-            pod("down", ready=False, node="n4"),
+            daemon("d1", node="n1", slot=0, spec_hash=HASH, ready=True),
+            daemon("d2", node="n2", slot=1, spec_hash=HASH, ready=True),
+            daemon("old", node="n3", spec_hash="zzz", ready=True),
+            daemon("down", node="n4", spec_hash=HASH, ready=False),
         ],
     )
     assert sorted(snap.ready_daemons(HASH)) == ["n1", "n2"]
@@ -46,16 +39,23 @@ def test_the_service_selection_is_none_without_a_service() -> None:
 
 
 def test_the_passs_own_changes_replace_what_it_saw() -> None:
-    snap = Snapshot({}, None, engine_pods=[pod("e1"), pod("e2")])
-    relabelled = pod("e1")
+    snap = Snapshot(
+        {},
+        None,
+        engine_pods=[
+            engine("e1", role="standby", spec_hash=HASH, node="n1", ready=True),
+            engine("e2", role="standby", spec_hash=HASH, node="n1", ready=True),
+        ],
+    )
+    relabelled = engine("e1", role="standby", spec_hash=HASH, node="n1", ready=True)
     relabelled["metadata"]["labels"]["weightcache.io/role"] = "active"
     snap.pod_changed(relabelled)
-    snap.pod_changed(pod("e3"))  # created
+    snap.pod_changed(engine("e3", role="standby", spec_hash=HASH, node="n1", ready=True))  # created
     snap.pod_deleted("e2", NOW)
     views = {PodView(p).name: PodView(p) for p in snap.engine_pods}
     assert sorted(views) == ["e1", "e2", "e3"]
     assert views["e1"].role == "active" and views["e2"].deleting and not views["e2"].ready
-    snap.daemonset_applied({"metadata": {"name": "ds", "labels": {"weightcache.io/component": "daemon"}}})
+    snap.daemonset_applied(daemonset("ds", labels={COMPONENT_LABEL: "daemon"}))
     assert [d["metadata"]["name"] for d in snap.daemon_daemonsets] == ["ds"]
     snap.daemonset_deleted("ds")
     assert snap.daemonsets == []
