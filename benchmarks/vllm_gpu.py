@@ -34,6 +34,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs, KeeperArgs
+
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
 PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
 MAX_TOKENS = 16
@@ -82,7 +84,7 @@ class Serve:
         argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *args]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", "m"]
         if cache is not None:
-            argv += ["--load-format", "weightcache", "--model-loader-extra-config", json.dumps(cache)]
+            argv += ["--load-format", LOAD_FORMAT, "--model-loader-extra-config", json.dumps(cache)]
         self.log = log
         self.used_before = gpu_used_mib()
         self.started = time.perf_counter()
@@ -162,9 +164,16 @@ class Daemon:
 
     def __init__(self, model: Path, args: list[str], socket_dir: str, name: str, log: Path) -> None:
         self.socket_dir, self.name = socket_dir, name
-        argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args)]
-        argv += ["--model", str(model), "--backend", "cuda-vmm", "--tp-size", "1", "--pp-size", "1"]
-        argv += ["--ranks", "0-0", "--socket-dir", socket_dir, "--name", name, "--keeper", "auto"]
+        daemon = DaemonArgs(
+            model=str(model),
+            name=name,
+            socket_dir=socket_dir,
+            backend="cuda-vmm",
+            ranks=(0,),
+            profile=VLLM_PROFILE,
+            vllm_args=tuple(args),
+        )
+        argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
         self.log = log
         self.started = time.perf_counter()
         self.launched = time.time()
@@ -210,7 +219,7 @@ def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:
     from weightcache_contract.errors import CacheUnavailable
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+        [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir).to_argv()],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

@@ -22,6 +22,8 @@ REFERENCE_PROFILE = "reference"
 VLLM_PROFILE = "vllm"
 """The daemon's load profile whose arenas hold vLLM's post-processed parameters."""
 PROFILES = (REFERENCE_PROFILE, VLLM_PROFILE)
+LOAD_WORKERS = 4
+"""``--load-workers``' default: threads a daemon rank reads and post-processes tensors with."""
 ENGINE_ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
 """Every engine setting in the environment is ``ENGINE_ENV_PREFIX`` + its flag, upper case, ``_`` for ``-``."""
 
@@ -138,7 +140,9 @@ def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[ar
             default="auto",
             help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens",
         ),
-        d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors"),
+        d.add_argument(
+            "--load-workers", type=int, default=LOAD_WORKERS, help="threads reading and post-processing tensors"
+        ),
         d.add_argument(
             "--checkpoint-poll-seconds",
             type=float,
@@ -228,7 +232,7 @@ class DaemonArgs:
     model: str
     name: str
     socket_dir: str
-    backend: str
+    backend: str | None = None
     tp_size: int = 1
     pp_size: int = 1
     ep_size: int = 1
@@ -244,6 +248,8 @@ class DaemonArgs:
     vllm_args: tuple[str, ...] | None = None
     artifact_dir: str | None = None
     artifact_max_bytes: int | None = None
+    load_workers: int = LOAD_WORKERS
+    synthetic_fill: bool = False
 
     def to_argv(self) -> list[str]:
         reference = self.profile == REFERENCE_PROFILE
@@ -256,7 +262,9 @@ class DaemonArgs:
             argv += ["--weight-block-size", ",".join(str(n) for n in self.weight_block_size)]
         if self.revision:
             argv += ["--revision", self.revision]
-        argv += ["--backend", self.backend, "--tp-size", str(self.tp_size), "--pp-size", str(self.pp_size)]
+        if self.backend is not None:  # left out: the daemon picks cuda-vmm with a GPU, else cpu-shm
+            argv += ["--backend", self.backend]
+        argv += ["--tp-size", str(self.tp_size), "--pp-size", str(self.pp_size)]
         # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
         if self.ep_size != 1:
             argv += ["--ep-size", str(self.ep_size)]
@@ -275,6 +283,10 @@ class DaemonArgs:
             argv += ["--artifact-dir", self.artifact_dir]
         if self.artifact_max_bytes is not None:
             argv += ["--artifact-max-bytes", str(self.artifact_max_bytes)]
+        if self.load_workers != LOAD_WORKERS:
+            argv += ["--load-workers", str(self.load_workers)]
+        if self.synthetic_fill:
+            argv.append("--synthetic-fill")
         return argv
 
     @classmethod
@@ -304,6 +316,8 @@ class DaemonArgs:
             vllm_args=tuple(vllm_args) if vllm_args is not None else None,
             artifact_dir=args.artifact_dir,
             artifact_max_bytes=args.artifact_max_bytes if args.artifact_dir is not None else None,
+            load_workers=args.load_workers,
+            synthetic_fill=args.synthetic_fill,
         )
 
 

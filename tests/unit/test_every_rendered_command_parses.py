@@ -123,3 +123,38 @@ def test_a_daemon_command_with_an_unknown_flag_is_refused_by_the_daemons_parser(
         build_parser().parse_args(argv)
     assert exited.value.code == 2
     assert "unrecognized arguments: --tensor-parallel 2" in capsys.readouterr().err
+
+
+def test_daemon_arguments_with_every_field_set_parse_back_unchanged() -> None:
+    rendered = DaemonArgs(
+        model="/m",
+        name="c",
+        socket_dir="/s",
+        backend="cuda-vmm",
+        tp_size=4,
+        pp_size=2,
+        ranks=(0, 2, 3),
+        keeper="off",
+        status_addr="10.0.0.1:9400",
+        gpus_file="/g/gpus.json",
+        profile="vllm",
+        vllm_args=("--dtype", "bfloat16", "--hf-overrides", '{"a": 1}'),
+        artifact_dir="/a",
+        artifact_max_bytes=1 << 20,
+        load_workers=7,
+        synthetic_fill=True,
+    )
+    parsed = build_parser().parse_args(["daemon", *rendered.to_argv()])
+    assert DaemonArgs.from_namespace(parsed) == rendered
+    reference = DaemonArgs(
+        model="/m",
+        name="c",
+        socket_dir="/s",
+        dtype="float16",
+        quantization="fp8",
+        weight_block_size=(128, 64),
+        revision="r2",
+        ep_size=2,
+        tp_size=2,
+    )
+    assert DaemonArgs.from_namespace(build_parser().parse_args(["daemon", *reference.to_argv()])) == reference
