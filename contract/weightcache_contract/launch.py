@@ -113,6 +113,11 @@ def add_peer_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
     ]
 
 
+def add_keeper_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    """``weightcache keeper``'s flags (``--socket-dir`` left out: the data plane's default)."""
+    return [p.add_argument("--socket-dir", default=None), *add_peer_args(p)]
+
+
 def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[argparse.Action]:
     """``weightcache daemon``'s flags; ``socket_dir``: ``--socket-dir``'s default (the data plane's
     ``default_socket_dir``, which reads the environment: the contract does not)."""
@@ -329,6 +334,10 @@ class KeeperArgs:
 
     def to_argv(self) -> list[str]:
         return ["--socket-dir", self.socket_dir]
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace) -> KeeperArgs:
+        return cls(socket_dir=args.socket_dir)
 
 
 @dataclass(frozen=True)

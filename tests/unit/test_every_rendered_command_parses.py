@@ -78,7 +78,7 @@ def test_every_rendered_daemon_command_parses_into_the_arguments_the_operator_re
         if any(c["name"] == "keeper" for c in pod_spec["containers"]):
             keeper = parse_command(container(pod_spec, "keeper")["command"])
             assert keeper.command == "keeper"
-            assert KeeperArgs(socket_dir=keeper.socket_dir) == KeeperArgs(socket_dir=SOCKET_MOUNT)
+            assert KeeperArgs.from_namespace(keeper) == KeeperArgs(socket_dir=SOCKET_MOUNT)
 
 
 @pytest.mark.parametrize("kind", sorted(CACHES))
