@@ -227,8 +227,9 @@ def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[ar
 
 @dataclass(frozen=True)
 class DaemonArgs:
-    """What the operator launches ``weightcache daemon`` with, typed; ``to_argv`` renders the flags
-    after ``daemon`` and ``from_namespace`` reads them back from what ``add_daemon_arguments`` parsed.
+    """What ``weightcache daemon`` is launched with (by the operator, the benchmarks and the reference
+    engine's daemon mode), typed; ``to_argv`` renders the flags after ``daemon`` and
+    ``from_namespace`` reads them back from what ``add_daemon_arguments`` parsed.
 
     The ``vllm`` profile takes dtype, quantization, revision and expert parallelism from
     ``vllm_args`` and refuses the reference loader's flags for them: ``to_argv`` leaves those out
