@@ -39,6 +39,7 @@ from weightcache.engine.launcher import free_port
 from weightcache.tools.bench import _checkpoint, spec_for
 from weightcache.tools.sample_checkpoints import ModelSpec
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import DaemonArgs
 
 PHASES = ("imports", "distributed_init", "weights_bound", "warmup", "ready")
 MODES = {
@@ -211,29 +212,17 @@ def main() -> int:
     socket_dir = tempfile.mkdtemp(prefix="wcb-")
     name = "bench"
     started = time.perf_counter()
+    daemon_args = DaemonArgs(
+        model=str(model),
+        name=name,
+        socket_dir=socket_dir,
+        backend=args.backend,
+        dtype="bfloat16",
+        tp_size=args.tp_size,
+        ranks=tuple(range(args.tp_size)),
+    )
     daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weightcache",
-            "--log-level",
-            "warning",
-            "daemon",
-            "--model",
-            str(model),
-            "--socket-dir",
-            socket_dir,
-            "--name",
-            name,
-            "--dtype",
-            "bfloat16",
-            "--backend",
-            args.backend,
-            "--tp-size",
-            str(args.tp_size),
-            "--ranks",
-            f"0-{args.tp_size - 1}",
-        ],
+        [sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon", *daemon_args.to_argv()],
         start_new_session=True,
     )
     labels = [f"{code} {MODES[m][0]}".strip() for m in modes for code in envs]

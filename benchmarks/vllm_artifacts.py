@@ -34,6 +34,7 @@ from pathlib import Path
 from weightcache.artifacts.engine import healthy
 from weightcache.artifacts.store import Store
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs
 
 REPO = Path(__file__).resolve().parents[1]
 NAME = "bench"
@@ -71,7 +72,7 @@ def start_engine(
     extra = json.dumps({"socket_dir": socket_dir, "name": NAME, "fallback": "error"})
     argv = [sys.executable, "-m", "weightcache", "artifacts-run", "--dir", str(root), "--health", health, "--"]
     vllm = str(Path(sys.executable).parent / "vllm")  # the console script next to this interpreter
-    argv += [vllm, "serve", str(model), *engine_args(), "--load-format", "weightcache"]
+    argv += [vllm, "serve", str(model), *engine_args(), "--load-format", LOAD_FORMAT]
     argv += ["--model-loader-extra-config", extra, "--host", "127.0.0.1", "--port", str(port)]
     env = {
         **os.environ,
@@ -130,10 +131,18 @@ def main() -> int:
     scratch.mkdir(exist_ok=True)
     socket_dir = tempfile.mkdtemp(prefix="wca-")
     store = Store(root)
-    daemon_argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm"]
-    daemon_argv += ["--vllm-args", json.dumps(engine_args()), "--model", str(model), "--backend", "cpu-shm"]
-    daemon_argv += ["--tp-size", "1", "--ranks", "0", "--socket-dir", socket_dir, "--name", NAME, "--keeper", "off"]
-    daemon_argv += ["--artifact-dir", str(root)]
+    daemon_args = DaemonArgs(
+        model=str(model),
+        name=NAME,
+        socket_dir=socket_dir,
+        backend="cpu-shm",
+        ranks=(0,),
+        keeper="off",
+        profile=VLLM_PROFILE,
+        vllm_args=tuple(engine_args()),
+        artifact_dir=str(root),
+    )
+    daemon_argv = [sys.executable, "-m", "weightcache", "daemon", *daemon_args.to_argv()]
     daemon_log = work / "daemon.log"
     daemon = subprocess.Popen(
         daemon_argv,

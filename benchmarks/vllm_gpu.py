@@ -40,6 +40,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs, KeeperArgs
+
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
 # vLLM's own log lines for where a compiled start spends its time (0.26 and 0.32 word them alike).
 INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
@@ -100,7 +102,7 @@ class Serve:
         argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), *args]
         argv += ["--host", "127.0.0.1", "--port", str(self.port), "--served-model-name", "m"]
         if cache is not None:
-            argv += ["--load-format", "weightcache", "--model-loader-extra-config", json.dumps(cache)]
+            argv += ["--load-format", LOAD_FORMAT, "--model-loader-extra-config", json.dumps(cache)]
         env = dict(os.environ)
         if artifacts is not None:
             health = f"http://127.0.0.1:{self.port}/health"
@@ -217,10 +219,17 @@ class Daemon:
         self, model: Path, args: list[str], socket_dir: str, name: str, log: Path, artifacts: Path | None = None
     ) -> None:
         self.socket_dir, self.name = socket_dir, name
-        argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args)]
-        argv += ["--model", str(model), "--backend", "cuda-vmm", "--tp-size", "1", "--pp-size", "1"]
-        argv += ["--ranks", "0-0", "--socket-dir", socket_dir, "--name", name, "--keeper", "auto"]
-        argv += ["--artifact-dir", str(artifacts)] if artifacts is not None else []
+        daemon = DaemonArgs(
+            model=str(model),
+            name=name,
+            socket_dir=socket_dir,
+            backend="cuda-vmm",
+            ranks=(0,),
+            profile=VLLM_PROFILE,
+            vllm_args=tuple(args),
+            artifact_dir=None if artifacts is None else str(artifacts),
+        )
+        argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
         self.log = log
         self.started = time.perf_counter()
         self.launched = time.time()
@@ -266,7 +275,7 @@ def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:
     from weightcache_contract.errors import CacheUnavailable
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+        [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir).to_argv()],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

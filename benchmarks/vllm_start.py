@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs
+
 STARTS = ("disk, cold page cache", "disk, warm page cache", "weight cache")
 RESULT = "VLLM_START_RESULT "
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
@@ -130,9 +132,16 @@ def checkpoint(workdir: Path, gib: float) -> Path:
 
 
 def start_daemon(model: Path, socket_dir: str, name: str, dtype: str, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm"]
-    argv += ["--vllm-args", json.dumps(vllm_args(dtype)), "--model", str(model), "--backend", "cpu-shm"]
-    argv += ["--tp-size", "1", "--socket-dir", socket_dir, "--name", name, "--keeper", "off"]
+    daemon = DaemonArgs(
+        model=str(model),
+        name=name,
+        socket_dir=socket_dir,
+        backend="cpu-shm",
+        keeper="off",
+        profile=VLLM_PROFILE,
+        vllm_args=tuple(vllm_args(dtype)),
+    )
+    argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -175,7 +184,7 @@ def main() -> int:
                     drop_page_cache(model)
                 cached = kind == "weight cache"
                 log = workdir / f"vllm-{re.sub(r'[^a-z]+', '-', kind)}-{run}.log"
-                fmt, opts = ("weightcache", extra) if cached else ("auto", {})
+                fmt, opts = (LOAD_FORMAT, extra) if cached else ("auto", {})
                 results[kind].append(run_start(model, fmt, opts, args.dtype, log))
                 r = results[kind][-1]
                 print(f"run {run + 1}/{args.runs} {kind}: model load {r['model_load']:.3f} s", flush=True)

@@ -14,8 +14,9 @@ import sys
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import add_checkpoint_args, add_keeper_arguments, add_model_args, ranks
 
-from .arguments import add_cache_args, add_checkpoint_args, add_model_args, add_peer_args, ranks
+from .arguments import add_cache_args
 
 
 def daemon(args: argparse.Namespace) -> int:
@@ -54,8 +55,7 @@ def gpu_holder(args: argparse.Namespace) -> int:
 
 
 def keeper_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket-dir", default=None)
-    add_peer_args(p)
+    add_keeper_arguments(p)
 
 
 def keeper(args: argparse.Namespace) -> int:

@@ -382,8 +382,8 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(llama, start_engine) 
 
 def test_client_mode_without_a_daemon_follows_the_fallback_policy(llama, socket_dir, start_engine) -> None:
     env = {
-        "WEIGHTCACHE_SOCKET_DIR": socket_dir,
-        "WEIGHTCACHE_NAME": "absent",
+        "WEIGHTCACHE_ENGINE_SOCKET_DIR": socket_dir,
+        "WEIGHTCACHE_ENGINE_NAME": "absent",
         "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE": "client",
     }
     engine = start_engine(llama, env=env)

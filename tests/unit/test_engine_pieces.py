@@ -120,8 +120,8 @@ def test_engine_flags_come_from_the_environment_and_the_command_line_wins(monkey
     monkeypatch.setenv("WEIGHTCACHE_ENGINE_MODEL", "/models/m")
     monkeypatch.setenv("WEIGHTCACHE_ENGINE_TP_SIZE", "4")
     monkeypatch.setenv("WEIGHTCACHE_ENGINE_WEIGHT_BLOCK_SIZE", "64,64")
-    monkeypatch.setenv("WEIGHTCACHE_SOCKET_DIR", "/run/wc")
-    monkeypatch.setenv("WEIGHTCACHE_NAME", "qwen")
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_SOCKET_DIR", "/run/wc")
+    monkeypatch.setenv("WEIGHTCACHE_ENGINE_NAME", "qwen")
     monkeypatch.setenv("WEIGHTCACHE_ENGINE_PORT", "not-a-port")
     args = build_parser().parse_args(["engine", "--port", "9000"])
     assert (args.model, args.tp_size, args.weight_block_size, args.socket_dir, args.name, args.port) == (

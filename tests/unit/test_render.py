@@ -42,7 +42,7 @@ def test_expert_parallelism_reaches_daemon_and_engine_and_is_absent_at_one() -> 
     cmd = container(daemon_daemonset(moe), "daemon")["command"]
     assert cmd[cmd.index("--ep-size") + 1] == "2" and cmd[cmd.index("--tp-size") + 1] == "2"
     env = env_of(container(engine_pod(moe, 0, "active"), "engine"))
-    assert env["WEIGHTCACHE_ENGINE_EP_SIZE"] == env["WEIGHTCACHE_EP_SIZE"] == "2"
+    assert env["WEIGHTCACHE_ENGINE_EP_SIZE"] == "2"
     assert daemon_spec_hash(moe) != daemon_spec_hash(make())  # other experts per rank: other daemons
     # expert 1 (the default) renders nothing: caches without experts keep their objects and spec hash
     # (the value below is what the operator computed for this spec before `expert` existed).
@@ -211,7 +211,7 @@ def test_engine_pod_gets_socket_env_gate_and_labels() -> None:
     assert pod["spec"]["readinessGates"] == [{"conditionType": READY_GATE}]
     engine = container(pod, "engine")
     env = env_of(engine)
-    assert env["WEIGHTCACHE_SOCKET_DIR"] == "/run/weightcache" and env["WEIGHTCACHE_NAME"] == "tiny"
+    assert env["WEIGHTCACHE_ENGINE_SOCKET_DIR"] == "/run/weightcache" and env["WEIGHTCACHE_ENGINE_NAME"] == "tiny"
     assert env["WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE"] == "client"
     assert env["WEIGHTCACHE_ENGINE_WEIGHT_CACHE_FALLBACK"] == "disk"
     assert env["WEIGHTCACHE_ENGINE_TP_SIZE"] == "2" and env["WEIGHTCACHE_ENGINE_REVISION"] == "r1"

@@ -14,8 +14,7 @@ import os
 import threading
 
 from weightcache_contract.backends import GPU_BACKENDS
-
-from ..arguments import add_cache_args, add_layout_args, add_model_args, add_peer_args, ranks
+from weightcache_contract.launch import VLLM_PROFILE, add_daemon_arguments
 
 LAUNCHER_FLAGS = frozenset(
     {
@@ -38,106 +37,9 @@ LAUNCHER_FLAGS = frozenset(
 
 
 def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        *add_model_args(d),
-        *add_layout_args(d),
-        *add_cache_args(d, required=True),
-        d.add_argument(
-            "--ranks",
-            type=ranks,
-            default=None,
-            help="launch one process per listed global rank (e.g. 0-3) instead of one rank",
-        ),
-        d.add_argument("--socket-group", default=None, help="group allowed to connect (socket mode 0660)"),
-        *add_peer_args(d),
-        d.add_argument(
-            "--engine-access",
-            choices=["read-only", "read-write"],
-            default="read-only",
-            help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)",
-        ),
-        d.add_argument(
-            "--keeper",
-            choices=["auto", "off"],
-            default="auto",
-            help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens",
-        ),
-        d.add_argument("--load-workers", type=int, default=4, help="threads reading and post-processing tensors"),
-        d.add_argument(
-            "--checkpoint-poll-seconds",
-            type=float,
-            default=5.0,
-            metavar="S",
-            help="how often each rank stats its checkpoint to report (and, for equal bytes under a new file "
-            "identity, adopt) a change on disk; inotify wakes it sooner on Linux; 0 turns the watch off",
-        ),
-        d.add_argument(
-            "--status-addr",
-            default=None,
-            metavar="HOST:PORT",
-            help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
-            "off unless given (the operator sets $(POD_IP):9400)",
-        ),
-        d.add_argument(
-            "--gpus-file",
-            default=None,
-            metavar="FILE",
-            help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found "
-            "by UUID (waits until a running holder has written it); overrides --device",
-        ),
-        d.add_argument(
-            "--synthetic-fill",
-            action="store_true",
-            help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead "
-            "of reading the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', "
-            "so no engine expecting the real weights maps it",
-        ),
-        d.add_argument(
-            "--profile",
-            choices=["reference", "vllm"],
-            default="reference",
-            help="reference: weightcache's own loader (engines: the reference engine, transformers); "
-            "vllm: vLLM's loader and post-processing for this rank, for engines run with "
-            "--load-format weightcache (needs --vllm-args; see docs/vllm.md)",
-        ),
-        d.add_argument(
-            "--vllm-args",
-            default=None,
-            metavar="JSON",
-            help="--profile vllm: a JSON list of the vLLM engine arguments the engine gets after "
-            '`vllm serve MODEL` (e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'); '
-            "the arena's fingerprint comes from them",
-        ),
-        d.add_argument(
-            "--vllm-dist-init",
-            default=None,
-            metavar="tcp://HOST:PORT",
-            help=argparse.SUPPRESS,  # set by the --ranks launcher: the local ranks' gloo rendezvous
-        ),
-        d.add_argument(
-            "--artifact-dir",
-            default=None,
-            metavar="DIR",
-            help="keep the node's engine compile artifacts here: publish what engines run under "
-            "`weightcache artifacts-run` staged, evict beyond --artifact-max-bytes, report hits in /status "
-            "(docs/vllm.md, Compile artifacts); off unless given",
-        ),
-        d.add_argument(
-            "--artifact-max-bytes",
-            type=int,
-            default=8 << 30,
-            metavar="N",
-            help="the bound on --artifact-dir's published entries; least recently used ones go first",
-        ),
-        d.add_argument("--handoff-state", default=None, help=argparse.SUPPRESS),  # set by handoff.exec_daemon
-        d.add_argument(
-            "--local-index",
-            type=int,
-            default=0,
-            help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
-            "(the --ranks launcher sets it)",
-        ),
-    ]
+    from ..wire.rankfiles import default_socket_dir
+
+    return add_daemon_arguments(d, default_socket_dir())
 
 
 def rank_argv(args: argparse.Namespace) -> list[str]:
@@ -180,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
         status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
         os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
         child_args = rank_argv(args)
-        if args.profile == "vllm":
+        if args.profile == VLLM_PROFILE:
             child_args += ["--vllm-dist-init", vllm_rendezvous(ranks, args.tp_size, args.pp_size)]
         publisher = None
         if args.artifact_dir:

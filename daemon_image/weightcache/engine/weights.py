@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import DaemonArgs
 
 from ..checkpoints.sharding import Layout
 from ..client.weights import Weights, expect, load_from_disk, load_weights
@@ -109,34 +110,20 @@ def ensure_daemons(
         return {"spawned": False, "seconds": time.perf_counter() - started}
     # A live daemon on some rank would refuse a second one on the same rank: only spawn the missing.
     missing = [r for r in ranks if not RankFiles(source.socket_dir, source.name, r).lock_is_held()]
-    argv = [
-        sys.executable,
-        "-m",
-        "weightcache",
-        "daemon",
-        "--model",
-        source.model,
-        "--dtype",
-        source.dtype,
-        "--quantization",
-        source.quantization,
-        "--revision",
-        source.revision,
-        "--backend",
-        source.backend,
-        "--socket-dir",
-        source.socket_dir,
-        "--name",
-        source.name,
-        "--tp-size",
-        str(tp_size),
-        "--ep-size",
-        str(ep_size),
-        "--ranks",
-        ",".join(str(r) for r in missing),
-    ]
-    if source.weight_block_size:
-        argv += ["--weight-block-size", f"{source.weight_block_size[0]},{source.weight_block_size[1]}"]
+    daemon = DaemonArgs(
+        model=source.model,
+        name=source.name,
+        socket_dir=source.socket_dir,
+        backend=source.backend,
+        tp_size=tp_size,
+        ep_size=ep_size,
+        dtype=source.dtype,
+        quantization=source.quantization,
+        weight_block_size=source.weight_block_size,
+        revision=source.revision,
+        ranks=tuple(missing),
+    )
+    argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
     pid = None
     if missing:
         log_path = Path(log_dir or source.socket_dir) / f"{source.name}-daemon.log"

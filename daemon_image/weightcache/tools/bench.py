@@ -36,6 +36,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from weightcache_contract.launch import DaemonArgs, KeeperArgs
+
 from ..checkpoints.page_cache import drop_page_cache
 from ..wire.rankfiles import RankFiles
 
@@ -274,30 +276,18 @@ class _Daemon:
         self.files = RankFiles(socket_dir, name, 0)
         self.launched = time.time()
         self.started = time.perf_counter()
+        daemon = DaemonArgs(
+            model=str(path),
+            name=name,
+            socket_dir=socket_dir,
+            backend=backend,
+            dtype="bfloat16",
+            quantization=quantization,
+            load_workers=workers,
+            synthetic_fill=synthetic,
+        )
         self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "weightcache",
-                "--log-level",
-                "warning",
-                "daemon",
-                "--model",
-                str(path),
-                "--socket-dir",
-                socket_dir,
-                "--name",
-                name,
-                "--dtype",
-                "bfloat16",
-                "--backend",
-                backend,
-                "--quantization",
-                quantization,
-                "--load-workers",
-                str(workers),
-                *(["--synthetic-fill"] if synthetic else []),
-            ]
+            [sys.executable, "-m", "weightcache", "--log-level", "warning", "daemon", *daemon.to_argv()]
         )
 
     def wait_ready(self) -> float:
@@ -501,7 +491,7 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
         flush=True,
     )
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", "--socket-dir", socket_dir]
+        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", *KeeperArgs(socket_dir).to_argv()]
     )
     try:
         while not keeper_socket(socket_dir).exists():
@@ -600,7 +590,7 @@ def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, worke
     from ..daemon.keeper import KeeperClient, keeper_socket
 
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", "--socket-dir", socket_dir]
+        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", *KeeperArgs(socket_dir).to_argv()]
     )
     try:
         while not keeper_socket(socket_dir).exists():

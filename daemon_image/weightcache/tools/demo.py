@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import DaemonArgs
 
 from ..checkpoints.page_cache import drop_page_cache
 from ..engine.launcher import free_port
@@ -127,22 +128,8 @@ def run(workdir: str, max_new_tokens: int = 16) -> int:
     socket_dir = str(root / "sockets")
     name = "demo"
     files = RankFiles(socket_dir, name, 0)
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "weightcache",
-            "daemon",
-            "--model",
-            str(checkpoint),
-            "--socket-dir",
-            socket_dir,
-            "--name",
-            name,
-            "--dtype",
-            "bfloat16",
-        ]
-    )
+    daemon_args = DaemonArgs(model=str(checkpoint), name=name, socket_dir=socket_dir, dtype="bfloat16")
+    daemon = subprocess.Popen([sys.executable, "-m", "weightcache", "daemon", *daemon_args.to_argv()])
     try:
         wait_ready(files, daemon, timeout_s=600)
         ready = files.read_ready()

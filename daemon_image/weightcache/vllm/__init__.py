@@ -10,6 +10,3 @@ This package sits at the top of the data plane: it may import ``client``, ``wire
 ``daemon``; nothing below imports it. ``publish`` and ``bind`` need only torch (they move tensors
 between a model and an arena); the other modules import vLLM.
 """
-
-LOAD_FORMAT = "weightcache"
-LOAD_PROFILE = "vllm"

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from vllm.config import VllmConfig
+from weightcache_contract.launch import engine_env_name
 
 from ..artifacts.engine import DIR_ENV, STAGING_ENV
 from ..artifacts.key import ArtifactKey, Claim
@@ -25,7 +26,7 @@ from ..wire.fingerprint import Fingerprint
 from .stamp import rank_fingerprint
 
 log = logging.getLogger("vllm.weightcache")
-IMAGE_ENV = "WEIGHTCACHE_ENGINE_IMAGE"
+IMAGE_ENV = engine_env_name("image")
 """The engine's container image, rendered by the operator (absent outside Kubernetes)."""
 COMPILE_CACHE_INDEX = "vllm_compile_cache.py"
 """vLLM's index of one rank's compiled graphs: a Python literal, ``{(range, graph index, compiler):

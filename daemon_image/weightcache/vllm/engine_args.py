@@ -62,7 +62,7 @@ def disk_load_format(load_format: str, model: str) -> str:
     The engine's ``weightcache`` maps what its disk fallback (``auto``) would load; a format that
     reads the same files as ``auto`` here is ``auto``; any other is itself. Part of the
     fingerprint, so a daemon and an engine that would hold different bytes never agree."""
-    from . import LOAD_FORMAT
+    from weightcache_contract.launch import LOAD_FORMAT
 
     return CHECKPOINT_LOAD_FORMAT if load_format == LOAD_FORMAT or reads_as_auto(load_format, model) else load_format
 

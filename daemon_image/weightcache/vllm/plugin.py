@@ -21,8 +21,9 @@ def register() -> None:
     import vllm
     from vllm.model_executor.model_loader import _LOAD_FORMAT_TO_MODEL_LOADER, register_model_loader
     from weightcache_contract.errors import WeightCacheError
+    from weightcache_contract.launch import LOAD_FORMAT
 
-    from . import LOAD_FORMAT, startup, versions
+    from . import startup, versions
 
     startup.install()  # the startup timeline (startup.py); once per process
     if LOAD_FORMAT in _LOAD_FORMAT_TO_MODEL_LOADER:

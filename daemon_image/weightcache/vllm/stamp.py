@@ -14,11 +14,11 @@ from typing import Any
 
 from vllm.config import VllmConfig
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import VLLM_PROFILE
 
 from ..checkpoints.checkpoint import open_checkpoint
 from ..checkpoints.manifest import LAYOUT_VERSION
 from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
-from . import LOAD_PROFILE
 from .cpu_policy import POLICY
 from .engine_args import CHECKPOINT_LOAD_FORMAT, disk_load_format
 
@@ -127,7 +127,7 @@ def rank_fingerprint(
         dtype=str(model_config.dtype).removeprefix("torch."),
         layout_version=LAYOUT_VERSION,
         environment=environment_stamp(backend, device),
-        engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=LOAD_PROFILE, settings=settings),
+        engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=VLLM_PROFILE, settings=settings),
     )
 
 

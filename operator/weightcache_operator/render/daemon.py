@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
+from weightcache_contract.launch import DaemonArgs, KeeperArgs
 
 from ..spec import WeightCache
 from .dra import container_claims, daemon_claim_fields, uses_dra
@@ -32,16 +33,14 @@ from .layout import (
     daemon_spec_hash,
     explain_exits,
     local_ranks,
-    model_args,
     model_volume,
     pin_to_nodes,
     placement_fields,
-    rank_range,
     socket_volume,
 )
 from .plan import plan_init, uses_plan
 from .security import container_security, owner_init, scratch_volume
-from .vllm import daemon_artifact_volume, daemon_env, daemon_profile_args, uses_artifacts, uses_vllm
+from .vllm import daemon_artifact_volume, daemon_env, daemon_profile_fields, uses_artifacts, uses_vllm
 
 
 def daemon_daemonsets(
@@ -92,39 +91,9 @@ def daemon_daemonset(
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     gpu = spec.daemon.backend in GPU_BACKENDS
     holder = uses_gpu_holder(cache)
-    granted = ["--gpus-file", GPUS_FILE] if holder else []
     vllm = uses_vllm(cache)
 
-    daemon_cmd = [
-        *CLI,
-        "daemon",
-        # A vLLM daemon takes dtype, quantization, revision and expert parallelism from the shared
-        # vLLM list (daemon_profile_args) and refuses the reference loader's flags for them.
-        *(["--model", MODEL_MOUNT] if vllm else model_args(cache)),
-        "--backend",
-        spec.daemon.backend,
-        "--tp-size",
-        str(spec.parallelism.tensor),
-        "--pp-size",
-        str(spec.parallelism.pipeline),
-        # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
-        *(["--ep-size", str(spec.parallelism.expert)] if spec.parallelism.expert > 1 and not vllm else []),
-        "--ranks",
-        rank_range(ranks),
-        "--socket-dir",
-        SOCKET_MOUNT,
-        "--name",
-        ref.name,
-        "--keeper",
-        "auto" if spec.daemon.backend in FD_BACKENDS else "off",
-        # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
-        # other network namespaces (hostNetwork pods) to find on every interface.
-        "--status-addr",
-        f"$(POD_IP):{STATUS_PORT}",
-        *granted,
-        *(daemon_profile_args(cache) if vllm else []),
-        *spec.daemon.extra_args,
-    ]
+    daemon_cmd = [*CLI, "daemon", *daemon_args(cache, ranks).to_argv(), *spec.daemon.extra_args]
     daemon: dict[str, Any] = {
         "name": "daemon",
         "image": spec.daemon.image,
@@ -183,7 +152,7 @@ def daemon_daemonset(
                 {
                     "name": "keeper",
                     "image": spec.daemon.image,
-                    "command": [*CLI, "keeper", "--socket-dir", SOCKET_MOUNT],
+                    "command": [*CLI, "keeper", *KeeperArgs(socket_dir=SOCKET_MOUNT).to_argv()],
                     "volumeMounts": [dict(sock_mount)],
                     "securityContext": container_security(read_only_root=True),
                 }
@@ -244,6 +213,38 @@ def daemon_daemonset(
             },
         },
     }
+
+
+def daemon_args(cache: WeightCache, ranks: list[int]) -> DaemonArgs:
+    """The flags of a daemon pod holding ``ranks`` (``spec.daemon.extraArgs`` follow them)."""
+    spec = cache.spec
+    model = spec.model
+    vllm = uses_vllm(cache)
+    block = model.quantization.weight_block_size
+    # A vLLM daemon takes dtype, quantization, revision and expert parallelism from the shared
+    # vLLM list (daemon_profile_fields) and refuses the reference loader's flags for them.
+    reference: dict[str, Any] = {
+        "dtype": model.dtype,
+        "quantization": model.quantization.method,
+        "weight_block_size": (block[0], block[1]) if model.quantization.method == "fp8" else None,
+        "revision": model.revision,
+        "ep_size": spec.parallelism.expert,
+    }
+    return DaemonArgs(
+        model=MODEL_MOUNT,
+        name=CacheRef.of(cache).name,
+        socket_dir=SOCKET_MOUNT,
+        backend=spec.daemon.backend,
+        tp_size=spec.parallelism.tensor,
+        pp_size=spec.parallelism.pipeline,
+        ranks=tuple(ranks),
+        keeper="auto" if spec.daemon.backend in FD_BACKENDS else "off",
+        # The pod IP only: the endpoint is for the operator and Prometheus, not for the node's
+        # other network namespaces (hostNetwork pods) to find on every interface.
+        status_addr=f"$(POD_IP):{STATUS_PORT}",
+        gpus_file=GPUS_FILE if uses_gpu_holder(cache) else None,
+        **(daemon_profile_fields(cache) if vllm else reference),
+    )
 
 
 def _daemon_resources(cache: WeightCache) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.launch import EngineEnv
 
 from ..spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
@@ -137,7 +138,7 @@ def engine_pod(
 
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
-    env = _client_env(cache, ref) + _member_env(cache, member) + (vllm_engine_env(cache) if uses_vllm(cache) else [])
+    env = _engine_env(cache, member) + (vllm_engine_env(cache) if uses_vllm(cache) else [])
     for container in pod_spec["containers"]:
         names = {e.get("name") for e in container.get("env", [])}
         container["env"] = [*(copy.deepcopy(e) for e in env if e["name"] not in names), *container.get("env", [])]
@@ -226,53 +227,48 @@ def _stop_gracefully(main: dict[str, Any], pod_spec: dict[str, Any], sleep_s: in
     pod_spec.setdefault("terminationGracePeriodSeconds", sleep_s + STOP_GRACE_S)
 
 
-def _client_env(cache: WeightCache, ref: CacheRef) -> list[dict[str, Any]]:
-    """What the weightcache client (and the reference engine's flags) read. A variable the
-    template sets itself wins, so users can override any of it."""
+def engine_env(cache: WeightCache, member: Member | None = None) -> EngineEnv:
+    """What the weightcache client and the reference engine read (each value is a reference
+    engine flag); ``member``: the pod's place in a multi-node engine group (node rank, node
+    count, and the leader's rendezvous: the leader binds its own pod IP, the others dial it)."""
     spec = cache.spec
     model = spec.model
-    values = {
-        "WEIGHTCACHE_SOCKET_DIR": SOCKET_MOUNT,
-        "WEIGHTCACHE_NAME": ref.name,
-        "WEIGHTCACHE_TP_SIZE": str(spec.parallelism.tensor),
-        "WEIGHTCACHE_PP_SIZE": str(spec.parallelism.pipeline),
-        "WEIGHTCACHE_MODEL": MODEL_MOUNT,
-        "WEIGHTCACHE_ENGINE_MODEL": MODEL_MOUNT,
-        "WEIGHTCACHE_ENGINE_TP_SIZE": str(spec.parallelism.tensor),
-        "WEIGHTCACHE_ENGINE_DTYPE": model.dtype,
-        "WEIGHTCACHE_ENGINE_QUANTIZATION": model.quantization.method,
-        "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE": "client",
-        "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_FALLBACK": spec.engine.weight_fallback,
-        "WEIGHTCACHE_ENGINE_BACKEND": spec.daemon.backend,
-        "WEIGHTCACHE_ENGINE_PORT": str(spec.engine.port),
-        "WEIGHTCACHE_ENGINE_SERVED_MODEL_NAME": served_model_name(cache),
+    parallelism = spec.parallelism
+    block = model.quantization.weight_block_size
+    group: dict[str, Any] = {}
+    if member is not None:
+        addr = f"$(POD_IP):{member.port}" if member.node_rank == 0 else f"{member.leader_ip}:{member.port}"
+        group = {"nnodes": parallelism.nodes, "node_rank": member.node_rank, "dist_addr": addr}
+    return EngineEnv(
+        socket_dir=SOCKET_MOUNT,
+        name=CacheRef.of(cache).name,
+        model=MODEL_MOUNT,
+        tp_size=parallelism.tensor,
+        pp_size=parallelism.pipeline,
+        dtype=model.dtype,
+        quantization=model.quantization.method,
+        weight_cache_mode="client",
+        weight_cache_fallback=spec.engine.weight_fallback,
+        backend=spec.daemon.backend,
+        port=spec.engine.port,
+        served_model_name=served_model_name(cache),
         # Engines of one node share the host's network in some runtimes: bind the pod's own IP.
-        "WEIGHTCACHE_ENGINE_HOST": "$(POD_IP)",
-    }
-    if spec.parallelism.expert > 1:  # absent at 1 (the default) so that other caches' pods are unchanged
-        values["WEIGHTCACHE_EP_SIZE"] = values["WEIGHTCACHE_ENGINE_EP_SIZE"] = str(spec.parallelism.expert)
-    if model.revision:
-        values["WEIGHTCACHE_ENGINE_REVISION"] = model.revision
-    if model.quantization.method == "fp8":
-        values["WEIGHTCACHE_ENGINE_WEIGHT_BLOCK_SIZE"] = ",".join(map(str, model.quantization.weight_block_size))
+        host="$(POD_IP)",
+        # Absent at 1 (the default) so that other caches' pods are unchanged.
+        ep_size=parallelism.expert if parallelism.expert > 1 else None,
+        revision=model.revision or None,
+        weight_block_size=(block[0], block[1]) if model.quantization.method == "fp8" else None,
+        **group,
+    )
+
+
+def _engine_env(cache: WeightCache, member: Member | None) -> list[dict[str, Any]]:
+    """``engine_env`` as container env, after the ``POD_IP`` its values expand. A variable the
+    template sets itself wins, so users can override any of it."""
     env: list[dict[str, Any]] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
-    env += [{"name": k, "value": v} for k, v in values.items()]
-    if spec.daemon.backend in GPU_BACKENDS and not uses_dra(cache):
+    env += [{"name": k, "value": v} for k, v in engine_env(cache, member).to_env().items()]
+    if cache.spec.daemon.backend in GPU_BACKENDS and not uses_dra(cache):
         # Engines request no GPUs; they see all of the node's devices and find the daemon's by UUID
         # (the fetch reply names it), whatever ordinal numbering their runtime gives them.
         env.append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
     return env
-
-
-def _member_env(cache: WeightCache, member: Member | None) -> list[dict[str, Any]]:
-    """How a multi-node engine finds its place: node rank, node count, and the leader's
-    rendezvous (the leader binds its own pod IP; the others dial it)."""
-    if member is None:
-        return []
-    addr = f"$(POD_IP):{member.port}" if member.node_rank == 0 else f"{member.leader_ip}:{member.port}"
-    values = {
-        "WEIGHTCACHE_ENGINE_NNODES": str(cache.spec.parallelism.nodes),
-        "WEIGHTCACHE_ENGINE_NODE_RANK": str(member.node_rank),
-        "WEIGHTCACHE_ENGINE_DIST_ADDR": addr,
-    }
-    return [{"name": k, "value": v} for k, v in values.items()]

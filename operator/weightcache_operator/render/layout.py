@@ -166,11 +166,6 @@ def served_model_name(cache: WeightCache) -> str:
     return cache.spec.engine.served_model_name or CacheRef.of(cache).name
 
 
-def rank_range(ranks: list[int]) -> str:
-    """``[0, 1, 2]`` → ``"0-2"``, the form ``--ranks`` takes."""
-    return f"{ranks[0]}-{ranks[-1]}" if len(ranks) > 1 else str(ranks[0])
-
-
 def daemon_spec_hash(cache: WeightCache) -> str:
     """A digest of everything that decides what the daemons hold and how they run. Engines are
     gated on daemons carrying this hash, so an engine never turns Ready against daemons of an

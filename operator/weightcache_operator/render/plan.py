@@ -25,12 +25,13 @@ import re
 from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.launch import format_ranks
 from weightcache_contract.plan_summary import PLAN_CONTAINER
 
 from ..spec import WeightCache
 from .dra import container_claims, uses_dra
 from .gpu_holder import uses_gpu_holder
-from .layout import CLI, explain_exits, model_args, rank_range
+from .layout import CLI, explain_exits, model_args
 from .security import container_security
 
 __all__ = ["PLAN_CONTAINER", "memory_bytes", "plan_init", "uses_plan"]
@@ -93,7 +94,7 @@ def plan_init(cache: WeightCache, ranks: list[int], model_mount: dict[str, Any])
         str(spec.parallelism.expert),
         "--verdict",
         "--ranks",
-        rank_range(ranks),
+        format_ranks(ranks),
         "--fit",
         "gpu" if gpu else "host",
         *(["--memory-limit", str(limit)] if limit is not None and not gpu else []),

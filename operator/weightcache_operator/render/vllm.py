@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, engine_env_name
 
 from ..spec import ENGINE_DRAIN_S, WeightCache
 from .layout import ARTIFACT_MOUNT, CLI, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
@@ -20,10 +21,6 @@ from .layout import ARTIFACT_MOUNT, CLI, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, se
 VLLM_CLI = ["vllm"]
 """vLLM's console script: on PATH in vLLM's images and in any environment vLLM is installed in
 (the e2e cluster's process kubelet puts the test interpreter's bin directory first)."""
-LOAD_FORMAT = "weightcache"
-"""The model loader the weightcache plug-in registers with vLLM (entry point vllm.general_plugins)."""
-PROFILE = "vllm"
-"""The daemon's load profile whose arenas hold vLLM's post-processed parameters."""
 HEALTH_PATH = "/health"
 """vLLM's OpenAI server: 200 once the engine serves, 503 once its engine core is dead."""
 
@@ -102,14 +99,14 @@ def uses_artifacts(cache: WeightCache) -> bool:
     return cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is not None
 
 
-def daemon_profile_args(cache: WeightCache) -> list[str]:
-    """Appended to the daemon's command: its load profile and the shared vLLM arguments (JSON);
-    with ``artifactCache`` the directory whose engines' compile artifacts it publishes."""
-    args = ["--profile", PROFILE, "--vllm-args", json.dumps(vllm_args(cache))]
+def daemon_profile_fields(cache: WeightCache) -> dict[str, Any]:
+    """The daemon's ``DaemonArgs`` fields of a vLLM cache: its load profile and the shared vLLM
+    arguments; with ``artifactCache`` the directory whose engines' compile artifacts it publishes."""
+    fields: dict[str, Any] = {"profile": VLLM_PROFILE, "vllm_args": tuple(vllm_args(cache))}
     artifacts = cache.spec.engine.vllm.artifact_cache if cache.spec.engine.vllm is not None else None
     if artifacts is not None:
-        args += ["--artifact-dir", ARTIFACT_MOUNT, "--artifact-max-bytes", str(artifacts.max_bytes)]
-    return args
+        fields |= {"artifact_dir": ARTIFACT_MOUNT, "artifact_max_bytes": artifacts.max_bytes}
+    return fields
 
 
 ARTIFACT_VOLUME = "weightcache-artifacts"
@@ -204,7 +201,7 @@ def engine_env(cache: WeightCache) -> list[dict[str, Any]]:
         values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     if spec.engine.vllm.artifact_cache is not None:
         # Part of the artifacts' key: another image may generate other code for the same configuration.
-        values["WEIGHTCACHE_ENGINE_IMAGE"] = str(spec.engine.template.spec.containers[0].get("image", ""))
+        values[engine_env_name("image")] = str(spec.engine.template.spec.containers[0].get("image", ""))
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
