@@ -111,7 +111,7 @@ bench: env
 	$(VENV)/bin/weightcache bench --size-gib 4 --tensors 20000
 
 # Generated files, each checked by a unit test that fails when it differs: crds/weightcache.yaml from
-# operator/weightcache_operator/spec.py, the chart's copies of crds/, and deploy/operator.yaml (the
+# operator/weightcache_operator/spec/, the chart's copies of crds/, and deploy/operator.yaml (the
 # chart rendered with default values, for installs without Helm).
 HELM = $(shell cd tests/cluster && $(PY) -m testcluster which helm)
 manifests: env

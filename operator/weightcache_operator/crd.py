@@ -1,4 +1,4 @@
-"""Generates the WeightCache CustomResourceDefinition from the pydantic models in ``spec.py``.
+"""Generates the WeightCache CustomResourceDefinition from the pydantic models in the ``spec`` package.
 
 Kubernetes accepts only *structural* OpenAPI v3 schemas: every node has a ``type``, no ``$ref``,
 no ``anyOf``/``oneOf``/``allOf`` carrying types, ``additionalProperties`` never next to
@@ -25,7 +25,7 @@ Schema = dict[str, Any]
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "weightcache.yaml"
 COMMAND = "python -m weightcache_operator.crd --write"
-HEADER = f"# Generated from operator/weightcache_operator/spec.py by `{COMMAND}`; do not edit.\n"
+HEADER = f"# Generated from operator/weightcache_operator/spec/ by `{COMMAND}`; do not edit.\n"
 
 # JSON Schema keys with no meaning to the API server (or forbidden by it).
 _DROPPED_KEYS = frozenset({"title", "$defs", "$schema"})

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_checked_in_crd_is_the_generated_one() -> None:
     checked_in = (ROOT / "crds" / "weightcache.yaml").read_text()
     assert checked_in == crd.render(), (
-        "crds/weightcache.yaml differs from the models in operator/weightcache_operator/spec.py; "
+        "crds/weightcache.yaml differs from the models in operator/weightcache_operator/spec/; "
         f"regenerate it with `PYTHONPATH=contract:operator {crd.COMMAND}` and commit the result"
     )
 

@@ -199,7 +199,7 @@ def daemon_daemonset(
                 }
             },
             # nodes = 1: the operator replaces daemon pods itself, node by node after draining the
-            # node's engines (rollout.py); the DaemonSet controller would not wait for the drain.
+            # node's engines (rollout/generation.py); the DaemonSet controller would not wait for the drain.
             # Slot DaemonSets (engine groups) still roll by themselves.
             "updateStrategy": {"type": "OnDelete"}
             if cache.spec.parallelism.nodes == 1

@@ -143,7 +143,7 @@ class RolloutReplicaStatus(ApiModel):
 
 
 class RolloutStatus(ApiModel):
-    """The last (or current) change rolled onto running engines (operator/weightcache_operator/rollout.py)."""
+    """The last (or current) change rolled onto running engines (operator/weightcache_operator/rollout/)."""
 
     phase: Literal["Progressing", "Stalled", "Complete"]
     mode: Literal["Engine", "Generation"] | None = Field(
