@@ -21,7 +21,7 @@ from test_operator_e2e import (  # noqa: F401 - fixtures
     start_operator,
     wait_phase,
 )
-from test_rollout_e2e import apply, daemon_facts, env_of, reported, rollout, with_engine_env
+from test_rollout_e2e import apply, daemon_facts, env_of, live_engine_names, reported, rollout, with_engine_env
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
@@ -63,7 +63,7 @@ def test_max_surge_two_rolls_both_replicas_side_by_side_without_losing_a_ready_a
     apply(cluster, namespace, body)
     before_status = wait_phase(kube, namespace, operator, "Ready", also=reported)
     before = daemon_facts(kube, namespace)
-    old_engines = {p["metadata"]["name"] for p in pods(kube, namespace, ENGINES)}
+    old_engines = live_engine_names(kube, namespace)
     assert len(old_engines) == 2 * REPLICAS, "an active and a standby per replica"
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(REPLICAS, timeout=60)
