@@ -158,6 +158,9 @@ def test_a_gpu_backend_on_nodes_whose_daemons_cannot_use_a_gpu(
     status = refused(
         cluster, kube, namespace, operator, daemon={"image": "weightcache/daemon:0.1.0", "backend": "cuda-vmm"}
     )
+    # The holders may crash before the pass that reads the plan container's summary: the status
+    # says Failed first and gains the plan on a later pass.
+    status = wait_phase(kube, namespace, operator, "Failed", timeout=60, also=lambda found: "plan" in found)
     what_a_user_reads(
         cluster,
         namespace,
