@@ -36,7 +36,6 @@ import random
 import secrets
 import socket
 import zlib
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -48,29 +47,12 @@ from .metrics import metrics_server
 from .objects import conditions_ready
 from .reconcile import Reconciler, StillTerminating
 from .render import CACHE_LABEL
-from .scope import watched_namespaces
+from .settings import current
 from .spec import GROUP, PLURAL, VERSION
 
-RESYNC_SECONDS = float(os.environ.get("WEIGHTCACHE_OPERATOR_RESYNC_SECONDS", "30"))
-
-
-def pass_threads(environment: Mapping[str, str]) -> int:
-    """``$WEIGHTCACHE_OPERATOR_PASS_THREADS``, 6 when unset: at most this many passes (and other
-    handlers) run at once, over all caches."""
-    text = environment.get("WEIGHTCACHE_OPERATOR_PASS_THREADS", "").strip() or "6"
-    if not text.isdigit() or not 1 <= int(text) <= 256:
-        raise ValueError(
-            f"WEIGHTCACHE_OPERATOR_PASS_THREADS={text!r}: give a whole number of threads from 1 to 256"
-            " (the chart's passThreads), or unset it for 6"
-        )
-    return int(text)
-
-
-PASS_THREADS = pass_threads(os.environ)
-PEERING_NAME = os.environ.get("WEIGHTCACHE_OPERATOR_PEERING", "weightcache-operator")
-PEERING_LIFETIME = int(os.environ.get("WEIGHTCACHE_OPERATOR_PEERING_LIFETIME", "15"))
-"""Seconds a replica's peering keep-alive (and hand-over lease) holds: a killed acting replica is
-replaced within about this long (docs/operations.md)."""
+SETTINGS = current()
+"""Read when kopf imports the handlers (the resync timer's interval is part of its registration);
+``python -m weightcache_operator`` has checked them already and exits on a bad one."""
 
 _state: dict[str, Reconciler] = {}
 _servers: dict[str, ReadOnlyServer] = {}
@@ -87,13 +69,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Peering: replicas see each other through a ClusterKopfPeering object (its CRD: crds/kopf-peering.yaml;
     # the object: the chart's templates/peering.yaml, one per release; cluster-scoped in either install scope)
     # and only the highest priority one handles events, so two replicas never fight.
-    settings.peering.name = PEERING_NAME
+    settings.peering.name = SETTINGS.peering
     settings.peering.mandatory = True
     settings.peering.clusterwide = True
-    settings.peering.priority = _priority(os.environ.get("WEIGHTCACHE_OPERATOR_PRIORITY", ""))
-    settings.peering.lifetime = PEERING_LIFETIME
+    settings.peering.priority = _priority(SETTINGS.priority)
+    settings.peering.lifetime = SETTINGS.peering_lifetime
     identity = f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(3)}"
-    reconciler().hand_over(PEERING_NAME, identity, float(PEERING_LIFETIME))
+    reconciler().hand_over(SETTINGS.peering, identity, float(SETTINGS.peering_lifetime))
     # kopf's own bookkeeping goes to annotations: the CRD's status schema is closed, so a
     # status.kopf field would be pruned by the API server.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="weightcache.io")
@@ -108,11 +90,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # would size the operator's concurrency by whatever node it lands on; with 500 nodes and an
     # API server on two cores, 20 threads instead of 6 made a quarter of the passes take over a
     # second (docs/benchmarks.md, scale).
-    settings.execution.max_workers = PASS_THREADS
+    settings.execution.max_workers = SETTINGS.pass_threads
     # Every replica serves /metrics (a paused one shows no passes), bound before any pass runs.
     if "metrics" not in _servers:
         try:
-            _servers["metrics"] = metrics_server(reconciler().metrics)
+            _servers["metrics"] = metrics_server(reconciler().metrics, SETTINGS.metrics)
         except WeightCacheError as error:  # a bad address or a taken port: retrying will not help
             raise kopf.PermanentError(str(error)) from error
         _servers["metrics"].start()
@@ -158,7 +140,7 @@ def on_change(namespace: str | None, name: str, **_: Any) -> None:
     _run(namespace, name, apply=True)
 
 
-@kopf.timer(GROUP, VERSION, PLURAL, interval=RESYNC_SECONDS, initial_delay=RESYNC_SECONDS)
+@kopf.timer(GROUP, VERSION, PLURAL, interval=SETTINGS.resync_seconds, initial_delay=SETTINGS.resync_seconds)
 def resync(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> None:
     if not meta.get("deletionTimestamp"):
         _run(namespace, name, apply=True)
@@ -217,7 +199,7 @@ def on_node(name: str, status: kopf.Status, spec: kopf.Spec, type: str | None, *
     reconciler().sightings.node_event(name, None if type == "DELETED" else state[0], arrived)
     if before == state or (before is None and state == (True, False)):
         return
-    for namespace, cache in reconciler().caches_on_node(name, watched_namespaces(os.environ)):
+    for namespace, cache in reconciler().caches_on_node(name, list(SETTINGS.namespaces)):
         try:
             reconciler().reconcile(namespace, cache, apply=False)
         except ApiError as error:

@@ -43,7 +43,6 @@ The writer is ``weightcache_contract.prometheus`` (standard library only), so no
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -53,10 +52,9 @@ from weightcache_contract.prometheus import STARTUP_BUCKETS, Metrics
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
 
 from .engine_start import EngineStart
+from .settings import METRICS
 from .spec import Phase, RolloutStatus
 
-METRICS_ENV = "WEIGHTCACHE_OPERATOR_METRICS"
-DEFAULT_METRICS_ADDR = "0.0.0.0:9090"
 PHASES: tuple[str, ...] = get_args(Phase)
 ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutStatus.model_fields["phase"].annotation)
 PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "routing", "daemon-status", "status")
@@ -248,11 +246,11 @@ class Stopwatch:
         return {step: round(seconds * 1000) for step, seconds in self.laps.items()}
 
 
-def metrics_server(metrics: OperatorMetrics, addr: str | None = None) -> ReadOnlyServer:
-    """The ``/metrics`` endpoint, bound (a taken port fails the operator's startup, loudly)."""
-    text = addr or os.environ.get(METRICS_ENV) or DEFAULT_METRICS_ADDR
+def metrics_server(metrics: OperatorMetrics, addr: str) -> ReadOnlyServer:
+    """The ``/metrics`` endpoint on ``addr`` (``$WEIGHTCACHE_OPERATOR_METRICS``), bound (a taken
+    port fails the operator's startup, loudly)."""
     return ReadOnlyServer(
-        parse_addr(text, f"${METRICS_ENV}"),
+        parse_addr(addr, f"${METRICS}"),
         {"/metrics": lambda: (PROMETHEUS_TEXT, metrics.render().encode())},
         what="operator metrics",
     )

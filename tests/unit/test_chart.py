@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from weightcache_operator.scope import watched_namespaces
+from weightcache_operator.settings import watched_namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "weightcache"

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from weightcache_operator.scope import VARIABLE, watched_namespaces
+from weightcache_operator.settings import NAMESPACES as VARIABLE
+from weightcache_operator.settings import watched_namespaces
 
 ROOT = Path(__file__).resolve().parents[2]
 

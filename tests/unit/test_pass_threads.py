@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from weightcache_operator.handlers import pass_threads
+from weightcache_operator.settings import pass_threads
 
 
 def test_unset_runs_six_passes_at_once() -> None:
