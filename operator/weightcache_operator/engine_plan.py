@@ -26,7 +26,7 @@ from datetime import datetime
 
 from .actions import Action, ApplyService, Delete, DeleteDaemonSet, ReplaceDaemon, SetRole, in_order
 from .engine_units import units
-from .failover import cordoned_nodes
+from .failures import cordoned_nodes
 from .objects import Object, PodView, spec_hash, stamp
 from .render.daemon import slot_base
 from .render.engine import engine_template_hash

@@ -6,7 +6,7 @@ second nor time out sooner than a second, so the kubelet's verdict takes 1-3 s. 
 ``spec.engine.failover.unresponsiveAfterMilliseconds`` set, this watch GETs each Ready engine's
 readiness endpoint every ``INTERVAL_SECONDS`` from the operator, one thread per pod (a frozen
 engine holds its request for the whole timeout; it must not delay the others' probes), and calls
-``wake`` when a pod's verdict turns, so a pass acts on it at once (failover.failure_of's
+``wake`` when a pod's verdict turns, so a pass acts on it at once (failures.failure_of's
 ``Unresponsive``).
 
 The verdict is relative: a pod is unresponsive once it has answered nothing for the timeout

@@ -51,7 +51,7 @@ def plan_scaling(
     """The actions for ``pods`` (terminating ones included) and the replicas left stranded (an
     active failed with no Ready standby to take over: the Degraded condition). ``ready[k]``:
     node → current Ready daemon pod, for the nodes holding slot ``k``; ``unready_nodes``: as
-    failover.unready_nodes; ``unresponsive``: engines the operator's own probes found silent;
+    failures.unready_nodes; ``unresponsive``: engines the operator's own probes found silent;
     ``held``: pod names of the rollout's surge units; ``surge``: replicas that get a new surge
     unit (a standby of the new version) from the rollout; ``cordoned``: unschedulable nodes, where
     no new pod goes (a drain would evict it) and an active hands over (failover.plan_replica)."""

@@ -8,7 +8,7 @@ a watch event's arrival (the kopf handler's entry), one of its own probes (respo
 the start of one of its passes. This keeps, per engine pod (uid), the earliest of those that
 showed the pod failing:
 
-- a pod's watch event that shows it failing by its own state (failover.failure_of without node
+- a pod's watch event that shows it failing by its own state (failures.failure_of without node
   or probe verdicts: deleted, terminal, a container exited, Ready or the gate turned False);
 - for ``NodeNotReady``, the arrival of the node's event that showed it not Ready;
 - for ``Unresponsive``, the send of the first probe the engine left unanswered (``Failure.seen``);
@@ -30,7 +30,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from .failover import failure_of
+from .failures import failure_of
 from .objects import Object, PodView, pod_ready
 from .render.layout import COMPONENT_LABEL
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from .engine_nodes import EngineNodes
-from .failover import unready_nodes
+from .failures import unready_nodes
 from .kubeapi import ApiError, KubeApi
 from .node_index import NodeIndex
 from .objects import Object, PodView, spec_hash, stamp

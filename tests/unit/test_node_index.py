@@ -7,7 +7,7 @@ from functools import partial
 
 from builders import engine, node
 from weightcache_operator.engine_nodes import EngineNodes
-from weightcache_operator.failover import unready_nodes
+from weightcache_operator.failures import unready_nodes
 from weightcache_operator.node_index import NodeIndex
 from weightcache_operator.render.topology import selected
 from weightcache_operator.spec import Placement
