@@ -164,9 +164,10 @@ def test_engine_pod_refuses_inconsistent_membership() -> None:
 # --- the plan ----------------------------------------------------------------------------------
 
 
-def daemon(node_name: str, slot: int) -> dict[str, Any]:
-    """The daemon pod of node slot ``slot`` on ``node_name``; ``engine_plan`` makes it Ready and of the cache's generation."""
-    return builders.daemon(f"d-{node_name}", node=node_name, slot=slot)
+def daemon(node_name: str, slot: int, **fields: Any) -> dict[str, Any]:
+    """The daemon pod of node slot ``slot`` on ``node_name``, the rest as ``builders.daemon`` takes
+    it; ``engine_plan`` makes it Ready and of the cache's generation."""
+    return builders.daemon(f"d-{node_name}", node=node_name, slot=slot, **fields)
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
