@@ -109,19 +109,40 @@ def condition(kind: str, status: bool | str, *, since: float | None = None) -> d
 
 
 def container_status(
-    name: str = "engine", *, started: float | None = None, waiting: str | None = None, restarts: int | None = None
+    name: str = "engine",
+    *,
+    started: float | None = None,
+    waiting: str | None = None,
+    exited: Mapping[str, Any] | None = None,
+    last_exit: Mapping[str, Any] | None = None,
+    restarts: int | None = None,
 ) -> dict[str, Any]:
-    """A container running (since NOW+``started`` when given) or, with ``waiting``, waiting for that reason."""
+    """A container running (since NOW+``started`` when given), or waiting for the reason
+    ``waiting``, or ended in ``exited`` (a ``terminated`` state); ``last_exit``: how its run before
+    ended (its lastState), for a container restarted or in back-off."""
     state: dict[str, Any]
     if waiting is not None:
         state = {"waiting": {"reason": waiting}}
+    elif exited is not None:
+        state = {"terminated": dict(exited)}
     else:
         state = {"running": {"startedAt": at(started)} if started is not None else {}}
     found: dict[str, Any] = {"name": name}
     if restarts is not None:
         found["restartCount"] = restarts
     found["state"] = state
+    if last_exit is not None:
+        found["lastState"] = {"terminated": dict(last_exit)}
     return found
+
+
+def terminated(code: int, message: str | None = None) -> dict[str, Any]:
+    """A container's end as the kubelet reports it: exit ``code`` (reason Completed for 0, else
+    Error) and, when given, its termination ``message``."""
+    ended: dict[str, Any] = {"exitCode": code, "reason": "Error" if code else "Completed"}
+    if message is not None:
+        ended["message"] = message
+    return ended
 
 
 def pod(

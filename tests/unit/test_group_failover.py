@@ -4,11 +4,20 @@ test, each through ``engine_plan.plan_engines``."""
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
-from builders import after, condition, container_status, make, scheduled
-from test_multinode import READY, TWO, complete_groups, daemon, engine_plan, failovers, ids, plan_groups
+from builders import after, make, scheduled
+from test_multinode import (
+    READY,
+    TWO,
+    complete_groups,
+    daemon,
+    engine_plan,
+    failovers,
+    ids,
+    plan_groups,
+    readiness_failed,
+)
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
@@ -38,15 +47,6 @@ def group(
         scheduled(leader, node=nodes[0], ip=ip, ready=ready, created=created),
         scheduled(follower, node=nodes[1], ip=f"198.18.{sum(map(ord, name)) % 250}.6", ready=ready, created=created),
     ]
-
-
-def readiness_failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The group's pods, Ready turned False (NOW+300) after their containers had started (NOW+1): ReadinessFailed."""
-    out = copy.deepcopy(pods)
-    for pod in out:
-        pod["status"]["containerStatuses"] = [container_status("engine", started=1)]
-        pod["status"]["conditions"] = [condition("Ready", False, since=300)]
-    return out
 
 
 def names(actions: list[Any], kind: type, role: str | None = None) -> list[str]:
