@@ -190,11 +190,12 @@ def _wait_for_no_strays(session_id: str, timeout: float) -> dict[int, str]:
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
     """On a failed e2e test, appends what its namespace looked like: objects, events, and the
-    tail of every container's log, so a CI failure can be diagnosed from the log alone."""
+    tail of every container's log, so a CI failure can be diagnosed from the log alone. A failed
+    setup counts too: fixtures such as ``ready_sample`` wait on the cluster before the test runs."""
     outcome = yield
     report = outcome.get_result()
     namespace = getattr(item, "funcargs", {}).get("namespace")
-    if report.when != "call" or not report.failed or not namespace or "cluster" not in _live:
+    if report.when not in ("setup", "call") or not report.failed or not namespace or "cluster" not in _live:
         return
     report.sections.append(("cluster state", _describe_namespace(namespace)))
 

@@ -12,18 +12,15 @@ eviction.
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    apply_sample,
     by_role,
     checkpoint,
+    operator,
+    ready_sample,
     start_operator,
-    wait_phase,
 )
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
@@ -48,12 +45,8 @@ def test_a_demoted_active_leaves_the_budget_counting_only_the_one_that_serves(
     kube: Kube,
     kubelet: ProcessKubelet,
     namespace: str,
-    start_operator: Callable[..., subprocess.Popen],
-    checkpoint: Path,
+    ready_sample: dict,
 ) -> None:
-    operator = start_operator()
-    apply_sample(cluster, namespace)
-    wait_phase(kube, namespace, operator, "Ready")
     path = f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{NAME}-active"
     counted(kube, path, 1)
     roles = wait_for(lambda: (r := by_role(kube, namespace))["standby"] and r, 60)

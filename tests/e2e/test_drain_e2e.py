@@ -12,18 +12,17 @@ from __future__ import annotations
 
 import subprocess
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from test_failover_e2e import Cache, pod
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     ENGINES,
-    apply_sample,
     by_role,
     checkpoint,
+    operator,
     pods,
+    ready_sample,
     start_operator,
     wait_phase,
 )
@@ -64,13 +63,10 @@ def test_a_drain_of_the_active_engines_node_waits_for_a_standby_elsewhere_and_fa
     kube: Kube,
     kubelet: ProcessKubelet,
     namespace: str,
-    start_operator: Callable[..., subprocess.Popen],
-    checkpoint: Path,
+    operator: subprocess.Popen,
+    ready_sample: dict,
     service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:
-    operator = start_operator()
-    apply_sample(cluster, namespace)
-    wait_phase(kube, namespace, operator, "Ready")
     proxy = service_proxy(namespace, NAME, 8000)
     proxy.wait_for_ready(1)
     cache = Cache(kube, kubelet, cluster, namespace, operator, proxy)

@@ -18,7 +18,6 @@ import subprocess
 import time
 from collections.abc import Callable
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
@@ -26,13 +25,14 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
     ENGINES,
     GATE,
     PROMPT,
-    apply_sample,
     by_role,
     checkpoint,
     http_json,
     http_text,
     is_ready,
+    operator,
     pods,
+    ready_sample,
     start_operator,
     wait_phase,
 )
@@ -286,13 +286,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     kube: Kube,
     kubelet: ProcessKubelet,
     namespace: str,
+    operator: subprocess.Popen,
     start_operator: Callable[..., subprocess.Popen],
-    checkpoint: Path,
+    ready_sample: dict,
     service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:
-    operator = start_operator()
-    apply_sample(cluster, namespace)
-    wait_phase(kube, namespace, operator, "Ready")
     proxy = service_proxy(namespace, "tiny-llama", 8000)
     proxy.wait_for_ready(1)
     cache = Cache(kube, kubelet, cluster, namespace, operator, proxy)

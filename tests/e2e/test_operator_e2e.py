@@ -321,6 +321,17 @@ def wait_phase(
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
 
 
+@pytest.fixture
+def ready_sample(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
+) -> dict:
+    """The README sample, unchanged, applied in the test's namespace once its checkpoint is on the
+    nodes, and Ready under ``operator``: the status that said so. A module using it imports it
+    with the fixtures it needs (``operator``, ``start_operator``, ``checkpoint``)."""
+    apply_sample(cluster, namespace)
+    return wait_phase(kube, namespace, operator, "Ready")
+
+
 def by_role(kube: Kube, namespace: str, engines: str = ENGINES) -> dict[str, list[str]]:
     """The engine pods (``engines``: their label selector) not being deleted, by role."""
     found: dict[str, list[str]] = {"active": [], "standby": []}
@@ -336,11 +347,9 @@ def test_failover_gate_scaling_and_deletion(
     kubelet: ProcessKubelet,
     namespace: str,
     operator: subprocess.Popen,
-    checkpoint: Path,
+    ready_sample: dict,
     service_proxy,  # type: ignore[no-untyped-def]
 ) -> None:
-    apply_sample(cluster, namespace)
-    wait_phase(kube, namespace, operator, "Ready")
     before = by_role(kube, namespace)
     assert len(before["active"]) == 1 and len(before["standby"]) == 1
 

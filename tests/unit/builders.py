@@ -21,7 +21,14 @@ from typing import Any
 from weightcache_operator.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.objects import stamp
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
-from weightcache_operator.render.layout import CACHE_LABEL, CLAIM_ANNOTATION, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.render.layout import (
+    CACHE_LABEL,
+    CLAIM_ANNOTATION,
+    ENGINE_HASH_LABEL,
+    REPLICA_LABEL,
+    ROLE_LABEL,
+    SLOT_LABEL,
+)
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.validation import parse
 
@@ -102,19 +109,40 @@ def condition(kind: str, status: bool | str, *, since: float | None = None) -> d
 
 
 def container_status(
-    name: str = "engine", *, started: float | None = None, waiting: str | None = None, restarts: int | None = None
+    name: str = "engine",
+    *,
+    started: float | None = None,
+    waiting: str | None = None,
+    exited: Mapping[str, Any] | None = None,
+    last_exit: Mapping[str, Any] | None = None,
+    restarts: int | None = None,
 ) -> dict[str, Any]:
-    """A container running (since NOW+``started`` when given) or, with ``waiting``, waiting for that reason."""
+    """A container running (since NOW+``started`` when given), or waiting for the reason
+    ``waiting``, or ended in ``exited`` (a ``terminated`` state); ``last_exit``: how its run before
+    ended (its lastState), for a container restarted or in back-off."""
     state: dict[str, Any]
     if waiting is not None:
         state = {"waiting": {"reason": waiting}}
+    elif exited is not None:
+        state = {"terminated": dict(exited)}
     else:
         state = {"running": {"startedAt": at(started)} if started is not None else {}}
     found: dict[str, Any] = {"name": name}
     if restarts is not None:
         found["restartCount"] = restarts
     found["state"] = state
+    if last_exit is not None:
+        found["lastState"] = {"terminated": dict(last_exit)}
     return found
+
+
+def terminated(code: int, message: str | None = None) -> dict[str, Any]:
+    """A container's end as the kubelet reports it: exit ``code`` (reason Completed for 0, else
+    Error) and, when given, its termination ``message``."""
+    ended: dict[str, Any] = {"exitCode": code, "reason": "Error" if code else "Completed"}
+    if message is not None:
+        ended["message"] = message
+    return ended
 
 
 def pod(
@@ -128,6 +156,7 @@ def pod(
     owner: str | None = None,
     created: float | None = None,
     deleted: float | None = None,
+    grace: int | None = None,
     node: str | None = "node-1",
     phase: str | None = None,
     ip: str | None = None,
@@ -141,8 +170,10 @@ def pod(
     """A pod on ``node`` (None: not scheduled) whose uid is ``uid-<name>`` unless ``uid``.
     ``ready``: its Ready condition (since NOW+``ready_since``), then ``conditions``; ``owner``: the
     uid of the DaemonSet that controls it; ``created`` and ``deleted``: its creation and deletion
-    timestamps in seconds after NOW; ``containers``: its container statuses; ``spec`` and
-    ``status``: further fields of each, written last."""
+    timestamps in seconds after NOW (with ``grace``, ``deleted`` is when the deletion was asked
+    for: the API stamps deletionTimestamp that many seconds later and records the grace period);
+    ``containers``: its container statuses; ``spec`` and ``status``: further fields of each,
+    written last."""
     meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -155,7 +186,9 @@ def pod(
     if created is not None:
         meta["creationTimestamp"] = at(created)
     if deleted is not None:
-        meta["deletionTimestamp"] = at(deleted)
+        meta["deletionTimestamp"] = at(deleted + (grace or 0))
+    if grace is not None:
+        meta["deletionGracePeriodSeconds"] = grace
     found: dict[str, Any] = {}
     if phase is not None:
         found["phase"] = phase
@@ -178,6 +211,7 @@ def engine(
     cache: str | None = None,
     role: str = "active",
     replica: int = 0,
+    engine_hash: str | None = None,
     spec_hash: str | None = None,
     gate: str | None = None,
     started: float | None = None,
@@ -191,11 +225,12 @@ def engine(
     **fields: Any,
 ) -> dict[str, Any]:
     """An engine pod of ``replica`` in ``role`` (of the cache named ``cache`` when given) that maps
-    the daemon generation ``spec_hash``. When given: ``gate``, the status of its daemon-ready gate
-    (stamped as its Ready condition is); ``started``, when its container ``engine`` started running,
-    in seconds after NOW; ``containers_ready``, its ContainersReady condition;
-    ``mapped_from``, the uid of the daemon pod it mapped from; ``claim``, the daemon's
-    ResourceClaim it shares. The rest as ``pod`` takes it."""
+    the daemon generation ``spec_hash``. When given: ``engine_hash``, the engine template version
+    it was rendered from (its label); ``gate``, the status of its daemon-ready gate (stamped as its
+    Ready condition is); ``started``, when its container ``engine`` started running, in seconds
+    after NOW; ``containers_ready``, its ContainersReady condition; ``mapped_from``, the uid of the
+    daemon pod it mapped from; ``claim``, the daemon's ResourceClaim it shares. The rest as ``pod``
+    takes it."""
     given = ((SPEC_HASH_ANNOTATION, spec_hash), (DAEMON_UID_ANNOTATION, mapped_from), (CLAIM_ANNOTATION, claim))
     own = [condition("ContainersReady", containers_ready)] if containers_ready is not None else []
     if gate is not None:
@@ -206,6 +241,7 @@ def engine(
             **({CACHE_LABEL: cache} if cache is not None else {}),
             REPLICA_LABEL: str(replica),
             ROLE_LABEL: role,
+            **({ENGINE_HASH_LABEL: engine_hash} if engine_hash is not None else {}),
             **(labels or {}),
         },
         annotations={**{key: value for key, value in given if value is not None}, **(annotations or {})},

@@ -178,9 +178,7 @@ def test_no_new_engine_is_placed_on_a_cordoned_node() -> None:
 
 def test_a_cordon_under_a_follower_hands_the_active_group_over_whole_to_a_group_on_other_nodes() -> None:
     cache = make(**TWO)
-    pods = group(cache, "ga", "active") + group(
-        cache, "gb", "standby", nodes=("node-3", "node-4"), created="2026-11-29T10:00:01Z"
-    )
+    pods = group(cache, "ga", "active") + group(cache, "gb", "standby", nodes=("node-3", "node-4"), created=1)
     plan = engine_plan(cache, pods, FOUR_NODES, ids(), cordoned=["node-2"])
     actions = plan.actions
     assert failovers(actions) == [("tiny-0-gb-0", "tiny-0-ga-0", "NodeCordoned")]
@@ -191,7 +189,7 @@ def test_a_cordon_under_a_follower_hands_the_active_group_over_whole_to_a_group_
 
 def test_an_active_group_spanning_every_node_cannot_hand_over_and_the_status_says_the_drain_waits() -> None:
     cache = make(**TWO)
-    pods = group(cache, "ga", "active") + group(cache, "gb", "standby", created="2026-11-29T10:00:01Z")
+    pods = group(cache, "ga", "active") + group(cache, "gb", "standby", created=1)
     plan = engine_plan(cache, pods, FOUR_NODES, ids(), cordoned=["node-2"])
     assert failovers(plan.actions) == [] and plan.stranded and "kubectl drain" in plan.stranded[0]
 

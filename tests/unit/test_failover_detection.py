@@ -23,13 +23,6 @@ watched = partial(running_engine, labels={COMPONENT_LABEL: "engine"})
 """A running engine pod with the component label sightings go by."""
 
 
-def deleted(found: dict[str, Any], requested: float, grace: int = 30) -> dict[str, Any]:
-    """``found`` with a deletion requested at NOW+requested, stamped as the API does: to the second."""
-    found["metadata"]["deletionTimestamp"] = at(requested + grace)
-    found["metadata"]["deletionGracePeriodSeconds"] = grace
-    return found
-
-
 def record(
     sightings: Sightings, pods: list[dict[str, Any]], noticed: datetime, promoted: datetime, **saw: Any
 ) -> dict[str, Any]:
@@ -48,7 +41,7 @@ def test_a_deletion_stamped_to_the_second_is_timed_from_the_operators_first_sigh
     standby = watched("s", role="standby", node="node-2", created=1)
     # Deleted at 10:01:00.900; the API stamps deletionTimestamp 10:01:30 (grace 30), the request's
     # own second, 10:01:00, with the 0.9 s cut off.
-    active = deleted(watched("a", role="active"), requested=60.9)
+    active = watched("a", role="active", deleted=60.9, grace=30)
     sightings.pod_event(KEY, active, after(60.905))  # the watch event's arrival
     entry = record(sightings, [active, standby], noticed=after(60.910), promoted=after(60.925))
     assert entry["signal"] == "PodDeleted"
@@ -112,7 +105,7 @@ def test_a_pod_that_served_again_is_timed_from_its_new_failure() -> None:
 
 def test_a_pass_that_saw_a_pod_healthy_drops_only_sightings_older_than_its_reading() -> None:
     sightings = Sightings()
-    healthy, failing = watched("a", role="active"), deleted(watched("a", role="active"), requested=50.2)
+    healthy, failing = watched("a", role="active"), watched("a", role="active", deleted=50.2, grace=30)
     sightings.pod_event(KEY, failing, after(50.21))
     # A pass that began reading at 50.2 read the pod before the deletion: its view is older than the event.
     sightings.saw(KEY, [healthy], {}, {}, after(50.2), after(50.22))
@@ -124,7 +117,7 @@ def test_a_pass_that_saw_a_pod_healthy_drops_only_sightings_older_than_its_readi
 
 def test_a_pod_gone_from_a_pass_is_forgotten_and_other_caches_keep_theirs() -> None:
     sightings = Sightings()
-    gone, other = deleted(watched("a", role="active"), requested=10), deleted(watched("b", role="active"), requested=10)
+    gone, other = watched("a", role="active", deleted=10, grace=30), watched("b", role="active", deleted=10, grace=30)
     sightings.pod_event(KEY, gone, after(10.1))
     sightings.pod_event(("ns", "other"), other, after(10.1))
     sightings.saw(KEY, [], {}, {}, after(11), after(11.01))
@@ -134,15 +127,15 @@ def test_a_pod_gone_from_a_pass_is_forgotten_and_other_caches_keep_theirs() -> N
 
 def test_an_engine_group_is_timed_from_the_first_of_its_pods_seen_failing() -> None:
     sightings = Sightings()
-    leader, follower = watched("g-0", role="active"), deleted(watched("g-1", role="active"), requested=30)
+    leader, follower = watched("g-0", role="active"), watched("g-1", role="active", deleted=30, grace=30)
     sightings.pod_event(KEY, follower, after(30.2))
-    sightings.pod_event(KEY, deleted(watched("g-0", role="active"), requested=30.5), after(30.6))
+    sightings.pod_event(KEY, watched("g-0", role="active", deleted=30.5, grace=30), after(30.6))
     assert sightings.first(KEY, [leader, follower]) == after(30.2)
 
 
 def test_daemon_pods_and_healthy_events_record_nothing() -> None:
     sightings = Sightings()
-    daemon = deleted(watched("d", role="active"), requested=5)
+    daemon = watched("d", role="active", deleted=5, grace=30)
     daemon["metadata"]["labels"][COMPONENT_LABEL] = "daemon"
     sightings.pod_event(KEY, daemon, after(5.1))
     sightings.pod_event(KEY, watched("a", role="active"), after(5.1))

@@ -4,12 +4,20 @@ test, each through ``engine_plan.plan_engines``."""
 
 from __future__ import annotations
 
-import copy
-from datetime import UTC, datetime
 from typing import Any
 
-from builders import make
-from test_multinode import READY, TWO, complete_groups, daemon, engine_plan, failovers, ids, plan_groups, run
+from builders import after, make, scheduled
+from test_multinode import (
+    READY,
+    TWO,
+    complete_groups,
+    daemon,
+    engine_plan,
+    failovers,
+    ids,
+    plan_groups,
+    readiness_failed,
+)
 from weightcache_operator.actions import Create, Delete, SetRole
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
@@ -27,34 +35,18 @@ def group(
     *,
     nodes: tuple[str, str] = ("node-1", "node-2"),
     ready: bool = True,
-    created: str = "2026-11-29T10:00:00Z",
+    created: float = 0,
     replica: int = 0,
 ) -> list[dict[str, Any]]:
-    """A whole engine group of two pods, scheduled on ``nodes``, running, Ready or not."""
+    """A whole engine group of two pods, scheduled on ``nodes`` and created ``created`` seconds
+    after NOW, running, Ready or not."""
     ip = f"198.18.{sum(map(ord, name)) % 250}.5"
-    leader = run(engine_pod(cache, replica, role, [nodes[0]], member=Member(name, 0)), nodes[0], ip, ready)
-    follower = run(
-        engine_pod(cache, replica, role, [nodes[1]], member=Member(name, 1, ip)),
-        nodes[1],
-        f"198.18.{sum(map(ord, name)) % 250}.6",
-        ready,
-    )
-    for pod in (leader, follower):
-        pod["metadata"]["creationTimestamp"] = created
-    return [leader, follower]
-
-
-def readiness_failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The group's pods, Ready turned False after their containers had started: ReadinessFailed."""
-    out = copy.deepcopy(pods)
-    for pod in out:
-        pod["status"]["containerStatuses"] = [
-            {"name": "engine", "state": {"running": {"startedAt": "2026-11-29T10:00:01Z"}}}
-        ]
-        pod["status"]["conditions"] = [
-            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T10:05:00Z"}
-        ]
-    return out
+    leader = engine_pod(cache, replica, role, [nodes[0]], member=Member(name, 0))
+    follower = engine_pod(cache, replica, role, [nodes[1]], member=Member(name, 1, ip))
+    return [
+        scheduled(leader, node=nodes[0], ip=ip, ready=ready, created=created),
+        scheduled(follower, node=nodes[1], ip=f"198.18.{sum(map(ord, name)) % 250}.6", ready=ready, created=created),
+    ]
 
 
 def names(actions: list[Any], kind: type, role: str | None = None) -> list[str]:
@@ -64,7 +56,7 @@ def names(actions: list[Any], kind: type, role: str | None = None) -> list[str]:
 def test_a_failed_active_group_hands_over_to_the_ready_standby_group_on_its_leaders_node() -> None:
     cache = make(**TWO, **{"engine.standbysPerReplica": 2})
     active = readiness_failed(group(cache, "ga", "active"))
-    older_elsewhere = group(cache, "gb", "standby", nodes=("node-3", "node-4"), created="2026-11-29T09:00:00Z")
+    older_elsewhere = group(cache, "gb", "standby", nodes=("node-3", "node-4"), created=-3600)
     same_node = group(cache, "gc", "standby")
     plan = plan_groups(cache, [*active, *older_elsewhere, *same_node], FOUR_NODES, ids())
     assert failovers(plan) == [("tiny-0-gc-0", "tiny-0-ga-0", "ReadinessFailed")]
@@ -122,7 +114,7 @@ def test_a_silent_group_leader_swaps_roles_with_an_answering_standby_group_and_i
     outside, so the silent group is demoted whole, not deleted."""
     cache = make(**TWO)
     pods = complete_groups(cache)
-    silent = {"tiny-0-ga-0": datetime(2026, 11, 29, 10, 5, tzinfo=UTC)}
+    silent = {"tiny-0-ga-0": after(300)}
     plan = engine_plan(cache, pods, READY, ids(), unresponsive=silent)
     assert failovers(plan.actions) == [("tiny-0-gb-0", "tiny-0-ga-0", "Unresponsive")]
     assert names(plan.actions, SetRole, "standby") == ["tiny-0-ga-0", "tiny-0-ga-1"]
@@ -188,7 +180,7 @@ def test_a_stalled_group_rollout_promotes_and_retires_nothing_and_says_why() -> 
     old_cache = make(**TWO)
     new_cache = make(**TWO, **{"engine.template.spec.containers": [{"name": "engine", "image": "engine:2"}]})
     old = complete_groups(old_cache)
-    stuck = group(new_cache, "gn", "standby", ready=False, created="2026-11-29T09:00:00Z")
+    stuck = group(new_cache, "gn", "standby", ready=False, created=-3600)
     plan = engine_plan(new_cache, [*old, *stuck], READY, ids())
     assert plan.actions == [] and plan.rollout.phase == "Stalled"
     assert plan.rollout.stalled is not None and "engine group tiny-0-gn-0" in plan.rollout.stalled
@@ -201,10 +193,7 @@ def test_a_node_by_node_generation_change_of_groups_leaves_their_daemons_to_the_
     new_cache = make(**TWO, **{"model.revision": "r2"})
     old_gen = daemon_spec_hash(old_cache)
     want = Desired(engine_template_hash(new_cache), daemon_spec_hash(new_cache), 1, 1, 600)
-    daemons = [copy.deepcopy(READY[0]["node-1"]), copy.deepcopy(READY[1]["node-2"])]
-    for pod in daemons:
-        pod["metadata"]["annotations"] = {SPEC_HASH_ANNOTATION: old_gen}
-        pod["status"] = {"conditions": [{"type": "Ready", "status": "True"}]}
-    at = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
+    daemons = [daemon(node, slot, spec_hash=old_gen, ready=True) for node, slot in (("node-1", 0), ("node-2", 1))]
+    at = after(300)
     result = planner.plan(want, complete_groups(old_cache), daemons, old_gen, at, size=2)
     assert result.mode == "Generation" and result.replace_daemon is None and result.retire == []

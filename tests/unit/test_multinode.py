@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import builders
-from builders import NOW, make, node, scheduled
+from builders import NOW, condition, container_status, make, node, scheduled
 from test_render import container, env_of
 from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
@@ -164,9 +164,10 @@ def test_engine_pod_refuses_inconsistent_membership() -> None:
 # --- the plan ----------------------------------------------------------------------------------
 
 
-def daemon(node_name: str, slot: int) -> dict[str, Any]:
-    """The daemon pod of node slot ``slot`` on ``node_name``; ``engine_plan`` makes it Ready and of the cache's generation."""
-    return builders.daemon(f"d-{node_name}", node=node_name, slot=slot)
+def daemon(node_name: str, slot: int, **fields: Any) -> dict[str, Any]:
+    """The daemon pod of node slot ``slot`` on ``node_name``, the rest as ``builders.daemon`` takes
+    it; ``engine_plan`` makes it Ready and of the cache's generation."""
+    return builders.daemon(f"d-{node_name}", node=node_name, slot=slot, **fields)
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
@@ -175,6 +176,15 @@ READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
 def run(pod: dict[str, Any], node_name: str, ip: str | None = None, ready: bool = False) -> dict[str, Any]:
     """A created pod as the API server would return it once scheduled (and running)."""
     return scheduled(pod, node=node_name, ip=ip, ready=ready)
+
+
+def readiness_failed(pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The group's pods, Ready turned False (NOW+300) after their containers had started (NOW+1): ReadinessFailed."""
+    out = copy.deepcopy(pods)
+    for pod in out:
+        pod["status"]["containerStatuses"] = [container_status("engine", started=1)]
+        pod["status"]["conditions"] = [condition("Ready", False, since=300)]
+    return out
 
 
 def ids() -> Any:
@@ -339,14 +349,7 @@ def test_a_failed_active_group_is_a_failover_named_by_its_members_failure() -> N
     assert [a.pod["metadata"]["labels"]["weightcache.io/role"] for a in plan if isinstance(a, Create)] == ["standby"]
     assert failovers(plan_groups(cache, pods, READY, ids(), {"node-2": None})) == [], "no healthy group to take over"
     # A readiness failure after the group had been Ready: swapped and named.
-    frozen = copy.deepcopy(pods)
-    for member in frozen[:2]:
-        member["status"]["containerStatuses"] = [
-            {"name": "engine", "state": {"running": {"startedAt": "2026-11-29T10:00:01Z"}}}
-        ]
-        member["status"]["conditions"] = [
-            {"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-29T10:05:00Z"}
-        ]
+    frozen = readiness_failed(pods[:2]) + copy.deepcopy(pods[2:])
     plan = plan_groups(cache, frozen, READY, ids())
     assert failovers(plan) == [("tiny-0-gb-0", "tiny-0-ga-0", "ReadinessFailed")]
     # A group that never got Ready swapped for a Ready one is a promotion with no failure (logged,

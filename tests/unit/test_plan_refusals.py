@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import NOW, make
+from builders import NOW, container_status, make, terminated
 from test_reasons import CACHE, cache_daemon, condition
 from weightcache.checkpoints.planner import MemoryLimit, plan_world, verdict
 from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
@@ -36,18 +36,15 @@ def plan_container(ds: dict[str, Any]) -> dict[str, Any]:
 def planned(pod: dict[str, Any], code: int, message: str, *, waiting_again: bool = False) -> dict[str, Any]:
     """``pod`` (a daemon pod) whose ``plan`` init container ended with ``code`` and ``message``; its
     containers not started. ``waiting_again``: refused and in back-off (the exit in lastState)."""
-    ended = {"exitCode": code, "reason": "Error" if code else "Completed", "message": message}
-    status: dict[str, Any] = {"name": "plan", "restartCount": 1 if waiting_again else 0}
-    if waiting_again:
-        status.update(state={"waiting": {"reason": "CrashLoopBackOff"}}, lastState={"terminated": ended})
-    else:
-        status.update(state={"terminated": ended}, lastState={})
-    pod["status"]["initContainerStatuses"] = [
-        {"name": "own-host-dirs", "state": {"terminated": {"exitCode": 0}}},
-        status,
-    ]
+    ended = terminated(code, message)
+    plan = (
+        container_status("plan", restarts=1, waiting="CrashLoopBackOff", last_exit=ended)
+        if waiting_again
+        else container_status("plan", restarts=0, exited=ended)
+    )
+    pod["status"]["initContainerStatuses"] = [container_status("own-host-dirs", exited={"exitCode": 0}), plan]
     if code:
-        pod["status"]["containerStatuses"] = [{"name": "daemon", "state": {"waiting": {"reason": "PodInitializing"}}}]
+        pod["status"]["containerStatuses"] = [container_status("daemon", waiting="PodInitializing")]
     return pod
 
 
@@ -211,8 +208,8 @@ def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
     """The checkpoint was fixed on disk: the retried plan passed and the daemon loads."""
     pod = planned(cache_daemon(node="node-1"), 2, DEEP, waiting_again=True)
     plan = pod["status"]["initContainerStatuses"][1]
-    plan["state"] = {"terminated": {"exitCode": 0, "reason": "Completed", "message": summary()}}
-    pod["status"]["containerStatuses"] = [{"name": "daemon", "state": {"running": {}}}]
+    plan["state"] = {"terminated": terminated(0, summary())}
+    pod["status"]["containerStatuses"] = [container_status("daemon")]
     status = aggregate(CACHE, Observed([pod], [], 1), NOW)
     assert status["phase"] == "Loading" and status["message"] is None, status["message"]
     assert status["plan"]["ranks"] == 2

@@ -8,7 +8,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from builders import NOW, daemon, engine, make, pod
+from builders import NOW, container_status, daemon, engine, make, pod, terminated
 from weightcache_contract.daemon_report import DaemonReport, RankReport
 from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
 from weightcache_operator.render import daemon_spec_hash
@@ -26,14 +26,8 @@ def exited(
 ) -> dict[str, Any]:
     """``pod`` whose ``container`` exited with ``code`` (and ``message``): restarted and running
     again (the exit in lastState), or still terminated."""
-    ended: dict[str, Any] = {"exitCode": code, "reason": "Error" if code else "Completed"}
-    if message is not None:
-        ended["message"] = message
-    status = {"name": container, "restartCount": 1}
-    if running_again:
-        status.update(state={"running": {}}, lastState={"terminated": ended})
-    else:
-        status.update(state={"terminated": ended}, lastState={})
+    ended = terminated(code, message)
+    status = container_status(container, restarts=1, **({"last_exit": ended} if running_again else {"exited": ended}))
     pod["status"]["containerStatuses"] = [status]
     return pod
 

@@ -4,22 +4,21 @@ from __future__ import annotations
 
 import copy
 
-from builders import make
+from builders import make, scheduled
 from weightcache_operator.render import engine_pod
 from weightcache_operator.responsiveness import probe_url
 
 
-def running(pod: dict, ip: str | None = "10.1.2.3") -> dict:
-    pod = copy.deepcopy(pod)
-    pod["status"] = {"podIP": ip} if ip else {}
-    return pod
+def running(pod: dict, ip: str = "10.1.2.3") -> dict:
+    """The rendered ``pod`` as the API returns it once scheduled and running at ``ip``."""
+    return scheduled(pod, node="node-1", ip=ip)
 
 
 def test_the_rendered_default_probe_is_asked_at_the_pod_ip() -> None:
     pod = engine_pod(make(**{"engine.port": 8123}), 0, "active")
     assert probe_url(running(pod)) == "http://10.1.2.3:8123/ready"
     assert probe_url(running(pod, "fd00::7")) == "http://[fd00::7]:8123/ready"
-    assert probe_url(running(pod, None)) is None  # not scheduled or not started yet
+    assert probe_url(pod) is None  # not scheduled or not started yet: no IP
 
 
 def test_the_templates_own_probe_wins_named_ports_resolve_and_non_http_probes_are_not_asked() -> None:

@@ -3,19 +3,20 @@ them in, actions out. The e2e tests run the same decisions against a real contro
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import builders
 import pytest
+from builders import NOW
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.engine_units import units
+from weightcache_operator.render import SPEC_HASH_LABEL
 from weightcache_operator.rollout.generation import serve_hash
 from weightcache_operator.rollout.planner import plan
 from weightcache_operator.rollout.status import rollout_conditions, rollout_status
 from weightcache_operator.rollout.strategy import generation_strategy
 from weightcache_operator.rollout.views import Desired, EngineView, engine_views, unit_view
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 WANT = Desired(engine_hash="new", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
 
 
@@ -27,36 +28,34 @@ def engine(
     generation: str = "g1",
     *,
     ready: bool = True,
+    ready_after_s: float | None = None,
     node: str = "node-1",
     age_s: float = 10,
     deleting: bool = False,
 ) -> dict[str, Any]:
-    meta: dict[str, Any] = {
-        "name": name,
-        "labels": {
-            "weightcache.io/replica": str(replica),
-            "weightcache.io/role": role,
-            "weightcache.io/engine-hash": version,
-            "weightcache.io/daemon-spec-hash": generation,
-        },
-        "annotations": {"weightcache.io/daemon-spec-hash": generation},
-        "creationTimestamp": (NOW - timedelta(seconds=age_s)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    if deleting:
-        meta["deletionTimestamp"] = NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "metadata": meta,
-        "spec": {"nodeName": node},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+    """builders.engine as these scenarios name it: an engine of template ``version`` mapping the
+    daemon generation ``generation`` (labelled with it too, as rendered), created ``age_s`` before
+    NOW, Ready (``ready_after_s`` after its creation when given) unless ``ready`` is False, and
+    being deleted since NOW when ``deleting``."""
+    return builders.engine(
+        name,
+        replica=replica,
+        role=role,
+        engine_hash=version,
+        spec_hash=generation,
+        labels={SPEC_HASH_LABEL: generation},
+        node=node,
+        created=-age_s,
+        deleted=0 if deleting else None,
+        ready=ready,
+        ready_since=None if ready_after_s is None else ready_after_s - age_s,
+    )
 
 
-def daemon(name: str, node: str, generation: str = "g1", *, ready: bool = True) -> dict[str, Any]:
-    return {
-        "metadata": {"name": name, "annotations": {"weightcache.io/daemon-spec-hash": generation}},
-        "spec": {"nodeName": node},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
-    }
+def daemon(name: str, node: str, generation: str = "g1", *, ready: bool = True, **fields: Any) -> dict[str, Any]:
+    """builders.daemon as these scenarios name it: the daemon ``name`` on ``node`` holding
+    ``generation``, Ready unless ``ready`` is False; the rest as ``builders.pod`` takes it."""
+    return builders.daemon(name, node=node, spec_hash=generation, ready=ready, **fields)
 
 
 DAEMONS = [daemon("d1", "node-1"), daemon("d2", "node-2")]
@@ -144,20 +143,20 @@ def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_servin
 def test_changing_the_spec_back_retires_the_broken_pod_and_completes() -> None:
     back = Desired(engine_hash="old", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
     pods = [*old_pair(0), engine("n0", 0, "standby", "new", ready=False, age_s=300), *old_pair(1)]
-    previous = {"phase": "Stalled", "engineTemplateHash": "new", "startedAt": "2026-05-01T11:00:00Z"}
+    previous = {"phase": "Stalled", "engineTemplateHash": "new", "startedAt": "2026-11-29T09:00:00Z"}
     result = plan(back, pods, DAEMONS, "g1", NOW, previous, 2)
     assert result.retire == ["n0"] and result.promote == [] and result.stalled is None
     after = plan(back, [*old_pair(0), *old_pair(1)], DAEMONS, "g1", NOW, rollout_status(result, back, NOW, previous), 2)
     assert after.phase == "Complete"
     status = rollout_status(
-        after, back, NOW, {"phase": "Progressing", "engineTemplateHash": "old", "startedAt": "2026-05-01T11:59:00Z"}
+        after, back, NOW, {"phase": "Progressing", "engineTemplateHash": "old", "startedAt": "2026-11-29T09:59:00Z"}
     )
-    assert status is not None and status["finishedAt"] == "2026-05-01T12:00:00Z"
-    assert status["startedAt"] == "2026-05-01T11:59:00Z" and (status["updated"], status["total"]) == (2, 2)
+    assert status is not None and status["finishedAt"] == "2026-11-29T10:00:00Z"
+    assert status["startedAt"] == "2026-11-29T09:59:00Z" and (status["updated"], status["total"]) == (2, 2)
 
 
 def test_complete_stays_complete_until_something_is_outdated() -> None:
-    done = {"phase": "Complete", "engineTemplateHash": "new", "finishedAt": "2026-05-01T11:00:00Z"}
+    done = {"phase": "Complete", "engineTemplateHash": "new", "finishedAt": "2026-11-29T09:00:00Z"}
     scaling = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False)]
     result = plan(WANT, scaling, DAEMONS, "g1", NOW, done, 2)
     assert result.phase == "Complete" and rollout_status(result, WANT, NOW, done) == done
@@ -407,8 +406,7 @@ def test_status_lists_a_node_once_while_its_daemon_is_replaced() -> None:
     }
     cache, problems = parse(body)
     assert cache is not None and not problems
-    old = daemon("d-old", "node-1", "g0")
-    old["metadata"]["deletionTimestamp"] = "2026-05-01T12:00:00Z"
+    old = daemon("d-old", "node-1", "g0", deleted=0)
     new = daemon("d-new", "node-1", "g1", ready=False)
     status = aggregate(cache, Observed([old, new], [], 1), NOW)
     assert [(n["node"], n["daemonPod"]) for n in status["nodes"]] == [("node-1", "d-new")]

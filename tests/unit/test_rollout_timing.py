@@ -12,37 +12,29 @@ from weightcache_operator.rollout_timing import replica_timings
 from weightcache_operator.spec import RolloutStatus
 
 
-def ready_since(pod: dict[str, Any], age_s: float, ready_s: float) -> dict[str, Any]:
-    """``pod`` (created ``age_s`` before NOW) Ready ``ready_s`` after its creation."""
-    when = (NOW - timedelta(seconds=age_s - ready_s)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    pod["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": when}]
-    pod["metadata"]["uid"] = "uid-" + pod["metadata"]["name"]
-    return pod
-
-
 def rolling(**entries: Any) -> dict[str, Any]:
     return {"engineTemplateHash": WANT.engine_hash, "daemonSpecHash": WANT.daemon_hash, **entries}
 
 
 def test_a_promotion_records_the_new_engine_s_start_and_the_operator_s_reaction() -> None:
-    surge = ready_since(engine("n0", 0, "standby", age_s=20), age_s=20, ready_s=15)
+    surge = engine("n0", 0, "standby", age_s=20, ready_after_s=15)
     old = [engine("a0", 0, "active", "old"), engine("s0", 0, "standby", "old")]
     steps = Plan(serve_hash="g1", promote=["n0"], retire=["a0", "s0"])
     [entry] = replica_timings(rolling(), steps, WANT, [surge, *old], NOW)
     assert entry == {
         "replica": 0,
         "engine": "n0",
-        "promotedAt": "2026-05-01T12:00:00.000Z",
+        "promotedAt": "2026-11-29T10:00:00.000Z",
         "startSeconds": 15,
         "promotionSeconds": 5,
-        "retiredAt": "2026-05-01T12:00:00.000Z",
+        "retiredAt": "2026-11-29T10:00:00.000Z",
     }, "no drainSeconds while the old engines are still there"
     RolloutStatus.model_validate({"phase": "Progressing", "replicas": [entry]})
 
 
 def test_the_drain_ends_when_the_replica_s_last_old_engine_is_gone_terminating_ones_included() -> None:
     new = engine("n0", 0, "active")
-    before = rolling(replicas=[{"replica": 0, "engine": "n0", "retiredAt": "2026-05-01T11:59:50.250Z"}])
+    before = rolling(replicas=[{"replica": 0, "engine": "n0", "retiredAt": "2026-11-29T09:59:50.250Z"}])
     draining = [new, engine("a0", 0, "active", "old", deleting=True)]
     assert "drainSeconds" not in replica_timings(before, Plan(serve_hash="g1"), WANT, draining, NOW)[0]
     [done] = replica_timings(before, Plan(serve_hash="g1"), WANT, [new], NOW)
@@ -52,10 +44,10 @@ def test_the_drain_ends_when_the_replica_s_last_old_engine_is_gone_terminating_o
 
 
 def test_a_new_rollout_starts_a_new_list_and_replicas_are_listed_in_order() -> None:
-    entry = {"replica": 1, "engine": "x", "retiredAt": "2026-05-01T11:00:00.000Z", "drainSeconds": 3.0}
+    entry = {"replica": 1, "engine": "x", "retiredAt": "2026-11-29T09:00:00.000Z", "drainSeconds": 3.0}
     other_target = {"engineTemplateHash": "older", "daemonSpecHash": WANT.daemon_hash, "replicas": [entry]}
     assert replica_timings(other_target, Plan(serve_hash="g1"), WANT, [], NOW) == []
-    surge = ready_since(engine("n0", 0, "standby", age_s=8), age_s=8, ready_s=6)
+    surge = engine("n0", 0, "standby", age_s=8, ready_after_s=6)
     steps = Plan(serve_hash="g1", promote=["n0"])
     listed = replica_timings(rolling(replicas=[entry]), steps, WANT, [surge], NOW)
     assert [(e["replica"], e["engine"]) for e in listed] == [(0, "n0"), (1, "x")]
@@ -65,6 +57,6 @@ def test_a_new_rollout_starts_a_new_list_and_replicas_are_listed_in_order() -> N
 def test_a_generation_change_counts_engines_of_the_old_generation_as_old() -> None:
     new = engine("n0", 0, "active", generation="g1")
     old_gen = engine("a0", 0, "active", generation="g0")
-    before = rolling(replicas=[{"replica": 0, "engine": "n0", "retiredAt": "2026-05-01T11:59:59.000Z"}])
+    before = rolling(replicas=[{"replica": 0, "engine": "n0", "retiredAt": "2026-11-29T09:59:59.000Z"}])
     assert "drainSeconds" not in replica_timings(before, Plan(serve_hash="g1"), WANT, [new, old_gen], NOW)[0]
     assert replica_timings(before, Plan(serve_hash="g1"), WANT, [new], NOW)[0]["drainSeconds"] == 1.0
