@@ -18,9 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Literal, cast
 
 from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
@@ -71,6 +71,7 @@ class Reconciler:
         daemon_status: DaemonStatusReader | None = None,
         metrics: OperatorMetrics | None = None,
         nodes: NodeIndex | None = None,
+        requests: Executor | None | Literal["pool"] = "pool",
     ) -> None:
         self.api = api
         self.nodes = nodes or NodeIndex()
@@ -83,8 +84,13 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics or OperatorMetrics()
         api.timed = self.metrics.api_request
-        self._requests = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
-        """Where a pass's independent requests run at once (together.py); shared by all passes."""
+        self._requests = (
+            ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
+            if requests == "pool"
+            else requests
+        )
+        """Where a pass's independent requests run at once (together.py); shared by all passes. None
+        (``requests``): one after another on the pass's thread, in the order the pass hands them over."""
         self._switch_settles: dict[tuple[str, str], datetime] = {}
         """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
         forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
