@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .actions import Action, ApplyService, Delete, DeleteDaemonSet, ReplaceDaemon, SetRole, in_order
+from .actions import Action, ApplyService, Delete, DeleteDaemonSet, RecountBudget, ReplaceDaemon, SetRole, in_order
 from .engine_units import units
 from .failover import cordoned_nodes
 from .objects import Object, PodView, spec_hash, stamp
@@ -42,13 +42,20 @@ from .spec import WeightCache
 @dataclass
 class EnginePlan:
     actions: list[Action]
-    """In the order they are carried out (actions.ORDER)."""
+    """The engines', the Service's and the old DaemonSets' actions, in ``actions.ORDER``."""
     rollout: Plan
     """The rollout's report: mode, phase, step, replicas updated, why it stalled."""
     stranded: list[str] = field(default_factory=list)
     """Replicas whose active failed with no Ready standby to take over (the Degraded condition)."""
     desired_nodes: int = 0
     """Nodes the daemon DaemonSets of the wanted spec should run on."""
+
+    @property
+    def writes(self) -> list[Action]:
+        """What the pass carries out: ``actions``, then the budget recount over the engines as
+        they left them (``RecountBudget``; always after a demotion)."""
+        demoted = any(isinstance(a, SetRole) and a.role == "standby" for a in self.actions)
+        return [*self.actions, RecountBudget(demoted)]
 
 
 def desired(cache: WeightCache) -> Desired:
@@ -151,7 +158,7 @@ def plan_engines(
     actions += [Delete(name, "rolled out") for name in retire if not _deleting(engines, name)]
     if steps.replace_daemon:
         actions.append(ReplaceDaemon(steps.replace_daemon))
-    actions += [DeleteDaemonSet(name) for name in steps.retire_daemonsets]
+    actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in steps.retire_daemonsets]
 
     after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
     scaled, stranded = plan_scaling(
