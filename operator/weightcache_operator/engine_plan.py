@@ -12,9 +12,9 @@ in two steps over one vocabulary:
   standby over a failed active, and create the rollout's surge units.
 
 The rollout names units by their head pod; its relabels and deletions apply to every pod of a
-unit. Scaling plans over the engines as those leave them, minus the rollout's surge units
-(``Plan.held``), which it must neither count nor trim. Units created in this pass are not seen
-by it: they count from the next pass on.
+unit. Scaling plans over the engine units as those leave them; the rollout's surge units
+(``Plan.held``) are ``Unit.held``, which it must neither count nor trim. Units created in this
+pass are not seen by it: they count from the next pass on.
 """
 
 from __future__ import annotations
@@ -163,12 +163,11 @@ def plan_engines(
     after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
     scaled, stranded = plan_scaling(
         cache,
-        after,
+        units(after, size, held=set(pods_of(steps.held))),
         ready,
         new_group,
         snapshot.unready_nodes(),
         unresponsive,
-        held=set(pods_of(steps.held)),
         surge=steps.create,
         cordoned=cordoned_nodes(snapshot.nodes),
     )
