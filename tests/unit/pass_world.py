@@ -16,6 +16,7 @@ from typing import Any
 
 from builders import BASE, after, cache_of, condition, daemon, node
 from recording_kube import RecordingKube
+from weightcache_contract.daemon_report import HOST_DEVICE, DeviceMemory, RankReport
 from weightcache_operator.daemon_status import DaemonReport, DaemonStatusReader
 from weightcache_operator.objects import Object, PodView
 from weightcache_operator.reconcile import Reconciler
@@ -26,10 +27,15 @@ CLOCK = after(600)
 
 
 class World:
-    def __init__(self, body: Mapping[str, Any] = BASE, nodes: tuple[str, ...] = ("node-1", "node-2")) -> None:
+    def __init__(
+        self, body: Mapping[str, Any] = BASE, nodes: tuple[str, ...] = ("node-1", "node-2"), *, roomy: bool = False
+    ) -> None:
+        """``roomy``: the daemons have an address and report room for a second copy of their
+        ranks (a generation change may go blue/green); else they have none and report nothing."""
         self.api = RecordingKube()
         self.api.put("WeightCache", body)
-        quiet = DaemonStatusReader(fetch=_no_report)
+        self.roomy = roomy
+        quiet = DaemonStatusReader(fetch=_roomy if roomy else _no_report)
         self.now = CLOCK
         self._daemons: dict[str, int] = {}
         self.reconciler = Reconciler(self.api, clock=lambda: self.now, daemon_status=quiet, requests=None)
@@ -70,8 +76,13 @@ class World:
 
     def daemons_run(self) -> None:
         """The DaemonSet controller: each of the cache's DaemonSets counts every node and runs a
-        Ready daemon pod of its spec on each (an OnDelete DaemonSet keeps a pod that exists)."""
+        Ready daemon pod of its spec on each (an OnDelete DaemonSet keeps a pod that exists); and
+        the garbage collector: the pods of a deleted DaemonSet go."""
         cache = cache_of(self.body)
+        for name in self.api.names("Pod"):
+            owners = self.api.stored("Pod", name)["metadata"].get("ownerReferences") or []
+            if any(o["kind"] == "DaemonSet" and o["name"] not in self.api.names("DaemonSet") for o in owners):
+                self.api.remove("Pod", name)
         for ds in [self.api.stored("DaemonSet", n) for n in self.api.names("DaemonSet")]:
             nodes = sorted(n["metadata"]["name"] for n in self.reconciler.nodes.nodes())
             ds["status"] = {"desiredNumberScheduled": len(nodes), "numberMisscheduled": 0}
@@ -86,11 +97,18 @@ class World:
                     node=name,
                     spec_hash=PodView(ds).spec_hash or daemon_spec_hash(cache),
                     uid=f"uid-{pod_name}-{self._started(pod_name)}",
-                    owner=ds["metadata"]["uid"],
                     ready=True,
                     phase="Running",
+                    ip=f"10.0.2.{name[-1]}" if self.roomy else None,
                 )
                 pod["metadata"]["labels"].update({CACHE_LABEL: "tiny", COMPONENT_LABEL: "daemon"})
+                owner = {
+                    "kind": "DaemonSet",
+                    "name": ds["metadata"]["name"],
+                    "uid": ds["metadata"]["uid"],
+                    "controller": True,
+                }
+                pod["metadata"]["ownerReferences"] = [owner]
                 self.api.put("Pod", pod)
 
     def _started(self, daemon_pod: str) -> int:
@@ -167,6 +185,16 @@ def serving(world: World) -> World:
     world.run()
     world.api.forget_writes()
     return world
+
+
+def _roomy(url: str, timeout_s: float) -> DaemonReport:
+    """Both ranks of BASE's model loaded in host memory, with a terabyte free next to them."""
+    return DaemonReport(
+        cache="tiny",
+        ready=True,
+        ranks=[RankReport(rank=r, ready=True, bytes=1 << 20) for r in (0, 1)],
+        memory=[DeviceMemory(device=HOST_DEVICE, free_bytes=1 << 40)],
+    )
 
 
 def _no_report(url: str, timeout_s: float) -> DaemonReport:
