@@ -1,21 +1,18 @@
-"""The daemons' DaemonSets of a cache, applied: one (or one per node slot with
-``parallelism.nodes > 1``), the GPU holder's that books their GPUs, the DRA claim template their
-pods claim GPUs from; and, on a change of the daemon spec, the decision between blue/green and
-node by node (taken once, recorded on the DaemonSets)."""
+"""The daemons' DaemonSets of a cache, planned as actions (actions.py; executor.py applies them):
+one (or one per node slot with ``parallelism.nodes > 1``), the GPU holder's that books their GPUs,
+the DRA claim template their pods claim GPUs from; and, on a change of the daemon spec, the
+decision between blue/green and node by node (taken once, recorded on the DaemonSets)."""
 
 from __future__ import annotations
 
 import logging
-from concurrent.futures import Executor
-from functools import partial
 
-from .applying import apply_if_different
+from .actions import Action, ApplyClaimTemplate, ApplyDaemonSet, DeleteDaemonSet, in_order
 from .daemon_status import DaemonStatusReader
 from .engine_plan import old_side, set_name
-from .kubeapi import KubeApi
 from .objects import Object, View, spec_hash
 from .render.daemon import blue_green_name, daemon_daemonsets
-from .render.dra import claim_template, claim_template_name, uses_dra
+from .render.dra import claim_template, uses_dra
 from .render.gpu_holder import HOLDER_COMPONENT, blue_green_blocker, gpu_holder_daemonset, holder_name, reads_grant
 from .render.layout import (
     COMPONENT_LABEL,
@@ -29,32 +26,25 @@ from .render.topology import assign_slots, selected
 from .rollout.strategy import Strategy, generation_strategy
 from .snapshot import Snapshot
 from .spec import WeightCache
-from .together import all_at_once
 
 log = logging.getLogger("weightcache_operator.daemonsets")
 
 
-def apply_daemons(
-    api: KubeApi,
-    cache: WeightCache,
-    snapshot: Snapshot,
-    daemon_status: DaemonStatusReader,
-    pool: Executor | None = None,
-) -> None:
-    """Applies (where they differ) the daemon DaemonSets and deletes this cache's DaemonSets that are no
-    longer wanted; with ``gpuAccess: dra`` first the ResourceClaimTemplate their pods claim GPUs
-    from, on other GPU backends first the GPU holder DaemonSet that books their GPUs (deleted
-    once no daemon DaemonSet reads its grant). The snapshot follows. ``pool``: where the daemon
-    DaemonSets' applies go out at once (together.py)."""
+def plan_daemons(cache: WeightCache, snapshot: Snapshot, daemon_status: DaemonStatusReader) -> list[Action]:
+    """The DaemonSet actions of a spec change or resync, in ``actions.ORDER``: with ``gpuAccess:
+    dra`` first the ResourceClaimTemplate the daemons' pods claim GPUs from, on other GPU backends
+    first the GPU holder DaemonSet that books their GPUs (deleted once no daemon DaemonSet reads
+    its grant); the daemon DaemonSets (applied where they differ); deleting this cache's
+    DaemonSets that are no longer wanted. Reads the daemons' reports only to decide a generation
+    change's strategy (``_daemonset_for_spec``)."""
     ref = CacheRef.of(cache)
-    base = f"/apis/apps/v1/namespaces/{ref.namespace}/daemonsets"
+    actions: list[Action] = []
     slots: list[list[str]] = []
     if cache.spec.parallelism.nodes > 1:
         nodes = [View(n).name for n in snapshot.nodes if selected(cache.spec.placement, n)]
         slots = assign_slots(nodes, cache.spec.parallelism.nodes).slots
     if uses_dra(cache):
-        templates = f"/apis/resource.k8s.io/v1/namespaces/{ref.namespace}/resourceclaimtemplates"
-        api.apply(f"{templates}/{claim_template_name(ref)}", claim_template(cache))
+        actions.append(ApplyClaimTemplate(claim_template(cache)))
     listed = list(snapshot.daemonsets)
     live = {View(ds).name: ds for ds in listed}
     existing = snapshot.daemon_daemonsets
@@ -64,21 +54,8 @@ def apply_daemons(
     wanted = daemon_daemonsets(cache, slots, name, annotations)
     holder = gpu_holder_daemonset(cache, slots)
     if holder is not None:
-        # Before the daemons: they wait for its grant.
-        holder_at = holder["metadata"]["name"]
-        snapshot.daemonset_applied(apply_if_different(api, f"{base}/{holder_at}", holder, live.get(holder_at)))
-    # The daemons' DaemonSets (one per slot with ``nodes > 1``) are independent: applied at once.
-    applied = all_at_once(
-        pool,
-        **{
-            ds["metadata"]["name"]: partial(
-                apply_if_different, api, f"{base}/{ds['metadata']['name']}", ds, live.get(ds["metadata"]["name"])
-            )
-            for ds in wanted
-        },
-    )
-    for ds in wanted:
-        snapshot.daemonset_applied(applied[ds["metadata"]["name"]])
+        actions.append(ApplyDaemonSet(holder, live.get(holder["metadata"]["name"]), holder=True))
+    actions += [ApplyDaemonSet(ds, live.get(ds["metadata"]["name"])) for ds in wanted]
     names = {ds["metadata"]["name"] for ds in wanted}
     kept = list(wanted)
     for ds in existing:
@@ -87,15 +64,12 @@ def apply_daemons(
         if ds in mine and old_side(ds, name, daemon_spec_hash(cache)):
             kept.append(ds)
             continue  # a blue/green change's old side: the rollout deletes it once drained
-        api.delete(f"{base}/{View(ds).name}", propagation="Background")
-        snapshot.daemonset_deleted(View(ds).name)
-        log.info("deleted daemonset", extra={"daemonset": View(ds).name, "reason": "layout changed"})
+        actions.append(DeleteDaemonSet(View(ds).name, "layout changed"))
     holder_live = any(View(ds).labels.get(COMPONENT_LABEL) == HOLDER_COMPONENT for ds in listed)
     if holder is None and holder_live and not any(reads_grant(ds) for ds in kept):
         # No GPUs booked through a holder any more (cpu-shm, dra), and no daemon left on them.
-        api.delete(f"{base}/{holder_name(ref)}", propagation="Background")
-        snapshot.daemonset_deleted(holder_name(ref))
-        log.info("deleted daemonset", extra={"daemonset": holder_name(ref), "reason": "no GPU holder needed"})
+        actions.append(DeleteDaemonSet(holder_name(ref), "no GPU holder needed"))
+    return in_order(actions)
 
 
 def _daemonset_for_spec(

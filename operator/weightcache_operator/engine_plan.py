@@ -12,9 +12,9 @@ in two steps over one vocabulary:
   standby over a failed active, and create the rollout's surge units.
 
 The rollout names units by their head pod; its relabels and deletions apply to every pod of a
-unit. Scaling plans over the engines as those leave them, minus the rollout's surge units
-(``Plan.held``), which it must neither count nor trim. Units created in this pass are not seen
-by it: they count from the next pass on.
+unit. Scaling plans over the engine units as those leave them; the rollout's surge units
+(``Plan.held``) are ``Unit.held``, which it must neither count nor trim. Units created in this
+pass are not seen by it: they count from the next pass on.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .actions import Action, ApplyService, Delete, DeleteDaemonSet, ReplaceDaemon, SetRole, in_order
+from .actions import Action, ApplyService, Delete, DeleteDaemonSet, RecountBudget, ReplaceDaemon, SetRole, in_order
 from .engine_units import units
 from .failures import cordoned_nodes
 from .objects import Object, PodView, spec_hash, stamp
@@ -42,13 +42,20 @@ from .spec import WeightCache
 @dataclass
 class EnginePlan:
     actions: list[Action]
-    """In the order they are carried out (actions.ORDER)."""
+    """The engines', the Service's and the old DaemonSets' actions, in ``actions.ORDER``."""
     rollout: Plan
     """The rollout's report: mode, phase, step, replicas updated, why it stalled."""
     stranded: list[str] = field(default_factory=list)
     """Replicas whose active failed with no Ready standby to take over (the Degraded condition)."""
     desired_nodes: int = 0
     """Nodes the daemon DaemonSets of the wanted spec should run on."""
+
+    @property
+    def writes(self) -> list[Action]:
+        """What the pass carries out: ``actions``, then the budget recount over the engines as
+        they left them (``RecountBudget``; always after a demotion)."""
+        demoted = any(isinstance(a, SetRole) and a.role == "standby" for a in self.actions)
+        return [*self.actions, RecountBudget(demoted)]
 
 
 def desired(cache: WeightCache) -> Desired:
@@ -151,17 +158,16 @@ def plan_engines(
     actions += [Delete(name, "rolled out") for name in retire if not _deleting(engines, name)]
     if steps.replace_daemon:
         actions.append(ReplaceDaemon(steps.replace_daemon))
-    actions += [DeleteDaemonSet(name) for name in steps.retire_daemonsets]
+    actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in steps.retire_daemonsets]
 
     after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
     scaled, stranded = plan_scaling(
         cache,
-        after,
+        units(after, size, held=set(pods_of(steps.held))),
         ready,
         new_group,
         snapshot.unready_nodes(),
         unresponsive,
-        held=set(pods_of(steps.held)),
         surge=steps.create,
         cordoned=cordoned_nodes(snapshot.nodes),
     )

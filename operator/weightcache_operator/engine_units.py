@@ -7,6 +7,7 @@ when every node rank has its pod and all of them are Ready. Pure: pods in, facts
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from .objects import Object, pod_ready
@@ -21,6 +22,9 @@ class Unit:
     replica: str
     members: dict[int, Object] = field(default_factory=dict)
     size: int = 1
+    held: bool = False
+    """A rollout's surge unit (``units``' ``held``): scaling neither counts nor trims it, and
+    still creates its missing ranks."""
 
     @property
     def leader(self) -> Object | None:
@@ -71,10 +75,10 @@ class Unit:
         return None if self.leader is not None else "the group's leader is gone"
 
 
-def units(pods: list[Object], nodes: int) -> list[Unit]:
+def units(pods: list[Object], nodes: int, held: Collection[str] = frozenset()) -> list[Unit]:
     """Groups engine pods into units, in a stable order. With ``nodes = 1`` every pod is its own
     unit; otherwise pods are grouped by their group label (a pod without one is its own, broken
-    unit, so the caller can remove it)."""
+    unit, so the caller can remove it). A unit with a pod named in ``held`` is ``held``."""
     found: dict[str, Unit] = {}
     for pod in pods:
         labels = pod["metadata"].get("labels") or {}
@@ -91,4 +95,6 @@ def units(pods: list[Object], nodes: int) -> list[Unit]:
             unit.members[-1] = pod
             continue
         unit.members[int(rank)] = pod
+    for unit in found.values():
+        unit.held = any(p["metadata"]["name"] in held for p in unit.pods)
     return sorted(found.values(), key=lambda u: u.key)

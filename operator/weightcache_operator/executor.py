@@ -1,19 +1,37 @@
-"""Carries out a pass's engine actions (actions.py) against the API server, in the order they
-come (``engine_plan`` puts them in ``actions.ORDER``), and writes the API's answers into the
-pass's snapshot. No decisions here beyond what each action says."""
+"""Carries out a pass's actions (actions.py) against the API server, in the order they come (the
+planners put them in ``actions.ORDER``), and writes the API's answers into the pass's snapshot.
+One ``match`` over one list; no decisions here beyond what each action says.
+
+Consecutive actions of one kind that are independent requests go out at once (together.py):
+the daemons' DaemonSets, the gates, the creations of engine pods."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from .actions import Action, ApplyService, Create, Delete, DeleteDaemonSet, Failover, ReplaceDaemon, SetRole
+from .actions import (
+    Action,
+    ApplyClaimTemplate,
+    ApplyDaemonSet,
+    ApplyService,
+    Create,
+    Delete,
+    DeleteDaemonSet,
+    Failover,
+    RecountBudget,
+    ReplaceDaemon,
+    SetGate,
+    SetRole,
+)
 from .applying import apply_if_different
-from .kubeapi import ApiError, KubeApi
-from .objects import PodView
+from .gates import DAEMON_UID_ANNOTATION
+from .kubeapi import STRATEGIC_MERGE, ApiError, KubeApi
+from .objects import Object, PodView
 from .render.budget import engine_budget
 from .render.gpu_holder import stale_holder, uses_gpu_holder
 from .render.layout import ROLE_LABEL, SERVING_ANNOTATION
@@ -38,76 +56,144 @@ def execute(
     """Carries out ``actions``; returns the ``status.lastFailover`` entry of the last failover
     among them, if any. ``noticed``: when the pass started, after reading the cluster (what
     detection is measured to and promotion from). Independent requests of one action, and
-    consecutive creations, go out at once on ``pool`` (together.py)."""
-    pods = f"/api/v1/namespaces/{snapshot.namespace}/pods"
+    consecutive actions sent at once (``_batches``), go out together on ``pool``."""
+    namespace = snapshot.namespace
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    daemonsets = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
     failover = None
-    demoted = False
-    creations: list[Create] = []
-    for i, action in enumerate(actions):
-        if isinstance(action, SetRole):
-            changed = api.patch(f"{pods}/{action.name}", {"metadata": {"labels": {ROLE_LABEL: action.role}}})
-            snapshot.pod_changed(changed)
-            demoted = demoted or action.role == "standby"
-            log.info("relabelled engine", extra={"pod": action.name, "role": action.role})
-        elif isinstance(action, Failover):
-            failover = reporter.failover(snapshot.body, action.promotion, noticed) or failover
-        elif isinstance(action, ApplyService):
-            service = engine_service(cache, action.serve)
-            # The budget follows the Service: it protects exactly what the Service sends traffic
-            # to. Independent objects: applied at once.
-            budget = engine_budget(cache, action.serve)
-            applied = all_at_once(
-                pool,
-                service=partial(
-                    apply_if_different,
-                    api,
-                    f"/api/v1/namespaces/{snapshot.namespace}/services/{service['metadata']['name']}",
-                    service,
-                    snapshot.service,
-                ),
-                budget=partial(
-                    apply_if_different,
-                    api,
-                    f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
-                    budget,
-                    snapshot.budget,
-                ),
-            )
-            snapshot.service, snapshot.budget = applied["service"], applied["budget"]
-        elif isinstance(action, Delete):
-            api.delete(f"{pods}/{action.name}")
-            snapshot.pod_deleted(action.name, reporter.clock())
-            log.info("deleted engine", extra={"pod": action.name, "reason": action.why})
-        elif isinstance(action, Create):
-            creations.append(action)
-            if i + 1 < len(actions) and isinstance(actions[i + 1], Create):
-                continue  # the next one goes out with it
-            # Consecutive creations are new engine pods of their own (a group's followers come in
-            # a later pass, once its leader has an address): sent at once.
-            created = all_at_once(pool, **{str(k): partial(api.create, pods, c.pod) for k, c in enumerate(creations)})
-            for k, wanted in enumerate(creations):
-                snapshot.pod_changed(created[str(k)])
-                log.info(
-                    "created engine", extra={"pod": PodView(created[str(k)]).name, "role": PodView(wanted.pod).role}
+    for batch in _batches(actions):
+        match batch[0]:
+            case ApplyClaimTemplate(template):
+                templates = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
+                api.apply(f"{templates}/{template['metadata']['name']}", template)
+            case ApplyDaemonSet():
+                sets = [a for a in batch if isinstance(a, ApplyDaemonSet)]
+                applied = all_at_once(
+                    pool,
+                    **{
+                        str(k): partial(
+                            apply_if_different,
+                            api,
+                            f"{daemonsets}/{a.daemonset['metadata']['name']}",
+                            a.daemonset,
+                            a.live,
+                        )
+                        for k, a in enumerate(sets)
+                    },
                 )
-            creations = []
-        elif isinstance(action, ReplaceDaemon):
-            _replace_stale_holder(api, cache, snapshot, action.pod, reporter.clock())
-            api.delete(f"{pods}/{action.pod}")
-            snapshot.pod_deleted(action.pod, reporter.clock())
-            log.info("replacing daemon", extra={"pod": action.pod, "reason": "generation change"})
-        elif isinstance(action, DeleteDaemonSet):
-            # Background: the garbage collector deletes its pods (keepers and arenas with them).
-            api.delete(
-                f"/apis/apps/v1/namespaces/{snapshot.namespace}/daemonsets/{action.name}", propagation="Background"
-            )
-            snapshot.daemonset_deleted(action.name)
-            log.info(
-                "deleted daemonset", extra={"daemonset": action.name, "reason": "blue/green: old generation drained"}
-            )
-    if demoted or _budget_overcounts(snapshot):
-        _recount_budget(api, snapshot, reporter.clock())
+                for k in range(len(sets)):
+                    snapshot.daemonset_applied(applied[str(k)])
+            case SetGate():
+                gates = [a for a in batch if isinstance(a, SetGate)]
+                patches: dict[str, Callable[[], list[Object]]] = {
+                    a.pod: partial(_set_gate, api, f"{pods}/{a.pod}", a) for a in gates
+                }
+                for patched in all_at_once(pool, **patches).values():
+                    for pod_now in patched:
+                        snapshot.pod_changed(pod_now)
+            case SetRole(name, role):
+                changed = api.patch(f"{pods}/{name}", {"metadata": {"labels": {ROLE_LABEL: role}}})
+                snapshot.pod_changed(changed)
+                log.info("relabelled engine", extra={"pod": name, "role": role})
+            case Failover(promotion):
+                failover = reporter.failover(snapshot.body, promotion, noticed) or failover
+            case ApplyService(serve):
+                _apply_service(api, cache, snapshot, serve, pool)
+            case Delete(name, why):
+                api.delete(f"{pods}/{name}")
+                snapshot.pod_deleted(name, reporter.clock())
+                log.info("deleted engine", extra={"pod": name, "reason": why})
+            case Create():
+                # Consecutive creations are new engine pods of their own (a group's followers
+                # come in a later pass, once its leader has an address): sent at once.
+                creations = [a for a in batch if isinstance(a, Create)]
+                created = all_at_once(
+                    pool, **{str(k): partial(api.create, pods, c.pod) for k, c in enumerate(creations)}
+                )
+                for k, wanted in enumerate(creations):
+                    snapshot.pod_changed(created[str(k)])
+                    log.info(
+                        "created engine",
+                        extra={"pod": PodView(created[str(k)]).name, "role": PodView(wanted.pod).role},
+                    )
+            case ReplaceDaemon(pod):
+                _replace_stale_holder(api, cache, snapshot, pod, reporter.clock())
+                api.delete(f"{pods}/{pod}")
+                snapshot.pod_deleted(pod, reporter.clock())
+                log.info("replacing daemon", extra={"pod": pod, "reason": "generation change"})
+            case DeleteDaemonSet(name, why):
+                # Background: the garbage collector deletes its pods (keepers and arenas with them).
+                api.delete(f"{daemonsets}/{name}", propagation="Background")
+                snapshot.daemonset_deleted(name)
+                log.info("deleted daemonset", extra={"daemonset": name, "reason": why})
+            case RecountBudget(demoted):
+                if demoted or _budget_overcounts(snapshot):
+                    _recount_budget(api, snapshot, reporter.clock())
     return failover
+
+
+def _batches(actions: list[Action]) -> Iterator[list[Action]]:
+    """``actions`` in order, consecutive ones that go out at once together: the daemons'
+    DaemonSets (not the GPU holder's, which they wait for), the gates, the creations."""
+    batch: list[Action] = []
+    for action in actions:
+        if batch and not (_together(action) and type(action) is type(batch[0])):
+            yield batch
+            batch = []
+        batch.append(action)
+    if batch:
+        yield batch
+
+
+def _together(action: Action) -> bool:
+    return isinstance(action, SetGate | Create) or (isinstance(action, ApplyDaemonSet) and not action.holder)
+
+
+def _apply_service(api: KubeApi, cache: WeightCache, snapshot: Snapshot, serve: str, pool: Executor | None) -> None:
+    service = engine_service(cache, serve)
+    # The budget follows the Service: it protects exactly what the Service sends traffic to.
+    # Independent objects: applied at once.
+    budget = engine_budget(cache, serve)
+    namespace = snapshot.namespace
+    applied = all_at_once(
+        pool,
+        service=partial(
+            apply_if_different,
+            api,
+            f"/api/v1/namespaces/{namespace}/services/{service['metadata']['name']}",
+            service,
+            snapshot.service,
+        ),
+        budget=partial(
+            apply_if_different,
+            api,
+            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget['metadata']['name']}",
+            budget,
+            snapshot.budget,
+        ),
+    )
+    snapshot.service, snapshot.budget = applied["service"], applied["budget"]
+
+
+def _set_gate(api: KubeApi, path: str, action: SetGate) -> list[Object]:
+    """One engine pod's patches, in order: the daemon it relies on, then its gate. Returns the
+    pod as each patch left it; none once the pod is gone."""
+    patched: list[Object] = []
+    try:
+        if action.daemon_uid:
+            # Before the gate: a gate is never True without the daemon pod it relies on named.
+            patched.append(api.patch(path, {"metadata": {"annotations": {DAEMON_UID_ANNOTATION: action.daemon_uid}}}))
+        if action.gate is not None:
+            gate = action.gate
+            patched.append(api.patch(f"{path}/status", {"status": {"conditions": [gate]}}, STRATEGIC_MERGE))
+            log.info(
+                "readiness gate",
+                extra={"pod": action.pod, "node": action.node, "status": gate["status"], "reason": gate["reason"]},
+            )
+    except ApiError as error:
+        if error.status != 404:
+            raise
+    return patched
 
 
 def _budget_overcounts(snapshot: Snapshot) -> bool:

@@ -1,6 +1,6 @@
 """The readiness gate ``weightcache.io/daemon-ready`` of an engine pod: what it should say.
 
-Pure: pods and the clock in, a decision out; gate_sync.py only patches what differs.
+Pure: pods and the clock in, a decision out; gate_sync.py plans a patch of what differs.
 
 Granting the gate needs a Ready daemon pod on the engine's node holding the engine's generation
 (and, with ``gpuAccess: dra``, sharing the engine's ResourceClaim): an engine that has still to

@@ -3,10 +3,11 @@ planners say should exist, and close the gap. Every pass starts from the cluster
 from the API server or the operator's watches (pod_index.py says when the pod watch will do), so
 a pass can be repeated, interrupted or run by another replica without harm.
 
-A pass: observe (snapshot.py) → apply the daemons' DaemonSets on spec changes and resyncs
-(daemonsets.py) → readiness gates (gate_sync.py) → plan the engines (engine_plan.py) → execute
-(executor.py) → gates again → status and Events (status.py, report.py; the Events are sent off
-the pass, events.py).
+A pass: observe (snapshot.py) → the daemons' DaemonSets on spec changes and resyncs
+(daemonsets.py) → readiness gates (gate_sync.py) → the engines, the Service and the budget
+(engine_plan.py) → gates again → status and Events (status.py, report.py; the Events are sent off
+the pass, events.py). Each step plans actions (actions.py, in ``actions.ORDER``) on what the
+steps before it wrote, and the executor (executor.py) carries them out.
 
 The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
 of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
@@ -18,20 +19,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Hashable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
-from typing import cast
+from typing import Any, Literal, cast
 
+from .actions import Action
 from .alarms import Alarms
 from .daemon_status import DaemonStatusReader
-from .daemonsets import apply_daemons
+from .daemonsets import plan_daemons
 from .engine_nodes import EngineNodes
 from .engine_plan import desired, plan_engines
 from .engine_start import StartWatch
 from .events import EventSink
 from .executor import execute
 from .finalizer import StillTerminating, finalize
-from .gate_sync import sync_gates
+from .gate_sync import plan_gates
 from .handover import HandOver
 from .kubeapi import ApiError, KubeApi
 from .metrics import OperatorMetrics
@@ -71,6 +73,7 @@ class Reconciler:
         daemon_status: DaemonStatusReader | None = None,
         metrics: OperatorMetrics | None = None,
         nodes: NodeIndex | None = None,
+        requests: Executor | None | Literal["pool"] = "pool",
     ) -> None:
         self.api = api
         self.nodes = nodes or NodeIndex()
@@ -83,8 +86,13 @@ class Reconciler:
         self.clock = clock
         self.metrics = metrics or OperatorMetrics()
         api.timed = self.metrics.api_request
-        self._requests = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
-        """Where a pass's independent requests run at once (together.py); shared by all passes."""
+        self._requests = (
+            ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
+            if requests == "pool"
+            else requests
+        )
+        """Where a pass's independent requests run at once (together.py); shared by all passes. None
+        (``requests``): one after another on the pass's thread, in the order the pass hands them over."""
         self._switch_settles: dict[tuple[str, str], datetime] = {}
         """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
         forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
@@ -297,14 +305,14 @@ class Reconciler:
             return self._report(snapshot, status, lap)
 
         if apply:
-            apply_daemons(self.api, cache, snapshot, self.daemon_status, self._requests)
+            self._execute(cache, snapshot, plan_daemons(cache, snapshot, self.daemon_status), started)
             lap("daemonsets")
         noticed = self.clock()
         unresponsive = self._watch_responsiveness(cache, snapshot)
         grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
-        self._gates(key, snapshot, grace)
+        self._gates(key, cache, snapshot, grace, noticed)
         lap("gates")
         self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
@@ -321,14 +329,14 @@ class Reconciler:
         )
         lap("plan")
         serving_before = snapshot.serving
-        failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
+        failover = self._execute(cache, snapshot, plan.writes, noticed)
         lap("execute")
         # Right after the Service: a managed pool switches generation in the same pass.
         pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
         lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
-        self._gates(key, snapshot, grace, also=settles if plan.rollout.switching else None)
+        self._gates(key, cache, snapshot, grace, noticed, also=settles if plan.rollout.switching else None)
         lap("gates")
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
@@ -367,11 +375,26 @@ class Reconciler:
         lap("status")
         return str(status["phase"])
 
-    def _gates(self, key: tuple[str, str], snapshot: Snapshot, grace: timedelta, also: datetime | None = None) -> None:
-        """Syncs the readiness gates and asks for one pass when the first kept gate's grace ends,
+    def _execute(
+        self, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
+    ) -> dict[str, Any] | None:
+        return execute(self.api, self.reporter, cache, snapshot, actions, noticed, self._requests)
+
+    def _gates(
+        self,
+        key: tuple[str, str],
+        cache: WeightCache,
+        snapshot: Snapshot,
+        grace: timedelta,
+        noticed: datetime,
+        also: datetime | None = None,
+    ) -> None:
+        """Sets the readiness gates and asks for one pass when the first kept gate's grace ends,
         or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
         now = self.clock()
-        wakes = [w for w in (sync_gates(self.api, snapshot, now, grace, self._requests), also) if w is not None]
+        gates, expires = plan_gates(snapshot, now, grace)
+        self._execute(cache, snapshot, gates, noticed)
+        wakes = [w for w in (expires, also) if w is not None]
         self.alarms.set(key, min(wakes) if wakes else None, now)
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:

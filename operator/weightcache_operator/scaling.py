@@ -16,8 +16,8 @@ this module adds what the shape of a unit asks for:
   (with ``nodes = 1`` slot 0 is every node), so an engine never waits on a daemon that is not
   there, and a group never starts with a rank that has nowhere to go.
 
-Units the rollout holds (its surge units, ``rollout.Plan.held``) are neither counted nor trimmed
-here; their missing ranks are still created.
+Units the rollout holds (its surge units, ``Unit.held``) are neither counted nor trimmed here;
+their missing ranks are still created.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
 from .actions import Action, Create, Delete, Failover, SetRole
-from .engine_units import Unit, units
+from .engine_units import Unit
 from .failover import plan_replica
 from .objects import Object, PodView
 from .placement import new_engine
@@ -39,26 +39,26 @@ from .spec import WeightCache
 
 def plan_scaling(
     cache: WeightCache,
-    pods: list[Object],
+    engines: list[Unit],
     ready: Mapping[int, Mapping[str, Object]],
     new_group: Callable[[], str],
     unready_nodes: Mapping[str, datetime | None] | None = None,
     unresponsive: Mapping[str, datetime] | None = None,
-    held: frozenset[str] | set[str] = frozenset(),
     surge: list[int] | None = None,
     cordoned: Collection[str] = frozenset(),
 ) -> tuple[list[Action], list[str]]:
-    """The actions for ``pods`` (terminating ones included) and the replicas left stranded (an
-    active failed with no Ready standby to take over: the Degraded condition). ``ready[k]``:
-    node → current Ready daemon pod, for the nodes holding slot ``k``; ``unready_nodes``: as
-    failures.unready_nodes; ``unresponsive``: engines the operator's own probes found silent;
-    ``held``: pod names of the rollout's surge units; ``surge``: replicas that get a new surge
-    unit (a standby of the new version) from the rollout; ``cordoned``: unschedulable nodes, where
+    """The actions for the units ``engines`` (terminating ones included; ``held`` ones are the
+    rollout's surge units) and the replicas left stranded (an active failed with no Ready standby
+    to take over: the Degraded condition). ``ready[k]``: node → current Ready daemon pod, for the
+    nodes holding slot ``k``; ``unready_nodes``: as failures.unready_nodes; ``unresponsive``:
+    engines the operator's own probes found silent; ``surge``: replicas that get a new surge unit
+    (a standby of the new version) from the rollout; ``cordoned``: unschedulable nodes, where
     no new pod goes (a drain would evict it) and an active hands over (failover.plan_replica)."""
     spec = cache.spec.engine
     size = cache.spec.parallelism.nodes
     unready = unready_nodes or {}
     actions: list[Action] = []
+    pods = [pod for unit in engines for pod in unit.pods]
     live = [p for p in pods if not PodView(p).deleting]
     load = Counter(PodView(p).node for p in live)
     # Terminating groups included: their ranks hold the port until they exit, a preStop sleep
@@ -115,7 +115,7 @@ def plan_scaling(
 
     mine: dict[int, list[Unit]] = {}
     removed: dict[int, list[tuple[Unit, str]]] = {}
-    for unit in units(pods, size):
+    for unit in engines:
         why = _misfit(unit, spec.replicas, size, ready)
         if why is not None:
             delete(unit, why)
@@ -124,7 +124,7 @@ def plan_scaling(
             continue
         if not unit.deleting:
             relabel(unit, role_of(unit) or "standby")  # a group's pods follow their leader's role
-        if any(PodView(p).name in held for p in unit.pods):
+        if unit.held:
             add_ranks(unit)
             continue
         mine.setdefault(int(unit.replica), []).append(unit)

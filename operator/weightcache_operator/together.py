@@ -1,8 +1,7 @@
 """A pass's independent API requests, sent at once: the pass waits for the slowest one instead
 of their sum, which is most of a pass on a busy API server (docs/benchmarks.md, scale). Its
-reads (snapshot.observe), its readiness-gate patches (gate_sync.py), the daemons' DaemonSets
-(daemonsets.py), the Service with its budget and consecutive engine creations (executor.py) go
-this way.
+reads (snapshot.observe) and, in the executor (executor.py), its readiness-gate patches, the
+daemons' DaemonSets, the Service with its budget and consecutive engine creations go this way.
 
 The pool is shared by every cache's passes (reconcile.py), so a burst of passes queues on it
 instead of opening a connection each."""
