@@ -1,5 +1,6 @@
-"""What a cache with ``spec.engine.vllm`` renders differently: the daemons' ``vllm`` profile and
-the engines' ``vllm serve`` command, environment and probes.
+"""The vLLM profile (``spec.engine.vllm``): daemons load with vLLM's own loader (the data plane's
+``vllm`` load profile) and engines run ``vllm serve --load-format weightcache`` with a rendered
+command, environment and probes on vLLM's ``/health``.
 
 The vLLM arguments are built once (``vllm_args``) and rendered into both the daemon and the engine
 command: the daemon computes the arena's fingerprint from its vLLM configuration, the engine's
@@ -15,8 +16,10 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, engine_env_name
 
+from ..render.artifacts import artifacts_run
+from ..render.layout import ARTIFACT_MOUNT, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 from ..spec import ENGINE_DRAIN_S, WeightCache
-from .layout import ARTIFACT_MOUNT, CLI, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
+from .base import EngineProfile
 
 VLLM_CLI = ["vllm"]
 """vLLM's console script: on PATH in vLLM's images and in any environment vLLM is installed in
@@ -56,10 +59,6 @@ SHARED_FLAGS = ("--kv-cache-dtype", "--hf-overrides", "--hf-config-path")
 they belong in ``args``, which the daemons get too, never in ``engineArgs`` alone."""
 
 
-def uses_vllm(cache: WeightCache) -> bool:
-    return cache.spec.engine.vllm is not None
-
-
 def flag_name(token: str) -> str:
     """``--max_model_len=4096`` → ``--max-model-len``: vLLM's parser takes underscores for dashes
     and ``=`` values, so a reserved flag is recognised however it is written."""
@@ -95,48 +94,6 @@ def vllm_args(cache: WeightCache) -> list[str]:
     return [*args, *spec.engine.vllm.args]
 
 
-def uses_artifacts(cache: WeightCache) -> bool:
-    return cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is not None
-
-
-def daemon_profile_fields(cache: WeightCache) -> dict[str, Any]:
-    """The daemon's ``DaemonArgs`` fields of a vLLM cache: its load profile and the shared vLLM
-    arguments; with ``artifactCache`` the directory whose engines' compile artifacts it publishes."""
-    fields: dict[str, Any] = {"profile": VLLM_PROFILE, "vllm_args": tuple(vllm_args(cache))}
-    artifacts = cache.spec.engine.vllm.artifact_cache if cache.spec.engine.vllm is not None else None
-    if artifacts is not None:
-        fields |= {"artifact_dir": ARTIFACT_MOUNT, "artifact_max_bytes": artifacts.max_bytes}
-    return fields
-
-
-ARTIFACT_VOLUME = "weightcache-artifacts"
-
-
-def daemon_artifact_volume(cache: WeightCache) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The daemon pod owns the node's artifact directory (owner_init hands it to the daemon's uid)."""
-    volume = {
-        "name": ARTIFACT_VOLUME,
-        "hostPath": {"path": CacheRef.of(cache).artifact_host_dir, "type": "DirectoryOrCreate"},
-    }
-    return volume, {"name": ARTIFACT_VOLUME, "mountPath": ARTIFACT_MOUNT}
-
-
-def engine_artifact_volumes(cache: WeightCache) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """An engine sees the published entries read-only (the kernel refuses its writes there, so no
-    engine can change what another starts from) and writes only under ``staging/``, where its
-    wrapper makes a private directory. ``Directory``, not ``DirectoryOrCreate``: the daemon creates
-    both (a kubelet-created one would be root's, unwritable for the engine), and engines start only
-    where the daemon is ready."""
-    host = CacheRef.of(cache).artifact_host_dir
-    return [
-        (
-            {"name": f"{ARTIFACT_VOLUME}-{part}", "hostPath": {"path": f"{host}/{part}", "type": "Directory"}},
-            {"name": f"{ARTIFACT_VOLUME}-{part}", "mountPath": f"{ARTIFACT_MOUNT}/{part}", "readOnly": read_only},
-        )
-        for part, read_only in (("entries", True), ("staging", False))
-    ]
-
-
 def loader_config(cache: WeightCache) -> dict[str, str]:
     """``--model-loader-extra-config`` of the weightcache loader: where the daemon's sockets are,
     which cache, and what to do when the arena cannot be used."""
@@ -147,15 +104,14 @@ def loader_config(cache: WeightCache) -> dict[str, str]:
     }
 
 
-def engine_command(cache: WeightCache) -> list[str]:
+def _engine_command(cache: WeightCache) -> list[str]:
     """``vllm serve …``; with ``artifactCache`` run by ``weightcache artifacts-run``, which stages
     the engine's compile caches on the node and marks them for publication once ``/health`` answers."""
     spec = cache.spec
-    assert spec.engine.vllm is not None, "engine_command needs spec.engine.vllm"
+    assert spec.engine.vllm is not None, "the command needs spec.engine.vllm"
     wrapper: list[str] = []
     if spec.engine.vllm.artifact_cache is not None:
-        health = f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}"
-        wrapper = [*CLI, "artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", health, "--"]
+        wrapper = artifacts_run(f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}")
     return [
         *wrapper,
         *VLLM_CLI,
@@ -183,10 +139,10 @@ def engine_command(cache: WeightCache) -> list[str]:
     ]
 
 
-def engine_env(cache: WeightCache) -> list[dict[str, Any]]:
+def _engine_env(cache: WeightCache) -> list[dict[str, Any]]:
     """What a vLLM engine needs from its environment; a variable the template sets itself wins."""
     spec = cache.spec
-    assert spec.engine.vllm is not None, "engine_env needs spec.engine.vllm"
+    assert spec.engine.vllm is not None, "the environment needs spec.engine.vllm"
     # vLLM's processes (API server, engine core, workers) talk over message queues bound to this
     # address; left unset they bind a non-loopback one, which nothing outside the pod needs.
     values = {"VLLM_HOST_IP": "127.0.0.1"}
@@ -205,12 +161,7 @@ def engine_env(cache: WeightCache) -> list[dict[str, Any]]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
 
-def daemon_env(cache: WeightCache) -> list[dict[str, Any]]:
-    """The daemon's vLLM loader runs vLLM's model construction; its processes stay on loopback too."""
-    return [{"name": "VLLM_HOST_IP", "value": "127.0.0.1"}]
-
-
-def engine_probes(port: int) -> dict[str, dict[str, Any]]:
+def _engine_probes(port: int) -> dict[str, dict[str, Any]]:
     """Probes on vLLM's ``/health``. The startup probe covers loading (a disk fallback of a large
     model takes minutes); liveness restarts an engine whose engine core died (503) or hangs;
     readiness takes it out of the Service within two seconds, as for the reference engine."""
@@ -223,3 +174,111 @@ def engine_probes(port: int) -> dict[str, dict[str, Any]]:
         "readinessProbe": health(periodSeconds=1, failureThreshold=2),
         "livenessProbe": health(periodSeconds=10, timeoutSeconds=5, failureThreshold=3),
     }
+
+
+def _problems(cache: WeightCache) -> list[str]:
+    """What a cache with ``spec.engine.vllm`` cannot have: the reference engine's options vLLM has
+    no counterpart for, and settings the operator renders into vLLM's command itself."""
+    spec = cache.spec
+    vllm = spec.engine.vllm
+    assert vllm is not None
+    found: list[str] = []
+    parallelism = spec.parallelism
+    if parallelism.nodes > 1:
+        found.append(
+            f"spec.parallelism.nodes is {parallelism.nodes}, but vLLM engines run on one node here; set nodes to 1 "
+            "(tensor × pipeline GPUs on each node), or leave spec.engine.vllm unset for the reference engine"
+        )
+    if parallelism.expert not in (1, parallelism.tensor):
+        found.append(
+            f"spec.parallelism.expert is {parallelism.expert}, but vLLM's expert parallelism (--enable-expert-parallel)"
+            f" spans every tensor-parallel rank; set expert to 1 (experts split across ranks) or to tensor"
+            f" ({parallelism.tensor}, whole experts per rank)"
+        )
+    if spec.daemon.backend in GPU_BACKENDS and vllm.kv_cache_space_gib is not None:
+        found.append(
+            "spec.engine.vllm.kvCacheSpaceGiB sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove it and "
+            "size the KV cache with --gpu-memory-utilization in spec.engine.vllm.engineArgs"
+        )
+    if spec.daemon.backend not in GPU_BACKENDS and vllm.kv_cache_space_gib is None:
+        found.append(
+            "spec.engine.vllm.kvCacheSpaceGiB is required on CPU (daemon.backend cpu-shm): vLLM's automatic sizing "
+            "counts the mapped weights as each engine's own memory; set each engine's KV cache in GiB"
+        )
+    main = spec.engine.template.spec.containers[0]
+    for key in ("command", "args"):
+        if main.get(key):
+            found.append(
+                f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with spec.engine.vllm "
+                "the operator renders its command (vllm serve …); remove it and put vLLM options in "
+                "spec.engine.vllm.args or engineArgs"
+            )
+    for field, args in (("args", vllm.args), ("engineArgs", vllm.engine_args)):
+        for token in args:
+            flag = flag_name(token)
+            if flag in RENDERED_FLAGS:
+                found.append(
+                    f"spec.engine.vllm.{field} sets {flag}, which the operator renders itself; "
+                    f"set {RENDERED_FLAGS[flag]} instead"
+                )
+            elif field == "engineArgs" and flag in SHARED_FLAGS:
+                found.append(
+                    f"spec.engine.vllm.engineArgs sets {flag}, which shapes the weights' fingerprint; move it to "
+                    "spec.engine.vllm.args, which the daemons load with too"
+                )
+    return found
+
+
+class VllmProfile(EngineProfile):
+    name = "vllm"
+    load_profile = VLLM_PROFILE
+    field = "vllm"
+
+    def problems(self, cache: WeightCache) -> list[str]:
+        return _problems(cache)
+
+    def daemon_args(self, cache: WeightCache) -> dict[str, Any]:
+        """The shared vLLM arguments (dtype, quantization, revision and expert parallelism among
+        them: the daemon refuses the reference loader's flags for those); with ``artifactCache``
+        the directory whose engines' compile artifacts it publishes."""
+        fields: dict[str, Any] = {"vllm_args": tuple(vllm_args(cache))}
+        artifacts = cache.spec.engine.vllm.artifact_cache if cache.spec.engine.vllm is not None else None
+        if artifacts is not None:
+            fields |= {"artifact_dir": ARTIFACT_MOUNT, "artifact_max_bytes": artifacts.max_bytes}
+        return fields
+
+    def daemon_env(self, cache: WeightCache) -> list[dict[str, Any]]:
+        """The daemon's vLLM loader runs vLLM's model construction; its processes stay on loopback too."""
+        return [{"name": "VLLM_HOST_IP", "value": "127.0.0.1"}]
+
+    def daemon_read_only_root(self, cache: WeightCache) -> bool:
+        # vLLM's model construction writes its caches and configuration under the home directory.
+        return False
+
+    def uses_artifacts(self, cache: WeightCache) -> bool:
+        return cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is not None
+
+    def daemon_hash_fields(self, cache: WeightCache) -> dict[str, Any]:
+        """The vLLM arguments the daemons load with. The engine-only fields are left out: they roll
+        engines only; artifactCache only when set, so that caches without it keep their hash."""
+        vllm = cache.spec.engine.vllm
+        assert vllm is not None
+        unset = {"artifact_cache"} if vllm.artifact_cache is None else set()
+        return {
+            "vllm": vllm.model_dump(by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib", *unset})
+        }
+
+    def engine_hash_exclude(self, cache: WeightCache) -> dict[str, Any]:
+        # Caches without artifactCache keep the hash they had before the field existed.
+        vllm = cache.spec.engine.vllm
+        return {"vllm": {"artifact_cache"}} if vllm is not None and vllm.artifact_cache is None else {}
+
+    def engine_env(self, cache: WeightCache) -> list[dict[str, Any]]:
+        return _engine_env(cache)
+
+    def engine_command(self, cache: WeightCache) -> list[str]:
+        # Validation refuses a template that sets the first container's command or args itself.
+        return _engine_command(cache)
+
+    def engine_probes(self, cache: WeightCache) -> dict[str, dict[str, Any]]:
+        return _engine_probes(cache.spec.engine.port)
