@@ -44,9 +44,12 @@ P = TypeVar("P", bound=type[LoadProfile])
 
 
 def register_profile(name: str) -> Callable[[P], P]:
-    """Class decorator: registers an instance of the class under ``name`` (refusing a taken name)."""
+    """Class decorator: registers an instance of the class under ``name`` (refusing a taken name,
+    a built-in one included)."""
 
     def register(cls: P) -> P:
+        if cls.__module__ not in BUILTIN:
+            _import_builtins()
         if name in _REGISTRY:
             raise ValueError(f"load profile {name!r} is registered already (by {type(_REGISTRY[name]).__name__})")
         cls.name = name
@@ -61,10 +64,14 @@ def unregister_profile(name: str) -> None:
     _REGISTRY.pop(name, None)
 
 
-def known_profiles() -> list[str]:
-    """The names ``get_profile`` accepts, the built-in ones included."""
+def _import_builtins() -> None:
     for module in BUILTIN:
         importlib.import_module(module)  # each registers its profile on its first import
+
+
+def known_profiles() -> list[str]:
+    """The names ``get_profile`` accepts, the built-in ones included."""
+    _import_builtins()
     return sorted(_REGISTRY)
 
 
