@@ -104,138 +104,62 @@ def loader_config(cache: WeightCache) -> dict[str, str]:
     }
 
 
-def _engine_command(cache: WeightCache) -> list[str]:
-    """``vllm serve …``; with ``artifactCache`` run by ``weightcache artifacts-run``, which stages
-    the engine's compile caches on the node and marks them for publication once ``/health`` answers."""
-    spec = cache.spec
-    assert spec.engine.vllm is not None, "the command needs spec.engine.vllm"
-    wrapper: list[str] = []
-    if spec.engine.vllm.artifact_cache is not None:
-        wrapper = artifacts_run(f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}")
-    return [
-        *wrapper,
-        *VLLM_CLI,
-        "serve",
-        MODEL_MOUNT,
-        *vllm_args(cache),
-        # In-flight requests finish on SIGTERM instead of being aborted (vLLM's default, 0);
-        # an --shutdown-timeout in engineArgs comes later and wins.
-        "--shutdown-timeout",
-        str(ENGINE_DRAIN_S),
-        "--served-model-name",
-        served_model_name(cache),
-        *spec.engine.vllm.engine_args,
-        "--load-format",
-        LOAD_FORMAT,
-        "--model-loader-extra-config",
-        json.dumps(loader_config(cache), sort_keys=True),
-        # The pod's own IP, like the reference engine: engines of one node share the host's
-        # network in some runtimes (the e2e cluster's process kubelet), and an active and a
-        # standby on one node listen on the same port.
-        "--host",
-        "$(POD_IP)",
-        "--port",
-        str(spec.engine.port),
-    ]
-
-
-def _engine_env(cache: WeightCache) -> list[dict[str, Any]]:
-    """What a vLLM engine needs from its environment; a variable the template sets itself wins."""
-    spec = cache.spec
-    assert spec.engine.vllm is not None, "the environment needs spec.engine.vllm"
-    # vLLM's processes (API server, engine core, workers) talk over message queues bound to this
-    # address; left unset they bind a non-loopback one, which nothing outside the pod needs.
-    values = {"VLLM_HOST_IP": "127.0.0.1"}
-    if spec.daemon.backend not in GPU_BACKENDS:
-        assert spec.engine.vllm.kv_cache_space_gib is not None, "validation requires kvCacheSpaceGiB on CPU"
-        values["VLLM_CPU_KVCACHE_SPACE"] = str(spec.engine.vllm.kv_cache_space_gib)
-        # vLLM's automatic binding pins each CPU worker's threads to the cores of a NUMA node of
-        # its own and refuses more workers than nodes; it cannot see the other engines of the
-        # node, so an active, its standbys and a rollout's new engine would all pin the same
-        # cores (a busy active starves a starting engine). The OS schedules the threads instead;
-        # a template env can bind them (VLLM_CPU_OMP_THREADS_BIND).
-        values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
-    if spec.engine.vllm.artifact_cache is not None:
-        # Part of the artifacts' key: another image may generate other code for the same configuration.
-        values[engine_env_name("image")] = str(spec.engine.template.spec.containers[0].get("image", ""))
-    return [{"name": k, "value": v} for k, v in values.items()]
-
-
-def _engine_probes(port: int) -> dict[str, dict[str, Any]]:
-    """Probes on vLLM's ``/health``. The startup probe covers loading (a disk fallback of a large
-    model takes minutes); liveness restarts an engine whose engine core died (503) or hangs;
-    readiness takes it out of the Service within two seconds, as for the reference engine."""
-
-    def health(**timing: int) -> dict[str, Any]:
-        return {"httpGet": {"path": HEALTH_PATH, "port": port}, **timing}
-
-    return {
-        "startupProbe": health(periodSeconds=2, failureThreshold=900),
-        "readinessProbe": health(periodSeconds=1, failureThreshold=2),
-        "livenessProbe": health(periodSeconds=10, timeoutSeconds=5, failureThreshold=3),
-    }
-
-
-def _problems(cache: WeightCache) -> list[str]:
-    """What a cache with ``spec.engine.vllm`` cannot have: the reference engine's options vLLM has
-    no counterpart for, and settings the operator renders into vLLM's command itself."""
-    spec = cache.spec
-    vllm = spec.engine.vllm
-    assert vllm is not None
-    found: list[str] = []
-    parallelism = spec.parallelism
-    if parallelism.nodes > 1:
-        found.append(
-            f"spec.parallelism.nodes is {parallelism.nodes}, but vLLM engines run on one node here; set nodes to 1 "
-            "(tensor × pipeline GPUs on each node), or leave spec.engine.vllm unset for the reference engine"
-        )
-    if parallelism.expert not in (1, parallelism.tensor):
-        found.append(
-            f"spec.parallelism.expert is {parallelism.expert}, but vLLM's expert parallelism (--enable-expert-parallel)"
-            f" spans every tensor-parallel rank; set expert to 1 (experts split across ranks) or to tensor"
-            f" ({parallelism.tensor}, whole experts per rank)"
-        )
-    if spec.daemon.backend in GPU_BACKENDS and vllm.kv_cache_space_gib is not None:
-        found.append(
-            "spec.engine.vllm.kvCacheSpaceGiB sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove it and "
-            "size the KV cache with --gpu-memory-utilization in spec.engine.vllm.engineArgs"
-        )
-    if spec.daemon.backend not in GPU_BACKENDS and vllm.kv_cache_space_gib is None:
-        found.append(
-            "spec.engine.vllm.kvCacheSpaceGiB is required on CPU (daemon.backend cpu-shm): vLLM's automatic sizing "
-            "counts the mapped weights as each engine's own memory; set each engine's KV cache in GiB"
-        )
-    main = spec.engine.template.spec.containers[0]
-    for key in ("command", "args"):
-        if main.get(key):
-            found.append(
-                f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with spec.engine.vllm "
-                "the operator renders its command (vllm serve …); remove it and put vLLM options in "
-                "spec.engine.vllm.args or engineArgs"
-            )
-    for field, args in (("args", vllm.args), ("engineArgs", vllm.engine_args)):
-        for token in args:
-            flag = flag_name(token)
-            if flag in RENDERED_FLAGS:
-                found.append(
-                    f"spec.engine.vllm.{field} sets {flag}, which the operator renders itself; "
-                    f"set {RENDERED_FLAGS[flag]} instead"
-                )
-            elif field == "engineArgs" and flag in SHARED_FLAGS:
-                found.append(
-                    f"spec.engine.vllm.engineArgs sets {flag}, which shapes the weights' fingerprint; move it to "
-                    "spec.engine.vllm.args, which the daemons load with too"
-                )
-    return found
-
-
 class VllmProfile(EngineProfile):
     name = "vllm"
     load_profile = VLLM_PROFILE
     field = "vllm"
 
     def problems(self, cache: WeightCache) -> list[str]:
-        return _problems(cache)
+        """What a cache with ``spec.engine.vllm`` cannot have: the reference engine's options vLLM has
+        no counterpart for, and settings the operator renders into vLLM's command itself."""
+        spec = cache.spec
+        vllm = spec.engine.vllm
+        assert vllm is not None
+        found: list[str] = []
+        parallelism = spec.parallelism
+        if parallelism.nodes > 1:
+            found.append(
+                f"spec.parallelism.nodes is {parallelism.nodes}, but vLLM engines run on one node here; set nodes to 1 "
+                "(tensor × pipeline GPUs on each node), or leave spec.engine.vllm unset for the reference engine"
+            )
+        if parallelism.expert not in (1, parallelism.tensor):
+            found.append(
+                f"spec.parallelism.expert is {parallelism.expert}, but vLLM's expert parallelism (--enable-expert-parallel)"
+                f" spans every tensor-parallel rank; set expert to 1 (experts split across ranks) or to tensor"
+                f" ({parallelism.tensor}, whole experts per rank)"
+            )
+        if spec.daemon.backend in GPU_BACKENDS and vllm.kv_cache_space_gib is not None:
+            found.append(
+                "spec.engine.vllm.kvCacheSpaceGiB sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove it and "
+                "size the KV cache with --gpu-memory-utilization in spec.engine.vllm.engineArgs"
+            )
+        if spec.daemon.backend not in GPU_BACKENDS and vllm.kv_cache_space_gib is None:
+            found.append(
+                "spec.engine.vllm.kvCacheSpaceGiB is required on CPU (daemon.backend cpu-shm): vLLM's automatic sizing "
+                "counts the mapped weights as each engine's own memory; set each engine's KV cache in GiB"
+            )
+        main = spec.engine.template.spec.containers[0]
+        for key in ("command", "args"):
+            if main.get(key):
+                found.append(
+                    f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with spec.engine.vllm "
+                    "the operator renders its command (vllm serve …); remove it and put vLLM options in "
+                    "spec.engine.vllm.args or engineArgs"
+                )
+        for field, args in (("args", vllm.args), ("engineArgs", vllm.engine_args)):
+            for token in args:
+                flag = flag_name(token)
+                if flag in RENDERED_FLAGS:
+                    found.append(
+                        f"spec.engine.vllm.{field} sets {flag}, which the operator renders itself; "
+                        f"set {RENDERED_FLAGS[flag]} instead"
+                    )
+                elif field == "engineArgs" and flag in SHARED_FLAGS:
+                    found.append(
+                        f"spec.engine.vllm.engineArgs sets {flag}, which shapes the weights' fingerprint; move it to "
+                        "spec.engine.vllm.args, which the daemons load with too"
+                    )
+        return found
 
     def daemon_args(self, cache: WeightCache) -> dict[str, Any]:
         """The shared vLLM arguments (dtype, quantization, revision and expert parallelism among
@@ -274,11 +198,72 @@ class VllmProfile(EngineProfile):
         return {"vllm": {"artifact_cache"}} if vllm is not None and vllm.artifact_cache is None else {}
 
     def engine_env(self, cache: WeightCache) -> list[dict[str, Any]]:
-        return _engine_env(cache)
+        """What a vLLM engine needs from its environment; a variable the template sets itself wins."""
+        spec = cache.spec
+        assert spec.engine.vllm is not None, "the environment needs spec.engine.vllm"
+        # vLLM's processes (API server, engine core, workers) talk over message queues bound to this
+        # address; left unset they bind a non-loopback one, which nothing outside the pod needs.
+        values = {"VLLM_HOST_IP": "127.0.0.1"}
+        if spec.daemon.backend not in GPU_BACKENDS:
+            assert spec.engine.vllm.kv_cache_space_gib is not None, "validation requires kvCacheSpaceGiB on CPU"
+            values["VLLM_CPU_KVCACHE_SPACE"] = str(spec.engine.vllm.kv_cache_space_gib)
+            # vLLM's automatic binding pins each CPU worker's threads to the cores of a NUMA node of
+            # its own and refuses more workers than nodes; it cannot see the other engines of the
+            # node, so an active, its standbys and a rollout's new engine would all pin the same
+            # cores (a busy active starves a starting engine). The OS schedules the threads instead;
+            # a template env can bind them (VLLM_CPU_OMP_THREADS_BIND).
+            values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        if spec.engine.vllm.artifact_cache is not None:
+            # Part of the artifacts' key: another image may generate other code for the same configuration.
+            values[engine_env_name("image")] = str(spec.engine.template.spec.containers[0].get("image", ""))
+        return [{"name": k, "value": v} for k, v in values.items()]
 
     def engine_command(self, cache: WeightCache) -> list[str]:
-        # Validation refuses a template that sets the first container's command or args itself.
-        return _engine_command(cache)
+        """``vllm serve …``; with ``artifactCache`` run by ``weightcache artifacts-run``, which stages
+        the engine's compile caches on the node and marks them for publication once ``/health`` answers.
+        Validation refuses a template whose first container sets its own command or args."""
+        spec = cache.spec
+        assert spec.engine.vllm is not None, "the command needs spec.engine.vllm"
+        wrapper: list[str] = []
+        if spec.engine.vllm.artifact_cache is not None:
+            wrapper = artifacts_run(f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}")
+        return [
+            *wrapper,
+            *VLLM_CLI,
+            "serve",
+            MODEL_MOUNT,
+            *vllm_args(cache),
+            # In-flight requests finish on SIGTERM instead of being aborted (vLLM's default, 0);
+            # an --shutdown-timeout in engineArgs comes later and wins.
+            "--shutdown-timeout",
+            str(ENGINE_DRAIN_S),
+            "--served-model-name",
+            served_model_name(cache),
+            *spec.engine.vllm.engine_args,
+            "--load-format",
+            LOAD_FORMAT,
+            "--model-loader-extra-config",
+            json.dumps(loader_config(cache), sort_keys=True),
+            # The pod's own IP, like the reference engine: engines of one node share the host's
+            # network in some runtimes (the e2e cluster's process kubelet), and an active and a
+            # standby on one node listen on the same port.
+            "--host",
+            "$(POD_IP)",
+            "--port",
+            str(spec.engine.port),
+        ]
 
     def engine_probes(self, cache: WeightCache) -> dict[str, dict[str, Any]]:
-        return _engine_probes(cache.spec.engine.port)
+        """Probes on vLLM's ``/health``. The startup probe covers loading (a disk fallback of a large
+        model takes minutes); liveness restarts an engine whose engine core died (503) or hangs;
+        readiness takes it out of the Service within two seconds, as for the reference engine."""
+        port = cache.spec.engine.port
+
+        def health(**timing: int) -> dict[str, Any]:
+            return {"httpGet": {"path": HEALTH_PATH, "port": port}, **timing}
+
+        return {
+            "startupProbe": health(periodSeconds=2, failureThreshold=900),
+            "readinessProbe": health(periodSeconds=1, failureThreshold=2),
+            "livenessProbe": health(periodSeconds=10, timeoutSeconds=5, failureThreshold=3),
+        }
