@@ -22,6 +22,8 @@ REFERENCE_PROFILE = "reference"
 VLLM_PROFILE = "vllm"
 """The daemon's load profile whose arenas hold vLLM's post-processed parameters."""
 PROFILES = (REFERENCE_PROFILE, VLLM_PROFILE)
+"""The load profiles the data plane builds in; ``--profile`` takes any the daemon has registered
+(``weightcache.profiles``), which refuses an unknown name with the known ones."""
 LOAD_WORKERS = 4
 """``--load-workers``' default: threads a daemon rank reads and post-processes tensors with."""
 ENGINE_ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
@@ -179,9 +181,9 @@ def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[ar
         ),
         d.add_argument(
             "--profile",
-            choices=list(PROFILES),
             default=REFERENCE_PROFILE,
-            help="reference: weightcache's own loader (engines: the reference engine, transformers); "
+            metavar="{" + ",".join(PROFILES) + ",...}",
+            help="the load profile: reference: weightcache's own loader (engines: the reference engine, transformers); "
             "vllm: vLLM's loader and post-processing for this rank, for engines run with "
             "--load-format " + LOAD_FORMAT + " (needs --vllm-args; see docs/vllm.md)",
         ),

@@ -20,20 +20,17 @@ from .arguments import add_cache_args
 
 
 def daemon(args: argparse.Namespace) -> int:
-    """``weightcache daemon``: a rank of the ``vllm`` profile loads through vLLM (``weightcache.vllm``
-    sits above ``daemon`` and may not be imported from it); everything else — the reference
-    profile, the ``--ranks`` launcher of either profile, and a publisher's handed-over arena — is
+    """``weightcache daemon``: one rank loads through its ``--profile`` (``profiles.get_profile``);
+    the ``--ranks`` launcher of any profile and the serving of a publisher's handed-over arena are
     ``daemon.command``."""
     from .daemon.command import run
+    from .profiles import get_profile
 
-    launching = bool(args.ranks or args.status_addr)
-    if args.profile == "vllm" and not launching and not args.handoff_state:
-        from .vllm.publisher import run as publish_rank
-
-        return publish_rank(args)
-    if args.profile == "reference" and args.vllm_args is not None:
-        raise WeightCacheError("--vllm-args belongs to --profile vllm; add --profile vllm or drop --vllm-args")
-    return run(args)
+    profile = get_profile(args.profile)
+    profile.check(args)
+    if args.ranks or args.status_addr or args.handoff_state:
+        return run(args)
+    return profile.run_rank(args)
 
 
 def gpu_holder_arguments(p: argparse.ArgumentParser) -> None:

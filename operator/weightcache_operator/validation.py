@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 from weightcache_contract.backends import BACKENDS, GPU_BACKENDS
 
-from .render.vllm import RENDERED_FLAGS, SHARED_FLAGS, flag_name
+from .profiles import conflict, profile_of
 from .spec import STOP_GRACE_S, WeightCache
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -67,8 +67,8 @@ def problems(cache: WeightCache) -> list[str]:
             "spec.engine.template.spec.hostNetwork must not be set: active and standby engines share a node and port"
         )
     found += _grace_problems(cache)
-    if spec.engine.vllm is not None:
-        found += _vllm_problems(cache)
+    clash = conflict(cache)
+    found += [clash] if clash is not None else profile_of(cache).problems(cache)
     return found
 
 
@@ -87,59 +87,6 @@ def _grace_problems(cache: WeightCache) -> list[str]:
         f" stop; raise the grace period to {sleep + STOP_GRACE_S} (the sleep, then the engine's drain),"
         " lower preStopSleepSeconds, or leave terminationGracePeriodSeconds unset"
     ]
-
-
-def _vllm_problems(cache: WeightCache) -> list[str]:
-    """What a cache with ``spec.engine.vllm`` cannot have: the reference engine's options vLLM has
-    no counterpart for, and settings the operator renders into vLLM's command itself."""
-    spec = cache.spec
-    vllm = spec.engine.vllm
-    assert vllm is not None
-    found: list[str] = []
-    parallelism = spec.parallelism
-    if parallelism.nodes > 1:
-        found.append(
-            f"spec.parallelism.nodes is {parallelism.nodes}, but vLLM engines run on one node here; set nodes to 1 "
-            "(tensor × pipeline GPUs on each node), or leave spec.engine.vllm unset for the reference engine"
-        )
-    if parallelism.expert not in (1, parallelism.tensor):
-        found.append(
-            f"spec.parallelism.expert is {parallelism.expert}, but vLLM's expert parallelism (--enable-expert-parallel)"
-            f" spans every tensor-parallel rank; set expert to 1 (experts split across ranks) or to tensor"
-            f" ({parallelism.tensor}, whole experts per rank)"
-        )
-    if spec.daemon.backend in GPU_BACKENDS and vllm.kv_cache_space_gib is not None:
-        found.append(
-            "spec.engine.vllm.kvCacheSpaceGiB sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove it and "
-            "size the KV cache with --gpu-memory-utilization in spec.engine.vllm.engineArgs"
-        )
-    if spec.daemon.backend not in GPU_BACKENDS and vllm.kv_cache_space_gib is None:
-        found.append(
-            "spec.engine.vllm.kvCacheSpaceGiB is required on CPU (daemon.backend cpu-shm): vLLM's automatic sizing "
-            "counts the mapped weights as each engine's own memory; set each engine's KV cache in GiB"
-        )
-    main = spec.engine.template.spec.containers[0]
-    for key in ("command", "args"):
-        if main.get(key):
-            found.append(
-                f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with spec.engine.vllm "
-                "the operator renders its command (vllm serve …); remove it and put vLLM options in "
-                "spec.engine.vllm.args or engineArgs"
-            )
-    for field, args in (("args", vllm.args), ("engineArgs", vllm.engine_args)):
-        for token in args:
-            flag = flag_name(token)
-            if flag in RENDERED_FLAGS:
-                found.append(
-                    f"spec.engine.vllm.{field} sets {flag}, which the operator renders itself; "
-                    f"set {RENDERED_FLAGS[flag]} instead"
-                )
-            elif field == "engineArgs" and flag in SHARED_FLAGS:
-                found.append(
-                    f"spec.engine.vllm.engineArgs sets {flag}, which shapes the weights' fingerprint; move it to "
-                    "spec.engine.vllm.args, which the daemons load with too"
-                )
-    return found
 
 
 def _count(quantity: Any) -> int:

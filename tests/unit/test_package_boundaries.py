@@ -84,7 +84,7 @@ DATA_PLANE_ORDER = [
     {"tools"},
     {"vllm"},
 ]
-HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "__version__"}
+HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "profiles", "__version__"}
 
 
 def data_plane_imports() -> dict[str, set[str]]:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 from weightcache.cli import build_parser
-from weightcache.daemon.command import rank_argv, vllm_rendezvous
+from weightcache.daemon.command import rank_argv
 from weightcache.vllm.engine_args import parse_list
+from weightcache.vllm.profile import vllm_rendezvous
 from weightcache_contract.errors import WeightCacheError
 
 DAEMON = ["daemon", "--model", "/m", "--name", "q", "--socket-dir", "/run/wc", "--backend", "cpu-shm"]

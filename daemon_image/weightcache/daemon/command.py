@@ -14,7 +14,9 @@ import os
 import threading
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import VLLM_PROFILE, add_daemon_arguments
+from weightcache_contract.launch import add_daemon_arguments
+
+from ..profiles import get_profile
 
 LAUNCHER_FLAGS = frozenset(
     {
@@ -81,9 +83,7 @@ def run(args: argparse.Namespace) -> int:
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
         status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
         os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
-        child_args = rank_argv(args)
-        if args.profile == VLLM_PROFILE:
-            child_args += ["--vllm-dist-init", vllm_rendezvous(ranks, args.tp_size, args.pp_size)]
+        child_args = rank_argv(args) + get_profile(args.profile).rank_args(args, ranks)
         publisher = None
         if args.artifact_dir:
             from ..artifacts.publisher import Publisher
@@ -125,23 +125,3 @@ def run(args: argparse.Namespace) -> int:
         checkpoint_poll_s=args.checkpoint_poll_seconds,
     )
     return run_rank(cfg)
-
-
-def vllm_rendezvous(ranks: list[int], tp_size: int, pp_size: int) -> str:
-    """A loopback ``tcp://`` address where the pod's ``vllm``-profile ranks form one gloo world.
-
-    vLLM's layers read their tensor- and pipeline-parallel rank from its process groups while they
-    are built and loaded, so every rank of the world must join; a loopback port keeps them on this
-    node, so the pod must hold all of them."""
-    import socket
-
-    from weightcache_contract.errors import WeightCacheError
-
-    if sorted(ranks) != list(range(tp_size * pp_size)):
-        raise WeightCacheError(
-            f"--profile vllm loads all ranks of one engine together on one node, but --ranks lists {ranks} of "
-            f"a world of {tp_size * pp_size}; give this pod --ranks 0-{tp_size * pp_size - 1}"
-        )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"

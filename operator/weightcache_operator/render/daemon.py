@@ -17,7 +17,9 @@ from typing import Any
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
 from weightcache_contract.launch import DaemonArgs, KeeperArgs
 
+from .. import profiles
 from ..spec import WeightCache
+from .artifacts import daemon_artifact_volume
 from .dra import container_claims, daemon_claim_fields, uses_dra
 from .gpu_holder import GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
 from .layout import (
@@ -38,9 +40,8 @@ from .layout import (
     placement_fields,
     socket_volume,
 )
-from .plan import plan_init, uses_plan
+from .plan import plan_init
 from .security import container_security, owner_init, scratch_volume
-from .vllm import daemon_artifact_volume, daemon_env, daemon_profile_fields, uses_artifacts, uses_vllm
 
 
 def daemon_daemonsets(
@@ -91,7 +92,8 @@ def daemon_daemonset(
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
     gpu = spec.daemon.backend in GPU_BACKENDS
     holder = uses_gpu_holder(cache)
-    vllm = uses_vllm(cache)
+    profile = profiles.profile_of(cache)
+    read_only_root = profile.daemon_read_only_root(cache)
 
     daemon_cmd = [*CLI, "daemon", *daemon_args(cache, ranks).to_argv(), *spec.daemon.extra_args]
     daemon: dict[str, Any] = {
@@ -100,13 +102,11 @@ def daemon_daemonset(
         "command": daemon_cmd,
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-            *(daemon_env(cache) if vllm else []),
+            *profile.daemon_env(cache),
         ],
         "ports": [{"name": STATUS_PORT_NAME, "containerPort": STATUS_PORT, "protocol": "TCP"}],
         "volumeMounts": [model_mount, dict(sock_mount)],
-        # A vLLM-profile daemon runs vLLM's model construction, which writes its caches and
-        # configuration under the home directory: its root filesystem stays writable.
-        "securityContext": container_security(read_only_root=not vllm),
+        "securityContext": container_security(read_only_root=read_only_root),
         "readinessProbe": {
             # The launcher's status endpoint answers it with the check `weightcache probe` runs
             # (the GPU holder's grant included): no process start per period, which a busy node
@@ -123,7 +123,7 @@ def daemon_daemonset(
     if resources:
         daemon["resources"] = resources
     volumes = [model_vol, sock_vol]
-    if not vllm:
+    if read_only_root:
         # The launcher keeps its ranks' exit messages and status notes in a temporary directory,
         # which the read-only root cannot hold.
         scratch_vol, scratch_mount, tmpdir = scratch_volume()
@@ -131,7 +131,7 @@ def daemon_daemonset(
         daemon["volumeMounts"].append(scratch_mount)
         volumes.append(scratch_vol)
     owned = [dict(sock_mount)]
-    if uses_artifacts(cache):
+    if profile.uses_artifacts(cache):
         artifact_vol, artifact_mount = daemon_artifact_volume(cache)
         daemon["volumeMounts"].append(artifact_mount)
         volumes.append(artifact_vol)
@@ -166,7 +166,7 @@ def daemon_daemonset(
         # before any rank process starts (plan.py).
         "initContainers": [
             owner_init(spec.daemon.image, owned),
-            *([plan_init(cache, ranks, model_mount)] if uses_plan(cache) else []),
+            *([plan_init(cache, ranks, model_mount)] if profile.plans(cache) else []),
         ],
         "containers": containers,
         "volumes": volumes,
@@ -218,18 +218,7 @@ def daemon_daemonset(
 def daemon_args(cache: WeightCache, ranks: list[int]) -> DaemonArgs:
     """The flags of a daemon pod holding ``ranks`` (``spec.daemon.extraArgs`` follow them)."""
     spec = cache.spec
-    model = spec.model
-    vllm = uses_vllm(cache)
-    block = model.quantization.weight_block_size
-    # A vLLM daemon takes dtype, quantization, revision and expert parallelism from the shared
-    # vLLM list (daemon_profile_fields) and refuses the reference loader's flags for them.
-    reference: dict[str, Any] = {
-        "dtype": model.dtype,
-        "quantization": model.quantization.method,
-        "weight_block_size": (block[0], block[1]) if model.quantization.method == "fp8" else None,
-        "revision": model.revision,
-        "ep_size": spec.parallelism.expert,
-    }
+    profile = profiles.profile_of(cache)
     return DaemonArgs(
         model=MODEL_MOUNT,
         name=CacheRef.of(cache).name,
@@ -243,7 +232,9 @@ def daemon_args(cache: WeightCache, ranks: list[int]) -> DaemonArgs:
         # other network namespaces (hostNetwork pods) to find on every interface.
         status_addr=f"$(POD_IP):{STATUS_PORT}",
         gpus_file=GPUS_FILE if uses_gpu_holder(cache) else None,
-        **(daemon_profile_fields(cache) if vllm else reference),
+        profile=profile.load_profile,
+        # What the profile loads by (dtype, quantization, ... or its engine's own arguments).
+        **profile.daemon_args(cache),
     )
 
 

@@ -15,7 +15,9 @@ from typing import Any, Literal
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import EngineEnv
 
+from .. import profiles
 from ..spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
+from .artifacts import engine_artifact_volumes
 from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
 from .layout import (
     CLAIM_ANNOTATION,
@@ -39,9 +41,6 @@ from .layout import (
     socket_volume,
 )
 from .security import container_security, with_defaults
-from .vllm import engine_artifact_volumes, engine_probes, uses_artifacts, uses_vllm
-from .vllm import engine_command as vllm_engine_command
-from .vllm import engine_env as vllm_engine_env
 
 Role = Literal["active", "standby"]
 
@@ -53,15 +52,12 @@ def engine_template_hash(cache: WeightCache) -> str:
     hash too (engines map those weights), so a generation change is also a new version."""
     # The served name enters as what the engines serve (the default follows the cache's name).
     excluded = {"replicas", "standbys_per_replica", "rollout", "failover", "served_model_name"}
-    if cache.spec.engine.vllm is None:
-        excluded.add("vllm")  # so that the hash of a cache without it is what it was before the field existed
     if cache.spec.engine.pre_stop_sleep_seconds == PRE_STOP_SLEEP_DEFAULT_S:
         # Likewise: an operator upgrade must not roll every engine; engines get the sleep with
         # their next version.
         excluded.add("pre_stop_sleep_seconds")
-    exclude: dict[str, Any] = dict.fromkeys(excluded, True)
-    if cache.spec.engine.vllm is not None and cache.spec.engine.vllm.artifact_cache is None:
-        exclude["vllm"] = {"artifact_cache"}  # likewise: vLLM caches without it keep their hash
+    # Likewise for the profiles' blocks and their optional parts (profiles.engine_hash_exclude).
+    exclude: dict[str, Any] = {**dict.fromkeys(excluded, True), **profiles.engine_hash_exclude(cache)}
     engine = cache.spec.engine.model_dump(by_alias=True, mode="json", exclude=exclude)
     canonical = json.dumps(
         {"engine": engine, "generation": daemon_spec_hash(cache), "servedModelName": served_model_name(cache)},
@@ -116,6 +112,7 @@ def engine_pod(
         raise ValueError("a follower engine pod needs its leader's pod IP")
     ref = CacheRef.of(cache)
     spec = cache.spec
+    profile = profiles.profile_of(cache)
     template = spec.engine.template
     meta = copy.deepcopy(template.metadata or {})
     pod_spec = copy.deepcopy(template.spec.model_dump(by_alias=True, exclude_none=True))
@@ -138,7 +135,7 @@ def engine_pod(
 
     model_vol, model_mount = model_volume(cache)
     sock_vol, sock_mount = socket_volume(ref, daemon_spec_hash(cache))
-    env = _engine_env(cache, member) + (vllm_engine_env(cache) if uses_vllm(cache) else [])
+    env = _engine_env(cache, member) + profile.engine_env(cache)
     for container in pod_spec["containers"]:
         names = {e.get("name") for e in container.get("env", [])}
         container["env"] = [*(copy.deepcopy(e) for e in env if e["name"] not in names), *container.get("env", [])]
@@ -152,8 +149,8 @@ def engine_pod(
                 *container_claims(),
             ]
     # The daemon's uid, which its sockets admit. The root filesystem stays writable unless the
-    # template says otherwise: engine programs (vLLM, SGLang, torch.compile) write caches under
-    # the home directory and /tmp.
+    # template says otherwise: engine programs and torch.compile write caches under the home
+    # directory and /tmp.
     defaults = container_security(read_only_root=False)
     for container in [*pod_spec["containers"], *pod_spec.get("initContainers", [])]:
         container["securityContext"] = with_defaults(
@@ -161,26 +158,22 @@ def engine_pod(
         )
     main = pod_spec["containers"][0]
     _stop_gracefully(main, pod_spec, spec.engine.pre_stop_sleep_seconds)
-    if uses_vllm(cache):
-        # Validation refuses a template that sets the first container's command or args itself.
-        main["command"] = vllm_engine_command(cache)
-        for probe, value in engine_probes(spec.engine.port).items():
-            main.setdefault(probe, value)
+    command = profile.engine_command(cache)
+    if command is not None:
+        main["command"] = command
     if member is None or member.node_rank == 0:
+        for probe, value in profile.engine_probes(cache).items():
+            main.setdefault(probe, value)
         main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
-        main.setdefault(
-            "readinessProbe",
-            {"httpGet": {"path": "/ready", "port": spec.engine.port}, "periodSeconds": 1, "failureThreshold": 2},
-        )
     else:
         # A follower serves no HTTP: its ranks mirror the leader's steps. The group is Ready when
-        # the leader is, whose /ready waits for every rank (remote ones included) to load and warm up.
+        # the leader is, whose readiness waits for every rank (remote ones included) to load and warm up.
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             main.pop(probe, None)
 
     volumes = [v for v in pod_spec.get("volumes", []) if v.get("name") not in ("model", sock_vol["name"])]
     pod_spec["volumes"] = [*volumes, model_vol, sock_vol]
-    if uses_artifacts(cache):
+    if profile.uses_artifacts(cache):
         for volume, mount in engine_artifact_volumes(cache):
             main["volumeMounts"].append(mount)
             pod_spec["volumes"].append(volume)
@@ -228,8 +221,7 @@ def _stop_gracefully(main: dict[str, Any], pod_spec: dict[str, Any], sleep_s: in
 
 
 def engine_env(cache: WeightCache, member: Member | None = None) -> EngineEnv:
-    """What the weightcache client and the reference engine read (each value is a reference
-    engine flag); ``member``: the pod's place in a multi-node engine group (node rank, node
+    """What the weightcache client in every engine reads (``EngineEnv``); ``member``: the pod's place in a multi-node engine group (node rank, node
     count, and the leader's rendezvous: the leader binds its own pod IP, the others dial it)."""
     spec = cache.spec
     model = spec.model

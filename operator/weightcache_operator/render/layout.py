@@ -16,6 +16,7 @@ from typing import Any
 
 from weightcache_contract.termination import ENV as TERMINATION_ENV
 
+from .. import profiles
 from ..spec import API_VERSION, KIND, WeightCache
 
 CACHE_LABEL = "weightcache.io/cache"
@@ -75,7 +76,7 @@ generation's daemons read."""
 SOCKET_MOUNT = "/run/weightcache"
 ARTIFACT_HOST_ROOT = "/var/lib/weightcache/artifacts"
 ARTIFACT_MOUNT = "/weightcache/artifacts"
-"""Where daemon and engines see the cache's compile-artifact directory (render/vllm.py)."""
+"""Where daemon and engines see the cache's compile-artifact directory (render/artifacts.py)."""
 """Where daemon and engines see the cache's socket directory (``--socket-dir``)."""
 STATUS_PORT = 9400
 STATUS_PORT_NAME = "status"
@@ -107,9 +108,9 @@ class CacheRef:
 
     @property
     def artifact_host_dir(self) -> str:
-        """The host directory of this cache's compile artifacts on every node (``spec.engine.vllm.
-        artifactCache``): one per cache, not per generation, since each entry's key names the weights;
-        on disk, not under /run, so a node's reboot keeps it."""
+        """The host directory of this cache's compile artifacts on every node (render/artifacts.py):
+        one per cache, not per generation, since each entry's key names the weights; on disk, not
+        under /run, so a node's reboot keeps it."""
         return f"{ARTIFACT_HOST_ROOT}/{self.namespace}-{self.name}"
 
     def socket_host_dir(self, daemon_hash: str) -> str:
@@ -157,7 +158,7 @@ def pin_to_nodes(pod_spec: dict[str, Any], nodes: list[str]) -> None:
 
 SERVED_MODEL_ANNOTATION = "weightcache.io/served-model-name"
 """On the Service: the model name its engines answer to, for routers and clients that discover
-Services (annotations take the names vLLM allows; labels would not)."""
+Services (annotations take any name an engine allows; labels would not)."""
 
 
 def served_model_name(cache: WeightCache) -> str:
@@ -184,14 +185,8 @@ def daemon_spec_hash(cache: WeightCache) -> str:
         # How a change rolls out is not what the daemons hold: changing it must not start one.
         "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
     }
-    if spec.engine.vllm is not None:
-        # The daemons' vLLM profile and the vLLM arguments they load with (absent for other caches,
-        # whose hash stays as it was). The engine-only fields are left out: they roll engines only.
-        # artifactCache only when set, so that caches without it keep their hash.
-        unset = {"artifact_cache"} if spec.engine.vllm.artifact_cache is None else set()
-        relevant["vllm"] = spec.engine.vllm.model_dump(
-            by_alias=True, mode="json", exclude={"engine_args", "kv_cache_space_gib", *unset}
-        )
+    # What the engine's profile loads by beyond the above (nothing for most: their hash stays).
+    relevant |= profiles.profile_of(cache).daemon_hash_fields(cache)
     reload = cache.status.checkpoint_reload if cache.status is not None else None
     if reload is not None:
         # A checkpoint change under spec.model.onChange: Reload (checkpoint_watch.py): the same spec,

@@ -15,8 +15,8 @@ largest GPU NVML lists in the pod (``NVIDIA_VISIBLE_DEVICES=all`` as the daemon'
 claim), on ``cpu-shm`` the node's ranks together against the host's ``MemTotal`` and the daemon
 container's memory limit (memfd pages are charged to the daemon's memory cgroup).
 
-vLLM caches get no plan container: their arenas hold what vLLM's loader builds, which the
-reference planner does not compute; their daemons refuse by themselves.
+Only profiles whose arenas the daemon's own planner computes get the container
+(``EngineProfile.plans``); the others' daemons refuse by themselves.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .gpu_holder import uses_gpu_holder
 from .layout import CLI, explain_exits, model_args
 from .security import container_security
 
-__all__ = ["PLAN_CONTAINER", "memory_bytes", "plan_init", "uses_plan"]
+__all__ = ["PLAN_CONTAINER", "memory_bytes", "plan_init"]
 
 _QUANTITY = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
 _FACTORS = {
@@ -52,10 +52,6 @@ _FACTORS = {
     "Pi": 2**50,
     "Ei": 2**60,
 }
-
-
-def uses_plan(cache: WeightCache) -> bool:
-    return cache.spec.engine.vllm is None
 
 
 def memory_bytes(quantity: Any) -> int | None:

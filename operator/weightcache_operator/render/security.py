@@ -21,7 +21,7 @@ from typing import Any
 from .layout import explain_exits
 
 RUN_AS = 10001
-"""uid and gid of every rendered container: the user the daemon and vLLM images are built with."""
+"""uid and gid of every rendered container: the user the daemon and engine images are built with."""
 SCRATCH_VOLUME = "weightcache-scratch"
 SCRATCH_MOUNT = "/weightcache/scratch"
 """An emptyDir for temporary files (``TMPDIR``) of containers whose root filesystem is read-only."""

@@ -1,0 +1,89 @@
+"""What the operator renders and checks differently per engine: one ``EngineProfile`` per engine.
+
+The renderers (render/daemon.py, render/engine.py, render/layout.py) and validation.py build what
+every cache shares and ask the cache's profile (``profile_of``) for the rest: the daemons' load
+profile and its flags, the engine's command, environment and probes, the spec checks that engine
+needs, and the spec fields that enter the two hashes. Every method has the default a profile
+without an opinion wants, so a profile overrides only what its engine does differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..spec import WeightCache
+
+
+class EngineProfile:
+    """One engine: how its daemons load and its engine pods run. Subclasses set ``name`` and
+    ``load_profile``; one with a block of its own under ``spec.engine`` names it in ``field``."""
+
+    name: ClassVar[str]
+    """The profile's name in messages and in ``PROFILES``."""
+    load_profile: ClassVar[str]
+    """The data plane's load profile its daemons run (``weightcache daemon --profile``)."""
+    field: ClassVar[str | None] = None
+    """The attribute of ``spec.engine`` whose presence selects this profile, if any."""
+
+    @property
+    def selector(self) -> str:
+        """What in a spec selects this profile, as a user writes it (for the conflict message)."""
+        return f"spec.engine.{self.field}" if self.field else f"the {self.name} profile"
+
+    def selects(self, cache: WeightCache) -> bool:
+        """Whether ``cache`` asks for this engine (the default profile is what no other selects)."""
+        return self.field is not None and getattr(cache.spec.engine, self.field) is not None
+
+    # --- validation -----------------------------------------------------------------------------
+
+    def problems(self, cache: WeightCache) -> list[str]:
+        """What ``cache`` cannot have with this engine, each naming the field and the fix."""
+        return []
+
+    # --- daemons ----------------------------------------------------------------------------------
+
+    def daemon_args(self, cache: WeightCache) -> dict[str, Any]:
+        """This engine's ``DaemonArgs`` fields (the ones the renderer does not fill for every cache)."""
+        return {}
+
+    def daemon_env(self, cache: WeightCache) -> list[dict[str, Any]]:
+        """Environment of the daemon container beyond ``POD_IP``."""
+        return []
+
+    def daemon_read_only_root(self, cache: WeightCache) -> bool:
+        """Whether the daemon writes only to its volumes (then it gets a scratch ``TMPDIR``)."""
+        return True
+
+    def plans(self, cache: WeightCache) -> bool:
+        """Whether the daemon's own planner computes this engine's arenas, so the daemon pod runs
+        it first as an init container (render/plan.py)."""
+        return False
+
+    def uses_artifacts(self, cache: WeightCache) -> bool:
+        """Whether daemon and engines share the node's compile-artifact directory (render/artifacts.py)."""
+        return False
+
+    def daemon_hash_fields(self, cache: WeightCache) -> dict[str, Any]:
+        """Spec values that decide what the daemons hold beyond the ones every cache hashes; added
+        to the daemon spec hash (render/layout.py). Empty: a cache's hash stays what it was."""
+        return {}
+
+    # --- engines ----------------------------------------------------------------------------------
+
+    def engine_hash_exclude(self, cache: WeightCache) -> dict[str, Any]:
+        """Parts of ``spec.engine`` left out of the engine version hash beyond the ones every cache
+        leaves out (a pydantic ``exclude``), typically an optional field while it is unset."""
+        return {}
+
+    def engine_env(self, cache: WeightCache) -> list[dict[str, Any]]:
+        """Environment of every engine container beyond the weightcache client's."""
+        return []
+
+    def engine_command(self, cache: WeightCache) -> list[str] | None:
+        """The first container's command, when the operator renders it (None: the template's)."""
+        return None
+
+    def engine_probes(self, cache: WeightCache) -> dict[str, dict[str, Any]]:
+        """Probes of the serving (leader) engine container; the template's own win. The readiness
+        probe's ``httpGet`` is also what the operator polls for hangs (responsiveness.py)."""
+        return {}
