@@ -28,8 +28,9 @@ from weightcache_contract.errors import (
 
 from ..arenas.arena import Access, MappedArena, map_arena
 from ..checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
-from ..checkpoints.loader import load_to_memory, plan_rank, resolve_dtype
+from ..checkpoints.loader import load_to_memory
 from ..checkpoints.manifest import Manifest, tensor_views
+from ..checkpoints.pipeline import plan_rank, resolve_dtype
 from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_identity import gpu_count

@@ -46,18 +46,10 @@ from ..checkpoints.checkpoint import (
     with_headers,
 )
 from ..checkpoints.content import DigestCache, ReadDigests, current_digest, is_whole_file
-from ..checkpoints.loader import (
-    SYNTHETIC_REVISION,
-    LoadPlan,
-    check_layout,
-    fill,
-    plan_rank,
-    read_ranges,
-    resolve_dtype,
-    synthetic_fill,
-)
+from ..checkpoints.loader import SYNTHETIC_REVISION, fill, read_ranges, synthetic_fill
 from ..checkpoints.manifest import Manifest
 from ..checkpoints.page_cache import available_memory, prefetch
+from ..checkpoints.pipeline import LoadPlan, check_layout, plan_rank, resolve_dtype
 from ..checkpoints.progress import Progress
 from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.read_tasks import ReadTask
