@@ -105,7 +105,7 @@ class ExpertTensors:
                 self._plan_stack(builder, fused_name(layer, fused), weights, quant, dtype, block)
                 if weights[0][0].info.dtype == "float8_e4m3fn":
                     scales = [[self._part(parts[(e, p, True)], block) for p in projs] for e in owned]
-                    expected = scale_shape(weights[0][0].shape, block)  # type: ignore[arg-type]
+                    expected = scale_shape(weights[0][0].shape, block)
                     if scales[0][0].shape != expected:
                         raise CheckpointError(
                             f"{scales[0][0].info.name!r} has shape {scales[0][0].shape}, but its "
@@ -165,7 +165,7 @@ class ExpertTensors:
         builder.add(name, out_dtype, (len(members), per_expert * rows, cols))
         step = dtypes.itemsize(out_dtype) * rows * cols
         if quantize:
-            srows, scols = scale_shape(first.shape, block)  # type: ignore[arg-type]
+            srows, scols = scale_shape(first.shape, block)
             builder.add(name + SCALE_SUFFIX, "float32", (len(members), per_expert * srows, scols))
             scale_step = 4 * srows * scols
         for e, row in enumerate(members):

@@ -101,7 +101,7 @@ def fill(
     if arena.numel() < plan.arena_bytes:
         raise ShardingError(f"arena of {arena.numel()} bytes is smaller than the plan's {plan.arena_bytes}")
     on_host = arena.device.type == "cpu"
-    flat = arena.numpy() if on_host else None
+    flat = arena.numpy().data if on_host else None  # a memoryview: the buffer protocol, typed
     by_name = {e.name: e for e in plan.entries}
     local = threading.local()
 
@@ -120,13 +120,13 @@ def fill(
         raw = data.contiguous().reshape(-1).view(torch.uint8)
         entry, start = place(task, k)
         arena[start : start + raw.numel()].copy_(raw)
-        return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy()) if checksums else 0
+        return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy().data) if checksums else 0
 
-    def staging() -> tuple[torch.Tensor, object, torch.cuda.Stream]:
+    def staging() -> tuple[torch.Tensor, memoryview, torch.cuda.Stream]:
         if not hasattr(local, "staging"):
             local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
-            local.stream = torch.cuda.Stream(arena.device)
-        return local.staging, local.staging.numpy(), local.stream
+            local.stream = torch.cuda.Stream(arena.device)  # type: ignore[no-untyped-call]
+        return local.staging, local.staging.numpy().data, local.stream
 
     def staged(file: str, offset: int, task: ReadTask) -> Part:
         buffer, view, stream = staging()

@@ -78,16 +78,17 @@ def plan_world(
     ranks = []
     for rank in range(tp_size * pp_size):
         layout = Layout.from_rank(rank, tp_size, pp_size, ep_size)
-        where = dict(rank=rank, tp_rank=layout.tp_rank, pp_rank=layout.pp_rank)
         try:
             # 2.-4. layout rules, per-tensor parts, the rank's plan (pipeline.py)
             plan = plan_rank(checkpoint, layout, quant, resolved)
         except WeightCacheError as exc:
-            ranks.append(RankPlan(**where, refused=str(exc)))
+            ranks.append(RankPlan(rank, layout.tp_rank, layout.pp_rank, refused=str(exc)))
             continue
         ranks.append(
             RankPlan(
-                **where,
+                rank,
+                layout.tp_rank,
+                layout.pp_rank,
                 layers=(plan.layers.start, plan.layers.stop),
                 tensors=len(plan.entries),
                 fp8_tensors=sum(e.dtype == "float8_e4m3fn" for e in plan.entries),

@@ -53,8 +53,13 @@ def launch_local_ranks(
     """
     # Each rank's termination message and status note, in a directory only this launcher uses.
     rank_dir = Path(tempfile.mkdtemp(prefix="weightcache-ranks-"))
-    ended_file = lambda rank: rank_dir / f"rank-{rank}.exit"  # noqa: E731
-    note_file = lambda rank: rank_dir / f"rank-{rank}.note"  # noqa: E731
+
+    def ended_file(rank: int) -> Path:
+        return rank_dir / f"rank-{rank}.exit"
+
+    def note_file(rank: int) -> Path:
+        return rank_dir / f"rank-{rank}.note"
+
     # Exit codes as the wait loop below records them: polling the children from the HTTP
     # thread could reap one before os.wait() sees it and hang the loop.
     exited: dict[int, int] = {}
@@ -127,14 +132,15 @@ def launch_local_ranks(
     try:
         while children:
             pid, status = os.wait()
-            rank = next((r for r, c in children.items() if c.pid == pid), None)
-            if rank is None:
+            found = next((r for r, c in children.items() if c.pid == pid), None)
+            if found is None:
                 continue
+            rank = found
             child = children.pop(rank)
-            child.returncode = os.waitstatus_to_exitcode(status)
-            exited[rank] = child.returncode
-            if child.returncode != 0 and exit_code == 0:
-                exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
+            code = child.returncode = os.waitstatus_to_exitcode(status)
+            exited[rank] = code
+            if code != 0 and exit_code == 0:
+                exit_code = code if code > 0 else 128 - code
                 failure = (
                     termination.read(ended_file(rank))
                     or f"rank {rank} exited with code {child.returncode}; see the container's log"

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
 from weightcache_contract.errors import (
@@ -244,7 +245,7 @@ def serve(
     gid: int | None,
     served: Served,
     keeper_path: Path | None,
-    fields: dict,
+    fields: dict[str, Any],
     watch_plan: Plan | None = None,
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
@@ -464,7 +465,7 @@ def _watch_plan(cfg: DaemonConfig, quant: QuantConfig, dtype: str) -> Plan:
     """The rank's read tasks planned from the checkpoint's headers as they are now: the watch
     needs them only to verify a rewritten shard, so a re-adopted daemon never plans otherwise."""
 
-    def plan() -> tuple[list, dict]:
+    def plan() -> tuple[list[ReadTask], dict[str, TensorInfo]]:
         checkpoint = open_checkpoint(cfg.model)
         return plan_rank(checkpoint, cfg.layout, quant, dtype).tasks, checkpoint.tensors
 
@@ -502,7 +503,7 @@ checkpoint holds now under other file stamps (``verified_rebadge``); None when t
 
 
 def adopt_from_keeper(
-    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict, rebadge: Rebadge | None = None
+    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict[str, Any], rebadge: Rebadge | None = None
 ) -> tuple[Arena, Manifest, float] | None:
     """Take the arena back from the keeper if it holds this fingerprint (or, with ``rebadge``, the
     same bytes under older shard stamps); release a stale one."""
@@ -578,7 +579,7 @@ def verified_rebadge(
     tensors: dict[str, TensorInfo],
     tasks: list[ReadTask] | None,
     cache: DigestCache,
-    fields: dict,
+    fields: dict[str, Any],
 ) -> Rebadge:
     """Accept the keeper's arena for ``fingerprint`` when it was loaded for the same everything but
     some shards' file stamps, and each of those shards, as it is now, has the size, header and
@@ -663,6 +664,7 @@ class KeeperLink:
                     self._client = client
                     fingerprint, manifest = s.identity()
                     export = s.arena.export()
+                    assert export.fd is not None  # a keeper holds fd backends' arenas only (arena_fd_backend)
                     try:
                         client.deposit(
                             Deposit(
