@@ -79,7 +79,8 @@ cluster-down: env
 	cd tests/cluster && $(PY) -m testcluster down
 
 # Seconds, so it runs first and fails fast: ruff (lint and format) over the repository, mypy --strict
-# on the operator and the contract package (files and settings in pyproject.toml).
+# on the operator, the contract package and the data plane (files, settings and the few per-module
+# exceptions, each with its reason, in pyproject.toml).
 check: env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

@@ -82,7 +82,8 @@ def verify(path: Path, info: TensorInfo) -> float:
 def load(ckpt_dir: Path, hashed: bool, rounds: int) -> tuple[float, int]:
     """Median seconds of the loader filling a host arena (warm page cache), and bytes read."""
     import torch
-    from weightcache.checkpoints.loader import fill, plan_rank
+    from weightcache.checkpoints.loader import fill
+    from weightcache.checkpoints.pipeline import plan_rank
     from weightcache.checkpoints.quantization import resolve
     from weightcache.checkpoints.sharding import Layout
 

@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         default_backend(args)
         handler = next(c.handler for c in COMMANDS if c.name == args.command)
-        return resolve(handler)(args)
+        code: int = resolve(handler)(args)
+        return code
     except WeightCacheError as exc:
         print(f"weightcache {args.command}: error: {exc}", file=sys.stderr)
         # The one place a process's fatal error becomes its container's termination message.

@@ -266,7 +266,7 @@ def hf_generate_arguments(h: argparse.ArgumentParser) -> None:
 
 def hf_generate(args: argparse.Namespace) -> int:
     from .checkpoints.checkpoint import open_checkpoint
-    from .checkpoints.loader import resolve_dtype
+    from .checkpoints.pipeline import resolve_dtype
     from .checkpoints.sharding import Layout
     from .client.weights import Weights, load_weights
     from .tools.reference_hf import dump, generate_report

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from weightcache.checkpoints.checkpoint import open_checkpoint
-from weightcache.checkpoints.loader import plan_rank, resolve_dtype
+from weightcache.checkpoints.pipeline import plan_rank, resolve_dtype
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights

@@ -80,7 +80,7 @@ def test_a_launched_rank_gets_every_daemon_flag_but_the_launchers_own() -> None:
             "3",
         ]
     )
-    # What daemon.rank.launch_local_ranks adds for the second local rank.
+    # What daemon.launcher.launch_local_ranks adds for the second local rank.
     rank = parser.parse_args(
         [
             "daemon",

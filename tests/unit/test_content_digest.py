@@ -19,7 +19,8 @@ from weightcache.checkpoints.content import (
     digest_shard,
     is_whole_file,
 )
-from weightcache.checkpoints.loader import fill, plan_rank
+from weightcache.checkpoints.loader import fill
+from weightcache.checkpoints.pipeline import plan_rank
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 from view_checks import same_view
 from weightcache.checkpoints.checkpoint import with_headers
-from weightcache.checkpoints.loader import load_to_memory, plan_rank
+from weightcache.checkpoints.loader import load_to_memory
 from weightcache.checkpoints.manifest import Manifest, TensorEntry, tensor_views
+from weightcache.checkpoints.pipeline import plan_rank
 from weightcache.checkpoints.sharding import Layout
 from weightcache.checkpoints.tensor_index import TensorIndex
 from weightcache.client.weights import expect

@@ -12,8 +12,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 from weightcache.checkpoints.checkpoint import Checkpoint, open_checkpoint
-from weightcache.checkpoints.loader import fill, load_to_memory, plan_rank
+from weightcache.checkpoints.loader import fill, load_to_memory
 from weightcache.checkpoints.manifest import tensor_views
+from weightcache.checkpoints.pipeline import plan_rank
 from weightcache.checkpoints.quantization import SCALE_SUFFIX, quantize_block_fp8, resolve
 from weightcache.checkpoints.sharding import Layout
 from weightcache_contract.errors import CheckpointError, ShardingError

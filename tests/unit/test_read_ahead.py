@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from weightcache.checkpoints.checkpoint import open_checkpoint
-from weightcache.checkpoints.loader import plan_rank, read_ranges
+from weightcache.checkpoints.loader import read_ranges
 from weightcache.checkpoints.page_cache import available_memory, prefetch
+from weightcache.checkpoints.pipeline import plan_rank
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
 

@@ -13,9 +13,11 @@ TORCH_FREE = [
     "weightcache.daemon.keeper",
     "weightcache.daemon.status_endpoint",
     "weightcache.daemon.rank",
+    "weightcache.daemon.launcher",
     "weightcache.client.weights",
     "weightcache.cli",
     "weightcache.checkpoints.planner",
+    "weightcache.checkpoints.pipeline",
 ]
 
 

@@ -204,7 +204,7 @@ class CudaIpcArena(Arena):
         from torch.multiprocessing.reductions import reduce_tensor
 
         torch.cuda.synchronize(self.ordinal)
-        _, args = reduce_tensor(self._tensor)
+        _, args = reduce_tensor(self._tensor)  # type: ignore[no-untyped-call]
         return Export(
             ipc=CudaIpcHandle(
                 storage_handle=args[7],
@@ -266,7 +266,7 @@ class IpcMapping(MappedArena):
         _context(ordinal)
         self.size = size
         self.device_uuid = uuid
-        self.buffer = rebuild_cuda_tensor(
+        self.buffer = rebuild_cuda_tensor(  # type: ignore[no-untyped-call]
             torch.Tensor,
             torch.Size([ipc.storage_size_bytes]),
             (1,),

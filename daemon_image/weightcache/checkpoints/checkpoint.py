@@ -107,6 +107,7 @@ class Checkpoint:
         if handle is None:
             handle = safe_open(str(self.path / info.file), framework="pt", device="cpu")
             self._handles[info.file] = handle
+        tensor: torch.Tensor  # safetensors' handles are untyped
         if dim is None:
             tensor = handle.get_tensor(name)
         else:

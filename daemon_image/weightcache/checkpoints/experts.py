@@ -22,23 +22,24 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from weightcache_contract.errors import CheckpointError, ShardingError
 
 from . import dtypes
-from .checkpoint import Checkpoint, TensorInfo
+from .checkpoint import TensorInfo
 from .quantization import SCALE_SUFFIX, QuantConfig, scale_shape
-from .read_tasks import ReadTask, ShardPart, output_dtype, quantizes, shard_part, transform_of
-from .sharding import ArchitectureRules, Layout, Split
+from .read_tasks import Parts, ShardPart, output_dtype, quantizes, shard_part, transform_of
+from .sharding import Layout, Placement
 
 GATE_UP = "gate_up_proj"
 DOWN = "down_proj"
 PROJECTIONS = ("gate", "up", "down")
-# The fused tensors, what each stacks (in row order within an expert) and how an expert splits.
-FUSED: tuple[tuple[str, tuple[str, ...], Split], ...] = (
-    (GATE_UP, ("gate", "up"), Split.EXPERT_COLUMN),
-    (DOWN, ("down",), Split.EXPERT_ROW),
+# The fused tensors and what each stacks (in row order within an expert); how an expert splits
+# is the layout rules' (sharding.Split.EXPERT_COLUMN / EXPERT_ROW, in each tensor's Placement).
+FUSED: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (GATE_UP, ("gate", "up")),
+    (DOWN, ("down",)),
 )
 _EXPERT_TENSOR = re.compile(
     r"model\.layers\.(?P<layer>\d+)\.mlp\.experts\.(?P<expert>\d+)\.(?P<proj>gate|up|down)_proj\.weight"
@@ -55,39 +56,37 @@ def num_experts(config: dict[str, Any]) -> int:
     return int(config.get("num_experts") or config.get("num_local_experts") or 0)
 
 
-class _Builder(Protocol):
-    def add(self, name: str, dtype: str, shape: tuple[int, ...]) -> None: ...
-
-    def task(self, task: ReadTask) -> None: ...
-
-
 class ExpertTensors:
-    """Collects a checkpoint's per-expert tensors while the loader walks it, then plans the stacks."""
+    """Collects a checkpoint's per-expert tensors (and where the layout rules place each) while
+    planning walks the checkpoint, then plans the stacks: planning's per-tensor stage for experts."""
 
-    def __init__(self, checkpoint: Checkpoint, arch: ArchitectureRules) -> None:
-        self.config = checkpoint.config
-        self.path: Path = checkpoint.path
-        self.arch = arch
+    def __init__(self, config: dict[str, Any], path: Path) -> None:
+        self.config = config
+        self.path = path
         self.found: dict[int, dict[tuple[int, str, bool], TensorInfo]] = {}
+        self.placements: dict[str, Placement] = {}
 
-    def add(self, info: TensorInfo, layer: int | None) -> None:
+    def add(self, info: TensorInfo, placement: Placement) -> None:
         m = _EXPERT_TENSOR.fullmatch(info.name)
+        layer = placement.layer
         if m is None or layer is None:
             raise CheckpointError(
                 f"tensor {info.name!r} looks like an expert's but is not named "
                 "model.layers.L.mlp.experts.E.(gate|up|down)_proj.weight[_scale_inv]"
             )
         self.found.setdefault(layer, {})[(int(m["expert"]), m["proj"], bool(m["scale"]))] = info
+        self.placements[info.name] = placement
 
-    def plan(self, builder: _Builder, layout: Layout, quant: QuantConfig, dtype: str) -> None:
-        """Add this rank's stacked entries and the read tasks that fill them, layer by layer."""
+    def plan(self, layout: Layout, quant: QuantConfig, dtype: str) -> Parts:
+        """This rank's stacked entries and the read tasks that fill them, layer by layer."""
+        builder = Parts()
         if not self.found:
             if layout.ep_size > 1:
                 raise ShardingError(
                     f"--ep-size {layout.ep_size} needs a mixture-of-experts checkpoint, and "
                     f"{self.path} has no experts; use --ep-size 1"
                 )
-            return
+            return builder
         total = num_experts(self.config)
         if total < 1:
             raise CheckpointError(f"{self.path}/config.json has no num_experts, but the checkpoint holds experts")
@@ -101,30 +100,23 @@ class ExpertTensors:
         for layer in sorted(self.found):
             parts = self.found[layer]
             self._check_complete(layer, parts, total)
-            for fused, projs, split in FUSED:
-                weights = [
-                    [
-                        shard_part(parts[(e, p, False)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
-                        for p in projs
-                    ]
-                    for e in owned
-                ]
+            for fused, projs in FUSED:
+                weights = [[self._part(parts[(e, p, False)], block) for p in projs] for e in owned]
                 self._plan_stack(builder, fused_name(layer, fused), weights, quant, dtype, block)
                 if weights[0][0].info.dtype == "float8_e4m3fn":
-                    scales = [
-                        [
-                            shard_part(parts[(e, p, True)], split.dim, layout.moe_tp_size, layout.moe_tp_rank, block)
-                            for p in projs
-                        ]
-                        for e in owned
-                    ]
-                    expected = scale_shape(weights[0][0].shape, block)  # type: ignore[arg-type]
+                    scales = [[self._part(parts[(e, p, True)], block) for p in projs] for e in owned]
+                    expected = scale_shape(weights[0][0].shape, block)
                     if scales[0][0].shape != expected:
                         raise CheckpointError(
                             f"{scales[0][0].info.name!r} has shape {scales[0][0].shape}, but its "
                             f"weight's {block[0]}×{block[1]} blocks need {expected}"
                         )
                     self._plan_stack(builder, fused_name(layer, fused) + SCALE_SUFFIX, scales, quant, dtype, block)
+        return builder
+
+    def _part(self, info: TensorInfo, block: tuple[int, int]) -> ShardPart:
+        placement = self.placements[info.name]
+        return shard_part(info, placement.dim, placement.parts, placement.index, block)
 
     def _check_complete(self, layer: int, parts: dict[tuple[int, str, bool], TensorInfo], total: int) -> None:
         for expert, _proj, _ in parts:
@@ -143,7 +135,7 @@ class ExpertTensors:
 
     def _plan_stack(
         self,
-        builder: _Builder,
+        builder: Parts,
         name: str,
         members: list[list[ShardPart]],
         quant: QuantConfig,
@@ -159,8 +151,7 @@ class ExpertTensors:
                     f"{first.info.name!r} is {first.info.dtype} {first.shape}; the experts of a "
                     "layer must agree in shape and dtype to be stacked"
                 )
-        rule, _ = self.arch.rule_for(first.info.name)
-        quantize = quantizes(quant, rule, first.shape)
+        quantize = quantizes(quant, self.placements[first.info.name].rule, first.shape)
         rows, cols = first.shape
         per_expert = len(members[0])
         is_fp8 = quantize or first.info.dtype == "float8_e4m3fn"
@@ -174,7 +165,7 @@ class ExpertTensors:
         builder.add(name, out_dtype, (len(members), per_expert * rows, cols))
         step = dtypes.itemsize(out_dtype) * rows * cols
         if quantize:
-            srows, scols = scale_shape(first.shape, block)  # type: ignore[arg-type]
+            srows, scols = scale_shape(first.shape, block)
             builder.add(name + SCALE_SUFFIX, "float32", (len(members), per_expert * srows, scols))
             scale_step = 4 * srows * scols
         for e, row in enumerate(members):

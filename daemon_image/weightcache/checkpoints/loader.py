@@ -1,179 +1,33 @@
-"""Plan and fill one rank's tensors: the loader shared by the daemon and the disk fallback.
+"""Fill one rank's tensors from its plan: the loader shared by the daemon and the disk fallback.
 
-Planning needs only the safetensors headers: it decides, per checkpoint tensor, whether this
-rank owns it, which slice to read, what post-processing applies (dtype cast, block-wise FP8)
-and where each output lands in the arena. Filling then reads exactly those slices. The daemon
-fills a shared arena; an engine falling back to disk fills plain memory with the same plan, so
-both paths produce the same bytes at the same offsets.
+Planning (pipeline.py) decides, from the safetensors headers, which slice of which tensor this
+rank reads, what post-processing applies (dtype cast, block-wise FP8) and where each output
+lands; filling reads exactly those slices. The daemon fills a shared arena; an engine falling
+back to disk fills plain memory with the same plan, so both paths produce the same bytes at the
+same offsets.
 """
 
 from __future__ import annotations
 
-import math
-import re
 import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from weightcache_contract.errors import CheckpointError, ShardingError
+from weightcache_contract.errors import ShardingError
 
 from . import dtypes
 from .checkpoint import Checkpoint
 from .content import ReadDigests, new_hash
-from .experts import ExpertTensors
-from .manifest import TensorEntry, align, contiguous_stride
+from .manifest import TensorEntry
+from .pipeline import LoadPlan
 from .progress import Progress
-from .quantization import SCALE_SUFFIX, QuantConfig, quantize_block_fp8, scale_shape
-from .read_tasks import ReadTask, output_dtype, quantizes, shard_part, transform_of
-from .sharding import Layout, Split, check_heads, kv_split, layer_range, num_kv_heads, owns, rules_for
+from .quantization import quantize_block_fp8
+from .read_tasks import ReadTask
 
 if TYPE_CHECKING:  # planning reads headers only; filling imports torch (see dtypes.py)
     import torch
-
-
-@dataclass
-class LoadPlan:
-    entries: list[TensorEntry]
-    tasks: list[ReadTask]
-    aliases: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def arena_bytes(self) -> int:
-        end = max((e.offset + e.nbytes for e in self.entries), default=0)
-        return max(align(end), 256)
-
-    @property
-    def read_bytes(self) -> int:
-        return sum(t.read_bytes for t in self.tasks)
-
-
-def resolve_dtype(requested: str, checkpoint: Checkpoint) -> str:
-    name = requested
-    if requested == "auto":
-        name = checkpoint.torch_dtype_name or "bfloat16"
-        name = name.replace("torch.", "")
-    if name not in dtypes.FLOATING_COMPUTE_DTYPES:
-        raise CheckpointError(
-            f"dtype {name!r} cannot be served; choose one of {', '.join(dtypes.FLOATING_COMPUTE_DTYPES)} or 'auto'"
-        )
-    return name
-
-
-def plan_rank(checkpoint: Checkpoint, layout: Layout, quant: QuantConfig, dtype: str) -> LoadPlan:
-    """Decide what this rank reads and where each tensor goes; raises before any data is read."""
-    arch = rules_for(checkpoint.architecture)
-    config = checkpoint.config
-    layers = check_layout(checkpoint, layout)
-    num_layers = int(config["num_hidden_layers"])
-    _check_layers_complete(checkpoint, num_layers)
-    block = quant.weight_block_size or (1, 1)
-    tied = bool(config.get("tie_word_embeddings", False))
-    kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
-
-    builder = _PlanBuilder()
-    experts = ExpertTensors(checkpoint, arch)
-    sources = sorted(checkpoint.tensors.values(), key=lambda t: (t.file, t.name))
-    for info in sources:
-        rule, layer = arch.rule_for(info.name)
-        if layer is not None and layer >= num_layers:
-            raise CheckpointError(f"tensor {info.name!r} names layer {layer}, but config.json has {num_layers} layers")
-        if info.name == arch.lm_head and tied:
-            continue  # tied: lm_head is the embedding, handled below
-        if not owns(rule, layer, layers, layout):
-            continue
-        if (info.name.endswith(SCALE_SUFFIX) or info.dtype == "float8_e4m3fn") and not quant.prequantized:
-            raise CheckpointError(
-                f"tensor {info.name!r} is already FP8-quantized but config.json has no block-wise "
-                "quantization_config; the checkpoint is inconsistent"
-            )
-        if rule.split.expert:
-            experts.add(info, layer)  # stacked per layer once every expert is known, below
-            continue
-        # k/v split by KV head, which may mean fewer slices than ranks (replicated heads).
-        parts, index, fix = layout.tp_size, layout.tp_rank, None
-        if rule.split is Split.KV_HEADS and kv_parts < layout.tp_size:
-            parts, index = kv_parts, kv_part
-            fix = (
-                f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {kv_parts}), which "
-                "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
-                "--quantization fp8 (the daemon then quantizes each rank's head itself)"
-            )
-        part = shard_part(info, rule.split.dim, parts, index, block, fix)
-        if quantizes(quant, rule, part.shape):
-            scale_name = info.name + SCALE_SUFFIX
-            builder.add(info.name, "float8_e4m3fn", part.shape)
-            builder.add(scale_name, "float32", scale_shape(part.shape, block))
-            builder.task(part.task("quantize_fp8", (info.name, scale_name)))
-        else:
-            builder.add(info.name, output_dtype(info, dtype), part.shape)
-            builder.task(part.task(transform_of(info), (info.name,)))
-
-    experts.plan(builder, layout, quant, dtype)
-    if tied and layout.pp_rank == layout.pp_size - 1:
-        if arch.embedding in builder.names:
-            builder.aliases[arch.lm_head] = arch.embedding
-        else:
-            # A later pipeline stage needs the tied embedding as its output projection.
-            emb = checkpoint.tensors.get(arch.embedding)
-            if emb is None:
-                raise CheckpointError(f"tied embeddings need {arch.embedding!r}, which the checkpoint lacks")
-            part = shard_part(emb, 0, layout.tp_size, layout.tp_rank, (1, 1))
-            builder.add(arch.lm_head, dtype, part.shape)
-            builder.task(part.task("cast", (arch.lm_head,)))
-    return LoadPlan(builder.entries, builder.tasks, builder.aliases)
-
-
-def check_layout(checkpoint: Checkpoint, layout: Layout) -> range:
-    """What config.json alone can refuse about a layout (architecture, head and layer divisibility);
-    this rank's layers. Needs no tensor headers: a daemon checks it before it creates any file."""
-    rules_for(checkpoint.architecture)
-    num_layers = int(checkpoint.config.get("num_hidden_layers", 0))
-    if num_layers < 1:
-        raise CheckpointError(f"{checkpoint.path}/config.json needs a positive num_hidden_layers")
-    check_heads(checkpoint.config, layout.tp_size)
-    return layer_range(num_layers, layout.pp_size, layout.pp_rank)
-
-
-def _check_layers_complete(checkpoint: Checkpoint, num_layers: int) -> None:
-    """Every decoder layer must carry the same tensors; a hole is a broken checkpoint, not a smaller model."""
-    per_layer: dict[int, set[str]] = {}
-    for name in checkpoint.tensors:
-        m = re.match(r"model\.layers\.(\d+)\.(.+)", name)
-        if m:
-            per_layer.setdefault(int(m.group(1)), set()).add(m.group(2))
-    expected = per_layer.get(0, set())
-    for layer in range(num_layers):
-        missing = expected - per_layer.get(layer, set())
-        if layer not in per_layer or missing:
-            what = f"{sorted(missing)[0]!r}" if missing and layer in per_layer else "all its tensors"
-            raise CheckpointError(
-                f"layer {layer} lacks {what}; the checkpoint is incomplete (a missing or partial shard?)"
-            )
-
-
-class _PlanBuilder:
-    def __init__(self) -> None:
-        self.entries: list[TensorEntry] = []
-        self.tasks: list[ReadTask] = []
-        self.aliases: dict[str, str] = {}
-        self.names: set[str] = set()
-        self._offset = 0
-
-    def add(self, name: str, dtype: str, shape: tuple[int, ...]) -> None:
-        nbytes = dtypes.itemsize(dtype) * math.prod(shape)
-        offset = align(self._offset)
-        self.entries.append(
-            TensorEntry(
-                name=name, dtype=dtype, shape=shape, stride=contiguous_stride(shape), offset=offset, nbytes=nbytes
-            )
-        )
-        self.names.add(name)
-        self._offset = offset + nbytes
-
-    def task(self, task: ReadTask) -> None:
-        self.tasks.append(task)
 
 
 STAGING_BYTES = 64 * 2**20
@@ -247,7 +101,7 @@ def fill(
     if arena.numel() < plan.arena_bytes:
         raise ShardingError(f"arena of {arena.numel()} bytes is smaller than the plan's {plan.arena_bytes}")
     on_host = arena.device.type == "cpu"
-    flat = arena.numpy() if on_host else None
+    flat = arena.numpy().data if on_host else None  # a memoryview: the buffer protocol, typed
     by_name = {e.name: e for e in plan.entries}
     local = threading.local()
 
@@ -266,13 +120,13 @@ def fill(
         raw = data.contiguous().reshape(-1).view(torch.uint8)
         entry, start = place(task, k)
         arena[start : start + raw.numel()].copy_(raw)
-        return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy()) if checksums else 0
+        return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy().data) if checksums else 0
 
-    def staging() -> tuple[torch.Tensor, object, torch.cuda.Stream]:
+    def staging() -> tuple[torch.Tensor, memoryview, torch.cuda.Stream]:
         if not hasattr(local, "staging"):
             local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
-            local.stream = torch.cuda.Stream(arena.device)
-        return local.staging, local.staging.numpy(), local.stream
+            local.stream = torch.cuda.Stream(arena.device)  # type: ignore[no-untyped-call]
+        return local.staging, local.staging.numpy().data, local.stream
 
     def staged(file: str, offset: int, task: ReadTask) -> Part:
         buffer, view, stream = staging()

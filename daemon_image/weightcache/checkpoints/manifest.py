@@ -31,7 +31,8 @@ if TYPE_CHECKING:
 LAYOUT_VERSION = 1
 # 256 bytes covers every dtype's alignment and the GPU backends' preferred access granule.
 ALIGNMENT = 256
-KINDS = ("parameter", "buffer")
+Kind = Literal["parameter", "buffer"]
+KINDS: tuple[Kind, ...] = ("parameter", "buffer")
 
 
 class TensorEntry(BaseModel):
@@ -43,7 +44,7 @@ class TensorEntry(BaseModel):
     stride: tuple[int, ...]
     offset: int
     nbytes: int
-    kind: Literal["parameter", "buffer"] = "parameter"
+    kind: Kind = "parameter"
     checksum: int = 0  # crc32 of the tensor's bytes, computed once by the daemon after post-processing
 
 

@@ -1,7 +1,7 @@
 """Dry-run planning: what every rank of a layout would hold, from config.json and safetensors headers.
 
 This is the daemon's own planning — the same quantization allowlist, dtype resolution and
-``loader.plan_rank`` — run for each rank of the world without reading a tensor byte, allocating
+``pipeline.plan_rank`` — run for each rank of the world without reading a tensor byte, allocating
 an arena or importing torch. It answers "will this fit on my GPUs" before anything is loaded: per
 rank, the arena's bytes, its tensor count (FP8 ones among them), what a load would read from disk,
 and, for a layout the tables refuse, the refusal and its fix.
@@ -16,9 +16,9 @@ from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.plan_summary import PlanSummary
 
 from .checkpoint import open_checkpoint
-from .loader import plan_rank, resolve_dtype
+from .pipeline import plan_rank, resolve_dtype
 from .quantization import resolve
-from .sharding import Layout, layer_range
+from .sharding import Layout
 
 
 @dataclass(frozen=True)
@@ -69,26 +69,27 @@ def plan_world(
     Raises (instead of returning refused ranks) only for what no layout could fix: an unreadable
     checkpoint, an unsupported quantization or dtype, an impossible layout size.
     """
+    # 1. config: the sizes, the quantization allowlist (first, as the daemon does), the checkpoint.
     Layout(tp_size, 0, pp_size, 0, ep_size)  # sizes < 1, and an ep that does not divide tp, are refused here, by name
-    resolve(quantization, None, weight_block_size)  # the allowlist first, as the daemon does
+    resolve(quantization, None, weight_block_size)
     checkpoint = open_checkpoint(model)
     quant = resolve(quantization, checkpoint.quantization_config, weight_block_size)
     resolved = resolve_dtype(dtype, checkpoint)
-    num_layers = int(checkpoint.config.get("num_hidden_layers") or 0)
     ranks = []
     for rank in range(tp_size * pp_size):
         layout = Layout.from_rank(rank, tp_size, pp_size, ep_size)
-        where = dict(rank=rank, tp_rank=layout.tp_rank, pp_rank=layout.pp_rank)
         try:
+            # 2.-4. layout rules, per-tensor parts, the rank's plan (pipeline.py)
             plan = plan_rank(checkpoint, layout, quant, resolved)
         except WeightCacheError as exc:
-            ranks.append(RankPlan(**where, refused=str(exc)))
+            ranks.append(RankPlan(rank, layout.tp_rank, layout.pp_rank, refused=str(exc)))
             continue
-        layers = layer_range(num_layers, pp_size, layout.pp_rank)
         ranks.append(
             RankPlan(
-                **where,
-                layers=(layers.start, layers.stop),
+                rank,
+                layout.tp_rank,
+                layout.pp_rank,
+                layers=(plan.layers.start, plan.layers.stop),
                 tensors=len(plan.entries),
                 fp8_tensors=sum(e.dtype == "float8_e4m3fn" for e in plan.entries),
                 arena_bytes=plan.arena_bytes,

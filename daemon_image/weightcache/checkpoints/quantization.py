@@ -75,7 +75,8 @@ def resolve(
         return QuantConfig(method="fp8", weight_block_size=ckpt_block, prequantized=True)
 
     if method == "fp8":
-        return QuantConfig(method="fp8", weight_block_size=tuple(block_size or DEFAULT_BLOCK), prequantized=False)
+        block = block_size or DEFAULT_BLOCK  # two entries, checked above (a list from JSON or argv)
+        return QuantConfig(method="fp8", weight_block_size=(block[0], block[1]), prequantized=False)
     return QuantConfig()
 
 

@@ -1,19 +1,21 @@
-"""What one rank reads of one checkpoint tensor: its shard, the transform, where the output lands.
+"""Planning's per-tensor stage: what one rank reads of one checkpoint tensor (its shard, the
+transform) and which arena entries that produces, before the entries have offsets.
 
-Shared by the dense plan (loader.py) and the stacked-expert plan (experts.py), so that a tensor
-is split, quantized and cast by one set of rules whichever arena entry it ends up in.
+Shared by the dense tensors (``tensor_parts``) and the stacked experts (experts.py), so that a
+tensor is split, quantized and cast by one set of rules whichever arena entry it ends up in.
+Takes the layout rules' answer (``sharding.Placement``) as data and calls back into no stage.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from . import dtypes
 from .checkpoint import TensorInfo
-from .quantization import SCALE_SUFFIX, QuantConfig
-from .sharding import Rule, shard_bounds
+from .quantization import SCALE_SUFFIX, QuantConfig, scale_shape
+from .sharding import Placement, Rule, shard_bounds
 
 Transform = Literal["cast", "raw", "quantize_fp8"]
 
@@ -32,6 +34,29 @@ class ReadTask:
     into: tuple[int, ...] = ()
     """Byte offset of each output inside its arena entry; empty: each output is a whole entry.
     Set for one expert's part of a stacked expert tensor (see experts.py)."""
+
+
+@dataclass(frozen=True)
+class Output:
+    """An arena entry a rank's plan needs, before it has an offset (pipeline.py lays them out)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+
+
+@dataclass
+class Parts:
+    """Arena entries and the reads that fill them, each in planning order."""
+
+    outputs: list[Output] = field(default_factory=list)
+    tasks: list[ReadTask] = field(default_factory=list)
+
+    def add(self, name: str, dtype: str, shape: tuple[int, ...]) -> None:
+        self.outputs.append(Output(name, dtype, shape))
+
+    def task(self, task: ReadTask) -> None:
+        self.tasks.append(task)
 
 
 @dataclass(frozen=True)
@@ -92,3 +117,27 @@ def transform_of(info: TensorInfo) -> Transform:
 
 def output_dtype(info: TensorInfo, dtype: str) -> str:
     return info.dtype if transform_of(info) == "raw" else dtype
+
+
+def tensor_parts(
+    info: TensorInfo, placement: Placement, quant: QuantConfig, dtype: str, block: tuple[int, int], into: Parts
+) -> None:
+    """A dense tensor's entries and read: its slice, cast, or block-quantized into FP8 + scales."""
+    part = shard_part(info, placement.dim, placement.parts, placement.index, block, placement.fix)
+    if quantizes(quant, placement.rule, part.shape):
+        scale_name = info.name + SCALE_SUFFIX
+        into.add(info.name, "float8_e4m3fn", part.shape)
+        into.add(scale_name, "float32", scale_shape(part.shape, block))
+        into.task(part.task("quantize_fp8", (info.name, scale_name)))
+    else:
+        into.add(info.name, output_dtype(info, dtype), part.shape)
+        into.task(part.task(transform_of(info), (info.name,)))
+
+
+def tied_lm_head_parts(
+    embedding: TensorInfo, lm_head: str, tp_size: int, tp_rank: int, dtype: str, into: Parts
+) -> None:
+    """A later pipeline stage's output projection, read from the tied embedding."""
+    part = shard_part(embedding, 0, tp_size, tp_rank, (1, 1))
+    into.add(lm_head, dtype, part.shape)
+    into.task(part.task("cast", (lm_head,)))

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from weightcache_contract.errors import ShardingError, UnsupportedArchitecture
+from weightcache_contract.errors import CheckpointError, ShardingError, UnsupportedArchitecture
 
 
 class Split(enum.Enum):
@@ -286,3 +286,79 @@ def check_heads(config: dict[str, Any], tp_size: int) -> None:
 def num_kv_heads(config: dict[str, Any]) -> int:
     """KV heads from a config.json; models without ``num_key_value_heads`` have one per query head."""
     return int(config.get("num_key_value_heads") or config.get("num_attention_heads") or 0)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What the layout rules decide for one checkpoint tensor this rank holds: split ``dim`` into
+    ``parts`` slices and keep slice ``index``. ``fix``: the advice when that split is uneven."""
+
+    rule: Rule
+    layer: int | None
+    dim: int | None
+    parts: int
+    index: int
+    fix: str | None = None
+
+    @property
+    def expert(self) -> bool:
+        return self.rule.split.expert
+
+
+@dataclass(frozen=True)
+class RankRules:
+    """Planning's layout-rules stage: what config.json and one rank's layout decide before any
+    tensor header is looked at. ``rank_rules`` builds it (and refuses what cannot go together);
+    ``place`` then answers per tensor."""
+
+    arch: ArchitectureRules
+    layout: Layout
+    num_layers: int
+    layers: range
+    tied: bool
+    kv_parts: int
+    kv_part: int
+
+    def place(self, name: str) -> Placement | None:
+        """Where ``name`` goes on this rank; None when the rank does not hold it (another pipeline
+        stage's, or a tied lm_head, which is the embedding)."""
+        rule, layer = self.arch.rule_for(name)
+        if layer is not None and layer >= self.num_layers:
+            raise CheckpointError(f"tensor {name!r} names layer {layer}, but config.json has {self.num_layers} layers")
+        if name == self.arch.lm_head and self.tied:
+            return None
+        if not owns(rule, layer, self.layers, self.layout):
+            return None
+        layout, dim = self.layout, rule.split.dim
+        if rule.split.expert:
+            return Placement(rule, layer, dim, layout.moe_tp_size, layout.moe_tp_rank)
+        # k/v split by KV head, which may mean fewer slices than ranks (replicated heads).
+        if rule.split is Split.KV_HEADS and self.kv_parts < layout.tp_size:
+            fix = (
+                f"tensor-parallel size {layout.tp_size} gives each rank one whole KV head (of {self.kv_parts}), which "
+                "must be whole FP8 blocks here; use a tp size <= the KV heads, or an unquantized checkpoint with "
+                "--quantization fp8 (the daemon then quantizes each rank's head itself)"
+            )
+            return Placement(rule, layer, dim, self.kv_parts, self.kv_part, fix)
+        return Placement(rule, layer, dim, layout.tp_size, layout.tp_rank)
+
+    @property
+    def holds_lm_head_from_embedding(self) -> bool:
+        """Tied embeddings: the last stage's output projection is the embedding."""
+        return self.tied and self.layout.pp_rank == self.layout.pp_size - 1
+
+
+def rank_rules(architecture: str, config: dict[str, Any], layout: Layout, where: str) -> RankRules:
+    """What config.json alone can refuse about a layout (architecture, head and layer divisibility),
+    and this rank's rules. Needs no tensor headers: a daemon checks it before it creates any file.
+    ``where``: the checkpoint's directory, for the errors."""
+    arch = rules_for(architecture)
+    num_layers = int(config.get("num_hidden_layers", 0))
+    if num_layers < 1:
+        raise CheckpointError(f"{where}/config.json needs a positive num_hidden_layers")
+    check_heads(config, layout.tp_size)
+    layers = layer_range(num_layers, layout.pp_size, layout.pp_rank)
+    kv_parts, kv_part = kv_split(num_kv_heads(config), layout.tp_size, layout.tp_rank)
+    return RankRules(
+        arch, layout, num_layers, layers, bool(config.get("tie_word_embeddings", False)), kv_parts, kv_part
+    )

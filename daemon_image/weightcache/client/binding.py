@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn
 
 import torch
 from torch import nn
@@ -28,7 +29,7 @@ def empty_model() -> Iterator[None]:
         if param is not None and param.device.type != "meta":
             module._parameters[name] = nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
 
-    nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign]
+    nn.Module.register_parameter = register_on_meta  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -53,7 +54,7 @@ def _bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: dict[s
     Parameter = nn.Parameter
     params: dict[str, nn.Parameter] = {}
     used: list[str] = []
-    pending: list[tuple[dict, str, torch.Tensor]] = []
+    pending: list[tuple[dict[str, Any], str, torch.Tensor]] = []
     stack: list[tuple[str, nn.Module]] = [("", model)]
     while stack:
         prefix, module = stack.pop()
@@ -72,12 +73,12 @@ def _bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: dict[s
             pending.append((module._parameters, leaf, param))
         if module._buffers:
             skip = module._non_persistent_buffers_set
-            for leaf, current in module._buffers.items():
-                if current is not None and leaf not in skip:
+            for leaf, buffer in module._buffers.items():
+                if buffer is not None and leaf not in skip:
                     name = prefix + leaf
                     source = get(resolve(name, name))
-                    if source is None or source.shape != current.shape or source.dtype != current.dtype:
-                        _refuse(name, source, current)
+                    if source is None or source.shape != buffer.shape or source.dtype != buffer.dtype:
+                        _refuse(name, source, buffer)
                     used.append(name)
                     pending.append((module._buffers, leaf, source))
         for child_name, child in module._modules.items():
@@ -92,7 +93,7 @@ def _bind(model: nn.Module, tensors: Mapping[str, torch.Tensor], aliases: dict[s
         slots[leaf] = value
 
 
-def _refuse(name: str, source: torch.Tensor | None, current: torch.Tensor) -> None:
+def _refuse(name: str, source: torch.Tensor | None, current: torch.Tensor) -> NoReturn:
     if source is None:
         raise BindError(f"model tensor {name!r} is not in the cache")
     raise BindError(

@@ -15,7 +15,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import (
@@ -28,8 +28,9 @@ from weightcache_contract.errors import (
 
 from ..arenas.arena import Access, MappedArena, map_arena
 from ..checkpoints.checkpoint import Checkpoint, open_checkpoint, with_headers
-from ..checkpoints.loader import load_to_memory, plan_rank, resolve_dtype
+from ..checkpoints.loader import load_to_memory
 from ..checkpoints.manifest import Manifest, tensor_views
+from ..checkpoints.pipeline import plan_rank, resolve_dtype
 from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_identity import gpu_count
@@ -65,6 +66,9 @@ Fallback = Literal["disk", "error"]
 # milliseconds), doubling to a second, jittered so that clients refused together do not return together.
 _BUSY_FIRST_PAUSE_S = 0.02
 _BUSY_MAX_PAUSE_S = 1.0
+
+
+ReplyT = TypeVar("ReplyT")
 
 
 class DaemonConnection:
@@ -142,8 +146,8 @@ class DaemonConnection:
         return reply, (fds[0] if fds else None)
 
     def request(
-        self, message: Any, expect: type, fds: list[int] | None = None, send_fds: list[int] | None = None
-    ) -> Any:
+        self, message: Any, expect: type[ReplyT], fds: list[int] | None = None, send_fds: list[int] | None = None
+    ) -> ReplyT:
         """Send one request (with fds attached, if any), return the reply; errors become exceptions."""
         sent: OSError | None = None
         try:

@@ -35,7 +35,7 @@ LAUNCHER_FLAGS = frozenset(
     }
 )
 """Flags a rank does not get from its launcher: the launcher's own, and the ones it sets per rank
-(``daemon.rank.launch_local_ranks``)."""
+(``daemon.launcher.launch_local_ranks``)."""
 
 
 def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -72,13 +72,13 @@ def run(args: argparse.Namespace) -> int:
 
         threading.Thread(target=gpu_count, name="cuinit", daemon=True).start()
     from ..checkpoints.sharding import Layout
-    from .rank import DaemonConfig, launch_local_ranks
-    from .rank import run as run_rank
 
     if args.ranks or args.status_addr or args.artifact_dir:
         # The status endpoint and the artifact publisher live in the launcher, so asking for
         # either launches even one rank.
         from weightcache_contract.readonly_http import parse_addr
+
+        from .launcher import launch_local_ranks
 
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
         status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
@@ -101,6 +101,9 @@ def run(args: argparse.Namespace) -> int:
             args.gpus_file,
             publisher,
         )
+    from .rank import DaemonConfig
+    from .rank import run as run_rank
+
     cfg = DaemonConfig(
         model=args.model,
         layout=Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size),

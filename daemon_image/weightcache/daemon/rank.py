@@ -12,31 +12,24 @@ import dataclasses
 import grp
 import logging
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from weightcache_contract import termination
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
 from weightcache_contract.errors import (
     CacheUnavailable,
     FingerprintMismatch,
     ProtocolError,
-    RankExited,
     WeightCacheError,
 )
 
-from .. import status_note
 from ..arenas.arena import Arena, adopt_arena, create_arena
-from ..artifacts.publisher import Publisher
 from ..checkpoints.checkpoint import (
     Checkpoint,
     ShardFile,
@@ -46,18 +39,10 @@ from ..checkpoints.checkpoint import (
     with_headers,
 )
 from ..checkpoints.content import DigestCache, ReadDigests, current_digest, is_whole_file
-from ..checkpoints.loader import (
-    SYNTHETIC_REVISION,
-    LoadPlan,
-    check_layout,
-    fill,
-    plan_rank,
-    read_ranges,
-    resolve_dtype,
-    synthetic_fill,
-)
+from ..checkpoints.loader import SYNTHETIC_REVISION, fill, read_ranges, synthetic_fill
 from ..checkpoints.manifest import Manifest
 from ..checkpoints.page_cache import available_memory, prefetch
+from ..checkpoints.pipeline import LoadPlan, check_layout, plan_rank, resolve_dtype
 from ..checkpoints.progress import Progress
 from ..checkpoints.quantization import QuantConfig, resolve
 from ..checkpoints.read_tasks import ReadTask
@@ -260,7 +245,7 @@ def serve(
     gid: int | None,
     served: Served,
     keeper_path: Path | None,
-    fields: dict,
+    fields: dict[str, Any],
     watch_plan: Plan | None = None,
 ) -> int:
     """Serve ``served`` on the rank's socket until SIGTERM/SIGINT: keeper deposit, peer checks,
@@ -480,7 +465,7 @@ def _watch_plan(cfg: DaemonConfig, quant: QuantConfig, dtype: str) -> Plan:
     """The rank's read tasks planned from the checkpoint's headers as they are now: the watch
     needs them only to verify a rewritten shard, so a re-adopted daemon never plans otherwise."""
 
-    def plan() -> tuple[list, dict]:
+    def plan() -> tuple[list[ReadTask], dict[str, TensorInfo]]:
         checkpoint = open_checkpoint(cfg.model)
         return plan_rank(checkpoint, cfg.layout, quant, dtype).tasks, checkpoint.tensors
 
@@ -518,7 +503,7 @@ checkpoint holds now under other file stamps (``verified_rebadge``); None when t
 
 
 def adopt_from_keeper(
-    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict, rebadge: Rebadge | None = None
+    keeper_path: Path, cfg: DaemonConfig, digest: str, fields: dict[str, Any], rebadge: Rebadge | None = None
 ) -> tuple[Arena, Manifest, float] | None:
     """Take the arena back from the keeper if it holds this fingerprint (or, with ``rebadge``, the
     same bytes under older shard stamps); release a stale one."""
@@ -594,7 +579,7 @@ def verified_rebadge(
     tensors: dict[str, TensorInfo],
     tasks: list[ReadTask] | None,
     cache: DigestCache,
-    fields: dict,
+    fields: dict[str, Any],
 ) -> Rebadge:
     """Accept the keeper's arena for ``fingerprint`` when it was loaded for the same everything but
     some shards' file stamps, and each of those shards, as it is now, has the size, header and
@@ -679,6 +664,7 @@ class KeeperLink:
                     self._client = client
                     fingerprint, manifest = s.identity()
                     export = s.arena.export()
+                    assert export.fd is not None  # a keeper holds fd backends' arenas only (arena_fd_backend)
                     try:
                         client.deposit(
                             Deposit(
@@ -705,130 +691,3 @@ class KeeperLink:
                 pass
             s.deposited = False
             self._stop.wait(self.RETRY_S)
-
-
-def launch_local_ranks(
-    ranks: list[int],
-    tp_size: int,
-    pp_size: int,
-    child_args: list[str],
-    status_addr: tuple[str, int] | None = None,
-    socket_dir: str = "",
-    name: str = "",
-    gpus_file: str | None = None,
-    artifacts: Publisher | None = None,
-) -> int:
-    """Start one daemon process per local rank and supervise them as a unit.
-
-    Ranks of one engine are useless apart, so if any child exits, the rest are stopped and the
-    launcher exits with the first failure's code and message (``RankExited``: the CLI makes it
-    the container's termination message); SIGTERM is forwarded to every child. With
-    ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py),
-    which reports what each rank noted it is doing (status_note.py) and why an exited one ended.
-    ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
-    holder no longer books as not ready, as the readiness probe does. ``artifacts``: the node's
-    compile-artifact publisher, run in a thread here and reported by the endpoint.
-    """
-    # Each rank's termination message and status note, in a directory only this launcher uses.
-    rank_dir = Path(tempfile.mkdtemp(prefix="weightcache-ranks-"))
-    ended_file = lambda rank: rank_dir / f"rank-{rank}.exit"  # noqa: E731
-    note_file = lambda rank: rank_dir / f"rank-{rank}.note"  # noqa: E731
-    # Exit codes as the wait loop below records them: polling the children from the HTTP
-    # thread could reap one before os.wait() sees it and hang the loop.
-    exited: dict[int, int] = {}
-
-    def ended(rank: int) -> str | None:
-        """Why the rank's process ended (its exit code and message); None while it runs."""
-        if rank not in exited:
-            return None
-        message = termination.read(ended_file(rank))
-        return f"process exited with code {exited[rank]}" + (f": {message}" if message else "")
-
-    endpoint = None
-    if status_addr is not None:
-        from .status_endpoint import collect, status_endpoint
-
-        endpoint = status_endpoint(
-            status_addr,
-            lambda memory=True: collect(
-                socket_dir,
-                name,
-                ranks,
-                ended,
-                gpus_file=gpus_file,
-                memory=memory,
-                note=lambda rank: termination.read(note_file(rank)),
-                artifacts=artifacts.report if artifacts is not None else None,
-            ),
-        )
-    children: dict[int, subprocess.Popen[bytes]] = {}
-    for local_index, rank in enumerate(ranks):
-        layout = Layout.from_rank(rank, tp_size, pp_size)
-        # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm), or with
-        # --gpus-file the i-th GPU of the holder's grant.
-        argv = [
-            sys.executable,
-            "-m",
-            "weightcache",
-            "daemon",
-            *child_args,
-            "--device",
-            str(local_index),
-            "--local-index",
-            str(local_index),
-            "--tp-size",
-            str(tp_size),
-            "--tp-rank",
-            str(layout.tp_rank),
-            "--pp-size",
-            str(pp_size),
-            "--pp-rank",
-            str(layout.pp_rank),
-        ]
-        note_file(rank).write_text("starting")  # until the rank says more (status_note.py)
-        env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
-        children[rank] = subprocess.Popen(argv, env=env)
-
-    def forward(signum: int, _frame: object) -> None:
-        for child in children.values():
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, forward)
-    if endpoint is not None:
-        endpoint.start()
-    if artifacts is not None:
-        artifacts.start()
-    exit_code = 0
-    failure = ""
-    try:
-        while children:
-            pid, status = os.wait()
-            rank = next((r for r, c in children.items() if c.pid == pid), None)
-            if rank is None:
-                continue
-            child = children.pop(rank)
-            child.returncode = os.waitstatus_to_exitcode(status)
-            exited[rank] = child.returncode
-            if child.returncode != 0 and exit_code == 0:
-                exit_code = child.returncode if child.returncode > 0 else 128 - child.returncode
-                failure = (
-                    termination.read(ended_file(rank))
-                    or f"rank {rank} exited with code {child.returncode}; see the container's log"
-                )
-                log.error(
-                    "rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}}
-                )
-                forward(signal.SIGTERM, None)
-    finally:
-        if artifacts is not None:
-            artifacts.stop()
-        if endpoint is not None:
-            endpoint.stop()
-        shutil.rmtree(rank_dir, ignore_errors=True)
-    if exit_code:
-        # The rank's own words, not prefixed by its number: every node refusing a spec for one
-        # reason then says the same thing, whichever ranks it holds (the log names the rank).
-        raise RankExited(failure, exit_code)
-    return 0

@@ -30,6 +30,7 @@ import select
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import WeightCacheError
@@ -56,7 +57,7 @@ class CheckpointWatcher:
         adopt: Callable[[Fingerprint], None],
         plan: Plan | None,
         cache: DigestCache | None,
-        fields: dict,
+        fields: dict[str, Any],
     ) -> None:
         self.served = served
         self.poll_s = poll_s

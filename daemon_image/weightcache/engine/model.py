@@ -376,7 +376,8 @@ def _first_unlike(tensors: Mapping[str, torch.Tensor], keys: list[str], like: st
     """The first of ``keys`` missing or of another shape or dtype than ``like``, if any."""
     unlike = getattr(tensors, "first_unlike", None)
     if unlike is not None:  # a TensorIndex answers from its columns, without a view
-        return unlike(keys, like)
+        found: str | None = unlike(keys, like)
+        return found
     want = tensors[like]
     for key in keys:
         tensor = tensors.get(key)

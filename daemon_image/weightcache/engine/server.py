@@ -146,7 +146,7 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
             inflight.add(task)
         status = 500
         try:
-            response = await handler(request)
+            response: web.StreamResponse = await handler(request)
             status = response.status
             return response
         except APIError as exc:
@@ -275,7 +275,11 @@ def build_app(state: EngineState, metrics: Metrics) -> web.Application:
 
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[Event] = asyncio.Queue()
-        work = Request(ids, body.sampling(max_tokens), lambda ev: loop.call_soon_threadsafe(events.put_nowait, ev))
+
+        def sink(event: Event) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        work = Request(ids, body.sampling(max_tokens), sink)
         started = time.perf_counter()
         state.leader.submit(work)
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex

@@ -34,7 +34,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from weightcache_contract.launch import DaemonArgs, KeeperArgs
 
@@ -220,7 +220,7 @@ def _child(argv: list[str]) -> None:
 
     gpu = backend != "cpu-shm"
     if gpu:
-        torch.cuda.init()
+        torch.cuda.init()  # type: ignore[no-untyped-call]
         torch.empty(1, device="cuda")  # an engine has its CUDA context before it loads weights
     imported = time.perf_counter()
     expected = expect(
@@ -399,7 +399,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _engine_run(
     path: Path, socket_dir: str, name: str, backend: str, quantization: str, revision: str, engine: str
-) -> dict:
+) -> dict[str, Any]:
     out = subprocess.run(
         [
             sys.executable,
@@ -418,7 +418,8 @@ def _engine_run(
     )
     if out.returncode != 0:
         raise RuntimeError(f"engine process failed ({out.returncode}):\n{out.stderr[-4000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    run: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return run
 
 
 _LABEL = {
@@ -428,7 +429,7 @@ _LABEL = {
 
 
 def _engines(args: argparse.Namespace) -> list[str]:
-    engines = args.engines.split(",")
+    engines: list[str] = args.engines.split(",")
     if not engines or any(e not in ENGINES for e in engines):
         raise SystemExit(f"--engines: a comma list of {', '.join(ENGINES)}, got {args.engines!r}")
     return engines
@@ -439,18 +440,18 @@ def _ms(values: Iterable[float]) -> str:
     return f"{statistics.median(values) * 1000:.1f} / {max(values) * 1000:.1f} ms"
 
 
-def _median_ms(runs: list[dict], key: str) -> str:
+def _median_ms(runs: list[dict[str, Any]], key: str) -> str:
     return f"{statistics.median(r[key] for r in runs) * 1000:.1f}"
 
 
-def _split(runs: list[dict]) -> str:
+def _split(runs: list[dict[str, Any]]) -> str:
     """(map, bind) medians; ``views`` says how many tensor views existed when bind returned."""
     views, total = runs[0].get("views_at_bind"), runs[0]["tensors"]
     made = "" if views is None else f"; {views} of {total} views made"
     return f"(map {_median_ms(runs, 'map')}, bind {_median_ms(runs, 'bind')}{made})"
 
 
-def _forwards(runs: list[dict]) -> str:
+def _forwards(runs: list[dict[str, Any]]) -> str:
     """The first forward, the layers' materialisation inside it, and a second forward (compute alone)."""
     return (
         f"{_ms(r['first_forward'] for r in runs)}, of which materialising the layers' views "

@@ -26,7 +26,7 @@ def empty_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
 
     config = transformers.AutoConfig.from_pretrained(str(model_dir))
     with empty_model():
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(dtype))
+        model: torch.nn.Module = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(dtype))
     return model.eval()
 
 
@@ -72,7 +72,10 @@ def oracle_hf_model(model_dir: str | Path, dtype: str) -> torch.nn.Module:
     """transformers' own loading path, independent of weightcache."""
     import transformers
 
-    return transformers.AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtypes.to_torch(dtype)).eval()
+    model: torch.nn.Module = transformers.AutoModelForCausalLM.from_pretrained(
+        str(model_dir), dtype=dtypes.to_torch(dtype)
+    )
+    return model.eval()
 
 
 def tokenizer_for(model_dir: str | Path) -> Any:

@@ -110,7 +110,10 @@ def shapes(spec: ModelSpec) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     config = transformers_config(small)
     with empty_model():
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtypes.to_torch(spec.dtype))
-    before, per_layer, after = {}, {}, {}
+    Shapes = dict[str, tuple[tuple[int, ...], torch.dtype]]
+    before: Shapes = {}
+    per_layer: Shapes = {}
+    after: Shapes = {}
     for name, p in model.named_parameters():
         m = re.match(r"model\.layers\.(\d+)\.(.+)", name)
         if m is None:
@@ -132,7 +135,7 @@ def _per_expert(
 ) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """transformers' fused expert parameters as a Hub checkpoint stores them: one tensor per
     expert and projection (transformers stacks them back when it loads; so does the daemon)."""
-    out = {}
+    out: dict[str, tuple[tuple[int, ...], torch.dtype]] = {}
     for suffix, (shape, dtype) in per_layer.items():
         if suffix == "mlp.experts.gate_up_proj":
             experts, rows, cols = shape
@@ -233,9 +236,9 @@ def write_sparse_checkpoint(out_dir: str | Path, spec: ModelSpec, shard_bytes: i
         file_name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
         offset = 0
-        for name, dtype, shape in group:
-            nbytes = dtypes.itemsize(dtype) * math.prod(shape)
-            header[name] = {"dtype": codes[dtype], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
+        for name, dtype_name, shape in group:
+            nbytes = dtypes.itemsize(dtype_name) * math.prod(shape)
+            header[name] = {"dtype": codes[dtype_name], "shape": list(shape), "data_offsets": [offset, offset + nbytes]}
             offset += nbytes
             weight_map[name] = file_name
         raw = json.dumps(header).encode()

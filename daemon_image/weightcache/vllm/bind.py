@@ -10,6 +10,7 @@ vLLM's "weights already processed" mode; ``check_bound`` refuses any leftover by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -31,7 +32,7 @@ class Bound:
 
 
 def bind_arena(
-    model: nn.Module, tensors: dict[str, torch.Tensor], kinds: dict[str, str], aliases: dict[str, str]
+    model: nn.Module, tensors: Mapping[str, torch.Tensor], kinds: dict[str, str], aliases: dict[str, str]
 ) -> Bound:
     modules = dict(model.named_modules(remove_duplicate=False))
     placed: dict[str, torch.Tensor] = {}

@@ -75,7 +75,7 @@ def unlink_group_names() -> None:
         group = ref()
         communicator = getattr(group, "device_communicator", None)
         shm = getattr(communicator, "dist_module", None)
-        if isinstance(shm, _CPUSHMDistributed):
+        if communicator is not None and isinstance(shm, _CPUSHMDistributed):
             for rank in range(communicator.world_size):
                 _unlink(f"/dev/shm/{shm.group_name}_{rank}")
         queue = getattr(group, "mq_broadcaster", None)
@@ -117,7 +117,8 @@ def load_rank_model(
             check(model)
         loader.load_weights(model, model_config)
         process_weights_after_loading(model, model_config, device)
-    return model.eval()
+    built: nn.Module = model.eval()
+    return built
 
 
 def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:

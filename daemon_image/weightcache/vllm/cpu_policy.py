@@ -31,14 +31,14 @@ class PlainLinearMethod(UnquantizedLinearMethod):
     """UnquantizedLinearMethod that keeps the plain weight and computes with ``F.linear`` on CPU."""
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
-        layer.cpu_linear = torch.nn.functional.linear
+        layer.cpu_linear = torch.nn.functional.linear  # type: ignore[assignment]
 
 
 class PlainEmbeddingMethod(UnquantizedEmbeddingMethod):
     """UnquantizedEmbeddingMethod without the packed copy it makes on CPU (it has no flag for that)."""
 
     def process_weights_after_loading(self, layer: nn.Module) -> None:
-        layer.cpu_linear = torch.nn.functional.linear
+        layer.cpu_linear = torch.nn.functional.linear  # type: ignore[assignment]
 
 
 def keep_plain_weights(model: nn.Module) -> int:
@@ -55,6 +55,6 @@ def keep_plain_weights(model: nn.Module) -> int:
         if plain is not None:
             swapped = plain.__new__(plain)
             swapped.__dict__.update(vars(method))
-            module.quant_method = swapped
+            module.quant_method = swapped  # type: ignore[assignment]
             marked += 1
     return marked

@@ -275,6 +275,6 @@ def bind_model(
         check_bound(model)
         post_process = lap()
     # The mapping lives as long as the model: vLLM keeps the model, not the loader.
-    model._weightcache_weights = weights  # type: ignore[assignment]
-    model._weightcache_bound = bound  # type: ignore[assignment]
+    model._weightcache_weights = weights
+    model._weightcache_bound = bound
     return model.eval(), {"build": build, "bind": bind, "post_process": post_process}

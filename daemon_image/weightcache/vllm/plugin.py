@@ -43,7 +43,7 @@ def _refusing_loader(reason: str) -> type:
     from vllm.model_executor.model_loader.base_loader import BaseModelLoader
     from weightcache_contract.errors import WeightCacheError
 
-    class UnsupportedVllm(BaseModelLoader):  # type: ignore[misc]
+    class UnsupportedVllm(BaseModelLoader):
         def __init__(self, load_config: object) -> None:
             raise WeightCacheError(reason)
 

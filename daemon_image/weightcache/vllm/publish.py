@@ -22,7 +22,7 @@ from weightcache_contract.errors import WeightCacheError
 
 from ..arenas.arena import Arena, create_arena
 from ..checkpoints import dtypes
-from ..checkpoints.manifest import Manifest, TensorEntry, align, tensor_views
+from ..checkpoints.manifest import Kind, Manifest, TensorEntry, align, tensor_views
 
 
 @dataclass
@@ -31,12 +31,14 @@ class Published:
     manifest: Manifest
 
 
-def model_tensors(model: nn.Module) -> tuple[dict[str, tuple[torch.Tensor, str]], dict[str, str]]:
+def model_tensors(model: nn.Module) -> tuple[dict[str, tuple[torch.Tensor, Kind]], dict[str, str]]:
     """name → (tensor, kind) once per tensor object, and alias name → canonical name."""
-    tensors: dict[str, tuple[torch.Tensor, str]] = {}
+    tensors: dict[str, tuple[torch.Tensor, Kind]] = {}
     aliases: dict[str, str] = {}
     canonical: dict[int, str] = {}
-    named = [(n, t, "parameter") for n, t in model.named_parameters(remove_duplicate=False)]
+    named: list[tuple[str, torch.Tensor, Kind]] = [
+        (n, t, "parameter") for n, t in model.named_parameters(remove_duplicate=False)
+    ]
     named += [(n, t, "buffer") for n, t in model.named_buffers(remove_duplicate=False)]
     for name, tensor, kind in named:
         first = canonical.setdefault(id(tensor), name)
@@ -113,7 +115,7 @@ def publish(
 
 def _crc32(raw: torch.Tensor) -> int:
     """The manifest's checksum of one tensor's bytes (a GPU arena's are read back one tensor at a time)."""
-    return zlib.crc32(raw.cpu().numpy())
+    return zlib.crc32(raw.cpu().numpy().data)
 
 
 def _dense(tensor: torch.Tensor) -> bool:

@@ -39,6 +39,7 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
 
@@ -147,7 +148,7 @@ def _own_rendezvous() -> str:
         return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
-def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dict) -> HandoffState | None:  # type: ignore[no-untyped-def]
+def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dict[str, Any]) -> HandoffState | None:  # type: ignore[no-untyped-def]
     """This rank's arena back from the keeper when it holds this fingerprint (no weight read)."""
     if args.keeper != "auto":
         return None
@@ -183,7 +184,7 @@ def _daemon_config(args: argparse.Namespace, layout: Layout) -> DaemonConfig:
     )
 
 
-def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields: dict) -> HandoffState:  # type: ignore[no-untyped-def]
+def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields: dict[str, Any]) -> HandoffState:  # type: ignore[no-untyped-def]
     from .build import load_rank_model, refuse_unpublishable
     from .publish import publish
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from torch import nn
 
-from .bind import outside_mapping
+from .bind import Bound, outside_mapping
 
 
 def zero_copy_report(model: nn.Module) -> dict[str, Any]:
@@ -17,7 +17,7 @@ def zero_copy_report(model: nn.Module) -> dict[str, Any]:
     if weights is None:
         return {"mode": "disk", "memory_kib": memory}
     start, end = weights.arena.address_range
-    bound = model._weightcache_bound
+    bound: Bound = model._weightcache_bound  # type: ignore[assignment]
     return {
         "mode": "cache",
         "arena_bytes": end - start,

@@ -202,4 +202,4 @@ def _export() -> None:
                 family.add_metric([str(rank), phase], seconds)
             yield family
 
-    REGISTRY.register(Collector())  # type: ignore[arg-type]
+    REGISTRY.register(Collector())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -94,7 +94,7 @@ class Fingerprint(BaseModel):
     environment: EnvironmentStamp
     engine: EngineStamp | None = None  # None: the reference profile (weightcache's own loader)
 
-    def _fields(self) -> dict:
+    def _fields(self) -> dict[str, Any]:
         fields = self.model_dump(mode="json")
         if fields["engine"] is None:
             del fields["engine"]  # so the reference profile's digests do not depend on the field's existence
@@ -188,14 +188,14 @@ def mismatch_fix(fields: list[str]) -> str:
     return "; ".join(fixes)
 
 
-def _engine_differences(ours: dict, theirs: dict) -> list[str]:
+def _engine_differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
     """``engine.<field>``, and ``engine.settings.<name>`` for each setting that differs."""
     fields = [f"engine.{k}" for k in ours if k != "settings" and ours[k] != theirs[k]]
     names = sorted(ours["settings"].keys() | theirs["settings"].keys())
     return fields + [f"engine.settings.{n}" for n in names if ours["settings"].get(n) != theirs["settings"].get(n)]
 
 
-def _sha256(fields: dict) -> str:
+def _sha256(fields: dict[str, Any]) -> str:
     canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -207,7 +207,7 @@ def environment_stamp(backend: str, device: int = 0, access: str = "read-only") 
     from ..gpu.gpu_identity import gpu_count, gpu_facts, torch_build
 
     torch_version, cuda_runtime = torch_build()
-    gpu: dict[str, str | None] = {"device_kind": "cpu"}
+    gpu: dict[str, Any] = {"device_kind": "cpu"}
     if backend != "cpu-shm":
         gpu = {"device_kind": "no-gpu"}
         if device < gpu_count():

@@ -219,7 +219,7 @@ REPLY = TypeAdapter(Reply)
 
 
 def encode(message: BaseModel) -> bytes:
-    body = msgpack.packb(message.model_dump(mode="python"), use_bin_type=True)
+    body: bytes = msgpack.packb(message.model_dump(mode="python"), use_bin_type=True)
     return _HEADER.pack(len(body)) + body
 
 
