@@ -80,11 +80,13 @@ cluster-down: env
 
 # Seconds, so it runs first and fails fast: ruff (lint and format) over the repository, mypy --strict
 # on the operator, the contract package and the data plane (files, settings and the few per-module
-# exceptions, each with its reason, in pyproject.toml).
+# exceptions, each with its reason, in pyproject.toml), and the layers: what may import what between
+# packages, between the data plane's packages and between the operator's rooms.
 check: env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_package_boundaries.py tests/unit/test_planning_is_one_straight_line.py
 
 test: check control-plane vllm-oldest
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -59,8 +59,8 @@ from testcluster.kubelet.hollowdaemons import HollowDaemonState
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import Kube
 from testcluster.waiting import wait_for
-from weightcache_operator.metrics import PASS_STEPS
-from weightcache_operator.reconcile import SLOW_PASS_SECONDS
+from weightcache_operator.act.metrics import PASS_STEPS
+from weightcache_operator.run.reconcile import SLOW_PASS_SECONDS
 
 POOL_LABEL = "weightcache.io/hollow-pool"
 CACHES = f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches"

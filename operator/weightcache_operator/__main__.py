@@ -9,7 +9,7 @@ import sys
 
 import kopf
 
-from .settings import current
+from weightcache_operator.settings import current
 
 
 def main() -> None:
@@ -19,7 +19,6 @@ def main() -> None:
         settings = current()
     except ValueError as error:
         sys.exit(f"weightcache-operator: {error}")
-    from . import handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=settings.verbose, log_format=kopf.LogFormat.JSON)
     kopf.run(

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import spec
+from weightcache_operator import spec
 
 Schema = dict[str, Any]
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 import kubernetes
 import urllib3
 
-from .objects import Object
+from weightcache_operator.objects import Object
 
 __all__ = ["Object"]
 

@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from .render.layout import ENGINE_HASH_LABEL, REPLICA_LABEL, ROLE_LABEL, SLOT_LABEL, SPEC_HASH_ANNOTATION
+from weightcache_operator.vocabulary import (
+    ENGINE_HASH_LABEL,
+    REPLICA_LABEL,
+    ROLE_LABEL,
+    SLOT_LABEL,
+    SPEC_HASH_ANNOTATION,
+)
 
 Object = dict[str, Any]
 """A Kubernetes object as the API returns it."""

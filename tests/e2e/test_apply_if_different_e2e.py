@@ -13,7 +13,7 @@ import pytest
 import yaml
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import MERGE, Kube
-from weightcache_operator.applying import apply_if_different, up_to_date
+from weightcache_operator.act.applying import apply_if_different, up_to_date
 from weightcache_operator.kubeapi import KubeApi
 from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.daemon import daemon_daemonsets

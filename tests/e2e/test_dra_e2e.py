@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 from testcluster.controlplane import ControlPlane
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render.daemon import daemon_daemonsets
 from weightcache_operator.render.dra import claim_template
 from weightcache_operator.render.engine import Member, engine_pod
 from weightcache_operator.render.gpu_holder import GPUS_MOUNT, gpu_holder_daemonset
-from weightcache_operator.validation import parse
 
 pytestmark = pytest.mark.e2e
 

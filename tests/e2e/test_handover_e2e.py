@@ -1,4 +1,4 @@
-"""The replicas' hand-over lease (weightcache_operator.handover) on a real ClusterKopfPeering:
+"""The replicas' hand-over lease (weightcache_operator.run.handover) on a real ClusterKopfPeering:
 one holder at a time; the next one takes it only once the holder wants it no more and nothing is
 inside; a holder that vanishes without releasing is replaced once its lease runs out."""
 
@@ -13,8 +13,8 @@ import kubernetes
 import pytest
 from testcluster.controlplane import ControlPlane
 from testcluster.waiting import wait_for
-from weightcache_operator.handover import ANNOTATION, HandOver
 from weightcache_operator.kubeapi import KubeApi
+from weightcache_operator.run.handover import ANNOTATION, HandOver
 
 pytestmark = pytest.mark.e2e
 

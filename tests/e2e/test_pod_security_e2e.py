@@ -19,7 +19,7 @@ from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import ApiError, Kube
 from testcluster.sample import pods
-from weightcache_operator.podsecurity import ENFORCE_LABEL
+from weightcache_operator.plan.podsecurity import ENFORCE_LABEL
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from weightcache_operator.responsiveness import ResponsivenessWatch, answers
+from weightcache_operator.observe.responsiveness import ResponsivenessWatch, answers
 
 KEY = ("ns", "tiny-llama")
 TIMEOUT = 0.3

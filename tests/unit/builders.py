@@ -18,10 +18,12 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from weightcache_operator.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.objects import stamp
+from weightcache_operator.observe.validation import parse
+from weightcache_operator.plan.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.render import READY_GATE, SPEC_HASH_ANNOTATION
-from weightcache_operator.render.layout import (
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import (
     CACHE_LABEL,
     CLAIM_ANNOTATION,
     ENGINE_HASH_LABEL,
@@ -29,8 +31,6 @@ from weightcache_operator.render.layout import (
     ROLE_LABEL,
     SLOT_LABEL,
 )
-from weightcache_operator.spec import WeightCache
-from weightcache_operator.validation import parse
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 

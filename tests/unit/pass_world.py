@@ -17,10 +17,11 @@ from typing import Any
 from builders import BASE, after, cache_of, condition, daemon, node
 from recording_kube import RecordingKube
 from weightcache_contract.daemon_report import HOST_DEVICE, DeviceMemory, RankReport
-from weightcache_operator.daemon_status import DaemonReport, DaemonStatusReader
 from weightcache_operator.objects import Object, PodView
-from weightcache_operator.reconcile import Reconciler
-from weightcache_operator.render.layout import CACHE_LABEL, COMPONENT_LABEL, daemon_spec_hash
+from weightcache_operator.observe.daemon_status import DaemonReport, DaemonStatusReader
+from weightcache_operator.render.layout import daemon_spec_hash
+from weightcache_operator.run.reconcile import Reconciler
+from weightcache_operator.vocabulary import CACHE_LABEL, COMPONENT_LABEL
 
 CLOCK = after(600)
 """The operator's clock in every pass: ten minutes after the builders' NOW."""

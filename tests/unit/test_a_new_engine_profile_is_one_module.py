@@ -15,10 +15,10 @@ import pytest
 from builders import BASE, cache_of, changed
 from test_render_vllm import daemon_command, env_of, main_container
 from weightcache.cli import build_parser
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.profiles import DEFAULT, PROFILES, EngineProfile, profile_of, register
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.validation import parse
 
 OPERATOR = Path(__file__).resolve().parents[2] / "operator" / "weightcache_operator"
 SELECTOR = "example.com/engine"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from weightcache_operator.applying import APPLIED_HASH_ANNOTATION, contains, stamped, up_to_date
+from weightcache_operator.act.applying import APPLIED_HASH_ANNOTATION, contains, stamped, up_to_date
 
 WANTED: dict[str, Any] = {
     "apiVersion": "v1",

@@ -10,11 +10,11 @@ from typing import Any
 from builders import NOW, daemon, make
 from test_reasons import condition
 from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport
-from weightcache_operator import checkpoint_watch
-from weightcache_operator.reasons import failure_events
+from weightcache_operator.observe import checkpoint_watch
+from weightcache_operator.plan.reasons import failure_events
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash
 from weightcache_operator.spec import WeightCache, WeightCacheStatus
-from weightcache_operator.status import Observed, aggregate
 
 SHARD = "model-00001-of-00002.safetensors"
 
@@ -150,7 +150,7 @@ def test_the_engine_planner_takes_a_recorded_change_for_a_generation_change_and_
     """The existing path moves the engines: the engines and daemons of the generation before the
     record are outdated once the record is read."""
     from test_engine_plan import CACHE, engine, snapshot
-    from weightcache_operator.engine_plan import desired, plan_engines
+    from weightcache_operator.plan.engine_plan import desired, plan_engines
 
     converged = snapshot(engine("a0", "active"), engine("s0", "standby"))
     assert plan_engines(CACHE, converged, desired(CACHE), NOW, apply_service=False).rollout.mode is None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from builders import NOW, daemon, daemonset, node
 from test_engine_plan import CACHE, WANT, snapshot
-from weightcache_operator.engine_plan import nodes_to_run, plan_engines
+from weightcache_operator.plan.engine_plan import nodes_to_run, plan_engines
 
 PODS = [daemon(node="node-1", owner="ds-1", ready=True), daemon(node="node-2", owner="ds-1", ready=False)]
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from weightcache.engine.metrics import engine_metrics
 from weightcache_contract.daemon_report import DaemonReport, report_metrics
-from weightcache_operator.metrics import OperatorMetrics
+from weightcache_operator.act.metrics import OperatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))

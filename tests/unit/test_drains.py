@@ -12,11 +12,11 @@ from test_failover import plan_replica as plan_pods
 from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
 from test_multinode import TWO, engine_plan, failovers, ids
-from weightcache_operator.actions import Create, Delete, SetRole
-from weightcache_operator.engine_units import units
-from weightcache_operator.failover import ReplicaPlan
-from weightcache_operator.failover import plan_replica as plan_units
-from weightcache_operator.failures import cordoned_nodes, failure_of
+from weightcache_operator.observe.failures import cordoned_nodes, failure_of
+from weightcache_operator.plan.actions import Create, Delete, SetRole
+from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.failover import ReplicaPlan
+from weightcache_operator.plan.failover import plan_replica as plan_units
 from weightcache_operator.render import daemon_spec_hash, engine_service
 from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.topology import CORDON_TAINT, selected

@@ -8,10 +8,10 @@ import copy
 from typing import Any
 
 from builders import NOW, daemon, make, scheduled
-from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
-from weightcache_operator.engine_plan import desired, plan_engines
+from weightcache_operator.observe.snapshot import Snapshot
+from weightcache_operator.plan.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
+from weightcache_operator.plan.engine_plan import desired, plan_engines
 from weightcache_operator.render import ENGINE_HASH_LABEL, daemon_spec_hash, engine_pod, engine_service
-from weightcache_operator.snapshot import Snapshot
 
 CACHE = make(**{"engine.replicas": 1, "engine.standbysPerReplica": 1})
 WANT = desired(CACHE)

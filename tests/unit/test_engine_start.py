@@ -8,8 +8,8 @@ from typing import Any
 
 from builders import condition, container_status, engine
 from weightcache_contract.prometheus import STARTUP_BUCKETS
-from weightcache_operator.engine_start import StartWatch, engine_start, latest, slow_after, slow_message
-from weightcache_operator.metrics import OperatorMetrics
+from weightcache_operator.act.metrics import OperatorMetrics
+from weightcache_operator.observe.engine_start import StartWatch, engine_start, latest, slow_after, slow_message
 from weightcache_operator.spec import EngineStartStatus
 
 

@@ -8,10 +8,10 @@ from typing import Any
 
 from builders import BASE, cache_of, changed, make
 from test_render_vllm import body
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
 from weightcache_operator.spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S
-from weightcache_operator.validation import parse
 
 
 def rendered(**changes: Any) -> dict[str, Any]:

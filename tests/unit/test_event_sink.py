@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from weightcache_operator.events import EventSink
+from weightcache_operator.act.events import EventSink
 
 
 def event(reason: str) -> dict[str, Any]:

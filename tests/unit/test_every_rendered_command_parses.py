@@ -12,12 +12,12 @@ import pytest
 import yaml
 from weightcache.cli import build_parser
 from weightcache_contract.launch import DaemonArgs, EngineEnv, KeeperArgs
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import engine_pod
 from weightcache_operator.render.daemon import daemon_args, daemon_daemonsets
 from weightcache_operator.render.engine import Member, engine_env
-from weightcache_operator.render.layout import CLI, SOCKET_MOUNT, local_ranks
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.validation import parse
+from weightcache_operator.vocabulary import CLI, SOCKET_MOUNT, local_ranks
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

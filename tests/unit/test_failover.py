@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 from builders import NOW, at, engine, make, node
-from weightcache_operator.engine_units import Unit, units
-from weightcache_operator.failover import Promotion, ReplicaPlan, failover_status
-from weightcache_operator.failover import plan_replica as plan_units
-from weightcache_operator.failures import failure_of, unready_nodes
-from weightcache_operator.metrics import OperatorMetrics
+from weightcache_operator.act.metrics import OperatorMetrics
+from weightcache_operator.observe.failures import failure_of, unready_nodes
+from weightcache_operator.plan.engine_units import Unit, units
+from weightcache_operator.plan.failover import Promotion, ReplicaPlan, failover_status
+from weightcache_operator.plan.failover import plan_replica as plan_units
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.spec import WeightCacheStatus
-from weightcache_operator.status import Observed, aggregate
 
 HASH = "h1"
 

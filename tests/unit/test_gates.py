@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 from builders import after, daemon, engine
-from weightcache_operator.alarms import Alarms
-from weightcache_operator.gates import gate_wanted
+from weightcache_operator.plan.gates import gate_wanted
+from weightcache_operator.run.alarms import Alarms
 
 GRACE = timedelta(seconds=30)
 

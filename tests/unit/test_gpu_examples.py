@@ -15,8 +15,8 @@ from header_checkpoints import write_header_checkpoint
 from vllm_layout_rules import layout_problems
 from weightcache.checkpoints.planner import plan_world
 from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.validation import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "data" / "models"

@@ -18,12 +18,12 @@ from test_multinode import (
     plan_groups,
     readiness_failed,
 )
-from weightcache_operator.actions import Create, Delete, SetRole
+from weightcache_operator.observe.responsiveness import probe_url
+from weightcache_operator.plan.actions import Create, Delete, SetRole
+from weightcache_operator.plan.rollout import planner
+from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
-from weightcache_operator.responsiveness import probe_url
-from weightcache_operator.rollout import planner
-from weightcache_operator.rollout.views import Desired
 
 FOUR_NODES = {0: {**READY[0], "node-3": daemon("node-3", 0)}, 1: {**READY[1], "node-4": daemon("node-4", 1)}}
 

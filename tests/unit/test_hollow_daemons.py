@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from weightcache_contract.daemon_report import DaemonReport
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import daemon_daemonset
-from weightcache_operator.validation import parse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 from testcluster.kubelet.hollowdaemons import (  # noqa: E402

@@ -14,13 +14,13 @@ import jsonschema
 import pytest
 import yaml
 from builders import BASE, make
+from weightcache_operator.act.routing import _refusal
 from weightcache_operator.kubeapi import ApiError
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import engine_pod, engine_service
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.inference_pool import managed_pool, pool_name, reference_problems
-from weightcache_operator.routing import _refusal
 from weightcache_operator.spec import FailureMode
-from weightcache_operator.validation import parse
 
 ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT / "tests" / "e2e" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"

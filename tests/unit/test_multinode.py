@@ -10,9 +10,14 @@ from typing import Any
 import builders
 from builders import NOW, condition, container_status, make, node, scheduled
 from test_render import container, env_of
-from weightcache_operator.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
-from weightcache_operator.engine_plan import EnginePlan, desired, plan_engines
-from weightcache_operator.engine_units import units
+from weightcache_operator.observe.snapshot import Snapshot
+from weightcache_operator.plan.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
+from weightcache_operator.plan.engine_plan import EnginePlan, desired, plan_engines
+from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.rollout import planner
+from weightcache_operator.plan.rollout.status import rollout_status
+from weightcache_operator.plan.rollout.views import Desired
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import (
     SPEC_HASH_ANNOTATION,
     daemon_spec_hash,
@@ -23,12 +28,7 @@ from weightcache_operator.render import (
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets, slot_base
 from weightcache_operator.render.engine import Member
 from weightcache_operator.render.topology import assign_slots, selected
-from weightcache_operator.rollout import planner
-from weightcache_operator.rollout.status import rollout_status
-from weightcache_operator.rollout.views import Desired
-from weightcache_operator.snapshot import Snapshot
 from weightcache_operator.spec import Placement
-from weightcache_operator.status import Observed, aggregate
 
 TWO = {"parallelism.tensor": 2, "parallelism.nodes": 2}
 

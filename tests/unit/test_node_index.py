@@ -6,9 +6,9 @@ from __future__ import annotations
 from functools import partial
 
 from builders import engine, node
-from weightcache_operator.engine_nodes import EngineNodes
-from weightcache_operator.failures import unready_nodes
-from weightcache_operator.node_index import NodeIndex
+from weightcache_operator.observe.engine_nodes import EngineNodes
+from weightcache_operator.observe.failures import unready_nodes
+from weightcache_operator.observe.node_index import NodeIndex
 from weightcache_operator.render.topology import selected
 from weightcache_operator.spec import Placement
 

@@ -22,11 +22,11 @@ from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, Ra
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
 from weightcache_contract.readonly_http import ReadOnlyServer
-from weightcache_operator.daemon_status import RECHECK_READY_S, RETRY_FAILED_S, DaemonStatusReader
-from weightcache_operator.metrics import OperatorMetrics, metrics_server
+from weightcache_operator.act.metrics import OperatorMetrics, metrics_server
+from weightcache_operator.observe.daemon_status import RECHECK_READY_S, RETRY_FAILED_S, DaemonStatusReader
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
-from weightcache_operator.status import Observed, aggregate
 
 
 def rank(n: int, ready: bool = True, **extra: Any) -> RankReport:
@@ -313,7 +313,7 @@ def test_metrics_address_errors_name_the_variable() -> None:
 
 def test_the_operator_imports_no_torch() -> None:
     """The operator image has no torch: what it imports from weightcache must not need it."""
-    code = "import sys, weightcache_operator.handlers; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
+    code = "import sys, weightcache_operator.run.handlers; print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -51,7 +51,7 @@ CONTRACT_MODULES = modules(ROOT / "contract" / "weightcache_contract", "weightca
 
 
 def test_every_operator_module_is_found() -> None:
-    assert {"weightcache_operator.handlers", "weightcache_operator.render.daemon"} <= set(OPERATOR_MODULES)
+    assert {"weightcache_operator.run.handlers", "weightcache_operator.render.daemon"} <= set(OPERATOR_MODULES)
 
 
 def test_operator_modules_import_neither_the_data_plane_nor_torch() -> None:
@@ -129,3 +129,94 @@ def test_publishing_binding_and_the_handoff_import_no_vllm() -> None:
     """A GPU host without vLLM's CUDA build (and tests/gpu) publishes, hands over and binds with these."""
     modules = ["weightcache.vllm.publish", "weightcache.vllm.bind", "weightcache.vllm.publisher"]
     assert not forbidden_imports([*modules, "weightcache.daemon.handoff"], ["vllm"])
+
+
+# The operator's rooms, lowest first: a module imports from its own room and the rooms below,
+# never above (observing does not decide, deciding does not write, writing does not schedule
+# passes). Below every room, the floor: the vocabulary, typed views (objects.py), the API client,
+# the settings, the API (spec/), the renderers (render/) and the engine profiles (profiles/).
+# The entry points (``python -m weightcache_operator``, ``…crd``) may import anything.
+OPERATOR_ROOMS = ["observe", "plan", "act", "run"]
+OPERATOR_FLOOR = {"vocabulary", "objects", "kubeapi", "settings", "together", "spec", "render", "profiles"}
+OPERATOR_ENTRY_POINTS = {"__main__", "crd"}
+
+
+def operator_imports() -> list[tuple[str, str]]:
+    """(importing module's top-level part, imported top-level part) for every import inside
+    ``weightcache_operator``, absolute or relative, including the ones inside functions."""
+    import ast
+
+    root = ROOT / "operator"
+    found = []
+    for source in (root / "weightcache_operator").rglob("*.py"):
+        parts = source.relative_to(root).with_suffix("").parts
+        package = list(parts[:-1]) if parts[-1] != "__init__" else list(parts[:-1])
+        for node in ast.walk(ast.parse(source.read_text())):
+            targets: list[list[str]] = []
+            if isinstance(node, ast.ImportFrom) and node.level:
+                base = package[: len(package) - (node.level - 1)]
+                targets = [base + node.module.split(".")] if node.module else [base + [a.name] for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("weightcache_operator"):
+                base = node.module.split(".")
+                targets = [base] if len(base) > 1 else [base + [a.name] for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name.split(".") for a in node.names if a.name.startswith("weightcache_operator.")]
+            found += [(parts[1], target[1]) for target in targets if len(target) > 1 and target[1] != parts[1]]
+    return found
+
+
+def room_rank(part: str) -> int:
+    if part in OPERATOR_ENTRY_POINTS:
+        return len(OPERATOR_ROOMS) + 1
+    return OPERATOR_ROOMS.index(part) + 1 if part in OPERATOR_ROOMS else 0
+
+
+def test_every_operator_module_is_in_a_room_on_the_floor_or_an_entry_point() -> None:
+    """A new top-level module is a decision: name its room here, or put it in one."""
+    parts = {
+        p.stem
+        for p in (ROOT / "operator" / "weightcache_operator").iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert parts - {"__init__"} == set(OPERATOR_ROOMS) | OPERATOR_FLOOR | OPERATOR_ENTRY_POINTS
+
+
+def test_operator_rooms_import_only_their_own_and_lower_ones() -> None:
+    wrong = sorted({f"{a} -> {b}" for a, b in operator_imports() if room_rank(b) > room_rank(a)})
+    assert not wrong, f"imports from a higher room (move the shared piece down, or the caller up): {wrong}"
+
+
+def test_the_room_check_sees_an_import_upwards() -> None:
+    """The check itself: the pass runner imports the executor (run -> act), which it may, and the
+    ranks say that the reverse would be refused."""
+    assert ("run", "act") in operator_imports() and room_rank("act") > room_rank("observe") > room_rank("render")
+
+
+# Imports each module as the first of its package, in one interpreter (a module's cycle shows up
+# only when the import starts there: an order that happens to work elsewhere hides it).
+PROBE_ALONE = """
+import importlib, json, sys
+failed = {}
+for name in sys.argv[1].split(","):
+    for loaded in [m for m in sys.modules if m.split(".")[0] == sys.argv[2]]:
+        del sys.modules[loaded]
+    try:
+        importlib.import_module(name)
+    except ImportError as error:
+        failed[name] = str(error)
+print(json.dumps(failed))
+"""
+
+
+def test_every_operator_module_imports_first() -> None:
+    names = [n for n in OPERATOR_MODULES if not n.endswith("__main__")]
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE_ALONE, ",".join(names), "weightcache_operator"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([*PATH, *sys.path])},
+    )
+    failed = json.loads(result.stdout)
+    assert not failed, f"import cycles (move what both need to the floor below them): {failed}"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from weightcache_operator.runner import PassRunner
+from weightcache_operator.run.runner import PassRunner
 
 KEY = ("ns", "cache")
 TIMEOUT = 30.0

@@ -15,11 +15,11 @@ from weightcache.checkpoints.planner import MemoryLimit, plan_world, verdict
 from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.plan_summary import PlanSummary
-from weightcache_operator.reasons import failure_events
+from weightcache_operator.plan.reasons import failure_events
+from weightcache_operator.plan.status import Observed, aggregate, plan_status
 from weightcache_operator.render import daemon_daemonset
 from weightcache_operator.render.plan import memory_bytes
 from weightcache_operator.spec import WeightCacheStatus
-from weightcache_operator.status import Observed, aggregate, plan_status
 
 GIB = 2**30
 DEEP = "128 of 128 ranks refused: pipeline size 64 exceeds the model's 2 layers"

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from builders import engine
-from weightcache_operator.pod_index import PodIndex
+from weightcache_operator.observe.pod_index import PodIndex
 
 KEY = ("ns", "tiny")
 

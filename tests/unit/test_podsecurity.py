@@ -4,7 +4,7 @@ Pod Security admission would refuse the cache's pods, said so that the fix can b
 from __future__ import annotations
 
 import pytest
-from weightcache_operator.podsecurity import ENFORCE_LABEL, beyond_baseline, pod_security_problem
+from weightcache_operator.plan.podsecurity import ENFORCE_LABEL, beyond_baseline, pod_security_problem
 
 BACKENDS = ["cpu-shm", "cuda-vmm", "cuda-ipc"]
 

@@ -10,10 +10,10 @@ from typing import Any
 
 from builders import NOW, container_status, daemon, engine, make, pod, terminated
 from weightcache_contract.daemon_report import DaemonReport, RankReport
-from weightcache_operator.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
+from weightcache_operator.plan.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
-from weightcache_operator.status import Observed, aggregate
 
 CACHE = make()
 cache_daemon = partial(daemon, spec_hash=daemon_spec_hash(CACHE), ready=False)

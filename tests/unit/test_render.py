@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from builders import BASE, NOW, changed, container_status, daemon, engine, make
+from weightcache_operator.observe.validation import parse
+from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import (
     READY_GATE,
     SPEC_HASH_ANNOTATION,
@@ -21,8 +23,6 @@ from weightcache_operator.render import (
 from weightcache_operator.render.daemon import blue_green_name
 from weightcache_operator.render.dra import claim_template, daemon_claim, engine_claim_current
 from weightcache_operator.render.gpu_holder import blue_green_blocker, gpu_holder_daemonset, reads_grant, stale_holder
-from weightcache_operator.status import Observed, aggregate
-from weightcache_operator.validation import parse
 
 
 def container(obj: dict[str, Any], name: str) -> dict[str, Any]:
@@ -623,7 +623,7 @@ def test_shipped_cluster_role_names_every_verb_and_resource() -> None:
 
 
 def test_operator_priority_from_environment() -> None:
-    from weightcache_operator.handlers import _priority
+    from weightcache_operator.run.handlers import _priority
 
     assert _priority("42") == 42
     uid = "0b6f0e7e-8a3c-4f59-9d7d-5c3f3c1d2e10"
@@ -634,7 +634,7 @@ def test_operator_priority_from_environment() -> None:
 def test_dra_engines_go_to_the_least_loaded_node_with_its_daemons_claim() -> None:
     from collections import Counter
 
-    from weightcache_operator.placement import new_engine as choose
+    from weightcache_operator.plan.placement import new_engine as choose
 
     cache = make(**{"daemon.backend": "cuda-vmm", "engine.gpuAccess": "dra"})
 

@@ -9,7 +9,7 @@ from typing import Any
 from builders import cache_of, changed
 from test_render_vllm import body, daemon_command, env_of, main_container
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
-from weightcache_operator.render.layout import ARTIFACT_MOUNT
+from weightcache_operator.vocabulary import ARTIFACT_MOUNT
 
 ON = {"engine.vllm.artifactCache": {"maxBytes": 1 << 30}}
 
@@ -72,8 +72,8 @@ def test_node_status_shows_what_the_daemon_counted_of_the_nodes_artifacts() -> N
     from builders import NOW, daemon, make
     from test_operator_observability import rank, report
     from weightcache_contract.daemon_report import ArtifactReport
+    from weightcache_operator.plan.status import Observed, aggregate
     from weightcache_operator.spec import WeightCacheStatus
-    from weightcache_operator.status import Observed, aggregate
 
     cache = make()
     daemon_pod = daemon("d", ready=True, spec_hash=daemon_spec_hash(cache))

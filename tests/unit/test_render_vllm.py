@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 import yaml
 from builders import cache_of, changed
+from weightcache_operator.observe.responsiveness import probe_url
+from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import READY_GATE, daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
-from weightcache_operator.responsiveness import probe_url
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.validation import parse
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 from builders import make, scheduled
+from weightcache_operator.observe.responsiveness import probe_url
 from weightcache_operator.render import engine_pod
-from weightcache_operator.responsiveness import probe_url
 
 
 def running(pod: dict, ip: str = "10.1.2.3") -> dict:

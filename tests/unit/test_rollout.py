@@ -9,13 +9,13 @@ import builders
 import pytest
 from builders import NOW
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
-from weightcache_operator.engine_units import units
+from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.rollout.generation import serve_hash
+from weightcache_operator.plan.rollout.planner import plan
+from weightcache_operator.plan.rollout.status import rollout_conditions, rollout_status
+from weightcache_operator.plan.rollout.strategy import generation_strategy
+from weightcache_operator.plan.rollout.views import Desired, EngineView, engine_views, unit_view
 from weightcache_operator.render import SPEC_HASH_LABEL
-from weightcache_operator.rollout.generation import serve_hash
-from weightcache_operator.rollout.planner import plan
-from weightcache_operator.rollout.status import rollout_conditions, rollout_status
-from weightcache_operator.rollout.strategy import generation_strategy
-from weightcache_operator.rollout.views import Desired, EngineView, engine_views, unit_view
 
 WANT = Desired(engine_hash="new", daemon_hash="g1", replicas=2, standbys=1, ready_deadline_s=60)
 
@@ -390,8 +390,8 @@ def test_generation_condition_says_which_strategy_and_clears_afterwards() -> Non
 
 def test_status_lists_a_node_once_while_its_daemon_is_replaced() -> None:
     """status.nodes is a map keyed by node: two entries for one node are refused by the API server."""
-    from weightcache_operator.status import Observed, aggregate
-    from weightcache_operator.validation import parse
+    from weightcache_operator.observe.validation import parse
+    from weightcache_operator.plan.status import Observed, aggregate
 
     body = {
         "apiVersion": "weightcache.io/v1alpha1",

@@ -10,12 +10,12 @@ from test_multinode import READY, TWO, daemon, engine_plan, ids, run
 from test_render import make
 from test_rollout import DAEMONS, NOW, engine, old_pair
 from test_rollout import daemon as rollout_daemon
-from weightcache_operator.actions import ApplyService, Create, Delete, SetRole
-from weightcache_operator.engine_plan import desired
+from weightcache_operator.plan.actions import ApplyService, Create, Delete, SetRole
+from weightcache_operator.plan.engine_plan import desired
+from weightcache_operator.plan.rollout.planner import plan
+from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.render import engine_pod
 from weightcache_operator.render.engine import Member
-from weightcache_operator.rollout.planner import plan
-from weightcache_operator.rollout.views import Desired
 from weightcache_operator.spec import EngineRollout
 
 

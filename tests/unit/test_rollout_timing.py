@@ -7,8 +7,8 @@ from datetime import timedelta
 from typing import Any
 
 from test_rollout import NOW, WANT, engine
-from weightcache_operator.rollout.decisions import Plan
-from weightcache_operator.rollout_timing import replica_timings
+from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.plan.rollout_timing import replica_timings
 from weightcache_operator.spec import RolloutStatus
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime
 
 from builders import daemon, daemonset, engine
 from weightcache_operator.objects import PodView
-from weightcache_operator.render.layout import COMPONENT_LABEL
-from weightcache_operator.snapshot import Snapshot
+from weightcache_operator.observe.snapshot import Snapshot
+from weightcache_operator.vocabulary import COMPONENT_LABEL
 
 NOW = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 HASH = "abc"

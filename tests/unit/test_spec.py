@@ -19,10 +19,10 @@ def test_gpu_sample_is_valid_and_its_gpu_holder_asks_for_every_rank_s_gpu() -> N
     """examples/weightcache-gpu.yaml, the README's variant for real clusters: no validation
     problem, cuda-vmm with block-FP8, one GPU per local rank on the GPU holder, none on daemons
     (so two generations' daemons can share them) or engines."""
+    from weightcache_operator.observe.validation import parse
     from weightcache_operator.render import engine_pod
     from weightcache_operator.render.daemon import daemon_daemonsets
     from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
-    from weightcache_operator.validation import parse
 
     body = yaml.safe_load(SAMPLE.with_name("weightcache-gpu.yaml").read_text())
     body["metadata"].update(namespace="default", uid="0000", generation=1)

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import WeightCache
-from .base import EngineProfile
-from .reference import Reference
-from .vllm import VllmProfile
+from weightcache_operator.profiles.base import EngineProfile
+from weightcache_operator.profiles.reference import Reference
+from weightcache_operator.profiles.vllm import VllmProfile
+from weightcache_operator.spec import WeightCache
 
 __all__ = ["DEFAULT", "PROFILES", "EngineProfile", "conflict", "engine_hash_exclude", "profile_of", "register"]
 

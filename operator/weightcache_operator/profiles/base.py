@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from ..spec import WeightCache
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import ARTIFACT_MOUNT, CLI
 
 
 class EngineProfile:
@@ -87,3 +88,9 @@ class EngineProfile:
         """Probes of the serving (leader) engine container; the template's own win. The readiness
         probe's ``httpGet`` is also what the operator polls for hangs (responsiveness.py)."""
         return {}
+
+
+def artifacts_run(health_url: str) -> list[str]:
+    """The wrapper an engine command runs under: it stages the engine's compile caches on the node
+    and marks them for publication once ``health_url`` answers."""
+    return [*CLI, "artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", health_url, "--"]

@@ -9,8 +9,8 @@ from typing import Any
 
 from weightcache_contract.launch import REFERENCE_PROFILE
 
-from ..spec import WeightCache
-from .base import EngineProfile
+from weightcache_operator.profiles.base import EngineProfile
+from weightcache_operator.spec import WeightCache
 
 READY_PATH = "/ready"
 """The reference engine's readiness: 200 once every rank (remote ones included) loaded and warmed up."""

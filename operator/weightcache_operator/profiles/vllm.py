@@ -16,10 +16,9 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, engine_env_name
 
-from ..render.artifacts import artifacts_run
-from ..render.layout import ARTIFACT_MOUNT, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
-from ..spec import ENGINE_DRAIN_S, WeightCache
-from .base import EngineProfile
+from weightcache_operator.profiles.base import EngineProfile, artifacts_run
+from weightcache_operator.spec import ENGINE_DRAIN_S, WeightCache
+from weightcache_operator.vocabulary import ARTIFACT_MOUNT, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
 VLLM_CLI = ["vllm"]
 """vLLM's console script: on PATH in vLLM's images and in any environment vLLM is installed in

@@ -5,9 +5,11 @@ operator applies can be unit-tested from a spec alone and two operator replicas 
 bytes for the same spec (server-side apply then has nothing to fight about).
 """
 
-from .daemon import daemon_daemonset
-from .engine import engine_pod, engine_template_hash
-from .layout import (
+from weightcache_operator.render.daemon import daemon_daemonset
+from weightcache_operator.render.engine import engine_pod, engine_template_hash
+from weightcache_operator.render.layout import daemon_spec_hash
+from weightcache_operator.render.service import engine_service
+from weightcache_operator.vocabulary import (
     CACHE_LABEL,
     COMPONENT_LABEL,
     ENGINE_HASH_LABEL,
@@ -17,10 +19,8 @@ from .layout import (
     SPEC_HASH_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
-    daemon_spec_hash,
     local_ranks,
 )
-from .service import engine_service
 
 __all__ = [
     "CACHE_LABEL",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import WeightCache
-from .layout import ARTIFACT_MOUNT, CLI, CacheRef
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import ARTIFACT_MOUNT, CacheRef
 
 ARTIFACT_VOLUME = "weightcache-artifacts"
 
@@ -35,9 +35,3 @@ def engine_artifact_volumes(cache: WeightCache) -> list[tuple[dict[str, Any], di
         )
         for part, read_only in (("entries", True), ("staging", False))
     ]
-
-
-def artifacts_run(health_url: str) -> list[str]:
-    """The wrapper an engine command runs under: it stages the engine's compile caches on the node
-    and marks them for publication once ``health_url`` answers."""
-    return [*CLI, "artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", health_url, "--"]

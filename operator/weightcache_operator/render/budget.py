@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import WeightCache
-from .layout import CacheRef
-from .service import serving_engines
+from weightcache_operator.render.service import serving_engines
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import CacheRef
 
 BUDGET_API = "policy/v1"
 

@@ -17,12 +17,22 @@ from typing import Any
 from weightcache_contract.backends import FD_BACKENDS, GPU_BACKENDS
 from weightcache_contract.launch import DaemonArgs, KeeperArgs
 
-from .. import profiles
-from ..spec import WeightCache
-from .artifacts import daemon_artifact_volume
-from .dra import container_claims, daemon_claim_fields, uses_dra
-from .gpu_holder import GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
-from .layout import (
+from weightcache_operator import profiles
+from weightcache_operator.render.artifacts import daemon_artifact_volume
+from weightcache_operator.render.dra import container_claims, daemon_claim_fields, uses_dra
+from weightcache_operator.render.gpu_holder import GPU_RESOURCE, GPUS_FILE, gpus_volume, uses_gpu_holder
+from weightcache_operator.render.layout import (
+    daemon_spec_hash,
+    explain_exits,
+    model_volume,
+    pin_to_nodes,
+    placement_fields,
+    socket_volume,
+)
+from weightcache_operator.render.plan import plan_init
+from weightcache_operator.render.security import container_security, owner_init, scratch_volume
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import (
     CLI,
     MODEL_MOUNT,
     SLOT_LABEL,
@@ -32,16 +42,8 @@ from .layout import (
     STATUS_PORT,
     STATUS_PORT_NAME,
     CacheRef,
-    daemon_spec_hash,
-    explain_exits,
     local_ranks,
-    model_volume,
-    pin_to_nodes,
-    placement_fields,
-    socket_volume,
 )
-from .plan import plan_init
-from .security import container_security, owner_init, scratch_volume
 
 
 def daemon_daemonsets(

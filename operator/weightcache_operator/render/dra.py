@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import Dra, WeightCache
-from .layout import CLAIM_ANNOTATION, CacheRef
+from weightcache_operator.spec import Dra, WeightCache
+from weightcache_operator.vocabulary import CLAIM_ANNOTATION, CacheRef
 
 CLAIM_NAME = "gpus"
 """The claim's name inside the pods (``spec.resourceClaims[].name``, ``resources.claims[].name``)."""

@@ -15,11 +15,20 @@ from typing import Any, Literal
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import EngineEnv
 
-from .. import profiles
-from ..spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
-from .artifacts import engine_artifact_volumes
-from .dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
-from .layout import (
+from weightcache_operator import profiles
+from weightcache_operator.render.artifacts import engine_artifact_volumes
+from weightcache_operator.render.dra import CLAIM_NAME, container_claims, engine_claim_fields, uses_dra
+from weightcache_operator.render.layout import (
+    daemon_spec_hash,
+    explain_exits,
+    model_volume,
+    pin_to_nodes,
+    placement_fields,
+    socket_volume,
+)
+from weightcache_operator.render.security import container_security, with_defaults
+from weightcache_operator.spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
+from weightcache_operator.vocabulary import (
     CLAIM_ANNOTATION,
     ENGINE_HASH_LABEL,
     GROUP_LABEL,
@@ -32,15 +41,8 @@ from .layout import (
     SPEC_HASH_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
-    daemon_spec_hash,
-    explain_exits,
-    model_volume,
-    pin_to_nodes,
-    placement_fields,
     served_model_name,
-    socket_volume,
 )
-from .security import container_security, with_defaults
 
 Role = Literal["active", "standby"]
 

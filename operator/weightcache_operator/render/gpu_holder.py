@@ -25,10 +25,11 @@ from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
 
-from ..spec import WeightCache
-from .dra import uses_dra
-from .layout import CLI, CacheRef, explain_exits, pin_to_nodes, placement_fields
-from .security import container_security, owner_init
+from weightcache_operator.render.dra import uses_dra
+from weightcache_operator.render.layout import explain_exits, pin_to_nodes, placement_fields
+from weightcache_operator.render.security import container_security, owner_init
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import CLI, CacheRef
 
 GPU_RESOURCE = "nvidia.com/gpu"
 HOLDER_COMPONENT = "gpu-holder"

@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..spec import POOL_API_VERSION, POOL_KIND, InferencePoolRouting, WeightCache
-from .layout import (
+from weightcache_operator.render.service import serving_selector
+from weightcache_operator.spec import POOL_API_VERSION, POOL_KIND, InferencePoolRouting, WeightCache
+from weightcache_operator.vocabulary import (
     CACHE_LABEL,
     COMPONENT_LABEL,
     ENGINE_HASH_LABEL,
@@ -24,7 +25,6 @@ from .layout import (
     CacheRef,
     served_model_name,
 )
-from .service import serving_selector
 
 CONDITION = "InferencePoolReady"
 VARYING_LABELS = (SPEC_HASH_LABEL, ENGINE_HASH_LABEL, REPLICA_LABEL, GROUP_LABEL)

@@ -28,11 +28,12 @@ from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import format_ranks
 from weightcache_contract.plan_summary import PLAN_CONTAINER
 
-from ..spec import WeightCache
-from .dra import container_claims, uses_dra
-from .gpu_holder import uses_gpu_holder
-from .layout import CLI, explain_exits, model_args
-from .security import container_security
+from weightcache_operator.render.dra import container_claims, uses_dra
+from weightcache_operator.render.gpu_holder import uses_gpu_holder
+from weightcache_operator.render.layout import explain_exits, model_args
+from weightcache_operator.render.security import container_security
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import CLI
 
 __all__ = ["PLAN_CONTAINER", "memory_bytes", "plan_init"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from .layout import explain_exits
+from weightcache_operator.render.layout import explain_exits
 
 RUN_AS = 10001
 """uid and gid of every rendered container: the user the daemon and engine images are built with."""

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..spec import WeightCache
-from .layout import (
+from weightcache_operator.render.layout import daemon_spec_hash
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.vocabulary import (
     CACHE_LABEL,
     COMPONENT_LABEL,
     NODE_RANK_LABEL,
@@ -16,7 +17,6 @@ from .layout import (
     SERVED_MODEL_ANNOTATION,
     SPEC_HASH_LABEL,
     CacheRef,
-    daemon_spec_hash,
     served_model_name,
 )
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..spec import Placement
+from weightcache_operator.spec import Placement
 
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 CORDON_TAINT = "node.kubernetes.io/unschedulable"

@@ -17,7 +17,7 @@ daemon), ``engine`` (with ``vllm``), ``routing`` (Service and InferencePool), ``
 Import from the package: this module is its public surface.
 """
 
-from .engine import (
+from weightcache_operator.spec.engine import (
     ENGINE_DRAIN_S,
     PRE_STOP_SLEEP_DEFAULT_S,
     STOP_GRACE_S,
@@ -31,7 +31,7 @@ from .engine import (
     GpuAccess,
     WeightFallback,
 )
-from .model import (
+from weightcache_operator.spec.model import (
     SOURCE_EXACTLY_ONE,
     SOURCE_IMMUTABLE,
     Dtype,
@@ -43,8 +43,15 @@ from .model import (
     Quantization,
     QuantizationMethod,
 )
-from .nodes import EXPERT_DIVIDES_TENSOR, RANKS_DIVIDE_NODES, Daemon, GenerationChange, Parallelism, Placement
-from .resource import (
+from weightcache_operator.spec.nodes import (
+    EXPERT_DIVIDES_TENSOR,
+    RANKS_DIVIDE_NODES,
+    Daemon,
+    GenerationChange,
+    Parallelism,
+    Placement,
+)
+from weightcache_operator.spec.resource import (
     API_VERSION,
     DRA_NEEDS_GPU,
     GROUP,
@@ -56,7 +63,7 @@ from .resource import (
     WeightCache,
     WeightCacheSpec,
 )
-from .routing import (
+from weightcache_operator.spec.routing import (
     POOL_API_VERSION,
     POOL_KIND,
     POOL_PICKER_MANAGED,
@@ -70,7 +77,7 @@ from .routing import (
     Service,
     ServiceType,
 )
-from .status import (
+from weightcache_operator.spec.status import (
     ArtifactStatus,
     CheckpointReloadStatus,
     Condition,
@@ -88,7 +95,7 @@ from .status import (
     RolloutStatus,
     WeightCacheStatus,
 )
-from .vllm import ARTIFACT_CACHE_DEFAULT_BYTES, ArtifactCache, Vllm
+from weightcache_operator.spec.vllm import ARTIFACT_CACHE_DEFAULT_BYTES, ArtifactCache, Vllm
 
 __all__ = [
     # resource

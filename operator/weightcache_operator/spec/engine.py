@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .base import DNS_SUBDOMAIN, ApiModel, FreeForm, cel, default_object, validations
-from .vllm import Vllm
+from weightcache_operator.spec.base import DNS_SUBDOMAIN, ApiModel, FreeForm, cel, default_object, validations
+from weightcache_operator.spec.vllm import Vllm
 
 GpuAccess = Literal["visibleDevices", "dra"]
 WeightFallback = Literal["disk", "error"]

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import ApiModel, cel, default_object, validations
+from weightcache_operator.spec.base import ApiModel, cel, default_object, validations
 
 Dtype = Literal["auto", "bfloat16", "float16", "float32"]
 QuantizationMethod = Literal["none", "fp8"]

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 from weightcache_contract.backends import Backend
 
-from .base import ApiModel, FreeForm, cel, validations
+from weightcache_operator.spec.base import ApiModel, FreeForm, cel, validations
 
 RANKS_DIVIDE_NODES = cel(
     "(self.tensor * self.pipeline) % self.nodes == 0",

@@ -7,12 +7,12 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import ApiModel, FreeForm, cel, default_object, validations
-from .engine import Engine
-from .model import Model
-from .nodes import Daemon, Parallelism, Placement
-from .routing import Routing, Service
-from .status import WeightCacheStatus
+from weightcache_operator.spec.base import ApiModel, FreeForm, cel, default_object, validations
+from weightcache_operator.spec.engine import Engine
+from weightcache_operator.spec.model import Model
+from weightcache_operator.spec.nodes import Daemon, Parallelism, Placement
+from weightcache_operator.spec.routing import Routing, Service
+from weightcache_operator.spec.status import WeightCacheStatus
 
 GROUP = "weightcache.io"
 VERSION = "v1alpha1"

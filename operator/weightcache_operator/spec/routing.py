@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import DNS_SUBDOMAIN, ApiModel, cel, validations
+from weightcache_operator.spec.base import DNS_SUBDOMAIN, ApiModel, cel, validations
 
 ServiceType = Literal["ClusterIP", "NodePort", "LoadBalancer"]
 

@@ -7,8 +7,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import ApiModel
-from .routing import InferencePoolMode
+from weightcache_operator.spec.base import ApiModel
+from weightcache_operator.spec.routing import InferencePoolMode
 
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
 ConditionStatus = Literal["True", "False", "Unknown"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from .base import ApiModel
+from weightcache_operator.spec.base import ApiModel
 
 ARTIFACT_CACHE_DEFAULT_BYTES = 8 << 30
 

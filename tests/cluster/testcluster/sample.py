@@ -173,8 +173,8 @@ def vllm_completion(model: str) -> dict[str, Any]:
 
 def rendered_vllm_args(example: Path = VLLM_SAMPLE) -> list[str]:
     """The vLLM arguments the operator renders for a vLLM example, daemons and engines alike."""
+    from weightcache_operator.observe.validation import parse
     from weightcache_operator.profiles.vllm import vllm_args
-    from weightcache_operator.validation import parse
 
     body = sample(example)
     body["metadata"].update(namespace="default", uid="sample", generation=1)

@@ -1,0 +1,194 @@
+"""What a pass tells: the cache's status (merge-patched only when it differs), the Events of
+phase changes, failures, rollouts, slow engine starts and failovers (sent off the pass:
+events.py), and the failover and engine start metrics."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from weightcache_operator.act.events import EventSink
+from weightcache_operator.act.metrics import OperatorMetrics
+from weightcache_operator.kubeapi import ApiError, KubeApi
+from weightcache_operator.objects import Object, stamp
+from weightcache_operator.observe.engine_start import EngineStart, latest, slow_after, slow_message
+from weightcache_operator.observe.sightings import Sightings
+from weightcache_operator.observe.snapshot import cache_path
+from weightcache_operator.plan.failover import Promotion, failover_status
+from weightcache_operator.plan.reasons import failure_events
+from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.plan.rollout.status import rollout_conditions, rollout_status
+from weightcache_operator.plan.rollout.strategy import Strategy
+from weightcache_operator.plan.rollout.views import Desired
+from weightcache_operator.plan.rollout_timing import replica_timings
+from weightcache_operator.spec import FailoverStatus
+from weightcache_operator.vocabulary import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
+
+log = logging.getLogger("weightcache_operator.act.report")
+
+FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_fields.items()]
+
+
+class Reporter:
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Callable[[], datetime],
+        metrics: OperatorMetrics,
+        sightings: Sightings,
+        events: EventSink,
+    ) -> None:
+        self.api = api
+        self.clock = clock
+        self.metrics = metrics
+        self.sightings = sightings
+        self.events = events
+
+    def write_status(self, body: Object, status: dict[str, Any]) -> None:
+        """Patches ``status`` unless every field already says so; Events for a new phase and for
+        each newly failing condition."""
+        meta = body["metadata"]
+        old = body.get("status") or {}
+        if old.get("phase") != status.get("phase"):
+            self.event(
+                body,
+                "Warning" if status["phase"] in ("Failed", "Degraded") else "Normal",
+                f"Phase{status['phase']}",
+                _phase_message(status),
+            )
+            log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": status["phase"]})
+        for reason, message in failure_events(old.get("conditions") or [], status.get("conditions") or []):
+            self.event(body, "Warning", reason, message)
+        if all(old.get(k) == v for k, v in status.items()):
+            return
+        try:
+            self.api.patch(cache_path(meta["namespace"], meta["name"]) + "/status", {"status": status})
+        except ApiError as error:
+            if error.status != 404:
+                raise
+
+    def event(self, body: Object, kind: str, reason: str, message: str) -> None:
+        """Hands the Event to the sink (events.py): the pass does not wait for it to be sent."""
+        meta = body["metadata"]
+        now = stamp(self.clock())
+        event = {
+            "metadata": {
+                "generateName": f"{meta['name']}.",
+                "namespace": meta["namespace"],
+                "labels": dict(MANAGED_BY),
+            },
+            "involvedObject": {
+                "apiVersion": body["apiVersion"],
+                "kind": body["kind"],
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta["uid"],
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "weightcache-operator"},
+        }
+        self.events.post(meta["namespace"], event)
+
+    def add_rollout(
+        self,
+        body: Object,
+        status: dict[str, Any],
+        steps: Plan,
+        want: Desired,
+        decision: tuple[Strategy, str] | None,
+        engines: list[Object],
+    ) -> None:
+        """Adds ``status.rollout`` (with each replica's start, promotion and drain times:
+        rollout_timing.py) and the rollout conditions; posts an Event when a rollout starts,
+        stalls or completes. ``decision``: how the generation change was decided
+        (``strategy_decision``); ``engines``: the engine pods as the pass left them."""
+        now = self.clock()
+        before = (body.get("status") or {}).get("rollout")
+        previous = (body.get("status") or {}).get("conditions") or []
+        rollout = rollout_status(steps, want, now, before)
+        if rollout is not None:
+            # Always written (a merge patch replaces a list whole): a new rollout's empty list
+            # replaces the previous rollout's.
+            rollout = {**rollout, "replicas": replica_timings(before, steps, want, engines, now)}
+            status["rollout"] = rollout
+        strategy = decision if steps.mode == "Generation" else None
+        extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
+        replaced = {c["type"] for c in extra}
+        status["conditions"] = [c for c in status["conditions"] if c["type"] not in replaced] + extra
+        if rollout is not None and (before or {}).get("phase") != rollout["phase"]:
+            kind = "Warning" if rollout["phase"] == "Stalled" else "Normal"
+            message = rollout.get("message") or f"{rollout.get('mode')} rollout: {rollout.get('currentStep')}"
+            if strategy is not None and rollout["phase"] == "Progressing":
+                message += f"; {strategy[0]}: {strategy[1]}"
+            self.event(body, kind, f"Rollout{rollout['phase']}", message)
+
+    def engine_starts(
+        self, body: Object, status: dict[str, Any], starts: list[EngineStart], ready_deadline_seconds: float
+    ) -> None:
+        """Engine pods seen Ready for the first time (engine_start.StartWatch): each start into
+        the histogram, a Warning ``SlowEngineStart`` Event for each slow one, and the latest into
+        ``status.lastEngineStart`` (left as it was when no engine started: a merge patch)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        threshold = slow_after(ready_deadline_seconds)
+        for start in starts:
+            self.metrics.engine_started(namespace, name, start)
+            log.info(
+                "engine started",
+                extra={"cache": name, "namespace": namespace, "pod": start.pod, "seconds": start.seconds},
+            )
+            if start.total >= threshold:
+                self.event(body, "Warning", "SlowEngineStart", slow_message(start, ready_deadline_seconds))
+        last = latest(starts)
+        if last is not None:
+            status["lastEngineStart"] = last.status(threshold)
+
+    def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
+        """The ``status.lastFailover`` entry of a promotion just patched, its Event and metrics;
+        None when it was no failover (an active that never got Ready swapped for a Ready one)."""
+        namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+        seen = self.sightings.first((namespace, name), promotion.failed_pods)
+        record = failover_status(promotion, noticed, self.clock(), seen)
+        log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
+        if promotion.failure is None:
+            return None
+        self.metrics.failover(
+            namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"]
+        )
+        self.event(
+            body,
+            "Warning",
+            "Failover",
+            f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
+            f"promoted {record['to']} in {record['promotionMs']} ms",
+        )
+        return record
+
+
+def strategy_decision(current_sets: list[Object]) -> tuple[Strategy, str] | None:
+    """How the change to the current daemon spec was decided, as recorded on its DaemonSet."""
+    for ds in current_sets:
+        annotations = ds["metadata"].get("annotations") or {}
+        strategy = annotations.get(STRATEGY_ANNOTATION)
+        if strategy == "BlueGreen" or strategy == "NodeByNode":
+            return strategy, annotations.get(STRATEGY_REASON_ANNOTATION, "")
+    return None
+
+
+def with_failover(status: dict[str, Any], failover: dict[str, Any]) -> None:
+    """Adds ``status.lastFailover``. The status is merge-patched: what this failover lacks (a
+    PodGone has no "from") is nulled, or the previous failover's values would survive next to it."""
+    status["lastFailover"] = {**dict.fromkeys(FAILOVER_FIELDS), **failover}
+
+
+def _phase_message(status: dict[str, Any]) -> str:
+    degraded = next((c for c in status["conditions"] if c["type"] == "Degraded"), None)
+    if degraded and degraded["status"] == "True":
+        return str(degraded["message"])
+    return f"nodes ready {status.get('readyNodes')}, active {status.get('activeEngines')}, standby {status.get('standbyEngines')}"

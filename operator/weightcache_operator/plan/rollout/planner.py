@@ -1,0 +1,86 @@
+"""One rollout pass: observed pods and the desired versions in, the next steps and the rollout's
+phase out (``plan``). Pure."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from weightcache_operator.objects import Object
+from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.plan.rollout.engine import plan_engine
+from weightcache_operator.plan.rollout.generation import plan_generation, serve_hash
+from weightcache_operator.plan.rollout.views import DaemonView, Desired, EngineView, engine_views, replica_done
+
+
+def plan(
+    want: Desired,
+    engines: list[Object],
+    daemons: list[Object],
+    serving: str | None,
+    now: datetime,
+    previous: dict[str, Any] | None = None,
+    desired_nodes: int = 0,
+    old_daemonsets: dict[str, str | None] | None = None,
+    *,
+    size: int = 1,
+    settling: bool = False,
+) -> Plan:
+    """Decides the next actions and reports the rollout. ``serving``: the generation the live
+    Service selects (None when there is no Service yet or it selects none); ``previous``: the
+    last ``status.rollout``; ``desired_nodes``: how many daemon pods the DaemonSet of the wanted
+    generation should run; ``old_daemonsets``: name → generation of DaemonSets kept for another
+    generation next to it (a blue/green change's old side); ``size``: pods per engine
+    (``parallelism.nodes``); ``settling``: the Service switched generation less than
+    ``SWITCH_SETTLE_SECONDS`` ago.
+
+    Engines are units (engine_units.py), each seen as one ``EngineView``: every decision (surge,
+    promote, drain, which generation the Service selects, which replicas are whole, the stall) is
+    made over those views alike for every size. Only replacing daemon pods node by node is for
+    single-pod engines: slot DaemonSets roll their own pods."""
+    pods = engine_views(want, engines, size)
+    result = Plan(serve_hash=serve_hash(want, pods, serving))
+    result.switching = settling or (serving is not None and serving != result.serve_hash)
+    result.updated = sum(replica_done(want, pods, r) for r in range(want.replicas))
+    nodes = [DaemonView.of(p) for p in daemons]
+    old_sets = old_daemonsets or {}
+    result.mode = _change(want, pods, nodes, old_sets)
+    if result.mode == "Generation":
+        plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
+    elif result.mode == "Engine":
+        plan_engine(want, pods, result, now, size)
+    undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
+    settle_phase(result, previous, undone)
+    return result
+
+
+def _change(
+    want: Desired, pods: list[EngineView], nodes: list[DaemonView], old_sets: dict[str, str | None]
+) -> Literal["Engine", "Generation"] | None:
+    """A generation change (any daemon, engine or kept DaemonSet of another generation) or an
+    engine rollout (an engine of another template), or neither."""
+    if (
+        old_sets
+        or any(d.daemon_hash != want.daemon_hash for d in nodes)
+        or any(p.daemon_hash != want.daemon_hash for p in pods)
+    ):
+        return "Generation"
+    if any(p.engine_hash != want.engine_hash for p in pods):
+        return "Engine"
+    return None
+
+
+def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None) -> None:
+    """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
+    rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
+    replica is whole again (``undone``: the first that is not), then Complete, which stays until
+    the next rollout."""
+    was = (previous or {}).get("phase")
+    if result.mode is not None:
+        result.phase = "Stalled" if result.stalled else "Progressing"
+    elif was in ("Progressing", "Stalled"):
+        result.phase = "Progressing" if undone is not None else "Complete"
+        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
+        result.mode = (previous or {}).get("mode")
+    elif was == "Complete":
+        result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"

@@ -1,0 +1,70 @@
+"""A rollout's time per replica (``status.rollout.replicas``): how long the replica's new engine
+took to start, how long the operator then took to promote it, and how long its old engines took
+to drain. Pure: the previous list, this pass's rollout plan (rollout/) and the engine pods in,
+the new list out; the status carries it from pass to pass, so an operator restart keeps it.
+
+- ``startSeconds``: the new engine's creation → Ready, from its pod (engine_start.py; the API's
+  timestamps, whole seconds).
+- ``promotedAt``, ``promotionSeconds``: when the pass that relabelled it active began, and how
+  long after its Ready that was (a pass runs on the pod's Ready event, so this is the operator's
+  reaction, not a wait).
+- ``retiredAt``, ``drainSeconds``: when the pass that first deleted one of the replica's old
+  engines began, and how long until none of them was left (terminating ones included: a
+  draining engine finishes its requests before it goes).
+
+``promotedAt`` and ``retiredAt`` are the operator's clock to the millisecond, so that
+``drainSeconds`` is not rounded to the API's whole seconds.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from weightcache_operator.objects import Object, PodView, parse_time
+from weightcache_operator.observe.engine_start import engine_start
+from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.plan.rollout.views import Desired
+
+
+def replica_timings(
+    previous: dict[str, Any] | None, steps: Plan, want: Desired, engines: list[Object], now: datetime
+) -> list[dict[str, Any]]:
+    """The replicas' entries after this pass. ``previous``: the last ``status.rollout`` (its
+    entries are kept while it rolls out the same engine template and daemon generation);
+    ``engines``: the cache's engine pods as the pass left them."""
+    before = previous or {}
+    same = (before.get("engineTemplateHash"), before.get("daemonSpecHash")) == (want.engine_hash, want.daemon_hash)
+    entries = {int(e["replica"]): dict(e) for e in (before.get("replicas") or []) if same}
+    by_name = {PodView(p).name: p for p in engines}
+    for name in steps.promote:
+        pod = by_name.get(name)
+        replica = PodView(pod).replica if pod is not None else None
+        if pod is None or replica is None:
+            continue
+        entry: dict[str, Any] = {"replica": replica, "engine": name, "promotedAt": _at(now)}
+        start = engine_start(pod)
+        if start is not None:
+            entry["startSeconds"] = start.total
+            entry["promotionSeconds"] = round(max((now - start.ready_at).total_seconds(), 0.0), 3)
+        entries[replica] = entry
+    retired = {PodView(by_name[n]).replica for n in steps.retire if n in by_name}
+    for replica, entry in entries.items():
+        if "retiredAt" not in entry and replica in retired:
+            entry["retiredAt"] = _at(now)
+        since = parse_time(entry.get("retiredAt"))
+        if since is not None and "drainSeconds" not in entry and not _old_left(want, engines, replica):
+            entry["drainSeconds"] = round(max((now - since).total_seconds(), 0.0), 3)
+    return [entries[r] for r in sorted(entries)]
+
+
+def _old_left(want: Desired, engines: list[Object], replica: int) -> bool:
+    """Any engine of ``replica`` of another template or generation, terminating ones included."""
+    return any(
+        view.replica == replica and (view.engine_hash != want.engine_hash or view.spec_hash != want.daemon_hash)
+        for view in map(PodView, engines)
+    )
+
+
+def _at(when: datetime) -> str:
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -1,0 +1,329 @@
+"""Status aggregation: daemon pods + engine pods (as read from the API server) and the daemon
+pods' own reports (daemon_status.py) → ``status``.
+
+Pure: the caller passes the clock, the previous conditions and the fetched reports, so a
+condition's ``lastTransitionTime`` changes only when its status does, and tests need no API
+server and no daemon.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from weightcache_contract.daemon_report import DaemonReport
+from weightcache_contract.plan_summary import PLAN_CONTAINER, PlanSummary
+
+from weightcache_operator.objects import Object, PodView
+from weightcache_operator.objects import condition as make_condition
+from weightcache_operator.observe import checkpoint_watch
+from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
+from weightcache_operator.render.layout import daemon_spec_hash
+from weightcache_operator.spec import PlanStatus, WeightCache
+from weightcache_operator.vocabulary import SLOT_LABEL, local_ranks, served_model_name
+
+__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "plan_status"]
+
+
+def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
+    """A daemon pod an engine may rely on: Ready and running the expected daemon spec."""
+    view = PodView(pod)
+    return view.ready and view.spec_hash == spec_hash
+
+
+def crash_looping(pod: Object) -> str | None:
+    """The name of a container in CrashLoopBackOff, if any."""
+    for status in statuses(pod):
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") == "CrashLoopBackOff":
+            return str(status.get("name"))
+    return None
+
+
+@dataclass
+class Observed:
+    """What the operator saw in one pass."""
+
+    daemon_pods: list[Object] = field(default_factory=list)
+    engine_pods: list[Object] = field(default_factory=list)
+    desired_nodes: int = 0
+    """``DaemonSet.status.desiredNumberScheduled``: the nodes the placement selects."""
+    problems: list[str] = field(default_factory=list)
+    """Validation messages; non-empty means the spec is not run at all."""
+    daemon_reports: dict[str, DaemonReport | str] = field(default_factory=dict)
+    """Daemon pod name → its status endpoint's report, or why it could not be read."""
+    stranded: list[str] = field(default_factory=list)
+    """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
+    holder_pods: list[Object] = field(default_factory=list)
+    """The cache's GPU holder pods (GPU backends): a holder that exited is why its node's daemon waits."""
+
+
+def aggregate(
+    cache: WeightCache, observed: Observed, now: datetime, previous: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """The ``status`` to write (everything except what kopf keeps under its own key)."""
+    observed_generation = cache.metadata.get("generation")
+    spec_hash = daemon_spec_hash(cache)
+
+    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
+        return make_condition(kind, ok, reason, message, now, previous, observedGeneration=observed_generation)
+
+    base = {
+        "observedGeneration": observed_generation,
+        "daemonSpecHash": spec_hash,
+        "model": _model_line(cache),
+        "servedModelName": served_model_name(cache),
+    }
+    if observed.problems:
+        return invalid_status(observed_generation, observed.problems, now, previous, base)
+
+    nodes = []
+    ready_nodes = 0
+    # One entry per node (the list is keyed by node): while a daemon pod is being replaced its
+    # terminating predecessor may still be listed next to it, and during a blue/green change the
+    # old generation's daemon runs next to the new one; the live, current one speaks for the node.
+    by_node: dict[str, Object] = {}
+
+    def speaks_for_node(pod: Object) -> tuple[bool, bool]:
+        view = PodView(pod)
+        return not view.deleting, view.spec_hash == spec_hash
+
+    for pod in sorted(observed.daemon_pods, key=speaks_for_node):
+        node = (pod.get("spec") or {}).get("nodeName")
+        if node:
+            by_node[node] = pod
+    holders = {
+        (p.get("spec") or {}).get("nodeName"): p
+        for p in observed.holder_pods
+        if not p["metadata"].get("deletionTimestamp")
+    }
+    reasons: dict[str, Reason] = {}
+    current_reports: dict[str, DaemonReport | str | None] = {}
+    for node, pod in sorted(by_node.items()):
+        current = daemon_pod_current(pod, spec_hash)
+        ready_nodes += current
+        slot = (pod["metadata"].get("labels") or {}).get(SLOT_LABEL, "0")
+        ranks = local_ranks(cache, int(slot) if slot.isdigit() else 0)
+        report = observed.daemon_reports.get(pod["metadata"]["name"])
+        nodes.append(_node_entry(node, pod["metadata"]["name"], ranks, current, report))
+        # Only a pod of this generation speaks for this spec (an old one's crash is not this spec's).
+        of_spec = PodView(pod).spec_hash == spec_hash
+        if of_spec:
+            current_reports[node] = report
+        if of_spec and not current and (why := node_reason(pod, holders.get(node), report)) is not None:
+            reasons[node] = why
+
+    plan = plan_status([p for _, p in sorted(by_node.items()) if PodView(p).spec_hash == spec_hash])
+    replicas = cache.spec.engine.replicas
+    standbys_per = cache.spec.engine.standbys_per_replica
+    engines = []
+    active_ready = standby_ready = 0
+    for replica in range(replicas):
+        # An engine is a unit: one pod, or with parallelism.nodes > 1 a group named by its leader.
+        mine = [u for u in units(observed.engine_pods, cache.spec.parallelism.nodes) if u.replica == str(replica)]
+        actives = sorted(u.name for u in mine if u.role == "active" and not u.deleting)
+        standbys = sorted(u.name for u in mine if u.role == "standby" and not u.deleting)
+        active_ready += min(1, sum(u.ready for u in mine if u.role == "active"))
+        standby_ready += min(standbys_per, sum(u.ready for u in mine if u.role == "standby"))
+        engines.append({"replica": replica, "active": actives[0] if actives else None, "standbys": standbys})
+
+    desired = observed.desired_nodes
+    daemons_ok = desired > 0 and ready_nodes >= desired
+    engines_ok = active_ready == replicas and standby_ready == replicas * standbys_per
+    available = replicas > 0 and active_ready == replicas
+    looping = [
+        f"{p['metadata']['name']}/{c}"
+        for p in [*observed.daemon_pods, *observed.engine_pods, *observed.holder_pods]
+        if (c := crash_looping(p))
+    ]
+    # Every node refusing the spec for one reason: waiting will not help. Failed, unless engines
+    # (of the previous generation) still serve: then Degraded.
+    refused = None if daemons_ok else common_refusal(reasons, desired)
+    failing_engines = {} if engines_ok else engine_reasons(observed.engine_pods)
+
+    if desired == 0:
+        daemons_reason, daemons_msg = "NoNodesSelected", "no node matches spec.placement"
+    elif daemons_ok:
+        daemons_reason, daemons_msg = "AllNodesReady", f"{ready_nodes}/{desired} nodes hold every local rank"
+    else:
+        failing = any(r.exited for r in reasons.values())
+        daemons_reason = "Refused" if refused else "DaemonsFailing" if failing else "Loading"
+        daemons_msg = f"{ready_nodes}/{desired} nodes ready" + (f"; {grouped(reasons)}" if reasons else "")
+    engines_msg = (
+        f"{active_ready}/{replicas} active and {standby_ready}/{replicas * standbys_per} standby engines ready"
+    )
+    engines_reason = "AllEnginesReady" if engines_ok else "EnginesFailing" if failing_engines else "EnginesStarting"
+    engines_detail = engines_msg + (f"; {grouped(failing_engines)}" if failing_engines else "")
+
+    if refused and not available:
+        phase = "Failed"
+    elif refused or looping or observed.stranded:
+        phase = "Degraded"
+    elif daemons_ok and engines_ok:
+        phase = "Ready"
+    elif observed.daemon_pods or observed.engine_pods:
+        phase = "Loading"
+    else:
+        phase = "Pending"
+
+    degraded = _degraded(looping, observed.stranded, refused, {**reasons, **failing_engines}, serving=available)
+    recorded = cache.status.checkpoint_reload if cache.status is not None else None
+    record_before = recorded.model_dump(by_alias=True, exclude_none=True, mode="json") if recorded else None
+    watched = checkpoint_watch.observe(current_reports)
+    reload = checkpoint_watch.reload_record(watched, cache.spec.model.on_change, record_before, now)
+    changed = checkpoint_watch.condition_fields(watched, cache.spec.model.on_change, reload)
+    return {
+        **base,
+        "phase": phase,
+        # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
+        "message": degraded[1]
+        if degraded[0] != "Healthy"
+        else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
+        "nodes": nodes,
+        # Always written: null (a merge patch's delete) until the current generation's plan passed.
+        "plan": plan,
+        # Kept once written: it is part of the generation (layout.daemon_spec_hash).
+        **({"checkpointReload": reload} if reload is not None else {}),
+        "engines": engines,
+        "readyNodes": f"{ready_nodes}/{desired}",
+        "activeEngines": active_ready,
+        "standbyEngines": standby_ready,
+        "conditions": [
+            condition("DaemonsReady", daemons_ok, daemons_reason, daemons_msg),
+            condition("EnginesReady", engines_ok, engines_reason, engines_detail),
+            condition("Available", available, "ActiveEnginesReady" if available else "NoActiveEngine", engines_msg),
+            condition(
+                "Progressing",
+                not (daemons_ok and engines_ok),
+                "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
+                f"daemons: {daemons_msg}; engines: {engines_msg}",
+            ),
+            condition("Degraded", degraded[0] != "Healthy", *degraded),
+            make_condition(checkpoint_watch.CONDITION, *changed, now, previous, observedGeneration=observed_generation),
+        ],
+    }
+
+
+def plan_status(daemon_pods: list[Object]) -> dict[str, Any] | None:
+    """``status.plan``: the summary the first of ``daemon_pods`` (one generation's, in node order)
+    whose ``plan`` init container passed left as its termination message; None before any did."""
+    for pod in daemon_pods:
+        for status in (pod.get("status") or {}).get("initContainerStatuses") or []:
+            ended = (status.get("state") or {}).get("terminated") or {}
+            if status.get("name") != PLAN_CONTAINER or ended.get("exitCode") != 0:
+                continue
+            try:
+                summary = PlanSummary.model_validate_json(ended.get("message") or "")
+            except ValueError:
+                continue  # an older image's plan, or a cut message: the next pod may say it
+            found = PlanStatus(
+                ranks=summary.ranks,
+                max_rank_bytes=summary.max_rank_bytes,
+                total_bytes=summary.total_bytes,
+                node=(pod.get("spec") or {}).get("nodeName"),
+                node_bytes=summary.node_bytes,
+                limit_bytes=summary.limit_bytes,
+                limit=(summary.limit or "")[:1024] or None,
+            )
+            return found.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return None
+
+
+def _degraded(
+    looping: list[str], stranded: list[str], refused: str | None, reasons: dict[str, Reason], serving: bool
+) -> tuple[str, str]:
+    """Reason and message of the Degraded condition: a spec every node refuses first (nothing
+    will run until it changes), then a failover that found no Ready standby (what a user of the
+    Service notices), then crash loops — with what the crashed processes said."""
+    if refused:
+        kept = "; the previous generation's engines still serve" if serving else ""
+        return "Refused", f"every node refuses this spec: {refused}{kept}"
+    if stranded:
+        return "NoReadyStandby", "; ".join(stranded)
+    if looping:
+        said = {node: r for node, r in reasons.items() if r.exited}
+        return "CrashLoop", f"crash-looping containers: {', '.join(looping)}" + (f"; {grouped(said)}" if said else "")
+    return "Healthy", "no container is crash-looping and every failed active had a standby"
+
+
+def _node_entry(
+    node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None
+) -> dict[str, Any]:
+    """A node's ranks: ready only while the pod is current *and* the daemon says so; bytes, load
+    time, GPU and fingerprint from the daemon's report when there is one."""
+    entry: dict[str, Any] = {"node": node, "daemonPod": pod}
+    reported = {r.rank: r for r in report.ranks} if isinstance(report, DaemonReport) else {}
+    entry["ranks"] = []
+    for rank in ranks:
+        seen = reported.get(rank)
+        if seen is None:
+            entry["ranks"].append({"rank": rank, "ready": current})
+            continue
+        facts = {
+            "bytes": seen.bytes,
+            "loadSeconds": seen.load_seconds,
+            "gpuUuid": seen.gpu_uuid,
+            "source": seen.source,
+            "diskBytesRead": seen.disk_bytes_read,
+        }
+        entry["ranks"].append(
+            {"rank": rank, "ready": current and seen.ready, **{k: v for k, v in facts.items() if v is not None}}
+        )
+    if isinstance(report, DaemonReport) and report.fingerprint:
+        entry["fingerprint"] = report.fingerprint
+    if isinstance(report, DaemonReport) and report.artifacts is not None:
+        seen_artifacts = report.artifacts
+        entry["artifacts"] = {
+            "hits": seen_artifacts.hits,
+            "misses": seen_artifacts.misses,
+            "published": seen_artifacts.published,
+            "entries": seen_artifacts.entries,
+            "bytes": seen_artifacts.bytes,
+            **({"problem": seen_artifacts.problem[:1024]} if seen_artifacts.problem else {}),
+        }
+    elif isinstance(report, str):
+        entry["reportError"] = report[:1024]
+    return entry
+
+
+def invalid_status(
+    observed_generation: int | None,
+    problems: list[str],
+    now: datetime,
+    previous: list[dict[str, Any]] | None = None,
+    base: dict[str, Any] | None = None,
+    reason: str = "InvalidSpec",
+) -> dict[str, Any]:
+    """Phase Failed with ``Degraded``/``reason`` saying what to fix. Takes no parsed spec,
+    so it also serves objects the models cannot parse at all."""
+    message = "; ".join(problems)
+    conditions = [
+        make_condition(kind, status, reason, message, now, previous, observedGeneration=observed_generation)
+        for kind, status in (
+            ("DaemonsReady", False),
+            ("EnginesReady", False),
+            ("Available", False),
+            ("Progressing", False),
+            ("Degraded", True),
+        )
+    ]
+    return {
+        **(base or {}),
+        "observedGeneration": observed_generation,
+        "phase": "Failed",
+        "message": message,
+        "conditions": conditions,
+        "readyNodes": "0/0",
+        "activeEngines": 0,
+        "standbyEngines": 0,
+    }
+
+
+def _model_line(cache: WeightCache) -> str:
+    source = cache.spec.model.source
+    where = f"hostPath:{source.host_path.path}" if source.host_path else ""
+    if source.pvc is not None:  # the spec allows exactly one of the two
+        where = f"pvc:{source.pvc.claim_name}" + (f"/{source.pvc.sub_path}" if source.pvc.sub_path else "")
+    return f"{where}@{cache.spec.model.revision}" if cache.spec.model.revision else where

@@ -1,0 +1,2 @@
+"""Run: when passes happen and who runs them: kopf's handlers, the pass (``reconcile``), one pass
+at a time per cache (``runner``), timers (``alarms``) and the replicas' lease (``handover``)."""

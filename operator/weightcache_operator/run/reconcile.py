@@ -1,0 +1,424 @@
+"""Level-based reconciliation of one WeightCache: read what exists, compare with what the pure
+planners say should exist, and close the gap. Every pass starts from the cluster's state, read
+from the API server or the operator's watches (pod_index.py says when the pod watch will do), so
+a pass can be repeated, interrupted or run by another replica without harm.
+
+A pass: observe (snapshot.py) → the daemons' DaemonSets on spec changes and resyncs
+(daemonsets.py) → readiness gates (gate_sync.py) → the engines, the Service and the budget
+(engine_plan.py) → gates again → status and Events (status.py, report.py; the Events are sent off
+the pass, events.py). Each step plans actions (actions.py, in ``actions.ORDER``) on what the
+steps before it wrote, and the executor (executor.py) carries them out.
+
+The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
+of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
+handler threads).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Hashable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, cast
+
+from weightcache_operator.act.events import EventSink
+from weightcache_operator.act.executor import execute
+from weightcache_operator.act.finalizer import StillTerminating, finalize
+from weightcache_operator.act.metrics import OperatorMetrics
+from weightcache_operator.act.report import Reporter, strategy_decision, with_failover
+from weightcache_operator.act.routing import sync_pool
+from weightcache_operator.kubeapi import ApiError, KubeApi
+from weightcache_operator.objects import PodView
+from weightcache_operator.observe.daemon_status import DaemonStatusReader
+from weightcache_operator.observe.engine_nodes import EngineNodes
+from weightcache_operator.observe.engine_start import StartWatch
+from weightcache_operator.observe.node_index import NodeIndex
+from weightcache_operator.observe.pod_index import PodIndex
+from weightcache_operator.observe.responsiveness import ResponsivenessWatch, probe_url
+from weightcache_operator.observe.sightings import Sightings
+from weightcache_operator.observe.snapshot import Snapshot, observe
+from weightcache_operator.plan.actions import Action
+from weightcache_operator.plan.daemonsets import plan_daemons
+from weightcache_operator.plan.engine_plan import desired, plan_engines
+from weightcache_operator.plan.gate_sync import plan_gates
+from weightcache_operator.plan.podsecurity import REASON as POD_SECURITY_REASON
+from weightcache_operator.plan.podsecurity import pod_security_problem
+from weightcache_operator.plan.rollout.generation import SWITCH_SETTLE_SECONDS
+from weightcache_operator.plan.status import Observed, aggregate, invalid_status
+from weightcache_operator.render.gpu_holder import uses_gpu_holder
+from weightcache_operator.run.alarms import Alarms
+from weightcache_operator.run.handover import HandOver
+from weightcache_operator.run.runner import PassRunner
+from weightcache_operator.spec import WeightCache
+from weightcache_operator.together import THREADS
+
+__all__ = ["Reconciler", "StillTerminating"]
+
+log = logging.getLogger("weightcache_operator.run.reconcile")
+
+SLOW_PASS_SECONDS = 1.0
+"""A pass at least this long is logged with the time of each of its steps (``slow pass``): the
+pass latency target at scale (docs/benchmarks.md), so each pass that misses it says why."""
+
+
+class Reconciler:
+    """Passes over caches; one at a time per cache, bursts of triggers coalesced into one rerun."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        daemon_status: DaemonStatusReader | None = None,
+        metrics: OperatorMetrics | None = None,
+        nodes: NodeIndex | None = None,
+        requests: Executor | None | Literal["pool"] = "pool",
+    ) -> None:
+        self.api = api
+        self.nodes = nodes or NodeIndex()
+        """The nodes passes read: handlers.py feeds it from the node watch."""
+        self.pods = PodIndex()
+        """Each cache's pods as the pod watch delivered them: handlers.py feeds it; passes that
+        events trigger read it once it holds their predecessors' writes (pod_index.py)."""
+        self.engine_nodes = EngineNodes()
+        """Where each cache's engine pods are, as its latest pass saw them."""
+        self.clock = clock
+        self.metrics = metrics or OperatorMetrics()
+        api.timed = self.metrics.api_request
+        self._requests = (
+            ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
+            if requests == "pool"
+            else requests
+        )
+        """Where a pass's independent requests run at once (together.py); shared by all passes. None
+        (``requests``): one after another on the pass's thread, in the order the pass hands them over."""
+        self._switch_settles: dict[tuple[str, str], datetime] = {}
+        """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
+        forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
+        self.starts = StartWatch()
+        """Which engine pods' starts were counted (engine_start.py): each once, not once per pass."""
+        self.sightings = Sightings()
+        """The operator's first sight of each engine failure (what failover detection is timed from):
+        the kopf handlers report watch events' arrival, passes what they saw."""
+        self.daemon_status = daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
+        self.events = EventSink(
+            lambda namespace, event: api.create(f"/api/v1/namespaces/{namespace}/events", event),
+            counted=self.metrics.event,
+        )
+        """Where passes' Events go: sent off the pass, in order (events.py)."""
+        self.reporter = Reporter(api, clock, self.metrics, self.sightings, self.events)
+        self._runner = PassRunner()
+        self._guard = threading.Lock()
+        self.alarms = Alarms(self._woken)
+        """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
+        self.responsiveness = ResponsivenessWatch(self._woken)
+        """The operator's own probes of Ready engines (``unresponsiveAfterMilliseconds``)."""
+        self._acting: set[Hashable] = set()
+        """Caches this replica acts for (handlers.acting): passes, alarms and probes run only there."""
+        self.handover: HandOver | None = None
+        """The replicas' lease (handover.py), set by the operator at start-up: with it, a pass
+        runs only for a cache this replica acts for and only while it holds the lease."""
+
+    # --- entry points ----------------------------------------------------------------------------
+
+    def reconcile(self, namespace: str, name: str, apply: bool = True) -> str | None:
+        """One pass for the cache; ``apply`` also applies DaemonSets and Service where they differ (on
+        spec changes and the periodic resync; pod events skip it). Returns the phase written,
+        None when the cache is gone or this trigger was folded into the running pass."""
+
+        def one_pass(apply: bool) -> str | None:
+            if not self._enter((namespace, name)):
+                return None
+            stopwatch, outcome = self.metrics.stopwatch(), "error"
+            try:
+                phase = self._pass(namespace, name, apply, stopwatch.lap)
+                outcome = "ok" if phase is not None else "gone"
+                return phase
+            finally:
+                seconds = stopwatch.elapsed()
+                if outcome == "error":
+                    # A write that failed may still have been carried out (an answer lost to a
+                    # timeout): the next pass LISTs rather than trust the watch to hold it.
+                    self.pods.unchecked((namespace, name))
+                self.metrics.pass_done(namespace, name, outcome, seconds)
+                if seconds >= SLOW_PASS_SECONDS:
+                    log.warning(
+                        "slow pass",
+                        extra={
+                            "cache": name,
+                            "namespace": namespace,
+                            "outcome": outcome,
+                            "seconds": round(seconds, 3),
+                            "steps_ms": stopwatch.steps_ms(),
+                        },
+                    )
+                if self.handover is not None:
+                    self.handover.leave()
+
+        return self._runner.run((namespace, name), apply, one_pass)
+
+    def acting(self, key: tuple[str, str], on: bool) -> None:
+        """Whether this replica acts for the cache ``key`` (kopf's daemon for it runs). Off: its
+        alarms and engine probes stop, so a replica paused by peering runs no pass of its own.
+        On: one full pass once the lease is held (at once when it is): the triggers refused
+        while it was not may have been the last ones for a while."""
+        with self._guard:
+            if on:
+                self._acting.add(key)
+            else:
+                self._acting.discard(key)
+            anything = bool(self._acting)
+        if self.handover is not None:
+            self.handover.want(anything)
+            if on and self.handover.held():
+                self._wake_all([key])
+        namespace, name = key
+        log.info(
+            "acting for the cache" if on else "no longer acting for the cache",
+            extra={"cache": name, "namespace": namespace},
+        )
+        if not on:
+            self.alarms.cancel(key)
+            self.responsiveness.forget(key)
+            self.sightings.forget(key)  # events are not handled while paused: what we saw may be stale
+            self.starts.forget(key)
+
+    def finalize(self, namespace: str, name: str) -> None:
+        """finalizer.finalize: raises ``StillTerminating`` until the cache's pods are gone, and
+        while another replica holds the lease (kopf stopped this cache's daemon already, so
+        deletion asks for the lease by itself)."""
+        if self.handover is not None and not self.handover.enter(briefly=True):
+            raise StillTerminating("waiting for the hand-over lease: another replica may still be writing")
+        try:
+            finalize(self.api, namespace, name)
+        finally:
+            if self.handover is not None:
+                self.handover.leave()
+
+    def hand_over(self, peering: str, identity: str, duration: float) -> None:
+        """Start taking the replicas' lease whenever this replica acts for a cache."""
+        if self.handover is None:
+            self.handover = HandOver(self.api, peering, identity, duration, on_taken=self._lease_taken)
+
+    def _enter(self, key: tuple[str, str]) -> bool:
+        """Whether a pass for ``key`` may write now; True obliges a ``handover.leave()``."""
+        if self.handover is None:
+            return True
+        with self._guard:
+            acting = key in self._acting
+        if acting and self.handover.enter():
+            return True
+        log.info(
+            "pass skipped: this replica does not act for the cache"
+            if not acting
+            else "pass skipped: waiting for the hand-over lease",
+            extra={"cache": key[1], "namespace": key[0]},
+        )
+        return False
+
+    def _lease_taken(self) -> None:
+        with self._guard:
+            keys = sorted(cast(set[tuple[str, str]], self._acting))
+        self._wake_all(keys)
+
+    def _wake_all(self, keys: list[tuple[str, str]]) -> None:
+        """A full pass for each key, off the caller's thread (kopf's event loop, the lease keeper)."""
+        for namespace, name in keys:
+            threading.Thread(
+                target=self._full_pass, args=(namespace, name), name=f"takeover-{name}", daemon=True
+            ).start()
+
+    def _full_pass(self, namespace: str, name: str) -> None:
+        try:
+            self.reconcile(namespace, name, apply=True)
+        except ApiError as error:  # the resync timer runs the next one
+            log.warning(
+                "pass on taking over failed", extra={"cache": name, "namespace": namespace, "error": str(error)}
+            )
+
+    def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
+        """(namespace, name) of every cache with an engine pod bound to ``node`` as its latest pass
+        saw them (engine_nodes.py; no API request); only in ``namespaces`` when given."""
+        return [key for key in self.engine_nodes.caches_on(node) if not namespaces or key[0] in namespaces]
+
+    def _woken(self, key: Hashable) -> None:
+        """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
+        would run it — only while this replica acts for the cache."""
+        namespace, name = cast(tuple[str, str], key)  # Alarms and probes keep our keys opaque
+        with self._guard:
+            acting = key in self._acting
+        if not acting:
+            log.info(
+                "wake-up dropped: this replica does not act for the cache",
+                extra={"cache": name, "namespace": namespace},
+            )
+            return
+        log.info("alarm", extra={"cache": name, "namespace": namespace})
+        try:
+            self.reconcile(namespace, name, apply=False)
+        except ApiError as error:  # the next event or the resync timer will run a pass
+            log.warning("pass after alarm failed", extra={"cache": name, "namespace": namespace, "error": str(error)})
+
+    # --- one pass --------------------------------------------------------------------------------
+
+    def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> str | None:
+        key = (namespace, name)
+        started = self.clock()
+        # A full pass (spec change, resync, taking over) LISTs the pods: it also clears the pod
+        # index of deletions a broken watch never told of (pod_index.py).
+        snapshot = observe(
+            self.api,
+            namespace,
+            name,
+            self.nodes,
+            self.engine_nodes,
+            self._requests,
+            pods=self.pods,
+            watched=not apply,
+            counted=self.metrics.pods_read,
+        )
+        lap("observe")
+        if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):
+            self._forget(key)
+            return None  # gone, or the finalizer owns it now: never recreate what it deletes
+        cache = snapshot.cache
+        if cache is None or snapshot.problems:
+            # Nothing is created for an invalid spec; the condition says what to fix.
+            status = invalid_status(
+                snapshot.body["metadata"].get("generation"),
+                snapshot.problems,
+                self.clock(),
+                snapshot.previous_conditions,
+            )
+            return self._report(snapshot, status, lap)
+        refusal = pod_security_problem(snapshot.namespace, snapshot.namespace_labels, cache.spec.daemon.backend)
+        if refusal is not None:
+            # Pods already running stay (admission judges new pods only); none are added or replaced.
+            status = invalid_status(
+                snapshot.body["metadata"].get("generation"),
+                [refusal],
+                self.clock(),
+                snapshot.previous_conditions,
+                reason=POD_SECURITY_REASON,
+            )
+            return self._report(snapshot, status, lap)
+
+        if apply:
+            self._execute(cache, snapshot, plan_daemons(cache, snapshot, self.daemon_status), started)
+            lap("daemonsets")
+        noticed = self.clock()
+        unresponsive = self._watch_responsiveness(cache, snapshot)
+        grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
+        # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
+        # the failover below sees it without waiting for the kubelet to drop their Ready.
+        self._gates(key, cache, snapshot, grace, noticed)
+        lap("gates")
+        self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
+        want = desired(cache)
+        now = self.clock()
+        settles = self._switch_settles.get(key)
+        plan = plan_engines(
+            cache,
+            snapshot,
+            want,
+            now,
+            apply_service=apply,
+            unresponsive=unresponsive,
+            settling=settles is not None and now < settles,
+        )
+        lap("plan")
+        serving_before = snapshot.serving
+        failover = self._execute(cache, snapshot, plan.writes, noticed)
+        lap("execute")
+        # Right after the Service: a managed pool switches generation in the same pass.
+        pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
+        lap("routing")
+        if serving_before is not None and snapshot.serving != serving_before:
+            settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
+        self._gates(key, cache, snapshot, grace, noticed, also=settles if plan.rollout.switching else None)
+        lap("gates")
+
+        # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
+        reports = self.daemon_status.read(key, snapshot.daemon_pods)
+        lap("daemon-status")
+        observed = Observed(
+            snapshot.daemon_pods,
+            snapshot.engine_pods,
+            plan.desired_nodes,
+            daemon_reports=reports,
+            stranded=plan.stranded,
+            holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
+        )
+        status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
+        self.reporter.add_rollout(
+            snapshot.body,
+            status,
+            plan.rollout,
+            want,
+            strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
+            snapshot.engine_pods,
+        )
+        starts = self.starts.new_starts(key, snapshot.engine_pods)
+        self.reporter.engine_starts(snapshot.body, status, starts, want.ready_deadline_s)
+        if failover is not None:
+            with_failover(status, failover)
+        # Always written: null (a merge patch's delete) once routing is off.
+        status["inferencePool"] = pool
+        if pool_condition is not None:
+            status["conditions"].append(pool_condition)
+        return self._report(snapshot, status, lap)
+
+    def _report(self, snapshot: Snapshot, status: dict[str, object], lap: Callable[[str], None]) -> str:
+        self.reporter.write_status(snapshot.body, status)
+        self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
+        lap("status")
+        return str(status["phase"])
+
+    def _execute(
+        self, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
+    ) -> dict[str, Any] | None:
+        return execute(self.api, self.reporter, cache, snapshot, actions, noticed, self._requests)
+
+    def _gates(
+        self,
+        key: tuple[str, str],
+        cache: WeightCache,
+        snapshot: Snapshot,
+        grace: timedelta,
+        noticed: datetime,
+        also: datetime | None = None,
+    ) -> None:
+        """Sets the readiness gates and asks for one pass when the first kept gate's grace ends,
+        or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
+        now = self.clock()
+        gates, expires = plan_gates(snapshot, now, grace)
+        self._execute(cache, snapshot, gates, noticed)
+        wakes = [w for w in (expires, also) if w is not None]
+        self.alarms.set(key, min(wakes) if wakes else None, now)
+
+    def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:
+        """Points the operator's own probes at the cache's Ready engines (none unless
+        ``unresponsiveAfterMilliseconds`` is set) and returns those found silent. An engine group
+        is probed through its leader, the one pod with a readiness endpoint (it answers for every
+        rank), and fails over as a whole."""
+        key = (snapshot.namespace, snapshot.name)
+        timeout_ms = cache.spec.engine.failover.unresponsive_after_milliseconds
+        urls: dict[str, str] = {}
+        if timeout_ms:
+            for raw in snapshot.engine_pods:
+                pod = PodView(raw)
+                if pod.ready and (url := probe_url(raw)):
+                    urls[pod.name] = url
+        self.responsiveness.watch(key, urls, (timeout_ms or 0) / 1000)
+        return self.responsiveness.unresponsive(key)
+
+    def _forget(self, key: tuple[str, str]) -> None:
+        self._switch_settles.pop(key, None)
+        self.daemon_status.forget(key)
+        self.engine_nodes.forget(key)
+        self.alarms.cancel(key)
+        self.responsiveness.forget(key)
+        self.sightings.forget(key)
+        self.starts.forget(key)
+        self.metrics.cache_status(key[0], key[1], None)
