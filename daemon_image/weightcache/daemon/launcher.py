@@ -131,24 +131,29 @@ def launch_local_ranks(
     failure = ""
     try:
         while children:
-            pid, status = os.wait()
-            found = next((r for r, c in children.items() if c.pid == pid), None)
-            if found is None:
-                continue
-            rank = found
-            child = children.pop(rank)
-            code = child.returncode = os.waitstatus_to_exitcode(status)
-            exited[rank] = code
-            if code != 0 and exit_code == 0:
-                exit_code = code if code > 0 else 128 - code
-                failure = (
-                    termination.read(ended_file(rank))
-                    or f"rank {rank} exited with code {child.returncode}; see the container's log"
-                )
-                log.error(
-                    "rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}}
-                )
-                forward(signal.SIGTERM, None)
+            try:
+                pid, status = os.wait()
+            except ChildProcessError:
+                pid, status = 0, 0  # every child is reaped already: by Popen, below
+            for child in children.values():
+                if child.pid == pid:
+                    child.returncode = os.waitstatus_to_exitcode(status)
+            # ``forward`` signals through Popen, which reaps a child that has just exited (so no
+            # signal reaches a recycled pid): that child's code is on its Popen, never from os.wait.
+            finished = sorted(r for r, c in children.items() if c.returncode is not None or c.poll() is not None)
+            for rank in finished:
+                child = children.pop(rank)
+                code = exited[rank] = int(child.returncode)
+                if code != 0 and exit_code == 0:
+                    exit_code = code if code > 0 else 128 - code
+                    failure = (
+                        termination.read(ended_file(rank))
+                        or f"rank {rank} exited with code {child.returncode}; see the container's log"
+                    )
+                    log.error(
+                        "rank exited; stopping the others", extra={"fields": {"rank": rank, "code": child.returncode}}
+                    )
+                    forward(signal.SIGTERM, None)
     finally:
         if artifacts is not None:
             artifacts.stop()
