@@ -11,10 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import DaemonArgs, KeeperArgs
 
 
 @pytest.fixture(scope="session")
@@ -89,7 +91,7 @@ def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subp
     def start(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         log = tmp_path / f"keeper-{len(procs)}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "weightcache", "keeper", "--socket-dir", socket_dir],
+            [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir).to_argv()],
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
             text=True,
@@ -122,30 +124,24 @@ def start_daemon(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., Daem
 
     def start(
         model: Path,
-        *args: str,
+        *,
         name: str = "test",
         ranks: list[int] | None = None,
         wait: bool = True,
         socket_dir_override: str | None = None,
         timeout: float = 120,
         env: dict[str, str] | None = None,
+        **launch: Any,
     ) -> DaemonHandle:
+        """``launch``: ``DaemonArgs`` fields (the contract renders the argv); ``ranks`` starts the
+        ``--ranks`` launcher and waits for each of them, else the one rank 0."""
         sdir = socket_dir_override or socket_dir
+        daemon = DaemonArgs(
+            model=str(model), socket_dir=sdir, name=name, ranks=tuple(ranks) if ranks else None, **launch
+        )
         ranks = ranks or [0]
         log = tmp_path / f"daemon-{name}-{len(handles)}.log"
-        argv = [
-            sys.executable,
-            "-m",
-            "weightcache",
-            "daemon",
-            "--model",
-            str(model),
-            "--socket-dir",
-            sdir,
-            "--name",
-            name,
-            *args,
-        ]
+        argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
         launched = time.time()
         proc = subprocess.Popen(
             argv, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env

@@ -26,6 +26,8 @@ PROFILES = (REFERENCE_PROFILE, VLLM_PROFILE)
 (``weightcache.profiles``), which refuses an unknown name with the known ones."""
 LOAD_WORKERS = 4
 """``--load-workers``' default: threads a daemon rank reads and post-processes tensors with."""
+CHECKPOINT_POLL_SECONDS = 5.0
+"""``--checkpoint-poll-seconds``' default: how often a daemon rank stats its checkpoint."""
 ENGINE_ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
 """Every engine setting in the environment is ``ENGINE_ENV_PREFIX`` + its flag, upper case, ``_`` for ``-``."""
 
@@ -153,7 +155,7 @@ def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[ar
         d.add_argument(
             "--checkpoint-poll-seconds",
             type=float,
-            default=5.0,
+            default=CHECKPOINT_POLL_SECONDS,
             metavar="S",
             help="how often each rank stats its checkpoint to report (and, for equal bytes under a new file "
             "identity, adopt) a change on disk; inotify wakes it sooner on Linux; 0 turns the watch off",
@@ -244,6 +246,8 @@ class DaemonArgs:
     tp_size: int = 1
     pp_size: int = 1
     ep_size: int = 1
+    tp_rank: int = 0
+    pp_rank: int = 0
     dtype: str = "auto"
     quantization: str = "none"
     weight_block_size: tuple[int, int] | None = None
@@ -258,6 +262,8 @@ class DaemonArgs:
     artifact_max_bytes: int | None = None
     load_workers: int = LOAD_WORKERS
     synthetic_fill: bool = False
+    socket_group: str | None = None
+    checkpoint_poll_seconds: float = CHECKPOINT_POLL_SECONDS
 
     def to_argv(self) -> list[str]:
         reference = self.profile == REFERENCE_PROFILE
@@ -273,6 +279,11 @@ class DaemonArgs:
         if self.backend is not None:  # left out: the daemon picks cuda-vmm with a GPU, else cpu-shm
             argv += ["--backend", self.backend]
         argv += ["--tp-size", str(self.tp_size), "--pp-size", str(self.pp_size)]
+        # A single rank's position (without ``--ranks``); the operator launches by ``--ranks`` only.
+        if self.tp_rank != 0:
+            argv += ["--tp-rank", str(self.tp_rank)]
+        if self.pp_rank != 0:
+            argv += ["--pp-rank", str(self.pp_rank)]
         # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
         if self.ep_size != 1:
             argv += ["--ep-size", str(self.ep_size)]
@@ -295,6 +306,10 @@ class DaemonArgs:
             argv += ["--load-workers", str(self.load_workers)]
         if self.synthetic_fill:
             argv.append("--synthetic-fill")
+        if self.socket_group is not None:
+            argv += ["--socket-group", self.socket_group]
+        if self.checkpoint_poll_seconds != CHECKPOINT_POLL_SECONDS:
+            argv += ["--checkpoint-poll-seconds", str(self.checkpoint_poll_seconds)]
         return argv
 
     @classmethod
@@ -312,6 +327,8 @@ class DaemonArgs:
             tp_size=args.tp_size,
             pp_size=args.pp_size,
             ep_size=args.ep_size,
+            tp_rank=args.tp_rank,
+            pp_rank=args.pp_rank,
             dtype=args.dtype,
             quantization=args.quantization,
             weight_block_size=args.weight_block_size,
@@ -326,6 +343,8 @@ class DaemonArgs:
             artifact_max_bytes=args.artifact_max_bytes if args.artifact_dir is not None else None,
             load_workers=args.load_workers,
             synthetic_fill=args.synthetic_fill,
+            socket_group=args.socket_group,
+            checkpoint_poll_seconds=args.checkpoint_poll_seconds,
         )
 
 

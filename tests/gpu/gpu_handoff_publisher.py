@@ -22,6 +22,7 @@ from weightcache.daemon.rank import DaemonConfig, adopt_from_keeper
 from weightcache.vllm.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import DaemonArgs
 
 STAMP = EngineStamp(engine="test", version="1", load_profile="test", settings={"what": "gpu-handoff"})
 HIDDEN, VOCAB = 64, 256
@@ -94,7 +95,7 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
             disk_bytes_read=123,
             adopted=False,
         )
-    exec_daemon(state, ["--model", checkpoint, "--socket-dir", socket_dir, "--name", name, "--backend", "cuda-vmm"])
+    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cuda-vmm").to_argv())
 
 
 if __name__ == "__main__":

@@ -28,9 +28,7 @@ def test_engine_on_gpu_maps_cuda_vmm_weights_and_matches_disk(
     if torch.cuda.device_count() < tp:
         pytest.skip(f"needs {tp} GPUs")
     ckpt = checkpoint_factory(family="qwen3")
-    daemon = start_daemon(
-        ckpt, "--backend", "cuda-vmm", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
-    )
+    daemon = start_daemon(ckpt, backend="cuda-vmm", tp_size=tp, ranks=list(range(tp)))
     factory = EngineFactory(tmp_path)
     try:
         common = ("--tp-size", str(tp), "--backend", "cuda-vmm", "--weight-cache-fallback", "error")

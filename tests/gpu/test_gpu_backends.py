@@ -69,7 +69,7 @@ def status(daemon):
 
 @pytest.mark.parametrize("backend", ["cuda-vmm", "cuda-ipc"])
 def test_bound_model_is_bit_exact_with_disk_and_transformers(gpu_ckpt, start_daemon, backend: str) -> None:
-    daemon = start_daemon(gpu_ckpt, "--backend", backend, "--dtype", "bfloat16")
+    daemon = start_daemon(gpu_ckpt, backend=backend, dtype="bfloat16")
     st = status(daemon)
     assert st.backend == backend and st.device_uuid and st.device_uuid.startswith("GPU-")
     disk = load_from_disk(expect(str(gpu_ckpt), Layout(), dtype="bfloat16", backend=backend))
@@ -86,7 +86,7 @@ def test_bound_model_is_bit_exact_with_disk_and_transformers(gpu_ckpt, start_dae
 
 
 def test_write_through_a_read_only_mapping_kills_only_the_writer(gpu_ckpt, start_daemon) -> None:
-    daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(gpu_ckpt, backend="cuda-vmm", dtype="bfloat16")
     bystander = probe(gpu_ckpt, daemon, "cuda-vmm", "hold", stdin=subprocess.PIPE)
     before = report_of(bystander)["digest"]
     writer = probe(gpu_ckpt, daemon, "cuda-vmm", "write")
@@ -107,7 +107,7 @@ def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(
     gpu_ckpt, start_keeper, start_daemon, lean_env
 ) -> None:
     start_keeper()
-    daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(gpu_ckpt, backend="cuda-vmm", dtype="bfloat16")
     deadline = time.monotonic() + 60
     while not status(daemon).deposited:
         assert time.monotonic() < deadline
@@ -121,7 +121,7 @@ def test_daemon_sigkill_engine_keeps_serving_and_keeper_readopts_without_disk(
     engine.kill()
 
     # Re-adoption neither imports torch nor creates a CUDA context (arena.HeldFdArena).
-    again = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16", env=lean_env)
+    again = start_daemon(gpu_ckpt, backend="cuda-vmm", dtype="bfloat16", env=lean_env)
     st = status(again)
     assert st.adopted and st.disk_bytes_read == 0
     print(f"re-adoption: {again.files[0].read_ready().load_seconds * 1000:.1f} ms")
@@ -140,7 +140,7 @@ def test_two_engines_map_one_arena_without_copies(checkpoint_factory, start_daem
         vocab_size=8192,
         tokenizer=False,
     )
-    daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, backend="cuda-vmm", dtype="bfloat16")
     arena = status(daemon).arena_bytes
     assert arena > 2 * 2**30
     free0, total = torch.cuda.mem_get_info()
@@ -175,7 +175,7 @@ def test_gpu_identity_without_torch_agrees_with_torch() -> None:
 
 
 def test_engine_finds_the_gpu_by_uuid_whatever_its_numbering(gpu_ckpt, start_daemon) -> None:
-    daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(gpu_ckpt, backend="cuda-vmm", dtype="bfloat16")
     uuid = status(daemon).device_uuid
     by_uuid = probe(gpu_ckpt, daemon, "cuda-vmm", env={**os.environ, "CUDA_VISIBLE_DEVICES": uuid})
     assert report_of(by_uuid)["device_uuid"] == uuid and by_uuid.wait(timeout=120) == 0
@@ -197,7 +197,7 @@ def test_free_memory_report_agrees_with_cuda_and_sees_a_daemons_arena(gpu_ckpt, 
     nvml = gpu_memory(uuid)
     assert nvml.error is None and nvml.total_bytes == cuda_total, nvml
     assert abs((nvml.free_bytes or 0) - cuda_free) < 64 << 20, (nvml, cuda_free)
-    daemon = start_daemon(gpu_ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(gpu_ckpt, backend="cuda-vmm", dtype="bfloat16")
     report = collect(daemon.socket_dir, daemon.name, [0], lambda _rank: None)
     rank = report.ranks[0]
     assert rank.ready and rank.gpu_uuid == uuid and rank.bytes

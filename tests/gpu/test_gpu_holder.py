@@ -107,14 +107,14 @@ def test_two_generations_share_the_holders_gpu_and_the_second_outlives_the_first
     assert uuid in {f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(torch.cuda.device_count())}
     root = grant_file.parent  # the per-cache directory: gpus.json and one socket directory per generation
     blue, green = str(root / "g1"), str(root / "g2")
-    common = ["--backend", backend, "--keeper", "off", "--ranks", "0", "--gpus-file", str(grant_file)]
+    common = {"backend": backend, "keeper": "off", "ranks": [0], "gpus_file": str(grant_file)}
     env = {**os.environ, "NVIDIA_VISIBLE_DEVICES": "all"}
 
     free0 = free_bytes(uuid)
-    old = start_daemon(ckpt, *common, "--dtype", "bfloat16", name="tiny", socket_dir_override=blue, env=env)
+    old = start_daemon(ckpt, **common, dtype="bfloat16", name="tiny", socket_dir_override=blue, env=env)
     assert "using the GPU the holder booked" in old.output()
     free1 = free_bytes(uuid)
-    new = start_daemon(ckpt, *common, "--dtype", "float16", name="tiny", socket_dir_override=green, env=env)
+    new = start_daemon(ckpt, **common, dtype="float16", name="tiny", socket_dir_override=green, env=env)
     free2 = free_bytes(uuid)
     a, b = status(blue), status(green)
     assert a.device_uuid == b.device_uuid == uuid, "both generations hold their arenas on the granted GPU"

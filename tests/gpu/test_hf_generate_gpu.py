@@ -29,7 +29,7 @@ def run_engine(args: list[str]) -> dict[str, Any]:
 
 def test_hf_generate_runs_on_cuda_from_the_cache_and_from_disk(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen3")
-    daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, backend="cuda-vmm", dtype="bfloat16")
     common = [
         "--model",
         str(ckpt),

@@ -29,7 +29,7 @@ def test_fp8_moe_mapped_from_a_cuda_vmm_daemon_matches_transformers_on_the_gpu(
     checkpoint_factory, start_daemon
 ) -> None:
     ckpt = checkpoint_factory(**FP8_MOE)
-    daemon = start_daemon(ckpt, "--backend", "cuda-vmm", "--quantization", "fp8", "--dtype", "float32")
+    daemon = start_daemon(ckpt, backend="cuda-vmm", quantization="fp8", dtype="float32")
     weights = load_weights(
         str(ckpt),
         Layout(),

@@ -17,6 +17,7 @@ from weightcache.daemon.handoff import exec_daemon, handoff_state
 from weightcache.vllm.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import DaemonArgs
 
 STAMP = EngineStamp(engine="test", version="1", load_profile="test", settings={"what": "handoff"})
 
@@ -54,7 +55,7 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
     # A descriptor a library left inheritable (as the CUDA driver and process groups do): the
     # exec must close it.
     os.set_inheritable(os.open(leak_probe(socket_dir), os.O_RDONLY | os.O_CREAT), True)
-    exec_daemon(state, ["--model", checkpoint, "--socket-dir", socket_dir, "--name", name, "--backend", "cpu-shm"])
+    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cpu-shm").to_argv())
 
 
 if __name__ == "__main__":

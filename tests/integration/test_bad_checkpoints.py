@@ -76,7 +76,7 @@ def test_bad_checkpoint_fails_clearly_without_a_ready_file(
     ckpt = tmp_path / "ckpt"
     shutil.copytree(llama, ckpt)
     corrupt(case, ckpt)
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16", wait=False)
+    daemon = start_daemon(ckpt, dtype="bfloat16", wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     output = daemon.output()
     assert "weightcache daemon: error:" in output and CASES[case] in output, output
@@ -87,7 +87,7 @@ def test_bad_checkpoint_fails_clearly_without_a_ready_file(
 @pytest.mark.parametrize("method", ["gptq", "marlin"])
 def test_unsupported_quantization_flag_fails_before_reading(method: str, tmp_path: Path, start_daemon) -> None:
     # The checkpoint does not even exist: the allowlist is checked first.
-    daemon = start_daemon(tmp_path / "nothing-here", "--quantization", method, wait=False)
+    daemon = start_daemon(tmp_path / "nothing-here", quantization=method, wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     assert f"quantization method '{method}' is not supported" in daemon.output()
 
@@ -95,13 +95,13 @@ def test_unsupported_quantization_flag_fails_before_reading(method: str, tmp_pat
 @pytest.mark.parametrize(
     "args, says",
     [
-        (("--tp-size", "3"), "num_attention_heads=8 is not divisible by tensor-parallel size 3"),
-        (("--pp-size", "5"), "pipeline size 5 exceeds the model's 4 layers"),
-        (("--tp-size", "2", "--tp-rank", "1", "--dtype", "float64"), "dtype 'float64' cannot be served"),
+        ({"tp_size": 3}, "num_attention_heads=8 is not divisible by tensor-parallel size 3"),
+        ({"pp_size": 5}, "pipeline size 5 exceeds the model's 4 layers"),
+        ({"tp_size": 2, "tp_rank": 1, "dtype": "float64"}, "dtype 'float64' cannot be served"),
     ],
 )
-def test_a_refused_checkpoint_leaves_no_files(args: tuple[str, ...], says: str, llama: Path, start_daemon) -> None:
-    daemon = start_daemon(llama, *args, wait=False)
+def test_a_refused_checkpoint_leaves_no_files(args: dict[str, object], says: str, llama: Path, start_daemon) -> None:
+    daemon = start_daemon(llama, **args, wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     assert says in daemon.output(), daemon.output()
     assert list(Path(daemon.socket_dir).iterdir()) == []  # no cache dir, no rank-N.lock
@@ -111,6 +111,6 @@ def test_a_corrupt_checkpoint_leaves_no_files(llama: Path, tmp_path: Path, start
     ckpt = tmp_path / "ckpt"
     shutil.copytree(llama, ckpt)
     corrupt("layer tensor missing", ckpt)  # found only by reading every header: the full plan runs before the claim
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16", wait=False)
+    daemon = start_daemon(ckpt, dtype="bfloat16", wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     assert list(Path(daemon.socket_dir).iterdir()) == []

@@ -25,7 +25,7 @@ for line in sys.stdin:  # one greedy completion per line received
 
 
 def test_ready_file_describes_the_daemon_and_goes_away_on_sigterm(llama, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16", "--revision", "abc")
+    daemon = start_daemon(llama, dtype="bfloat16", revision="abc")
     files = daemon.files[0]
     info = json.loads(files.ready.read_text())
     assert info["pid"] == daemon.proc.pid and info["backend"] == "cpu-shm"
@@ -38,7 +38,7 @@ def test_ready_file_describes_the_daemon_and_goes_away_on_sigterm(llama, start_d
 
 
 def test_engine_survives_daemon_sigkill_and_a_new_daemon_starts_over_stale_files(llama, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     engine = subprocess.Popen(
         [sys.executable, "-c", ENGINE, str(llama), daemon.socket_dir, daemon.name],
         stdin=subprocess.PIPE,
@@ -62,14 +62,14 @@ def test_engine_survives_daemon_sigkill_and_a_new_daemon_starts_over_stale_files
         engine.wait()
     # ...which a new daemon cleans up before serving.
     stale_mtime = files.ready.stat().st_mtime_ns
-    fresh = start_daemon(llama, "--dtype", "bfloat16")
+    fresh = start_daemon(llama, dtype="bfloat16")
     assert files.read_ready().pid == fresh.proc.pid and files.ready.stat().st_mtime_ns != stale_mtime
     assert probe(fresh.socket_dir, fresh.name, [0]) == []
 
 
 def test_a_second_daemon_refuses_to_start_over_a_live_one(llama, start_daemon) -> None:
-    first = start_daemon(llama, "--dtype", "bfloat16")
-    second = start_daemon(llama, "--dtype", "bfloat16", wait=False)
+    first = start_daemon(llama, dtype="bfloat16")
+    second = start_daemon(llama, dtype="bfloat16", wait=False)
     assert second.proc.wait(timeout=60) == 2
     assert f"a live daemon (pid {first.proc.pid}) already serves cache 'test' rank 0" in second.output()
     assert first.files[0].read_ready().pid == first.proc.pid  # untouched
@@ -78,7 +78,7 @@ def test_a_second_daemon_refuses_to_start_over_a_live_one(llama, start_daemon) -
 
 def test_launcher_stops_all_ranks_when_one_dies(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen2")
-    daemon = start_daemon(ckpt, "--ranks", "0-1", "--tp-size", "2", "--dtype", "bfloat16", ranks=[0, 1])
+    daemon = start_daemon(ckpt, tp_size=2, dtype="bfloat16", ranks=[0, 1])
     victim = daemon.files[1].read_ready().pid
     os.kill(victim, signal.SIGKILL)
     assert daemon.proc.wait(timeout=60) != 0
@@ -90,7 +90,7 @@ def test_launcher_stops_all_ranks_when_one_dies(checkpoint_factory, start_daemon
 
 def test_socket_group_opens_the_socket_to_that_group(llama, start_daemon) -> None:
     group = grp.getgrgid(os.getgid()).gr_name
-    daemon = start_daemon(llama, "--dtype", "bfloat16", "--socket-group", group)
+    daemon = start_daemon(llama, dtype="bfloat16", socket_group=group)
     sock = daemon.files[0].socket
     assert oct(os.stat(sock).st_mode & 0o777) == oct(0o660) and os.stat(sock).st_gid == os.getgid()
     assert oct(os.stat(sock.parent).st_mode & 0o777) == oct(0o750)
@@ -107,7 +107,7 @@ def test_sigterm_during_load_exits_cleanly_without_a_ready_file(checkpoint_facto
         vocab_size=4096,
         tokenizer=False,
     )
-    daemon = start_daemon(ckpt, "--dtype", "float32", "--quantization", "fp8", wait=False)
+    daemon = start_daemon(ckpt, dtype="float32", quantization="fp8", wait=False)
     deadline = time.monotonic() + 60
     while "msg=loading" not in daemon.output():
         assert time.monotonic() < deadline and daemon.proc.poll() is None, daemon.output()

@@ -38,12 +38,8 @@ def test_local_ranks_split_the_ranks_by_node() -> None:
 def test_tp2_over_two_nodes_serves_what_tp1_serves(llama, start_daemon, start_engine) -> None:
     with tempfile.TemporaryDirectory(prefix="wc-n0-") as node0, tempfile.TemporaryDirectory(prefix="wc-n1-") as node1:
         # Each "node" holds only its slot's rank, as the operator's per-slot daemons do.
-        start_daemon(
-            llama, "--tp-size", "2", "--ranks", "0", "--dtype", "float32", ranks=[0], socket_dir_override=node0
-        )
-        start_daemon(
-            llama, "--tp-size", "2", "--ranks", "1", "--dtype", "float32", ranks=[1], socket_dir_override=node1
-        )
+        start_daemon(llama, tp_size=2, dtype="float32", ranks=[0], socket_dir_override=node0)
+        start_daemon(llama, tp_size=2, dtype="float32", ranks=[1], socket_dir_override=node1)
         addr = f"127.0.0.1:{free_port()}"
         common = (
             "--tp-size",

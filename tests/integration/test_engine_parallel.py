@@ -133,9 +133,7 @@ def tp1(ckpt: Path, dtype: str = "float32", quant: str = "none") -> tuple[torch.
 @pytest.mark.parametrize("tp", [2, 4])
 def test_tp_logits_from_the_cache_match_tp1(checkpoint_factory, start_daemon, tmp_path, tp: int) -> None:
     ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)  # biases + tied vocab-parallel head
-    daemon = start_daemon(
-        ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
-    )
+    daemon = start_daemon(ckpt, dtype="float32", tp_size=tp, ranks=list(range(tp)))
     want, want_tokens = tp1(ckpt)
     got, facts = run_tp(ckpt, tp, tmp_path / "out", "client", daemon.socket_dir, daemon.name)
     assert [f["report"]["mode"] for f in facts] == ["cache"] * tp
@@ -159,9 +157,7 @@ def test_tp2_qwen3_from_disk_matches_tp1(checkpoint_factory, tmp_path) -> None:
 def test_tp2_fp8_matches_tp1_fp8(checkpoint_factory, start_daemon, tmp_path) -> None:
     # Shards of this checkpoint hold whole 128×128 blocks, so TP=2 dequantizes exactly TP=1's values.
     ckpt = checkpoint_factory(**BLOCK_ALIGNED_FP8)
-    daemon = start_daemon(
-        ckpt, "--dtype", "float32", "--quantization", "fp8", "--tp-size", "2", "--ranks", "0-1", ranks=[0, 1]
-    )
+    daemon = start_daemon(ckpt, dtype="float32", quantization="fp8", tp_size=2, ranks=[0, 1])
     want, want_tokens = tp1(ckpt, quant="fp8")
     got, facts = run_tp(ckpt, 2, tmp_path / "out", "client", daemon.socket_dir, daemon.name, quant="fp8")
     assert [f["report"]["mode"] for f in facts] == ["cache", "cache"] and all(f["in_arena"] for f in facts)
@@ -180,9 +176,7 @@ def test_more_ranks_than_kv_heads_replicate_them_and_match_transformers(
     ckpt = checkpoint_factory(family=family, num_kv_heads=kv)
     extra: tuple[str, str] = ("", "")
     if mode == "client":
-        daemon = start_daemon(
-            ckpt, "--dtype", "float32", "--tp-size", str(tp), "--ranks", f"0-{tp - 1}", ranks=list(range(tp))
-        )
+        daemon = start_daemon(ckpt, dtype="float32", tp_size=tp, ranks=list(range(tp)))
         extra = (daemon.socket_dir, daemon.name)
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
@@ -201,9 +195,7 @@ MOE = dict(family="qwen3_moe", num_layers=3, num_experts=8, num_experts_per_tok=
 @pytest.mark.parametrize("ep", [1, 2], ids=["tp2", "ep2"])
 def test_moe_tp2_and_ep2_from_the_cache_match_transformers(checkpoint_factory, start_daemon, tmp_path, ep: int) -> None:
     ckpt = checkpoint_factory(**MOE)
-    daemon = start_daemon(
-        ckpt, "--dtype", "float32", "--tp-size", "2", "--ep-size", str(ep), "--ranks", "0-1", ranks=[0, 1]
-    )
+    daemon = start_daemon(ckpt, dtype="float32", tp_size=2, ep_size=ep, ranks=[0, 1])
     oracle = oracle_hf_model(ckpt, "float32")
     with torch.inference_mode():
         want = oracle(torch.tensor([PROMPT])).logits[0].float()

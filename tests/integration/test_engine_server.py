@@ -18,6 +18,7 @@ import pytest
 import torch
 from engine_process import Engine, EngineFactory, engines, request, stream, stream_events
 from weightcache.engine.launcher import free_port
+from weightcache_contract.launch import engine_env_name
 
 PROMPTS = ["The weight cache", "Once upon a time", "def add(a, b):"]
 CHAT = [{"role": "system", "content": "You count."}, {"role": "user", "content": "one, two,"}]
@@ -53,7 +54,7 @@ def kill_daemon_group(handle) -> None:
 
 @pytest.mark.slow
 def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, start_daemon, start_engine) -> None:
-    daemon = start_daemon(llama, "--tp-size", "2", "--ranks", "0-1", ranks=[0, 1])
+    daemon = start_daemon(llama, tp_size=2, ranks=[0, 1])
     cached = start_engine(
         llama,
         "--tp-size",
@@ -381,10 +382,11 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(llama, start_engine) 
 
 
 def test_client_mode_without_a_daemon_follows_the_fallback_policy(llama, socket_dir, start_engine) -> None:
+    # Only the values this test is about: EngineEnv is the operator's whole set, required as one.
     env = {
-        "WEIGHTCACHE_ENGINE_SOCKET_DIR": socket_dir,
-        "WEIGHTCACHE_ENGINE_NAME": "absent",
-        "WEIGHTCACHE_ENGINE_WEIGHT_CACHE_MODE": "client",
+        engine_env_name("socket_dir"): socket_dir,
+        engine_env_name("name"): "absent",
+        engine_env_name("weight_cache_mode"): "client",
     }
     engine = start_engine(llama, env=env)
     weights = ranks_of(engine)[0]["weights"]

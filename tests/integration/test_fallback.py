@@ -23,7 +23,7 @@ def test_missing_daemon_with_error_policy_raises(llama, socket_dir) -> None:
 
 
 def test_fingerprint_mismatch_falls_back_and_names_the_field(llama, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16", "--revision", "v1")
+    daemon = start_daemon(llama, dtype="bfloat16", revision="v1")
     w = load_weights(
         str(llama),
         Layout(),
@@ -60,7 +60,7 @@ def test_fingerprint_mismatch_falls_back_and_names_the_field(llama, start_daemon
 
 
 def test_daemon_never_sends_the_fd_for_a_wrong_fingerprint(llama, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     sock = socket.socket(socket.AF_UNIX)
     sock.connect(str(RankFiles(daemon.socket_dir, daemon.name, 0).socket))
     send_frame(sock, Hello(versions=[1]))
@@ -73,7 +73,7 @@ def test_daemon_never_sends_the_fd_for_a_wrong_fingerprint(llama, start_daemon) 
 
 
 def test_unsupported_quantization_is_refused_before_any_socket_io(llama, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     before = DaemonConnection(RankFiles(daemon.socket_dir, daemon.name, 0).socket).status().connections_total
     with pytest.raises(UnsupportedQuantization, match="'awq' is not supported"):
         load_weights(

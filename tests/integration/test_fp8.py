@@ -23,7 +23,7 @@ def originals(ckpt: Path) -> dict[str, torch.Tensor]:
 
 def test_daemon_quantizes_once_and_matches_a_second_load_bit_for_bit(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(**SPEC)
-    daemon = start_daemon(ckpt, "--quantization", "fp8", "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, quantization="fp8", dtype="bfloat16")
     cached = load_weights(
         str(ckpt),
         Layout(),
@@ -68,18 +68,7 @@ def test_prequantized_checkpoint_is_served_as_is_and_sharded_by_whole_blocks(
 ) -> None:
     ckpt = checkpoint_factory(**BLOCK_ALIGNED, fp8=True)
     full = originals(ckpt)
-    daemon = start_daemon(
-        ckpt,
-        "--quantization",
-        "fp8",
-        "--ranks",
-        f"0-{tp - 1}",
-        "--tp-size",
-        str(tp),
-        "--dtype",
-        "bfloat16",
-        ranks=list(range(tp)),
-    )
+    daemon = start_daemon(ckpt, quantization="fp8", tp_size=tp, dtype="bfloat16", ranks=list(range(tp)))
     parts = [
         load_weights(
             str(ckpt),
@@ -114,7 +103,7 @@ def test_prequantized_checkpoint_is_served_as_is_and_sharded_by_whole_blocks(
 def test_prequantized_shards_that_split_a_block_are_refused(checkpoint_factory, start_daemon) -> None:
     # intermediate 384 = 3 blocks of 128: two ranks cannot each hold whole blocks.
     ckpt = checkpoint_factory(**SPEC, fp8=True)
-    daemon = start_daemon(ckpt, "--quantization", "fp8", "--tp-size", "2", "--tp-rank", "0", wait=False)
+    daemon = start_daemon(ckpt, quantization="fp8", tp_size=2, wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     assert "whole 128-blocks" in daemon.output()
     assert not daemon.files[0].ready.exists()

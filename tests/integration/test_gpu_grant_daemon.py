@@ -29,7 +29,7 @@ def wait_for_text(log: Path, text: str, proc: subprocess.Popen[str], timeout: fl
 def test_daemon_waits_for_the_grant_says_why_and_stops_cleanly(llama: Path, start_daemon, tmp_path: Path) -> None:
     grant = tmp_path / "gpus" / "gpus.json"
     grant.parent.mkdir()
-    daemon = start_daemon(llama, "--backend", "cuda-vmm", "--ranks", "0", "--gpus-file", str(grant), wait=False)
+    daemon = start_daemon(llama, backend="cuda-vmm", ranks=[0], gpus_file=str(grant), wait=False)
     wait_for_text(daemon.log, "waiting for the GPU holder", daemon.proc)
     assert "no GPU holder runs" in daemon.output()
     time.sleep(0.5)
@@ -43,7 +43,7 @@ def test_daemon_refuses_a_granted_gpu_it_cannot_see(llama: Path, start_daemon, t
     fd = take_lock(grant, "t")  # a running holder, as far as the daemon can tell
     try:
         write_grant(grant, Grant(uuids=(FAKE,), token="t", pod="tiny-gpus-abc"))
-        daemon = start_daemon(llama, "--backend", "cuda-vmm", "--ranks", "0", "--gpus-file", str(grant), wait=False)
+        daemon = start_daemon(llama, backend="cuda-vmm", ranks=[0], gpus_file=str(grant), wait=False)
         assert daemon.proc.wait(timeout=60) == 2, daemon.output()
     finally:
         os.close(fd)
@@ -52,7 +52,7 @@ def test_daemon_refuses_a_granted_gpu_it_cannot_see(llama: Path, start_daemon, t
 
 
 def test_gpu_backends_only(llama: Path, start_daemon, tmp_path: Path) -> None:
-    daemon = start_daemon(llama, "--backend", "cpu-shm", "--gpus-file", str(tmp_path / "gpus.json"), wait=False)
+    daemon = start_daemon(llama, backend="cpu-shm", gpus_file=str(tmp_path / "gpus.json"), wait=False)
     assert daemon.proc.wait(timeout=60) == 2
     assert "backend cpu-shm uses none" in daemon.output()
 

@@ -34,7 +34,7 @@ def test_restarted_daemon_readopts_from_the_keeper_without_reading_disk(llama, s
     ckpt = llama
     original = load_from_disk(expect(str(ckpt), Layout(), dtype="bfloat16")).tensors
     start_keeper()
-    first = start_daemon(ckpt, "--dtype", "bfloat16")
+    first = start_daemon(ckpt, dtype="bfloat16")
     wait_for(lambda: status(first).deposited, what="deposit")
     assert status(first).disk_bytes_read > 0 and not status(first).adopted
     [held] = holdings(first.socket_dir)
@@ -49,7 +49,7 @@ def test_restarted_daemon_readopts_from_the_keeper_without_reading_disk(llama, s
     )
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
 
-    second = start_daemon(ckpt, "--dtype", "bfloat16")
+    second = start_daemon(ckpt, dtype="bfloat16")
     st = status(second)
     assert st.adopted and st.disk_bytes_read == 0
     assert second.files[0].read_ready().adopted
@@ -66,7 +66,7 @@ def test_readoption_never_imports_torch_or_numpy(llama, start_keeper, start_daem
     torch or numpy. Its second start runs where both imports raise, and must still become ready
     and serve; the keeper runs there from the start (it never needs them either)."""
     start_keeper(env=lean_env)
-    first = start_daemon(llama, "--dtype", "bfloat16")
+    first = start_daemon(llama, dtype="bfloat16")
     wait_for(lambda: status(first).deposited, what="deposit")
     reference = load_weights(
         str(llama), Layout(), socket_dir=first.socket_dir, name=first.name, fallback="error", dtype="bfloat16"
@@ -74,7 +74,7 @@ def test_readoption_never_imports_torch_or_numpy(llama, start_keeper, start_daem
     first.stop(signal.SIGKILL)
 
     env = lean_env
-    second = start_daemon(llama, "--dtype", "bfloat16", env=env)
+    second = start_daemon(llama, dtype="bfloat16", env=env)
     st = status(second)
     assert st.adopted and st.disk_bytes_read == 0, second.output()
     fresh = load_weights(
@@ -87,14 +87,14 @@ def test_readoption_never_imports_torch_or_numpy(llama, start_keeper, start_daem
     second.stop(signal.SIGTERM)
     with KeeperClient(keeper_socket(second.socket_dir)) as keeper:
         keeper.release(second.name)
-    third = start_daemon(llama, "--dtype", "bfloat16", env=env, wait=False)
+    third = start_daemon(llama, dtype="bfloat16", env=env, wait=False)
     assert third.proc.wait(timeout=60) != 0
     assert "imported on a lean path" in third.output()
 
 
 def test_a_restarted_keeper_gets_the_arena_again(llama, start_keeper, start_daemon) -> None:
     keeper = start_keeper()
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     wait_for(lambda: status(daemon).deposited, what="deposit")
     keeper.kill()
     keeper.wait()
@@ -106,13 +106,13 @@ def test_a_restarted_keeper_gets_the_arena_again(llama, start_keeper, start_daem
 
 def test_a_new_fingerprint_releases_the_old_arena(llama, start_keeper, start_daemon) -> None:
     start_keeper()
-    old = start_daemon(llama, "--dtype", "bfloat16", "--revision", "v1")
+    old = start_daemon(llama, dtype="bfloat16", revision="v1")
     wait_for(lambda: status(old).deposited, what="deposit")
     old_digest = old.files[0].read_ready().fingerprint_digest
     assert old.stop(signal.SIGTERM) == 0
     assert [h.fingerprint_digest for h in holdings(old.socket_dir)] == [old_digest]  # kept across a clean stop
 
-    new = start_daemon(llama, "--dtype", "bfloat16", "--revision", "v2")
+    new = start_daemon(llama, dtype="bfloat16", revision="v2")
     assert not status(new).adopted and status(new).disk_bytes_read > 0
     wait_for(lambda: status(new).deposited, what="deposit")
     assert [h.fingerprint_digest for h in holdings(new.socket_dir)] == [new.files[0].read_ready().fingerprint_digest]
@@ -121,7 +121,7 @@ def test_a_new_fingerprint_releases_the_old_arena(llama, start_keeper, start_dae
 
 def test_release_when_told(llama, start_keeper, start_daemon) -> None:
     start_keeper()
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     wait_for(lambda: status(daemon).deposited, what="deposit")
     daemon.stop(signal.SIGTERM)
     with KeeperClient(keeper_socket(daemon.socket_dir)) as keeper:
@@ -136,7 +136,7 @@ def test_keeper_refuses_a_deposit_without_an_fd(llama, start_keeper, start_daemo
     from weightcache_contract.errors import ProtocolError
 
     start_keeper()
-    daemon = start_daemon(llama, "--dtype", "bfloat16", "--keeper", "off")
+    daemon = start_daemon(llama, dtype="bfloat16", keeper="off")
     with DaemonConnection(keeper_socket(daemon.socket_dir)) as conn:
         try:
             conn.request(

@@ -16,7 +16,7 @@ def test_cache_bound_model_matches_transformers_bit_for_bit(
     checkpoint_factory, start_daemon, family: str, tied: bool
 ) -> None:
     ckpt: Path = checkpoint_factory(family=family, tie_word_embeddings=tied)
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, dtype="bfloat16")
     cached = load_weights(
         str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error", dtype="bfloat16"
     )

@@ -27,7 +27,7 @@ from weightcache.wire.rankfiles import RankFiles
 
 @pytest.fixture
 def served(llama, start_daemon):
-    daemon = start_daemon(llama, "--dtype", "bfloat16")
+    daemon = start_daemon(llama, dtype="bfloat16")
     return daemon, RankFiles(daemon.socket_dir, daemon.name, 0).socket
 
 

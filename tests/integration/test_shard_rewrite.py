@@ -56,7 +56,7 @@ def tensors_from_disk(ckpt: Path) -> dict[str, torch.Tensor]:
 def test_an_engine_does_not_map_a_daemon_whose_shard_was_rewritten_with_size_and_mtime_restored(
     ckpt: Path, start_daemon
 ) -> None:
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, dtype="bfloat16")
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     rewrite_keeping_size_and_mtime(shard)
     new = tensors_from_disk(ckpt)
@@ -79,7 +79,7 @@ def test_a_restarted_daemon_does_not_readopt_an_arena_whose_shard_was_rewritten(
     ckpt: Path, start_keeper, start_daemon
 ) -> None:
     start_keeper()
-    first = start_daemon(ckpt, "--dtype", "bfloat16")
+    first = start_daemon(ckpt, dtype="bfloat16")
     old_digest = first.files[0].read_ready().fingerprint_digest
     with DaemonConnection(first.files[0].socket) as conn:
         deadline = time.monotonic() + 30
@@ -90,7 +90,7 @@ def test_a_restarted_daemon_does_not_readopt_an_arena_whose_shard_was_rewritten(
     rewrite_keeping_size_and_mtime(sorted(ckpt.glob("*.safetensors"))[-1])
     new = tensors_from_disk(ckpt)
 
-    second = start_daemon(ckpt, "--dtype", "bfloat16")
+    second = start_daemon(ckpt, dtype="bfloat16")
     with DaemonConnection(second.files[0].socket) as conn:
         st = conn.status()
     assert not st.adopted and st.disk_bytes_read > 0, second.output()
@@ -104,7 +104,7 @@ def test_a_restarted_daemon_does_not_readopt_an_arena_whose_shard_was_rewritten(
     assert all(same_bytes(engine.tensors[n], t) for n, t in new.items())
 
 
-WATCH = ("--dtype", "bfloat16", "--checkpoint-poll-seconds", "0.2")
+WATCH = {"dtype": "bfloat16", "checkpoint_poll_seconds": 0.2}
 
 
 def watch_state(daemon, want: str, timeout: float = 30) -> CheckpointWatch:
@@ -150,7 +150,7 @@ def test_a_running_daemon_reports_a_shard_whose_bytes_changed_in_its_status_log_
     from weightcache.daemon.status_endpoint import collect
     from weightcache_contract.daemon_report import report_metrics
 
-    daemon = start_daemon(ckpt, *WATCH)
+    daemon = start_daemon(ckpt, **WATCH)
     assert watch_state(daemon, "unchanged").changed_files == []
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     rewrite_keeping_size_and_mtime(shard)  # only inode and ctime could tell
@@ -180,7 +180,7 @@ def test_a_running_daemon_reports_a_shard_whose_bytes_changed_in_its_status_log_
 def test_an_engine_refused_after_the_checkpoint_changed_is_told_to_restart_the_daemon_not_to_match_arguments(
     ckpt: Path, start_daemon
 ) -> None:
-    daemon = start_daemon(ckpt, *WATCH)
+    daemon = start_daemon(ckpt, **WATCH)
     rewrite_keeping_size_and_mtime(sorted(ckpt.glob("*.safetensors"))[0])
     with pytest.raises(FingerprintMismatch) as info:
         load_weights(
@@ -195,7 +195,7 @@ def test_an_engine_refused_after_the_checkpoint_changed_is_told_to_restart_the_d
 def test_a_shard_rewritten_with_equal_bytes_is_verified_and_a_new_engine_maps_the_cache_without_a_restart(
     ckpt: Path, llama: Path, start_daemon, rewrite
 ) -> None:
-    daemon = start_daemon(ckpt, *WATCH)
+    daemon = start_daemon(ckpt, **WATCH)
     before = served_digest(daemon)
     disk = tensors_from_disk(ckpt)
     shard = sorted(ckpt.glob("*.safetensors"))[1]
@@ -221,7 +221,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_readopts_its_arena_from
     ckpt: Path, llama: Path, start_keeper, start_daemon
 ) -> None:
     start_keeper()
-    first = start_daemon(ckpt, *WATCH)
+    first = start_daemon(ckpt, **WATCH)
     before = served_digest(first)
     shard = sorted(ckpt.glob("*.safetensors"))[-1]
     copy_and_rename(llama / shard.name, shard)
@@ -235,7 +235,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_readopts_its_arena_from
         time.sleep(0.05)
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
 
-    second = start_daemon(ckpt, *WATCH)
+    second = start_daemon(ckpt, **WATCH)
     with DaemonConnection(second.files[0].socket) as conn:
         st = conn.status()
     assert st.adopted and st.disk_bytes_read == 0 and st.fingerprint_digest == after, second.output()
@@ -249,7 +249,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
     ckpt: Path, llama: Path, start_keeper, start_daemon
 ) -> None:
     start_keeper()
-    first = start_daemon(ckpt, *WATCH)
+    first = start_daemon(ckpt, **WATCH)
     before = served_digest(first)
     with DaemonConnection(first.files[0].socket) as conn:
         deadline = time.monotonic() + 30
@@ -260,7 +260,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
     shard = sorted(ckpt.glob("*.safetensors"))[0]
     copy_and_rename(llama / shard.name, shard)  # nobody watching: the keeper holds the old stamps
 
-    second = start_daemon(ckpt, *WATCH)
+    second = start_daemon(ckpt, **WATCH)
     with DaemonConnection(second.files[0].socket) as conn:
         st = conn.status()
     assert st.adopted and st.disk_bytes_read == 0 and st.fingerprint_digest != before, second.output()
@@ -273,7 +273,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
 
 
 def test_a_running_daemon_reports_a_changed_config_and_a_deleted_shard_by_name(ckpt: Path, start_daemon) -> None:
-    daemon = start_daemon(ckpt, *WATCH)
+    daemon = start_daemon(ckpt, **WATCH)
     config = ckpt / "config.json"
     config.write_text(config.read_text().replace("{", '{"_edited": true, ', 1))
     shard = sorted(ckpt.glob("*.safetensors"))[-1]
@@ -287,7 +287,7 @@ def test_a_running_daemon_reports_a_changed_config_and_a_deleted_shard_by_name(c
 
 
 def test_a_running_daemon_reports_a_shard_added_to_the_checkpoints_index(ckpt: Path, start_daemon) -> None:
-    daemon = start_daemon(ckpt, *WATCH)
+    daemon = start_daemon(ckpt, **WATCH)
     watch_state(daemon, "unchanged")
     added = ckpt / "model-00004-of-00004.safetensors"
     shutil.copyfile(sorted(ckpt.glob("*.safetensors"))[0], added)

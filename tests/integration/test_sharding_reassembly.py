@@ -106,9 +106,7 @@ def test_tied_embedding_reaches_the_last_pipeline_stage(checkpoint_factory) -> N
 
 def test_launcher_serves_every_local_rank(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen2")
-    daemon = start_daemon(
-        ckpt, "--ranks", "0-3", "--tp-size", "2", "--pp-size", "2", "--dtype", "bfloat16", ranks=[0, 1, 2, 3]
-    )
+    daemon = start_daemon(ckpt, tp_size=2, pp_size=2, dtype="bfloat16", ranks=[0, 1, 2, 3])
     for rank in range(4):
         layout = Layout.from_rank(rank, tp_size=2, pp_size=2)
         cached = load_weights(

@@ -24,6 +24,7 @@ from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import load_weights
 from weightcache_contract.daemon_report import DaemonReport, node_fingerprint
 from weightcache_contract.errors import FingerprintMismatch
+from weightcache_contract.launch import DaemonArgs
 
 
 def free_port() -> int:
@@ -82,9 +83,7 @@ def planned_read_bytes(model: Path, rank: int, tp: int) -> int:
 def test_status_and_metrics_report_what_each_rank_loaded(llama: Path, start_daemon) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(
-        llama, "--tp-size", "2", "--ranks", "0-1", "--keeper", "off", "--status-addr", f"127.0.0.1:{port}", ranks=[0, 1]
-    )
+    daemon = start_daemon(llama, tp_size=2, keeper="off", status_addr=f"127.0.0.1:{port}", ranks=[0, 1])
     found = wait_for_report(base, daemon.proc, ready=True)
     assert found.cache == "test" and [r.rank for r in found.ranks] == [0, 1]
     for rank, files in zip(found.ranks, daemon.files):
@@ -124,8 +123,8 @@ def test_a_readopted_rank_reports_the_keeper_and_no_disk_read(llama: Path, start
     start_keeper()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    args = ("--status-addr", f"127.0.0.1:{port}")
-    first = start_daemon(llama, *args)
+    args = {"status_addr": f"127.0.0.1:{port}"}
+    first = start_daemon(llama, **args)
     loaded = wait_for_report(base, first.proc, ready=True).ranks[0]
     assert loaded.source == "disk" and loaded.disk_bytes_read == planned_read_bytes(llama, 0, 1)
     deadline = time.monotonic() + 30
@@ -135,7 +134,7 @@ def test_a_readopted_rank_reports_the_keeper_and_no_disk_read(llama: Path, start
     assert first.stop(signal.SIGKILL) == -signal.SIGKILL
     os.killpg(first.proc.pid, signal.SIGKILL)  # the launcher's rank too: the pod's container died
 
-    second = start_daemon(llama, *args)
+    second = start_daemon(llama, **args)
     adopted = wait_for_report(base, second.proc, ready=True).ranks[0]
     assert (adopted.source, adopted.disk_bytes_read) == ("keeper", 0)
     assert adopted.fingerprint == loaded.fingerprint and adopted.bytes == loaded.bytes
@@ -171,19 +170,7 @@ def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout:
 def test_ranks_still_loading_are_not_ready_and_the_endpoint_is_read_only(llama: Path, start_daemon) -> None:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    daemon = start_daemon(
-        llama,
-        "--tp-size",
-        "2",
-        "--ranks",
-        "0-1",
-        "--keeper",
-        "off",
-        "--status-addr",
-        f"127.0.0.1:{port}",
-        ranks=[0, 1],
-        wait=False,
-    )
+    daemon = start_daemon(llama, tp_size=2, keeper="off", status_addr=f"127.0.0.1:{port}", ranks=[0, 1], wait=False)
     children = stop_children_as_they_start(daemon.proc, 2)
     try:
         loading = wait_for_report(base, daemon.proc, ready=False)
@@ -234,14 +221,7 @@ def test_a_bad_status_addr_is_refused_with_the_fix(llama: Path, socket_dir: str)
             "-m",
             "weightcache",
             "daemon",
-            "--model",
-            str(llama),
-            "--socket-dir",
-            socket_dir,
-            "--name",
-            "test",
-            "--status-addr",
-            "9400",
+            *DaemonArgs(model=str(llama), socket_dir=socket_dir, name="test", status_addr="9400").to_argv(),
         ],
         capture_output=True,
         text=True,
@@ -258,10 +238,7 @@ def test_each_tensor_parallel_rank_reports_a_changed_shard_and_adopts_an_equal_c
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     daemon = start_daemon(
-        ckpt,
-        *("--tp-size", "2", "--ranks", "0-1", "--keeper", "off", "--status-addr", f"127.0.0.1:{port}"),
-        *("--checkpoint-poll-seconds", "0.2"),
-        ranks=[0, 1],
+        ckpt, tp_size=2, keeper="off", status_addr=f"127.0.0.1:{port}", checkpoint_poll_seconds=0.2, ranks=[0, 1]
     )
     found = wait_for_report(base, daemon.proc, ready=True)
     assert [r.checkpoint.state if r.checkpoint else None for r in found.ranks] == ["unchanged", "unchanged"]

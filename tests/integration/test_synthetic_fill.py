@@ -12,7 +12,7 @@ from weightcache.client.weights import DaemonConnection, load_weights
 
 
 def test_an_engine_expecting_real_weights_never_maps_a_synthetic_arena(llama: Path, start_daemon) -> None:
-    daemon = start_daemon(llama, "--dtype", "bfloat16", "--synthetic-fill")
+    daemon = start_daemon(llama, dtype="bfloat16", synthetic_fill=True)
     assert "SYNTHETIC FILL" in daemon.output()
     with DaemonConnection(daemon.files[0].socket) as conn:
         assert conn.status().disk_bytes_read == 0  # nothing of the checkpoint was read

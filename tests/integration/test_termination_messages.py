@@ -25,16 +25,14 @@ def test_a_refused_daemon_leaves_its_error_as_the_termination_message(
     llama: Path, start_daemon, tmp_path: Path
 ) -> None:
     told = tmp_path / "termination-log"
-    daemon = start_daemon(llama, "--pp-size", "8", "--pp-rank", "0", wait=False, env={**os.environ, ENV: str(told)})
+    daemon = start_daemon(llama, pp_size=8, wait=False, env={**os.environ, ENV: str(told)})
     assert daemon.proc.wait(timeout=120) == 2, daemon.output()
     assert told.read_text() == "pipeline size 8 exceeds the model's 4 layers"
 
 
 def test_the_launcher_relays_the_failed_ranks_error_as_its_own(llama: Path, start_daemon, tmp_path: Path) -> None:
     told = tmp_path / "termination-log"
-    daemon = start_daemon(
-        llama, "--ranks", "0-2", "--tp-size", "3", ranks=[0, 1, 2], wait=False, env={**os.environ, ENV: str(told)}
-    )
+    daemon = start_daemon(llama, tp_size=3, ranks=[0, 1, 2], wait=False, env={**os.environ, ENV: str(told)})
     assert daemon.proc.wait(timeout=120) == 2, daemon.output()
     # The rank's own words, not "rank N …": every node refusing the spec then says the same.
     message = told.read_text()
@@ -49,16 +47,7 @@ def test_a_rank_waiting_for_its_gpu_grant_says_why_in_the_status_report(
     grant.parent.mkdir()
     port = free_port()
     daemon = start_daemon(
-        llama,
-        "--backend",
-        "cuda-vmm",
-        "--ranks",
-        "0",
-        "--gpus-file",
-        str(grant),
-        "--status-addr",
-        f"127.0.0.1:{port}",
-        wait=False,
+        llama, backend="cuda-vmm", ranks=[0], gpus_file=str(grant), status_addr=f"127.0.0.1:{port}", wait=False
     )
     deadline = time.monotonic() + 60
     problem = ""

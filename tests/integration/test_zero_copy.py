@@ -37,7 +37,7 @@ print(json.dumps({"anon_growth": (anon_kib() - weights_before) * 1024, "mode": w
 
 def test_bound_parameters_point_inside_the_mapped_arena(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(family="qwen2", tie_word_embeddings=True)
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, dtype="bfloat16")
     weights = load_weights(
         str(ckpt), Layout(), socket_dir=daemon.socket_dir, name=daemon.name, fallback="error", dtype="bfloat16"
     )
@@ -57,7 +57,7 @@ def run_engine(ckpt: Path, socket_dir: str, name: str, mode: str) -> dict:
 
 def test_a_second_engine_does_not_copy_the_weights(checkpoint_factory, start_daemon) -> None:
     ckpt = checkpoint_factory(**SPEC)
-    daemon = start_daemon(ckpt, "--dtype", "bfloat16")
+    daemon = start_daemon(ckpt, dtype="bfloat16")
     weight_bytes = daemon.files[0].read_ready().arena_bytes
     assert weight_bytes > 40 * 2**20
     first = run_engine(ckpt, daemon.socket_dir, daemon.name, "client")

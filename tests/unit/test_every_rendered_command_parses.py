@@ -143,6 +143,8 @@ def test_daemon_arguments_with_every_field_set_parse_back_unchanged() -> None:
         artifact_max_bytes=1 << 20,
         load_workers=7,
         synthetic_fill=True,
+        socket_group="weightcache",
+        checkpoint_poll_seconds=0.2,
     )
     parsed = build_parser().parse_args(["daemon", *rendered.to_argv()])
     assert DaemonArgs.from_namespace(parsed) == rendered
@@ -156,5 +158,7 @@ def test_daemon_arguments_with_every_field_set_parse_back_unchanged() -> None:
         revision="r2",
         ep_size=2,
         tp_size=2,
+        tp_rank=1,
+        pp_rank=0,
     )
     assert DaemonArgs.from_namespace(build_parser().parse_args(["daemon", *reference.to_argv()])) == reference

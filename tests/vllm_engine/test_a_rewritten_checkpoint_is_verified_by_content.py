@@ -53,7 +53,7 @@ def test_equal_bytes_under_a_new_inode_are_adopted_and_different_bytes_are_repor
     tmp_path: Path, socket_dir: str
 ) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
-    daemon = start_daemon(model, Path(socket_dir), "qwen3", args, "--checkpoint-poll-seconds", "1", logs=tmp_path)
+    daemon = start_daemon(model, Path(socket_dir), "qwen3", args, logs=tmp_path, checkpoint_poll_seconds=1.0)
     try:
         daemon.wait_ready()
         wait_for(lambda: status(daemon).checkpoint is not None, daemon, "the checkpoint watch")
@@ -98,7 +98,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
 ) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
     start_keeper()
-    first = start_daemon(model, Path(socket_dir), "qwen3", args, "--checkpoint-poll-seconds", "1", logs=tmp_path)
+    first = start_daemon(model, Path(socket_dir), "qwen3", args, logs=tmp_path, checkpoint_poll_seconds=1.0)
     second = None
     try:
         first.wait_ready()
@@ -108,7 +108,7 @@ def test_a_daemon_restarted_after_an_equal_bytes_rewrite_made_while_it_was_down_
         first.proc.wait()
         rewrite(sorted(model.glob("*.safetensors"))[0])  # nobody watching: the keeper holds the old stamps
 
-        second = start_daemon(model, Path(socket_dir), "qwen3", args, "--checkpoint-poll-seconds", "1", logs=tmp_path)
+        second = start_daemon(model, Path(socket_dir), "qwen3", args, logs=tmp_path, checkpoint_poll_seconds=1.0)
         second.wait_ready()
         st = status(second)
         log = second.log.read_text()

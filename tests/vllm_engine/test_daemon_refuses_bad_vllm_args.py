@@ -3,13 +3,13 @@ the daemon's, or that would load other weights than the checkpoint's (every spel
 test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py) stops the daemon before it
 claims the rank, with the reason and the fix."""
 
-import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from vllm_harness import ROOT, env, qwen3_checkpoint, vllm_args
+from weightcache_contract.launch import VLLM_PROFILE, DaemonArgs
 
 
 @pytest.mark.parametrize(
@@ -25,9 +25,10 @@ def test_vllm_args_vllm_refuses_that_disagree_with_the_daemons_layout_or_load_ot
 ) -> None:
     model = qwen3_checkpoint(tmp_path / "qwen3")
     done = subprocess.run(
-        [sys.executable, "-m", "weightcache", "daemon", "--profile", "vllm", "--vllm-args", json.dumps(args),
-         "--model", str(model), "--backend", "cpu-shm", "--tp-size", str(tp), "--socket-dir",
-         str(tmp_path / "s"), "--name", "bad"],
+        [sys.executable, "-m", "weightcache", "daemon", *DaemonArgs(
+            model=str(model), name="bad", socket_dir=str(tmp_path / "s"), backend="cpu-shm", tp_size=tp,
+            profile=VLLM_PROFILE, vllm_args=tuple(args),
+        ).to_argv()],
         env=env(), cwd=ROOT, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-3000:]

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 from vllm_harness import Engine, cache_config, qwen3_checkpoint, start_daemon, vllm_args
+from weightcache_contract.launch import REFERENCE_PROFILE
 
 
 def test_a_socket_left_by_a_killed_daemon_is_named_with_the_fix(tmp_path: Path) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
     # The reference profile leaves the same files and starts in seconds; which profile does not matter here.
-    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", [], "--profile", "reference", logs=tmp_path)
+    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", [], logs=tmp_path, profile=REFERENCE_PROFILE)
     daemon.wait_ready()
     pid = daemon.files(0).read_ready().pid
     os.killpg(daemon.proc.pid, signal.SIGKILL)

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 from vllm_harness import Engine, cache_config, qwen3_checkpoint, start_daemon, vllm_args
 from weightcache.client.weights import DaemonConnection
+from weightcache_contract.launch import REFERENCE_PROFILE
 
 
 def test_a_reference_profile_daemon_is_refused_naming_the_profile_or_skipped_to_disk(tmp_path: Path) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), vllm_args()
-    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", [], "--profile", "reference", logs=tmp_path)
+    daemon = start_daemon(model, tmp_path / "sockets", "qwen3", [], logs=tmp_path, profile=REFERENCE_PROFILE)
     try:
         daemon.wait_ready()
         before = daemon.files(0).read_ready()

@@ -14,10 +14,12 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
 from weightcache.vllm.bind import WRITTEN_IN_PLACE
 from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
@@ -134,38 +136,34 @@ class Daemon:
 
 
 def start_daemon(
-    model: Path, socket_dir: Path, name: str, args: list[str], *extra: str, logs: Path, tp: int = 1
+    model: Path,
+    socket_dir: Path,
+    name: str,
+    args: list[str],
+    *,
+    logs: Path,
+    tp: int = 1,
+    profile: str = VLLM_PROFILE,
+    **launch: Any,
 ) -> Daemon:
     """``weightcache daemon --profile vllm`` for all ``tp`` ranks (the launcher); not waited for.
 
-    Its output goes to a new file in ``logs`` (the test's temporary directory). ``args=[]`` with
-    ``--profile reference`` in ``extra`` starts the reference profile instead (no ``--vllm-args``)."""
+    Its output goes to a new file in ``logs`` (the test's temporary directory). ``args``: its
+    ``--vllm-args``; ``profile=REFERENCE_PROFILE`` starts the reference profile instead (``args``
+    unused); ``launch``: further ``DaemonArgs`` fields."""
     log = logs / f"daemon-{name}-{time.monotonic_ns()}.log"
-    profile = ["--profile", "vllm", "--vllm-args", json.dumps(args)] if "--profile" not in extra else []
-    cmd = [
-        sys.executable,
-        "-m",
-        "weightcache",
-        "daemon",
-        *profile,
-        "--model",
-        str(model),
-        "--backend",
-        "cpu-shm",
-        "--tp-size",
-        str(tp),
-        "--pp-size",
-        "1",
-        "--ranks",
-        f"0-{tp - 1}",
-        "--socket-dir",
-        str(socket_dir),
-        "--name",
-        name,
-        "--keeper",
-        "auto",
-        *extra,
-    ]
+    daemon = DaemonArgs(
+        model=str(model),
+        name=name,
+        socket_dir=str(socket_dir),
+        backend="cpu-shm",
+        tp_size=tp,
+        ranks=tuple(range(tp)),
+        profile=profile,
+        vllm_args=tuple(args) if profile == VLLM_PROFILE else None,
+        **launch,
+    )
+    cmd = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
     launched = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
@@ -187,7 +185,7 @@ class Engine:
     ) -> None:
         cmd = [sys.executable, str(ROOT / "tests" / "vllm_engine" / "engine_process.py"), str(model), json.dumps(args)]
         if cache is not None:
-            cmd += ["--load-format", "weightcache", "--extra", json.dumps(cache)]
+            cmd += ["--load-format", LOAD_FORMAT, "--extra", json.dumps(cache)]
         self.log = log
         # vLLM logs to stdout (the plug-in's lines through vLLM's handler too), where the protocol's
         # lines also go: everything else read from stdout is copied into the log beside stderr.

@@ -11,6 +11,7 @@ loading or failed, and the host's free memory.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import concurrent.futures
 import hashlib
@@ -20,6 +21,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from weightcache_contract.launch import DaemonArgs, add_daemon_arguments
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +49,18 @@ class HollowDaemon:
 
 
 def daemon_of(pod: dict[str, Any]) -> HollowDaemon | None:
-    """The cache and local ranks a rendered daemon pod's command names (``--name``, ``--ranks``);
-    None for a pod that is not a daemon."""
+    """The cache and local ranks a rendered daemon pod's command names (``--name``, ``--ranks``),
+    read with the daemon's own flags; None for a pod that is not a daemon."""
     for container in (pod.get("spec") or {}).get("containers") or []:
         command = [*(container.get("command") or []), *(container.get("args") or [])]
         if "daemon" in command and "--name" in command and "--ranks" in command:
             break
     else:
         return None
-    text = command[command.index("--ranks") + 1]
-    first, _, last = text.partition("-")
-    return HollowDaemon(command[command.index("--name") + 1], list(range(int(first), int(last or first) + 1)))
+    parser = argparse.ArgumentParser(prog="weightcache daemon")
+    add_daemon_arguments(parser, socket_dir="")
+    daemon = DaemonArgs.from_namespace(parser.parse_args(command[command.index("daemon") + 1 :]))
+    return HollowDaemon(daemon.name, list(daemon.ranks or ()))
 
 
 def report(daemon: HollowDaemon, state: HollowDaemonState) -> dict[str, Any]:
