@@ -10,6 +10,7 @@ import pytest
 from builders import NOW
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.generation import serve_hash
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.status import rollout_conditions, rollout_status
@@ -68,6 +69,11 @@ def old_pair(replica: int, version: str = "old") -> list[dict[str, Any]]:
 # --- engines as units ---------------------------------------------------------------------------
 
 
+def held(result: Plan) -> set[str]:
+    """The units (by head pod) the rollout hands to scaling as held: neither counted nor trimmed."""
+    return {unit.name for unit in result.units if unit.held}
+
+
 def test_an_engine_of_one_pod_is_seen_as_a_unit_of_one_whose_view_is_its_pod_s() -> None:
     pods = [
         engine("a0", 0, "active", "old", deleting=True),
@@ -104,7 +110,7 @@ def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
 def test_an_unready_surge_is_held_and_waited_for() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby", ready=False), *old_pair(1)]
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
-    assert result.held == {"n0"}, "the scaler must not trim the surge as a second standby"
+    assert held(result) == {"n0"}, "the scaler must not trim the surge as a second standby"
     assert (result.create, result.promote, result.retire, result.stalled) == ([], [], [], None)
 
 
@@ -112,7 +118,7 @@ def test_a_ready_surge_is_promoted_and_the_old_pods_drained() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby"), *old_pair(1)]
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
     assert result.promote == ["n0"] and sorted(result.retire) == ["a0", "s0"]
-    assert result.held == set(), "the promoted pod is the replica's active: the scaler must count it"
+    assert held(result) == set(), "the promoted pod is the replica's active: the scaler must count it"
     assert not {"a1", "s1"} & set(result.retire), "one replica at a time"
 
 
@@ -133,7 +139,7 @@ def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_servin
     assert result.phase == "Stalled" and result.stalled and "n0" in result.stalled
     assert "readyDeadlineSeconds" in result.stalled and "change it back" in result.stalled
     assert (result.create, result.promote, result.retire) == ([], [], [])
-    assert result.held == {"n0"}, "kept for its logs, not counted as a standby"
+    assert held(result) == {"n0"}, "kept for its logs, not counted as a standby"
     conditions = rollout_conditions(result, None, NOW, [], 4)
     assert [(c["type"], c["status"], c["reason"]) for c in conditions] == [("Progressing", "False", "RolloutStalled")]
     status = rollout_status(result, WANT, NOW, None)
@@ -232,14 +238,14 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
     result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
     # Promoted first, while the Service still selects g1; the switch comes in the next pass.
     assert result.serve_hash == "g1" and result.promote == ["n0"] and result.retire == []
-    assert result.held == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
+    assert held(result) == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
     promoted = engine("n0", 0, "active", generation="g2", node="node-2")
     result = plan(GEN, [active, promoted], loaded, "g1", NOW, None, 2)
     # The switch: a0 keeps serving what still reaches it until the next pass.
     assert result.serve_hash == "g2" and result.switching and result.promote == [] and result.retire == []
-    assert result.held == {"n0"}
+    assert held(result) == {"n0"}
     result = plan(GEN, [active, promoted], loaded, "g2", NOW, None, 2)
-    assert not result.switching and result.retire == ["a0"] and result.held == set()
+    assert not result.switching and result.retire == ["a0"] and held(result) == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
     result = plan(GEN, after, loaded, "g2", NOW, None, 2)

@@ -12,8 +12,8 @@ in two steps over one vocabulary:
   standby over a failed active, and create the rollout's surge units.
 
 The rollout names units by their head pod; its relabels and deletions apply to every pod of a
-unit. Scaling plans over the engine units as those leave them; the rollout's surge units
-(``Plan.held``) are ``Unit.held``, which it must neither count nor trim. Units created in this
+unit. Scaling plans over the engine units as those leave them (``Plan.units``), in which the
+rollout's surge units are ``Unit.held``: scaling must neither count nor trim them. Units created in this
 pass are not seen by it: they count from the next pass on.
 """
 
@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from weightcache_operator.objects import Object, PodView, spec_hash, stamp
+from weightcache_operator.objects import Object, PodView, spec_hash
 from weightcache_operator.observe.failures import cordoned_nodes
 from weightcache_operator.observe.snapshot import Snapshot
 from weightcache_operator.plan.actions import (
@@ -46,7 +46,7 @@ from weightcache_operator.render.daemon import slot_base
 from weightcache_operator.render.engine import engine_template_hash
 from weightcache_operator.render.layout import daemon_spec_hash
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.vocabulary import ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.vocabulary import SLOT_LABEL
 
 
 @dataclass
@@ -157,7 +157,7 @@ def plan_engines(
     # The rollout names engine units by their head pod; their actions apply to every pod of them.
     members = {u.name: [PodView(p).name for p in u.pods] for u in units(engines, size)}
 
-    def pods_of(names: list[str] | set[str]) -> list[str]:
+    def pods_of(names: list[str]) -> list[str]:
         return [pod for name in names for pod in members.get(name, [name])]
 
     ready = snapshot.ready_daemons_by_slot(want.daemon_hash, size)
@@ -170,10 +170,9 @@ def plan_engines(
         actions.append(ReplaceDaemon(steps.replace_daemon))
     actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in steps.retire_daemonsets]
 
-    after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
     scaled, stranded = plan_scaling(
         cache,
-        units(after, size, held=set(pods_of(steps.held))),
+        steps.units,
         ready,
         new_group,
         snapshot.unready_nodes(),
@@ -187,16 +186,3 @@ def plan_engines(
 
 def _deleting(engines: list[Object], name: str) -> bool:
     return any(PodView(p).name == name and PodView(p).deleting for p in engines)
-
-
-def _after(engines: list[Object], promote: set[str], retire: set[str], now: datetime) -> list[Object]:
-    """The engine pods as the rollout's relabels and deletions leave them (copies)."""
-    out = []
-    for pod in engines:
-        name = PodView(pod).name
-        if name in promote:
-            pod = {**pod, "metadata": {**pod["metadata"], "labels": {**PodView(pod).labels, ROLE_LABEL: "active"}}}
-        if name in retire and not PodView(pod).deleting:
-            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(now)}}
-        out.append(pod)
-    return out

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
+from weightcache_operator.plan.engine_units import Unit
 from weightcache_operator.plan.rollout.views import Desired, EngineView
 
 RolloutPhase = Literal["Progressing", "Stalled", "Complete"]
@@ -30,8 +31,6 @@ class Plan:
     """Old units (their head pods) to delete with their grace period (drain)."""
     create: list[int] = field(default_factory=list)
     """Replicas that get a new-version standby (a surge unit)."""
-    held: set[str] = field(default_factory=set)
-    """Surge units (their head pods) the ordinary scaling must neither count nor trim."""
     replace_daemon: str | None = None
     """A drained node's old-generation daemon pod to delete (the DaemonSet recreates it)."""
     retire_daemonsets: list[str] = field(default_factory=list)
@@ -43,6 +42,9 @@ class Plan:
     updated: int = 0
     stalled: str | None = None
     """Why the rollout stopped, when it did."""
+    units: list[Unit] = field(default_factory=list)
+    """The engine units as ``promote`` and ``retire`` leave them (copies), what scaling plans
+    over; the surge units are ``Unit.held``: scaling must neither count nor trim them."""
 
 
 def check_deadline(want: Desired, pod: EngineView, now: datetime, result: Plan, group: bool = False) -> None:

@@ -45,6 +45,7 @@ def plan_generation(
     pods: list[EngineView],
     nodes: list[DaemonView],
     result: Plan,
+    held: set[str],
     now: datetime,
     desired_nodes: int,
     old_sets: dict[str, str | None],
@@ -53,7 +54,8 @@ def plan_generation(
     """New-generation engines next to Ready new-generation daemons; the Service switches once
     every replica has a Ready new-generation engine; then the old engines drain. Node by node
     (old daemon pods of the DaemonSet updated in place): drain a node → replace its daemon.
-    Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left."""
+    Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left.
+    Units the scaler must neither count nor trim go to ``held``."""
     new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.daemon_hash == want.daemon_hash)
     # Retire only once the Service selected the new generation before this pass (result.switching).
     switched = result.serve_hash == want.daemon_hash and not result.switching
@@ -70,19 +72,19 @@ def plan_generation(
             else:
                 # Promoted ahead of the switch, next to the old active: hidden from the scaler,
                 # which would demote one of two actives (serve_hash says why this order).
-                result.held.add(active.name)
+                held.add(active.name)
             continue
         if not new:
             if new_nodes:
                 result.create.append(replica)
             continue
-        result.held.add(new[0].name)
+        held.add(new[0].name)
         if not new[0].ready:
             check_deadline(want, new[0], now, result, size > 1)
             continue
         result.promote.append(new[0].name)
         if switched:  # the old generation serves nothing: no reason to wait a pass
-            result.held.discard(new[0].name)
+            held.discard(new[0].name)
             result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
     if result.stalled:
         # Nothing more moves while stalled, for every size: the old generation's DaemonSets stay

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from weightcache_operator.objects import Object
+from weightcache_operator.objects import Object, PodView, stamp
+from weightcache_operator.plan.engine_units import units
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.engine import plan_engine
 from weightcache_operator.plan.rollout.generation import plan_generation, serve_hash
 from weightcache_operator.plan.rollout.views import DaemonView, Desired, EngineView, engine_views, replica_done
+from weightcache_operator.vocabulary import ROLE_LABEL
 
 
 def plan(
@@ -45,13 +47,32 @@ def plan(
     nodes = [DaemonView.of(p) for p in daemons]
     old_sets = old_daemonsets or {}
     result.mode = _change(want, pods, nodes, old_sets)
+    held: set[str] = set()
     if result.mode == "Generation":
-        plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
+        plan_generation(want, pods, nodes, result, held, now, desired_nodes, old_sets, size)
     elif result.mode == "Engine":
-        plan_engine(want, pods, result, now, size)
+        plan_engine(want, pods, result, held, now, size)
+    result.units = units(_after(engines, size, result, now), size, held=held)
     undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     settle_phase(result, previous, undone)
     return result
+
+
+def _after(engines: list[Object], size: int, result: Plan, now: datetime) -> list[Object]:
+    """The engine pods as ``result``'s promotions and deletions leave them (copies). The rollout
+    names units by their head pod; its relabels and deletions apply to every pod of the unit."""
+    members = {u.name: {PodView(p).name for p in u.pods} for u in units(engines, size)}
+    promote = {pod for name in result.promote for pod in members.get(name, {name})}
+    retire = {pod for name in result.retire for pod in members.get(name, {name})}
+    out = []
+    for pod in engines:
+        view = PodView(pod)
+        if view.name in promote:
+            pod = {**pod, "metadata": {**pod["metadata"], "labels": {**view.labels, ROLE_LABEL: "active"}}}
+        if view.name in retire and not view.deleting:
+            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(now)}}
+        out.append(pod)
+    return out
 
 
 def _change(
