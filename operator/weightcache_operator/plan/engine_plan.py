@@ -11,10 +11,10 @@ in two steps over one vocabulary:
   ``replicas`` active units and ``standbysPerReplica`` standby units per replica, promoting a
   standby over a failed active, and create the rollout's surge units.
 
-The rollout names units by their head pod; its relabels and deletions apply to every pod of a
-unit. Scaling plans over the engine units as those leave them (``Plan.units``), in which the
-rollout's surge units are ``Unit.held``: scaling must neither count nor trim them. Units created in this
-pass are not seen by it: they count from the next pass on.
+The rollout's actions come first within each step of ``actions.ORDER``. Scaling plans over the
+engine units as those actions leave them (``Plan.units``), in which the rollout's surge units are
+``Unit.held``: scaling must neither count nor trim them. Units created in this pass are not seen
+by it: they count from the next pass on.
 """
 
 from __future__ import annotations
@@ -29,15 +29,10 @@ from weightcache_operator.observe.failures import cordoned_nodes
 from weightcache_operator.observe.snapshot import Snapshot
 from weightcache_operator.plan.actions import (
     Action,
-    ApplyService,
-    Delete,
-    DeleteDaemonSet,
     RecountBudget,
-    ReplaceDaemon,
     SetRole,
     in_order,
 )
-from weightcache_operator.plan.engine_units import units
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.views import Desired
@@ -153,23 +148,9 @@ def plan_engines(
         old_sets,
         size=size,
         settling=settling,
+        apply_service=apply_service,
     )
-    # The rollout names engine units by their head pod; their actions apply to every pod of them.
-    members = {u.name: [PodView(p).name for p in u.pods] for u in units(engines, size)}
-
-    def pods_of(names: list[str]) -> list[str]:
-        return [pod for name in names for pod in members.get(name, [name])]
-
     ready = snapshot.ready_daemons_by_slot(want.daemon_hash, size)
-    actions: list[Action] = [SetRole(name, "active") for name in pods_of(steps.promote)]
-    if apply_service or serving != steps.serve_hash:
-        actions.append(ApplyService(steps.serve_hash))
-    retire = pods_of(steps.retire)
-    actions += [Delete(name, "rolled out") for name in retire if not _deleting(engines, name)]
-    if steps.replace_daemon:
-        actions.append(ReplaceDaemon(steps.replace_daemon))
-    actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in steps.retire_daemonsets]
-
     scaled, stranded = plan_scaling(
         cache,
         steps.units,
@@ -180,9 +161,4 @@ def plan_engines(
         surge=steps.create,
         cordoned=cordoned_nodes(snapshot.nodes),
     )
-    actions += scaled
-    return EnginePlan(in_order(actions), steps, stranded, desired_nodes)
-
-
-def _deleting(engines: list[Object], name: str) -> bool:
-    return any(PodView(p).name == name and PodView(p).deleting for p in engines)
+    return EnginePlan(in_order([*steps.actions, *scaled]), steps, stranded, desired_nodes)

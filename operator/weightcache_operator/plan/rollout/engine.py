@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weightcache_operator.plan.rollout.decisions import Plan, check_deadline
+from weightcache_operator.plan.rollout.decisions import Plan, check_deadline, promote, retire
 from weightcache_operator.plan.rollout.views import Desired, EngineView, preference, replica_done
 
 
@@ -53,12 +53,12 @@ def _roll_replica(
         if not surge.ready:
             check_deadline(want, surge, now, result, size > 1)
             return f"replica {replica}: waiting for {surge.name} to turn Ready"
-        result.promote.append(surge.name)
+        promote(result, surge)
         held.discard(surge.name)  # active from now on: the scaler must see it
-        result.retire += [p.name for p in old_live]
+        retire(result, old_live)
         return f"replica {replica}: promoted {surge.name}, draining {active.name}"
     if old_live:
-        result.retire += [p.name for p in old_live]
+        retire(result, old_live)
         return f"replica {replica}: retiring old standbys"
     if any(p.engine_hash != want.engine_hash for p in mine):
         return f"replica {replica}: waiting for old engines to finish draining"
