@@ -18,9 +18,11 @@ from test_multinode import (
     plan_groups,
     readiness_failed,
 )
+from test_rollout import daemon_replaced
 from weightcache_operator.observe.responsiveness import probe_url
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.rollout import planner
+from weightcache_operator.plan.rollout.decisions import retired
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member
@@ -196,4 +198,4 @@ def test_a_node_by_node_generation_change_of_groups_leaves_their_daemons_to_the_
     daemons = [daemon(node, slot, spec_hash=old_gen, ready=True) for node, slot in (("node-1", 0), ("node-2", 1))]
     at = after(300)
     result = planner.plan(want, complete_groups(old_cache), daemons, old_gen, at, size=2)
-    assert result.mode == "Generation" and result.replace_daemon is None and result.retire == []
+    assert result.mode == "Generation" and daemon_replaced(result) is None and retired(result) == []

@@ -10,6 +10,7 @@ from typing import Any
 import builders
 from builders import NOW, condition, container_status, make, node, scheduled
 from test_render import container, env_of
+from test_rollout import daemonsets_deleted
 from weightcache_operator.observe.snapshot import Snapshot
 from weightcache_operator.plan.actions import ApplyService, Create, Delete, Failover, SetRole, in_order
 from weightcache_operator.plan.engine_plan import EnginePlan, desired, plan_engines
@@ -563,7 +564,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     # Ready but a standby: the Service stays on the old generation; the new group is promoted
     # while the old active keeps its label and serves.
     progress = planner.plan(want, [*old, *fresh], [], old_gen, at, None, 0, old_sets, size=2)
-    assert progress.serve_hash == old_gen and progress.retire_daemonsets == []
+    assert progress.serve_hash == old_gen and daemonsets_deleted(progress) == []
     plan = plan_groups(new_cache, [*old, *fresh], READY, ids(), serving=progress.serve_hash)
     assert {a.name: a.role for a in plan if isinstance(a, SetRole)} == {p["metadata"]["name"]: "active" for p in fresh}
     assert not [a for a in plan if isinstance(a, Delete)], "the old groups serve until the Service switches"
@@ -573,7 +574,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
         pod["metadata"]["labels"]["weightcache.io/role"] = "active"
     # Next pass: the new group is active and Ready, so the Service switches; the old groups drain.
     progress = planner.plan(want, [*old, *promoted], [], old_gen, at, None, 0, old_sets, size=2)
-    assert progress.serve_hash == new_gen and progress.retire_daemonsets == [], "old engines still map it"
+    assert progress.serve_hash == new_gen and daemonsets_deleted(progress) == [], "old engines still map it"
     plan = plan_groups(new_cache, [*old, *promoted], READY, ids(), serving=progress.serve_hash)
     assert sorted(a.name for a in plan if isinstance(a, Delete)) == [
         "tiny-0-ga-0",
@@ -588,7 +589,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     done = planner.plan(
         want, promoted, [], new_gen, at, {"phase": "Progressing", "mode": "Generation"}, 0, old_sets, size=2
     )
-    assert sorted(done.retire_daemonsets) == ["tiny-daemon-0", "tiny-daemon-1"]
+    assert sorted(daemonsets_deleted(done)) == ["tiny-daemon-0", "tiny-daemon-1"]
     # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.
     assert any(isinstance(a, Delete) for a in plan_groups(new_cache, [*old, *fresh], READY, ids()))
 

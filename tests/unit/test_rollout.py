@@ -9,7 +9,9 @@ import builders
 import pytest
 from builders import NOW
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
+from weightcache_operator.plan.actions import DeleteDaemonSet, ReplaceDaemon
 from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.generation import serve_hash
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.status import rollout_conditions, rollout_status
@@ -68,6 +70,22 @@ def old_pair(replica: int, version: str = "old") -> list[dict[str, Any]]:
 # --- engines as units ---------------------------------------------------------------------------
 
 
+def daemon_replaced(result: Plan) -> str | None:
+    """The daemon pod the rollout deletes for its DaemonSet to replace, if any (at most one a pass)."""
+    [name] = [a.pod for a in result.actions if isinstance(a, ReplaceDaemon)] or [None]
+    return name
+
+
+def daemonsets_deleted(result: Plan) -> list[str]:
+    """The old generation's DaemonSets the rollout deletes in this pass."""
+    return [a.name for a in result.actions if isinstance(a, DeleteDaemonSet)]
+
+
+def held(result: Plan) -> set[str]:
+    """The units (by head pod) the rollout hands to scaling as held: neither counted nor trimmed."""
+    return {unit.name for unit in result.units if unit.held}
+
+
 def test_an_engine_of_one_pod_is_seen_as_a_unit_of_one_whose_view_is_its_pod_s() -> None:
     pods = [
         engine("a0", 0, "active", "old", deleting=True),
@@ -88,14 +106,14 @@ def test_an_engine_of_one_pod_is_seen_as_a_unit_of_one_whose_view_is_its_pod_s()
 
 def test_nothing_outdated_is_no_rollout() -> None:
     result = plan(WANT, old_pair(0, "new") + old_pair(1, "new"), DAEMONS, "g1", NOW, None, 2)
-    assert (result.mode, result.phase, result.create, result.promote, result.retire) == (None, None, [], [], [])
+    assert (result.mode, result.phase, result.create, promoted(result), retired(result)) == (None, None, [], [], [])
     assert rollout_status(result, WANT, NOW, None) is None
 
 
 def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
     result = plan(WANT, old_pair(0) + old_pair(1), DAEMONS, "g1", NOW, None, 2)
     assert (result.mode, result.phase, result.create) == ("Engine", "Progressing", [0])
-    assert result.promote == [] and result.retire == [] and result.updated == 0
+    assert promoted(result) == [] and retired(result) == [] and result.updated == 0
     status = rollout_status(result, WANT, NOW, None)
     assert status is not None and (status["updated"], status["total"], status["engineTemplateHash"]) == (0, 2, "new")
     assert "replica 0" in status["currentStep"]
@@ -104,22 +122,22 @@ def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
 def test_an_unready_surge_is_held_and_waited_for() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby", ready=False), *old_pair(1)]
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
-    assert result.held == {"n0"}, "the scaler must not trim the surge as a second standby"
-    assert (result.create, result.promote, result.retire, result.stalled) == ([], [], [], None)
+    assert held(result) == {"n0"}, "the scaler must not trim the surge as a second standby"
+    assert (result.create, promoted(result), retired(result), result.stalled) == ([], [], [], None)
 
 
 def test_a_ready_surge_is_promoted_and_the_old_pods_drained() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby"), *old_pair(1)]
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
-    assert result.promote == ["n0"] and sorted(result.retire) == ["a0", "s0"]
-    assert result.held == set(), "the promoted pod is the replica's active: the scaler must count it"
-    assert not {"a1", "s1"} & set(result.retire), "one replica at a time"
+    assert promoted(result) == ["n0"] and sorted(retired(result)) == ["a0", "s0"]
+    assert held(result) == set(), "the promoted pod is the replica's active: the scaler must count it"
+    assert not {"a1", "s1"} & set(retired(result)), "one replica at a time"
 
 
 def test_the_next_replica_starts_only_when_the_first_is_whole() -> None:
     draining = [engine("n0", 0, "active"), engine("a0", 0, "active", "old", deleting=True), *old_pair(1)]
     result = plan(WANT, draining, DAEMONS, "g1", NOW, None, 2)
-    assert (result.create, result.retire) == ([], []) and "draining" in result.step
+    assert (result.create, retired(result)) == ([], []) and "draining" in result.step
     restoring = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False), *old_pair(1)]
     assert plan(WANT, restoring, DAEMONS, "g1", NOW, None, 2).create == []
     whole = [engine("n0", 0, "active"), engine("m0", 0, "standby"), *old_pair(1)]
@@ -132,8 +150,8 @@ def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_servin
     result = plan(WANT, pods, DAEMONS, "g1", NOW, None, 2)
     assert result.phase == "Stalled" and result.stalled and "n0" in result.stalled
     assert "readyDeadlineSeconds" in result.stalled and "change it back" in result.stalled
-    assert (result.create, result.promote, result.retire) == ([], [], [])
-    assert result.held == {"n0"}, "kept for its logs, not counted as a standby"
+    assert (result.create, promoted(result), retired(result)) == ([], [], [])
+    assert held(result) == {"n0"}, "kept for its logs, not counted as a standby"
     conditions = rollout_conditions(result, None, NOW, [], 4)
     assert [(c["type"], c["status"], c["reason"]) for c in conditions] == [("Progressing", "False", "RolloutStalled")]
     status = rollout_status(result, WANT, NOW, None)
@@ -145,7 +163,7 @@ def test_changing_the_spec_back_retires_the_broken_pod_and_completes() -> None:
     pods = [*old_pair(0), engine("n0", 0, "standby", "new", ready=False, age_s=300), *old_pair(1)]
     previous = {"phase": "Stalled", "engineTemplateHash": "new", "startedAt": "2026-11-29T09:00:00Z"}
     result = plan(back, pods, DAEMONS, "g1", NOW, previous, 2)
-    assert result.retire == ["n0"] and result.promote == [] and result.stalled is None
+    assert retired(result) == ["n0"] and promoted(result) == [] and result.stalled is None
     after = plan(back, [*old_pair(0), *old_pair(1)], DAEMONS, "g1", NOW, rollout_status(result, back, NOW, previous), 2)
     assert after.phase == "Complete"
     status = rollout_status(
@@ -178,11 +196,11 @@ def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_ne
     assert serve_hash(one, views, "g1") == "g1"
     views.append(EngineView.of(engine("n1", 1, "standby", generation="g2")))
     assert serve_hash(one, views, "g1") == "g1", "Ready, but not labelled active yet"
-    promoted = [
+    labelled = [
         *views[:2],
         *(EngineView.of(engine(n, r, "active", generation="g2")) for n, r in (("n0", 0), ("n1", 1))),
     ]
-    assert serve_hash(one, promoted, "g1") == "g2"
+    assert serve_hash(one, labelled, "g1") == "g2"
     # Nothing of the old generation serves any more and the new one serves something: switch.
     dead = [EngineView.of(engine("a0", 0, "active", "old", "g1", ready=False)), views[2]]
     assert serve_hash(one, dead, "g1") == "g2"
@@ -203,8 +221,8 @@ def test_generation_change_drains_the_node_without_serving_engines_first() -> No
     ]
     daemons = [daemon("d1", "node-1", "g1"), daemon("d2", "node-2", "g1")]
     result = plan(GEN, pods, daemons, "g1", NOW, None, 2)
-    assert (result.mode, result.serve_hash, result.retire) == ("Generation", "g1", ["s0"])
-    assert result.replace_daemon is None, "the daemon goes only once its engines are gone"
+    assert (result.mode, result.serve_hash, retired(result)) == ("Generation", "g1", ["s0"])
+    assert daemon_replaced(result) is None, "the daemon goes only once its engines are gone"
     drained = plan(
         GEN,
         [pods[0], {**pods[1], "metadata": {**pods[1]["metadata"], "deletionTimestamp": "x"}}],
@@ -214,36 +232,36 @@ def test_generation_change_drains_the_node_without_serving_engines_first() -> No
         None,
         2,
     )
-    assert drained.replace_daemon is None and "draining" in drained.step
+    assert daemon_replaced(drained) is None and "draining" in drained.step
     result = plan(GEN, [pods[0]], daemons, "g1", NOW, None, 2)
-    assert result.replace_daemon == "d2" and result.retire == []
+    assert daemon_replaced(result) == "d2" and retired(result) == []
 
 
 def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switches() -> None:
     active = engine("a0", 0, "active", "old", "g1", node="node-1")
     loading = [daemon("d1", "node-1", "g1"), daemon("d2b", "node-2", "g2", ready=False)]
     result = plan(GEN, [active], loading, "g1", NOW, None, 2)
-    assert (result.create, result.replace_daemon) == ([], None) and "load" in result.step
+    assert (result.create, daemon_replaced(result)) == ([], None) and "load" in result.step
     loaded = [daemon("d1", "node-1", "g1"), daemon("d2b", "node-2", "g2")]
     result = plan(GEN, [active], loaded, "g1", NOW, None, 2)
-    assert result.create == [0] and result.replace_daemon is None and result.retire == []
+    assert result.create == [0] and daemon_replaced(result) is None and retired(result) == []
     assert "before draining node-1" in result.step, "node-1 still serves; it waits for the switch"
     surge = engine("n0", 0, "standby", generation="g2", node="node-2")
     result = plan(GEN, [active, surge], loaded, "g1", NOW, None, 2)
     # Promoted first, while the Service still selects g1; the switch comes in the next pass.
-    assert result.serve_hash == "g1" and result.promote == ["n0"] and result.retire == []
-    assert result.held == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
-    promoted = engine("n0", 0, "active", generation="g2", node="node-2")
-    result = plan(GEN, [active, promoted], loaded, "g1", NOW, None, 2)
+    assert result.serve_hash == "g1" and promoted(result) == ["n0"] and retired(result) == []
+    assert held(result) == {"n0"}, "two actives for a moment: the scaler must not demote the new one"
+    new_active = engine("n0", 0, "active", generation="g2", node="node-2")
+    result = plan(GEN, [active, new_active], loaded, "g1", NOW, None, 2)
     # The switch: a0 keeps serving what still reaches it until the next pass.
-    assert result.serve_hash == "g2" and result.switching and result.promote == [] and result.retire == []
-    assert result.held == {"n0"}
-    result = plan(GEN, [active, promoted], loaded, "g2", NOW, None, 2)
-    assert not result.switching and result.retire == ["a0"] and result.held == set()
+    assert result.serve_hash == "g2" and result.switching and promoted(result) == [] and retired(result) == []
+    assert held(result) == {"n0"}
+    result = plan(GEN, [active, new_active], loaded, "g2", NOW, None, 2)
+    assert not result.switching and retired(result) == ["a0"] and held(result) == set()
     # After the switch node-1 serves nothing: its old daemon is next, once a0 has drained.
     after = [engine("n0", 0, "active", generation="g2", node="node-2")]
     result = plan(GEN, after, loaded, "g2", NOW, None, 2)
-    assert result.replace_daemon == "d1"
+    assert daemon_replaced(result) == "d1"
     done = plan(
         GEN,
         [*after, engine("m0", 0, "standby", generation="g2", node="node-2")],
@@ -346,31 +364,31 @@ def test_blue_green_retires_the_old_daemonset_only_after_the_switch_and_the_drai
     old_sets = {"tiny-daemon": "g1"}
     loading = plan(GEN, old_engines, both, "g1", NOW, None, 2, old_sets)
     assert (loading.mode, loading.serve_hash) == ("Generation", "g1")
-    assert loading.retire == [] and loading.replace_daemon is None and loading.retire_daemonsets == []
+    assert retired(loading) == [] and daemon_replaced(loading) is None and daemonsets_deleted(loading) == []
     assert loading.create == [] and "old ones serve" in loading.step, "nothing moves before the new daemons load"
     loaded = [*both[:2], daemon("n1", "node-1", "g2"), daemon("n2", "node-2", "g2")]
     loaded[0]["metadata"]["ownerReferences"] = loaded[1]["metadata"]["ownerReferences"] = both[0]["metadata"][
         "ownerReferences"
     ]
     surge = plan(GEN, old_engines, loaded, "g1", NOW, None, 2, old_sets)
-    assert surge.create == [0] and surge.retire == [] and surge.replace_daemon is None
+    assert surge.create == [0] and retired(surge) == [] and daemon_replaced(surge) is None
     new = engine("n0", 0, "standby", generation="g2", node="node-1")
     promote = plan(GEN, [*old_engines, new], loaded, "g1", NOW, None, 2, old_sets)
-    assert promote.serve_hash == "g1" and promote.promote == ["n0"] and promote.retire == []
-    promoted = engine("n0", 0, "active", generation="g2", node="node-1")
-    switch = plan(GEN, [*old_engines, promoted], loaded, "g1", NOW, None, 2, old_sets)
-    assert switch.serve_hash == "g2" and switch.switching and switch.promote == [] and switch.retire == []
-    settling = plan(GEN, [*old_engines, promoted], loaded, "g2", NOW, None, 2, old_sets, settling=True)
-    assert settling.switching and settling.retire == [], "the switch has not reached every proxy yet"
-    retire = plan(GEN, [*old_engines, promoted], loaded, "g2", NOW, None, 2, old_sets)
-    assert not retire.switching and sorted(retire.retire) == ["a0", "s0"]
-    assert retire.retire_daemonsets == [], "the old engines still map the old arenas"
+    assert promote.serve_hash == "g1" and promoted(promote) == ["n0"] and retired(promote) == []
+    new_active = engine("n0", 0, "active", generation="g2", node="node-1")
+    switch = plan(GEN, [*old_engines, new_active], loaded, "g1", NOW, None, 2, old_sets)
+    assert switch.serve_hash == "g2" and switch.switching and promoted(switch) == [] and retired(switch) == []
+    settling = plan(GEN, [*old_engines, new_active], loaded, "g2", NOW, None, 2, old_sets, settling=True)
+    assert settling.switching and retired(settling) == [], "the switch has not reached every proxy yet"
+    retire = plan(GEN, [*old_engines, new_active], loaded, "g2", NOW, None, 2, old_sets)
+    assert not retire.switching and sorted(retired(retire)) == ["a0", "s0"]
+    assert daemonsets_deleted(retire) == [], "the old engines still map the old arenas"
     draining = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "x"}} for p in old_engines]
-    waiting = plan(GEN, [*draining, promoted], loaded, "g2", NOW, None, 2, old_sets)
-    assert waiting.retire_daemonsets == [] and "draining 2 engines" in waiting.step
-    assert waiting.replace_daemon is None, "blue/green never deletes a serving generation's daemon pod by pod"
-    gone = plan(GEN, [promoted], loaded, "g2", NOW, None, 2, old_sets)
-    assert gone.retire_daemonsets == ["tiny-daemon"] and gone.replace_daemon is None
+    waiting = plan(GEN, [*draining, new_active], loaded, "g2", NOW, None, 2, old_sets)
+    assert daemonsets_deleted(waiting) == [] and "draining 2 engines" in waiting.step
+    assert daemon_replaced(waiting) is None, "blue/green never deletes a serving generation's daemon pod by pod"
+    gone = plan(GEN, [new_active], loaded, "g2", NOW, None, 2, old_sets)
+    assert daemonsets_deleted(gone) == ["tiny-daemon"] and daemon_replaced(gone) is None
 
 
 def test_generation_condition_says_which_strategy_and_clears_afterwards() -> None:

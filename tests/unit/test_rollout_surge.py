@@ -8,10 +8,11 @@ from typing import Any
 
 from test_multinode import READY, TWO, daemon, engine_plan, ids, run
 from test_render import make
-from test_rollout import DAEMONS, NOW, engine, old_pair
+from test_rollout import DAEMONS, NOW, engine, held, old_pair
 from test_rollout import daemon as rollout_daemon
 from weightcache_operator.plan.actions import ApplyService, Create, Delete, SetRole
 from weightcache_operator.plan.engine_plan import desired
+from weightcache_operator.plan.rollout.decisions import promoted, retired
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.render import engine_pod
@@ -47,7 +48,7 @@ def test_max_surge_defaults_to_one_and_then_one_replica_rolls_at_a_time_as_befor
     result = plan(default, old_replicas(0, 1, 2, 3), DAEMONS, "g1", NOW, None, 2)
     assert result.create == [0] and result.step == "replica 0: starting a new-version standby"
     waiting = plan(default, [*old_replicas(0, 1, 2, 3), surge(0)], DAEMONS, "g1", NOW, None, 2)
-    assert waiting.create == [] and waiting.held == {"n0"}
+    assert waiting.create == [] and held(waiting) == {"n0"}
 
 
 def test_max_surge_two_starts_surges_for_the_first_two_replicas_at_once_and_the_others_wait() -> None:
@@ -55,7 +56,7 @@ def test_max_surge_two_starts_surges_for_the_first_two_replicas_at_once_and_the_
     assert (result.mode, result.phase, result.create) == ("Engine", "Progressing", [0, 1])
     assert result.step == "replica 0: starting a new-version standby; replica 1: starting a new-version standby"
     both = plan(want(2), [*old_replicas(0, 1, 2, 3), surge(0), surge(1)], DAEMONS, "g1", NOW, None, 2)
-    assert both.create == [] and both.held == {"n0", "n1"}, "neither surge is counted or trimmed as a standby"
+    assert both.create == [] and held(both) == {"n0", "n1"}, "neither surge is counted or trimmed as a standby"
 
 
 def test_max_surge_three_starts_three_surges_at_once() -> None:
@@ -71,8 +72,8 @@ def test_a_max_surge_above_the_replicas_starts_every_replica_at_once() -> None:
 def test_each_replica_in_flight_is_promoted_and_drained_on_its_own() -> None:
     pods = [*old_replicas(0, 1, 2, 3), surge(0, ready=True), surge(1)]
     result = plan(want(2), pods, DAEMONS, "g1", NOW, None, 2)
-    assert result.promote == ["n0"] and sorted(result.retire) == ["a0", "s0"]
-    assert result.held == {"n1"} and result.create == [], "replica 1 waits for its own surge; no third starts"
+    assert promoted(result) == ["n0"] and sorted(retired(result)) == ["a0", "s0"]
+    assert held(result) == {"n1"} and result.create == [], "replica 1 waits for its own surge; no third starts"
     assert result.step == "replica 0: promoted n0, draining a0; replica 1: waiting for n1 to turn Ready"
 
 
@@ -80,7 +81,7 @@ def test_the_third_replica_starts_as_soon_as_either_of_the_first_two_is_whole() 
     # Replica 1 finished first: replica 2 takes its slot while replica 0 still waits.
     pods = [*old_pair(0), surge(0), *whole(1), *old_replicas(2, 3)]
     result = plan(want(2), pods, DAEMONS, "g1", NOW, None, 2)
-    assert (result.create, result.held, result.updated) == ([2], {"n0"}, 1)
+    assert (result.create, held(result), result.updated) == ([2], {"n0"}, 1)
     # Not before it is whole: a replica whose old active still drains holds its slot.
     draining = [engine("n1", 1, "active"), engine("a1", 1, "active", "old", deleting=True)]
     result = plan(want(2), [*old_pair(0), surge(0), *draining, *old_replicas(2, 3)], DAEMONS, "g1", NOW, None, 2)
@@ -90,7 +91,7 @@ def test_the_third_replica_starts_as_soon_as_either_of_the_first_two_is_whole() 
 def test_max_surge_three_fills_every_slot_that_frees() -> None:
     pods = [*whole(0), *old_pair(1), surge(1), *whole(2), *old_pair(3)]
     result = plan(want(3), pods, DAEMONS, "g1", NOW, None, 2)
-    assert result.create == [3] and result.held == {"n1"} and result.updated == 2
+    assert result.create == [3] and held(result) == {"n1"} and result.updated == 2
 
 
 def test_a_stall_starts_no_further_replica_while_the_replicas_under_way_finish() -> None:
@@ -98,17 +99,17 @@ def test_a_stall_starts_no_further_replica_while_the_replicas_under_way_finish()
     pods = [*old_pair(0), stuck, *old_pair(1), surge(1, ready=True), *old_replicas(2, 3)]
     result = plan(want(2), pods, DAEMONS, "g1", NOW, None, 2)
     assert result.phase == "Stalled" and result.stalled and "n0" in result.stalled
-    assert result.promote == ["n1"] and sorted(result.retire) == ["a1", "s1"], "a Ready surge still takes over"
-    assert result.held == {"n0"} and result.create == []
+    assert promoted(result) == ["n1"] and sorted(retired(result)) == ["a1", "s1"], "a Ready surge still takes over"
+    assert held(result) == {"n0"} and result.create == []
     # Replica 1 is whole: its slot stays empty while replica 0 is stuck.
     later = plan(want(2), [*old_pair(0), stuck, *whole(1), *old_replicas(2, 3)], DAEMONS, "g1", NOW, None, 2)
-    assert later.phase == "Stalled" and later.create == [] and later.retire == [] and later.promote == []
+    assert later.phase == "Stalled" and later.create == [] and retired(later) == [] and promoted(later) == []
     assert later.step.endswith("replica 2: not started while the rollout is stalled"), later.step
     # The stuck engine turns Ready after all: the rollout goes on where it was.
     recovered = plan(
         want(2), [*old_pair(0), surge(0, ready=True), *whole(1), *old_replicas(2, 3)], DAEMONS, "g1", NOW, None, 2
     )
-    assert recovered.phase == "Progressing" and recovered.promote == ["n0"] and recovered.create == [2]
+    assert recovered.phase == "Progressing" and promoted(recovered) == ["n0"] and recovered.create == [2]
 
 
 def test_a_generation_change_starts_every_replica_s_new_engine_whatever_max_surge_says() -> None:

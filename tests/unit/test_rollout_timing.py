@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from test_rollout import NOW, WANT, engine
+from weightcache_operator.plan.actions import Delete, SetRole
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout_timing import replica_timings
 from weightcache_operator.spec import RolloutStatus
@@ -19,7 +20,10 @@ def rolling(**entries: Any) -> dict[str, Any]:
 def test_a_promotion_records_the_new_engine_s_start_and_the_operator_s_reaction() -> None:
     surge = engine("n0", 0, "standby", age_s=20, ready_after_s=15)
     old = [engine("a0", 0, "active", "old"), engine("s0", 0, "standby", "old")]
-    steps = Plan(serve_hash="g1", promote=["n0"], retire=["a0", "s0"])
+    steps = Plan(
+        serve_hash="g1",
+        actions=[SetRole("n0", "active"), Delete("a0", "rolled out"), Delete("s0", "rolled out")],
+    )
     [entry] = replica_timings(rolling(), steps, WANT, [surge, *old], NOW)
     assert entry == {
         "replica": 0,
@@ -48,7 +52,7 @@ def test_a_new_rollout_starts_a_new_list_and_replicas_are_listed_in_order() -> N
     other_target = {"engineTemplateHash": "older", "daemonSpecHash": WANT.daemon_hash, "replicas": [entry]}
     assert replica_timings(other_target, Plan(serve_hash="g1"), WANT, [], NOW) == []
     surge = engine("n0", 0, "standby", age_s=8, ready_after_s=6)
-    steps = Plan(serve_hash="g1", promote=["n0"])
+    steps = Plan(serve_hash="g1", actions=[SetRole("n0", "active")])
     listed = replica_timings(rolling(replicas=[entry]), steps, WANT, [surge], NOW)
     assert [(e["replica"], e["engine"]) for e in listed] == [(0, "n0"), (1, "x")]
     assert "retiredAt" not in listed[0], "nothing of replica 0 was retired in this pass"

@@ -1,6 +1,7 @@
 """What a pass does to the cluster, as values: the planners return them (daemonsets.py for the
-DaemonSets, gate_sync.py for the readiness gates, engine_plan.py for the engines, the Service and
-the budget), the executor (executor.py) carries them out, each list in ``ORDER``.
+DaemonSets, gate_sync.py for the readiness gates, rollout/planner.py and scaling.py for the engines
+and the Service, joined by engine_plan.py with the budget), the executor (executor.py) carries them
+out, each list in ``ORDER``.
 
 A pass plans and carries out in stages — the DaemonSets (on spec changes and resyncs), the gates,
 the engines, the gates again (reconcile.py) — because each stage plans on what the previous one's

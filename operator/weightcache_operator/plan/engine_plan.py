@@ -11,10 +11,10 @@ in two steps over one vocabulary:
   ``replicas`` active units and ``standbysPerReplica`` standby units per replica, promoting a
   standby over a failed active, and create the rollout's surge units.
 
-The rollout names units by their head pod; its relabels and deletions apply to every pod of a
-unit. Scaling plans over the engine units as those leave them; the rollout's surge units
-(``Plan.held``) are ``Unit.held``, which it must neither count nor trim. Units created in this
-pass are not seen by it: they count from the next pass on.
+The rollout's actions come first within each step of ``actions.ORDER``. Scaling plans over the
+engine units as those actions leave them (``Plan.units``), in which the rollout's surge units are
+``Unit.held``: scaling must neither count nor trim them. Units created in this pass are not seen
+by it: they count from the next pass on.
 """
 
 from __future__ import annotations
@@ -24,20 +24,15 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from weightcache_operator.objects import Object, PodView, spec_hash, stamp
+from weightcache_operator.objects import Object, PodView, spec_hash
 from weightcache_operator.observe.failures import cordoned_nodes
 from weightcache_operator.observe.snapshot import Snapshot
 from weightcache_operator.plan.actions import (
     Action,
-    ApplyService,
-    Delete,
-    DeleteDaemonSet,
     RecountBudget,
-    ReplaceDaemon,
     SetRole,
     in_order,
 )
-from weightcache_operator.plan.engine_units import units
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.views import Desired
@@ -46,7 +41,7 @@ from weightcache_operator.render.daemon import slot_base
 from weightcache_operator.render.engine import engine_template_hash
 from weightcache_operator.render.layout import daemon_spec_hash
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.vocabulary import ROLE_LABEL, SLOT_LABEL
+from weightcache_operator.vocabulary import SLOT_LABEL
 
 
 @dataclass
@@ -153,27 +148,12 @@ def plan_engines(
         old_sets,
         size=size,
         settling=settling,
+        apply_service=apply_service,
     )
-    # The rollout names engine units by their head pod; their actions apply to every pod of them.
-    members = {u.name: [PodView(p).name for p in u.pods] for u in units(engines, size)}
-
-    def pods_of(names: list[str] | set[str]) -> list[str]:
-        return [pod for name in names for pod in members.get(name, [name])]
-
     ready = snapshot.ready_daemons_by_slot(want.daemon_hash, size)
-    actions: list[Action] = [SetRole(name, "active") for name in pods_of(steps.promote)]
-    if apply_service or serving != steps.serve_hash:
-        actions.append(ApplyService(steps.serve_hash))
-    retire = pods_of(steps.retire)
-    actions += [Delete(name, "rolled out") for name in retire if not _deleting(engines, name)]
-    if steps.replace_daemon:
-        actions.append(ReplaceDaemon(steps.replace_daemon))
-    actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in steps.retire_daemonsets]
-
-    after = _after(engines, set(pods_of(steps.promote)), set(retire), now)
     scaled, stranded = plan_scaling(
         cache,
-        units(after, size, held=set(pods_of(steps.held))),
+        steps.units,
         ready,
         new_group,
         snapshot.unready_nodes(),
@@ -181,22 +161,4 @@ def plan_engines(
         surge=steps.create,
         cordoned=cordoned_nodes(snapshot.nodes),
     )
-    actions += scaled
-    return EnginePlan(in_order(actions), steps, stranded, desired_nodes)
-
-
-def _deleting(engines: list[Object], name: str) -> bool:
-    return any(PodView(p).name == name and PodView(p).deleting for p in engines)
-
-
-def _after(engines: list[Object], promote: set[str], retire: set[str], now: datetime) -> list[Object]:
-    """The engine pods as the rollout's relabels and deletions leave them (copies)."""
-    out = []
-    for pod in engines:
-        name = PodView(pod).name
-        if name in promote:
-            pod = {**pod, "metadata": {**pod["metadata"], "labels": {**PodView(pod).labels, ROLE_LABEL: "active"}}}
-        if name in retire and not PodView(pod).deleting:
-            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(now)}}
-        out.append(pod)
-    return out
+    return EnginePlan(in_order([*steps.actions, *scaled]), steps, stranded, desired_nodes)

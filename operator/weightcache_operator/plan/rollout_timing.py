@@ -23,7 +23,7 @@ from typing import Any
 
 from weightcache_operator.objects import Object, PodView, parse_time
 from weightcache_operator.observe.engine_start import engine_start
-from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.views import Desired
 
 
@@ -37,20 +37,22 @@ def replica_timings(
     same = (before.get("engineTemplateHash"), before.get("daemonSpecHash")) == (want.engine_hash, want.daemon_hash)
     entries = {int(e["replica"]): dict(e) for e in (before.get("replicas") or []) if same}
     by_name = {PodView(p).name: p for p in engines}
-    for name in steps.promote:
+    promoted_now: set[int] = set()
+    for name in promoted(steps):
         pod = by_name.get(name)
         replica = PodView(pod).replica if pod is not None else None
-        if pod is None or replica is None:
-            continue
+        if pod is None or replica is None or replica in promoted_now:
+            continue  # a group's head pod comes first and names it
+        promoted_now.add(replica)
         entry: dict[str, Any] = {"replica": replica, "engine": name, "promotedAt": _at(now)}
         start = engine_start(pod)
         if start is not None:
             entry["startSeconds"] = start.total
             entry["promotionSeconds"] = round(max((now - start.ready_at).total_seconds(), 0.0), 3)
         entries[replica] = entry
-    retired = {PodView(by_name[n]).replica for n in steps.retire if n in by_name}
+    drained = {PodView(by_name[n]).replica for n in retired(steps) if n in by_name}
     for replica, entry in entries.items():
-        if "retiredAt" not in entry and replica in retired:
+        if "retiredAt" not in entry and replica in drained:
             entry["retiredAt"] = _at(now)
         since = parse_time(entry.get("retiredAt"))
         if since is not None and "drainSeconds" not in entry and not _old_left(want, engines, replica):

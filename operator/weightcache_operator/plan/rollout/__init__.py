@@ -24,7 +24,7 @@ Two kinds of change reach running engines:
     pod, not the daemon pod, books the node's GPUs, so both generations' daemons can use them): a
     second DaemonSet of the new generation starts next to the serving one (its own socket
     directory per generation), loads on every node, new-generation engines start next to the old ones, the Service switches, the old
-    engines drain, and only then is the old generation's DaemonSet deleted (``retire_daemonsets``).
+    engines drain, and only then is the old generation's DaemonSet deleted (a ``DeleteDaemonSet``).
     The Service never loses its Ready engines.
   - *node by node* otherwise: the DaemonSet is updated in place; a node's old-generation engines
     are drained, then its daemon pod is deleted (the DaemonSet is ``OnDelete``, so it is replaced

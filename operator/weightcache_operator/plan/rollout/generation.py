@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from weightcache_operator.plan.rollout.decisions import Plan, check_deadline
+from weightcache_operator.plan.actions import DeleteDaemonSet, ReplaceDaemon
+from weightcache_operator.plan.rollout.decisions import Plan, check_deadline, promote, retire
 from weightcache_operator.plan.rollout.views import DaemonView, Desired, EngineView, preference
 
 SWITCH_SETTLE_SECONDS = 1.0
@@ -45,6 +46,7 @@ def plan_generation(
     pods: list[EngineView],
     nodes: list[DaemonView],
     result: Plan,
+    held: set[str],
     now: datetime,
     desired_nodes: int,
     old_sets: dict[str, str | None],
@@ -53,7 +55,8 @@ def plan_generation(
     """New-generation engines next to Ready new-generation daemons; the Service switches once
     every replica has a Ready new-generation engine; then the old engines drain. Node by node
     (old daemon pods of the DaemonSet updated in place): drain a node → replace its daemon.
-    Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left."""
+    Blue/green (``old_sets``): the old DaemonSets go once no engine of their generation is left.
+    Units the scaler must neither count nor trim go to ``held``."""
     new_nodes = sorted(d.node for d in nodes if d.node and d.ready and d.daemon_hash == want.daemon_hash)
     # Retire only once the Service selected the new generation before this pass (result.switching).
     switched = result.serve_hash == want.daemon_hash and not result.switching
@@ -66,24 +69,24 @@ def plan_generation(
         active = next((p for p in live if p.role == "active" and p.daemon_hash == want.daemon_hash), None)
         if active is not None:
             if switched:
-                result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
+                retire(result, [p for p in live if p.daemon_hash != want.daemon_hash])
             else:
                 # Promoted ahead of the switch, next to the old active: hidden from the scaler,
                 # which would demote one of two actives (serve_hash says why this order).
-                result.held.add(active.name)
+                held.add(active.name)
             continue
         if not new:
             if new_nodes:
                 result.create.append(replica)
             continue
-        result.held.add(new[0].name)
+        held.add(new[0].name)
         if not new[0].ready:
             check_deadline(want, new[0], now, result, size > 1)
             continue
-        result.promote.append(new[0].name)
+        promote(result, new[0])
         if switched:  # the old generation serves nothing: no reason to wait a pass
-            result.held.discard(new[0].name)
-            result.retire += [p.name for p in live if p.daemon_hash != want.daemon_hash]
+            held.discard(new[0].name)
+            retire(result, [p for p in live if p.daemon_hash != want.daemon_hash])
     if result.stalled:
         # Nothing more moves while stalled, for every size: the old generation's DaemonSets stay
         # the way back if the spec is changed back.
@@ -122,11 +125,11 @@ def plan_generation(
         result.step = f"waiting for new-generation engines before draining {target.node}"
         return
     on_node = [p for p in pods if p.node == target.node and p.daemon_hash != want.daemon_hash]
-    result.retire += [p.name for p in on_node if not p.deleting and p.name not in result.retire]
+    retire(result, [p for p in on_node if not p.deleting])
     if on_node:
         result.step = f"draining engines on {target.node}"
         return
-    result.replace_daemon = target.name
+    result.actions.append(ReplaceDaemon(target.name))
     result.step = f"replacing the daemon on {target.node}"
 
 
@@ -140,11 +143,13 @@ def retire_old_daemonsets(want: Desired, pods: list[EngineView], result: Plan, o
         )
         result.step = f"blue/green: new-generation engines Ready for {ready}/{want.replicas} replicas; old ones serve"
         return
+    drained = []
     for name, old_hash in sorted(old_sets.items()):
         left = [p.name for p in pods if p.daemon_hash == old_hash]
         if left:
             result.step = f"blue/green: draining {len(left)} engines of the old generation"
         else:
-            result.retire_daemonsets.append(name)
-    if result.retire_daemonsets:
-        result.step = f"blue/green: deleting the old generation's DaemonSet {', '.join(result.retire_daemonsets)}"
+            drained.append(name)
+    result.actions += [DeleteDaemonSet(name, "blue/green: old generation drained") for name in drained]
+    if drained:
+        result.step = f"blue/green: deleting the old generation's DaemonSet {', '.join(drained)}"

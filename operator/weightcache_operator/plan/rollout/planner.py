@@ -6,11 +6,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from weightcache_operator.objects import Object
-from weightcache_operator.plan.rollout.decisions import Plan
+from weightcache_operator.objects import Object, PodView, stamp
+from weightcache_operator.plan.actions import ApplyService, in_order
+from weightcache_operator.plan.engine_units import units
+from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.engine import plan_engine
 from weightcache_operator.plan.rollout.generation import plan_generation, serve_hash
 from weightcache_operator.plan.rollout.views import DaemonView, Desired, EngineView, engine_views, replica_done
+from weightcache_operator.vocabulary import ROLE_LABEL
 
 
 def plan(
@@ -25,6 +28,7 @@ def plan(
     *,
     size: int = 1,
     settling: bool = False,
+    apply_service: bool = False,
 ) -> Plan:
     """Decides the next actions and reports the rollout. ``serving``: the generation the live
     Service selects (None when there is no Service yet or it selects none); ``previous``: the
@@ -32,7 +36,8 @@ def plan(
     generation should run; ``old_daemonsets``: name → generation of DaemonSets kept for another
     generation next to it (a blue/green change's old side); ``size``: pods per engine
     (``parallelism.nodes``); ``settling``: the Service switched generation less than
-    ``SWITCH_SETTLE_SECONDS`` ago.
+    ``SWITCH_SETTLE_SECONDS`` ago; ``apply_service``: apply the Service even when its generation
+    does not change (spec changes, resync).
 
     Engines are units (engine_units.py), each seen as one ``EngineView``: every decision (surge,
     promote, drain, which generation the Service selects, which replicas are whole, the stall) is
@@ -45,13 +50,32 @@ def plan(
     nodes = [DaemonView.of(p) for p in daemons]
     old_sets = old_daemonsets or {}
     result.mode = _change(want, pods, nodes, old_sets)
+    held: set[str] = set()
     if result.mode == "Generation":
-        plan_generation(want, pods, nodes, result, now, desired_nodes, old_sets, size)
+        plan_generation(want, pods, nodes, result, held, now, desired_nodes, old_sets, size)
     elif result.mode == "Engine":
-        plan_engine(want, pods, result, now, size)
+        plan_engine(want, pods, result, held, now, size)
+    if apply_service or serving != result.serve_hash:
+        result.actions.append(ApplyService(result.serve_hash))
+    result.actions = in_order(result.actions)
+    result.units = units(_after(engines, result, now), size, held=held)
     undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
     settle_phase(result, previous, undone)
     return result
+
+
+def _after(engines: list[Object], result: Plan, now: datetime) -> list[Object]:
+    """The engine pods as ``result``'s relabels and deletions leave them (copies)."""
+    promote, retire = set(promoted(result)), set(retired(result))
+    out = []
+    for pod in engines:
+        view = PodView(pod)
+        if view.name in promote:
+            pod = {**pod, "metadata": {**pod["metadata"], "labels": {**view.labels, ROLE_LABEL: "active"}}}
+        if view.name in retire and not view.deleting:
+            pod = {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": stamp(now)}}
+        out.append(pod)
+    return out
 
 
 def _change(

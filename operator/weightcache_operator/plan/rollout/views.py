@@ -38,6 +38,8 @@ class EngineView:
     ready: bool
     deleting: bool
     created: datetime | None
+    pods: tuple[str, ...] = ()
+    """The unit's pod names, its head (``name``) first."""
 
     @classmethod
     def of(cls, raw: Object) -> EngineView:
@@ -52,6 +54,7 @@ class EngineView:
             ready=pod.ready,
             deleting=pod.deleting,
             created=pod.created,
+            pods=(pod.name,),
         )
 
 
@@ -88,6 +91,7 @@ def unit_view(want: Desired, unit: Unit) -> EngineView:
         ready=unit.ready,
         deleting=unit.deleting,
         engine_hash=next((h for h in hashes if h != want.engine_hash), want.engine_hash),
+        pods=tuple(PodView(p).name for p in unit.pods),
     )
 
 
