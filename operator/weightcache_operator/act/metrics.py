@@ -161,6 +161,10 @@ class OperatorMetrics:
     def daemon_status_reads(self, reads: int) -> None:
         self.registry.inc("weightcache_operator_daemon_status_reads_total", reads)
 
+    def forget(self, key: tuple[str, str]) -> None:
+        """The cache is gone: its gauges go too (memory.py)."""
+        self.cache_status(key[0], key[1], None)
+
     def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
         """The status just written for a cache; None once the cache is gone."""
         with self._lock:

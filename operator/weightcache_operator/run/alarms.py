@@ -44,6 +44,10 @@ class Alarms:
     def cancel(self, key: Hashable) -> None:
         self.set(key, None, datetime.now())
 
+    def forget(self, key: Hashable) -> None:
+        """The cache is gone: no wake-up for it (memory.py)."""
+        self.cancel(key)
+
     def pending(self, key: Hashable) -> datetime | None:
         with self._lock:
             found = self._pending.get(key)

@@ -50,6 +50,7 @@ from weightcache_operator.plan.status import Observed, aggregate, invalid_status
 from weightcache_operator.render.gpu_holder import uses_gpu_holder
 from weightcache_operator.run.alarms import Alarms
 from weightcache_operator.run.handover import HandOver
+from weightcache_operator.run.memory import CacheMemory, SwitchSettles
 from weightcache_operator.run.runner import PassRunner
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.together import THREADS
@@ -76,15 +77,17 @@ class Reconciler:
         requests: Executor | None | Literal["pool"] = "pool",
     ) -> None:
         self.api = api
+        self.memory = CacheMemory()
+        """Every holder of per-cache memory below registers here: forgetting a cache is one call."""
         self.nodes = nodes or NodeIndex()
         """The nodes passes read: handlers.py feeds it from the node watch."""
         self.pods = PodIndex()
         """Each cache's pods as the pod watch delivered them: handlers.py feeds it; passes that
         events trigger read it once it holds their predecessors' writes (pod_index.py)."""
-        self.engine_nodes = EngineNodes()
+        self.engine_nodes = self.memory.holds(EngineNodes())
         """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
-        self.metrics = metrics or OperatorMetrics()
+        self.metrics = self.memory.holds(metrics or OperatorMetrics())
         api.timed = self.metrics.api_request
         self._requests = (
             ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="api-request")
@@ -93,15 +96,15 @@ class Reconciler:
         )
         """Where a pass's independent requests run at once (together.py); shared by all passes. None
         (``requests``): one after another on the pass's thread, in the order the pass hands them over."""
-        self._switch_settles: dict[tuple[str, str], datetime] = {}
-        """When each cache's last Service switch of generation has settled (rollout.Plan.switching);
-        forgotten on a restart, which costs nothing: the switch was long enough ago by then."""
-        self.starts = StartWatch()
+        self._switch_settles = self.memory.holds(SwitchSettles())
+        self.starts = self.memory.holds(StartWatch())
         """Which engine pods' starts were counted (engine_start.py): each once, not once per pass."""
-        self.sightings = Sightings()
+        self.sightings = self.memory.holds(Sightings())
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
-        self.daemon_status = daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
+        self.daemon_status = self.memory.holds(
+            daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
+        )
         self.events = EventSink(
             lambda namespace, event: api.create(f"/api/v1/namespaces/{namespace}/events", event),
             counted=self.metrics.event,
@@ -110,9 +113,9 @@ class Reconciler:
         self.reporter = Reporter(api, clock, self.metrics, self.sightings, self.events)
         self._runner = PassRunner()
         self._guard = threading.Lock()
-        self.alarms = Alarms(self._woken)
+        self.alarms = self.memory.holds(Alarms(self._woken))
         """Wake-ups for decisions that change with time alone (a gate kept through a daemon outage)."""
-        self.responsiveness = ResponsivenessWatch(self._woken)
+        self.responsiveness = self.memory.holds(ResponsivenessWatch(self._woken))
         """The operator's own probes of Ready engines (``unresponsiveAfterMilliseconds``)."""
         self._acting: set[Hashable] = set()
         """Caches this replica acts for (handlers.acting): passes, alarms and probes run only there."""
@@ -335,7 +338,7 @@ class Reconciler:
         pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
         lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
-            settles = self._switch_settles[key] = self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS)
+            settles = self._switch_settles.set(key, self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS))
         self._gates(key, cache, snapshot, grace, noticed, also=settles if plan.rollout.switching else None)
         lap("gates")
 
@@ -414,11 +417,4 @@ class Reconciler:
         return self.responsiveness.unresponsive(key)
 
     def _forget(self, key: tuple[str, str]) -> None:
-        self._switch_settles.pop(key, None)
-        self.daemon_status.forget(key)
-        self.engine_nodes.forget(key)
-        self.alarms.cancel(key)
-        self.responsiveness.forget(key)
-        self.sightings.forget(key)
-        self.starts.forget(key)
-        self.metrics.cache_status(key[0], key[1], None)
+        self.memory.forget(key)
