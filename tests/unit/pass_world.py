@@ -53,12 +53,21 @@ class World:
         return self.reconciler.reconcile("ns", "tiny", apply=apply)
 
     def _watch(self) -> None:
-        """The pod watch (handlers.py feeds the pod index so): every pod as stored now, and every
-        pod gone since the last pass."""
-        for name in self.api.names("Pod"):
-            self.reconciler.pods.put(copy.deepcopy(self.api.stored("Pod", name)))
-        for gone in self.api.removed:
-            self.reconciler.pods.remove(gone)
+        """The watches (handlers.py feeds the indexes so): every pod, DaemonSet, Service and
+        budget as stored now, and every one gone since the last pass."""
+        watches = self.reconciler.watches
+        indexes = {
+            "Pod": watches.pods,
+            "DaemonSet": watches.daemonsets,
+            "Service": watches.services,
+            "PodDisruptionBudget": watches.budgets,
+        }
+        for kind, index in indexes.items():
+            for name in self.api.names(kind):
+                index.put(copy.deepcopy(self.api.stored(kind, name)))
+        for kind, gone in self.api.removed:
+            if kind in indexes:
+                indexes[kind].remove(gone)
         self.api.removed.clear()
 
     def change_spec(self, **changes: Any) -> None:

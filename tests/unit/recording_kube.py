@@ -55,8 +55,9 @@ class RecordingKube(KubeApi):
         self.timed = None
         self.objects: dict[Key, Object] = {}
         self.writes: list[Write] = []
-        self.removed: list[Object] = []
-        """Objects ``remove``d since a test last cleared this (what a watch reports deleted)."""
+        self.removed: list[tuple[str, Object]] = []
+        """(kind, object) of every object ``remove``d, or deleted without a grace period (all
+        but pods), since a test last cleared this: what the watches report deleted."""
         self._version = 0
         self._named: dict[str, int] = {}
         """Per kind, how many objects got a name from their ``generateName``: Events come from
@@ -80,7 +81,7 @@ class RecordingKube(KubeApi):
         """The object is gone (a terminating pod finished, a controller deleted it)."""
         gone = self.objects.pop((kind, namespace, name), None)
         if gone is not None:
-            self.removed.append(gone)
+            self.removed.append((kind, gone))
 
     def stored(self, kind: str, name: str, namespace: str = "ns") -> Object:
         return self.objects[(kind, namespace, name)]
@@ -156,7 +157,7 @@ class RecordingKube(KubeApi):
                 meta.setdefault("deletionTimestamp", "2026-11-29T10:00:00Z")
                 meta["resourceVersion"] = self._next_version()
             else:
-                del self.objects[key]
+                self.removed.append((kind, self.objects.pop(key)))
 
     def patch(self, path: str, body: Object, content_type: str = "application/merge-patch+json") -> Object:
         kind, namespace, name, sub = _parse(path)

@@ -30,14 +30,22 @@ NAMESPACED_RULES = [
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get"]},
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch", "create", "delete", "patch"]},
     {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]},
-    {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["get", "list", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["daemonsets"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
     {
         "apiGroups": ["resource.k8s.io"],
         "resources": ["resourceclaimtemplates"],
         "verbs": ["get", "create", "patch", "delete"],
     },
-    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "create", "patch", "delete"]},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"], "verbs": ["get", "create", "patch"]},
+    {"apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["policy"],
+        "resources": ["poddisruptionbudgets"],
+        "verbs": ["get", "list", "watch", "create", "patch"],
+    },
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 """Everything the operator does inside the namespaces it serves: a Role each in a namespaced install."""

@@ -65,7 +65,7 @@ runs the operator with exactly these rules and shows it fails without each group
 # One DaemonSet per node slot (parallelism.nodes > 1); stale slots are listed and deleted.
 - apiGroups: [apps]
   resources: [daemonsets]
-  verbs: [get, list, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 # gpuAccess dra: the template each daemon pod's ResourceClaim is made from. Engines reference the
 # generated claims by name, which needs no right on the claims themselves.
 - apiGroups: [resource.k8s.io]
@@ -73,12 +73,12 @@ runs the operator with exactly these rules and shows it fails without each group
   verbs: [get, create, patch, delete]
 - apiGroups: [""]
   resources: [services]
-  verbs: [get, list, create, patch, delete]
-# The disruption budget over each cache's active engines (read to apply only where it differs;
-# server-side applied: create and patch; the garbage collector deletes it with the cache).
+  verbs: [get, list, watch, create, patch, delete]
+# The disruption budget over each cache's active engines (watched, and read to apply only where it
+# differs; server-side applied: create and patch; the garbage collector deletes it with the cache).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
-  verbs: [get, create, patch]
+  verbs: [get, list, watch, create, patch]
 # kopf posts Kubernetes events about the objects it handles.
 - apiGroups: [""]
   resources: [events]

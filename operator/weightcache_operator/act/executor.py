@@ -172,7 +172,8 @@ def _apply_service(api: KubeApi, cache: WeightCache, snapshot: Snapshot, serve: 
             snapshot.budget,
         ),
     )
-    snapshot.service, snapshot.budget = applied["service"], applied["budget"]
+    snapshot.service_applied(applied["service"])
+    snapshot.budget_applied(applied["budget"])
 
 
 def _set_gate(api: KubeApi, path: str, action: SetGate) -> list[Object]:
@@ -224,7 +225,7 @@ def _recount_budget(api: KubeApi, snapshot: Snapshot, now: datetime) -> None:
     value = f"{actives} ({now.isoformat(timespec='milliseconds')})"
     path = f"/apis/policy/v1/namespaces/{snapshot.namespace}/poddisruptionbudgets/{snapshot.budget['metadata']['name']}"
     try:
-        snapshot.budget = api.patch(path, {"metadata": {"annotations": {SERVING_ANNOTATION: value}}})
+        snapshot.budget_applied(api.patch(path, {"metadata": {"annotations": {SERVING_ANNOTATION: value}}}))
     except ApiError as error:
         if error.status != 404:
             raise

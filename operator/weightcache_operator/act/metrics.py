@@ -19,8 +19,10 @@
   step a pass ran (``PASS_STEPS``; a pass that stops early observes fewer): a slow pass says here
   whether it waited on its reads, its writes or the daemons.
 - ``weightcache_operator_pod_reads_total{source}``: how passes read their cache's pods: ``watch``
-  (the pod index, pod_index.py) or ``list`` (a LIST: full passes, and passes whose predecessors'
+  (the pod index, watch_index.py) or ``list`` (a LIST: full passes, and passes whose predecessors'
   writes the watch had not delivered yet).
+- ``weightcache_operator_watched_reads_total{kind,source}``: the same for every kind a pass may
+  read from a watch: ``kind`` is ``pods``, ``daemonsets``, ``services`` or ``budgets``.
 - ``weightcache_operator_events_total{outcome}``: Events the operator posted (events.py), by
   outcome: ``sent``, ``failed`` (the API server refused it) or ``dropped`` (too many waiting).
 - ``weightcache_operator_rollout_phase{namespace,cache,mode,phase}``: 1 for the phase of the cache's
@@ -98,6 +100,9 @@ class OperatorMetrics:
         )
         m.describe("weightcache_operator_events_total", "counter", "Events posted, by outcome")
         m.describe("weightcache_operator_pod_reads_total", "counter", "passes' reads of their pods, by source")
+        m.describe(
+            "weightcache_operator_watched_reads_total", "counter", "passes' reads of their objects, by kind and source"
+        )
         m.describe("weightcache_operator_rollout_phase", "gauge", "1 for the phase of each cache's latest rollout")
         m.describe(
             "weightcache_operator_rollout_updated_replicas", "gauge", "replicas the latest rollout has moved over"
@@ -127,8 +132,11 @@ class OperatorMetrics:
             clock,
         )
 
-    def pods_read(self, source: str) -> None:
-        self.registry.inc("weightcache_operator_pod_reads_total", source=source)
+    def read_by(self, kind: str, source: str) -> None:
+        """How a pass read one kind of its cache's objects (observe/snapshot.py)."""
+        if kind == "pods":
+            self.registry.inc("weightcache_operator_pod_reads_total", source=source)
+        self.registry.inc("weightcache_operator_watched_reads_total", kind=kind, source=source)
 
     def event(self, outcome: str) -> None:
         self.registry.inc("weightcache_operator_events_total", outcome=outcome)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from weightcache_operator.kubeapi import ApiError, KubeApi
@@ -18,8 +19,8 @@ from weightcache_operator.objects import Object, PodView, spec_hash, stamp
 from weightcache_operator.observe.engine_nodes import EngineNodes
 from weightcache_operator.observe.failures import unready_nodes
 from weightcache_operator.observe.node_index import NodeIndex
-from weightcache_operator.observe.pod_index import PodIndex, version
 from weightcache_operator.observe.validation import parse
+from weightcache_operator.observe.watch_index import Watches, WatchIndex, version
 from weightcache_operator.render.budget import budget_name
 from weightcache_operator.render.gpu_holder import HOLDER_COMPONENT
 from weightcache_operator.spec import GROUP, PLURAL, VERSION, WeightCache
@@ -51,9 +52,9 @@ class Snapshot:
     """The live disruption budget over the serving engines; None while there is none."""
     namespace_labels: dict[str, str] | None = None
     """The cache's namespace's labels (its Pod Security level); None when they could not be read."""
-    pod_index: PodIndex | None = field(default=None, repr=False)
-    """Told of every pod the pass writes (pod_index.py: later passes read pods from the watch only
-    once it has delivered these writes)."""
+    watches: Watches | None = field(default=None, repr=False)
+    """Told of every pod, DaemonSet, Service and budget the pass writes (watch_index.py: later
+    passes read them from the watches only once these have delivered the writes)."""
 
     @property
     def namespace(self) -> str:
@@ -115,8 +116,7 @@ class Snapshot:
 
     def pod_changed(self, pod: Object) -> None:
         """A pod the pass patched or created, as the API returned it."""
-        if self.pod_index is not None:
-            self.pod_index.wrote((self.namespace, self.name), pod)
+        self._wrote("pods", pod)
         for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
             for i, old in enumerate(pods):
                 if old["metadata"]["name"] == pod["metadata"]["name"]:
@@ -129,17 +129,37 @@ class Snapshot:
         for pods in (self.engine_pods, self.daemon_pods, self.holder_pods):
             for i, old in enumerate(pods):
                 if old["metadata"]["name"] == name:
-                    if self.pod_index is not None:
-                        self.pod_index.deleting((self.namespace, self.name), old)
+                    self._wrote("pods", old, deleted=True)
                     if not old["metadata"].get("deletionTimestamp"):
                         pods[i] = {**old, "metadata": {**old["metadata"], "deletionTimestamp": stamp(now)}}
 
     def daemonset_applied(self, daemonset: Object) -> None:
+        self._wrote("daemonsets", daemonset)
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != daemonset["metadata"]["name"]]
         self.daemonsets.append(daemonset)
 
     def daemonset_deleted(self, name: str) -> None:
+        for old in self.daemonsets:
+            if old["metadata"]["name"] == name:
+                self._wrote("daemonsets", old, deleted=True)
         self.daemonsets = [ds for ds in self.daemonsets if ds["metadata"]["name"] != name]
+
+    def service_applied(self, service: Object) -> None:
+        self._wrote("services", service)
+        self.service = service
+
+    def budget_applied(self, budget: Object) -> None:
+        self._wrote("budgets", budget)
+        self.budget = budget
+
+    def _wrote(self, kind: str, obj: Object, deleted: bool = False) -> None:
+        if self.watches is None:
+            return
+        index: WatchIndex = getattr(self.watches, kind)
+        if deleted:
+            index.deleting((self.namespace, self.name), obj)
+        else:
+            index.wrote((self.namespace, self.name), obj)
 
 
 def observe(
@@ -149,59 +169,61 @@ def observe(
     nodes: NodeIndex,
     engines: EngineNodes | None = None,
     reads: Executor | None = None,
-    pods: PodIndex | None = None,
+    watches: Watches | None = None,
     watched: bool = False,
-    counted: Callable[[str], None] | None = None,
+    counted: Callable[[str, str], None] | None = None,
 ) -> Snapshot | None:
     """The cache and everything of it the pass decides on; None when the cache is gone. Reads
-    the cache, its namespace's labels, its pods, DaemonSets and Services (by the cache's label)
-    and its disruption budget from the API, all at once on ``reads``; the nodes from ``nodes``,
-    after recording in ``engines`` where the cache's engine pods are (engine_nodes.py says why
-    in that order). With ``watched``, the pods come from ``pods`` (the pod watch) when it holds
-    every write of the cache's passes, else from a LIST; ``counted`` is told which
-    (``watch``, ``list``)."""
+    the cache and its namespace's labels from the API; its pods, DaemonSets, Services and
+    disruption budget (all by the cache's label) from ``watches`` with ``watched``, each kind
+    whose index holds every write of the cache's passes (watch_index.py), else from the API; all
+    requests at once on ``reads``; the nodes from ``nodes``, after recording in ``engines`` where
+    the cache's engine pods are (engine_nodes.py says why in that order). ``counted`` is told of
+    each kind how it was read (kind, ``watch`` or ``list``)."""
     selector = f"{CACHE_LABEL}={name}"
     key = (namespace, name)
-    from_watch = pods.view(key) if pods is not None and watched else None
+    paths = {
+        "pods": f"/api/v1/namespaces/{namespace}/pods",
+        "daemonsets": f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
+        "services": f"/api/v1/namespaces/{namespace}/services",
+        "budgets": f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets",
+    }
+    from_watch = {kind: getattr(watches, kind).view(key) if watches is not None and watched else None for kind in paths}
 
-    def listed() -> tuple[list[Object], int]:
-        answer = api.request(
-            "GET", f"/api/v1/namespaces/{namespace}/pods", params={"labelSelector": selector}, verb="LIST"
-        )
+    def listed(path: str) -> tuple[list[Object], int]:
+        answer = api.request("GET", path, params={"labelSelector": selector}, verb="LIST")
         return list(answer["items"]), version(answer)
 
-    # Independent of each other, so sent together (together.py). The
-    # Services are listed by label because the one that serves is named in the spec, which is
-    # one of these answers. A cache that is gone or not run wastes the other reads: rare.
+    # Independent of each other, so sent together (together.py). The Services are read by label
+    # because the one that serves is named in the spec, which is one of these answers. A cache
+    # that is gone or not run wastes the other reads: rare.
     calls: dict[str, Callable[[], Any]] = dict(
         body=lambda: _get_if_exists(api, cache_path(namespace, name)),
         namespace_labels=lambda: _namespace_labels(api, namespace),
-        daemonsets=lambda: api.list(f"/apis/apps/v1/namespaces/{namespace}/daemonsets", selector),
-        services=lambda: api.list(f"/api/v1/namespaces/{namespace}/services", selector),
-        budget=lambda: _get_if_exists(
-            api,
-            f"/apis/policy/v1/namespaces/{namespace}/poddisruptionbudgets/{budget_name(CacheRef(name, namespace, ''))}",
-        ),
     )
-    if from_watch is None:
-        calls["pods"] = listed
+    for kind, path in paths.items():
+        if from_watch[kind] is None:
+            calls[kind] = partial(listed, path)
     answers = all_at_once(reads, **calls)
     body: Object | None = answers["body"]
     if body is None:
         return None
     cache, problems = parse(body)
-    snapshot = Snapshot(body, cache, problems, pod_index=pods)
+    snapshot = Snapshot(body, cache, problems, watches=watches)
     if cache is None or problems or body["metadata"].get("deletionTimestamp"):
         return snapshot  # nothing more is used for a spec that is not run
-    serving_name = cache.spec.service.name or name
-    if from_watch is None:
-        all_pods, at = answers["pods"]
-        if pods is not None:
-            pods.listed(key, all_pods, at)
-    else:
-        all_pods = from_watch
-    if counted is not None:
-        counted("list" if from_watch is None else "watch")
+    seen: dict[str, list[Object]] = {}
+    for kind in paths:
+        held = from_watch[kind]
+        if held is None:
+            seen[kind], at = answers[kind]
+            if watches is not None:
+                getattr(watches, kind).listed(key, seen[kind], at)
+        else:
+            seen[kind] = held
+        if counted is not None:
+            counted(kind, "list" if held is None else "watch")
+    all_pods = seen["pods"]
 
     def component(pod: Object) -> str | None:
         return (pod["metadata"].get("labels") or {}).get(COMPONENT_LABEL)
@@ -211,11 +233,13 @@ def observe(
         engines.record(key, snapshot.engine_pods)
     snapshot.nodes = nodes.nodes()
     snapshot.namespace_labels = answers["namespace_labels"]
-    snapshot.daemonsets = answers["daemonsets"]
+    snapshot.daemonsets = seen["daemonsets"]
     snapshot.daemon_pods = [p for p in all_pods if component(p) == "daemon"]
     snapshot.holder_pods = [p for p in all_pods if component(p) == HOLDER_COMPONENT]
-    snapshot.service = next((svc for svc in answers["services"] if svc["metadata"]["name"] == serving_name), None)
-    snapshot.budget = answers["budget"]
+    serving_name = cache.spec.service.name or name
+    snapshot.service = next((svc for svc in seen["services"] if svc["metadata"]["name"] == serving_name), None)
+    budget = budget_name(CacheRef(name, namespace, ""))
+    snapshot.budget = next((pdb for pdb in seen["budgets"] if pdb["metadata"]["name"] == budget), None)
     return snapshot
 
 

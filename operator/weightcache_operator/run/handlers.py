@@ -45,6 +45,7 @@ from weightcache_contract.readonly_http import ReadOnlyServer
 from weightcache_operator.act.metrics import metrics_server
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import conditions_ready
+from weightcache_operator.observe.watch_index import WatchIndex
 from weightcache_operator.render import CACHE_LABEL
 from weightcache_operator.run.reconcile import Reconciler, StillTerminating
 from weightcache_operator.settings import current
@@ -146,20 +147,25 @@ def resync(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> None:
         _run(namespace, name, apply=True)
 
 
+def _fed(index: WatchIndex, body: kopf.Body, type: str | None) -> None:
+    """One watch event into ``index`` (watch_index.py). kopf calls no index handler for a
+    deletion, so the event handlers remove deleted objects."""
+    if type == "DELETED":
+        index.remove(dict(body))
+    elif type is None:
+        index.relisted()  # a watch (re)started: deletions from its gap are unknown
+
+
 @kopf.index("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
 def pod_index(body: kopf.Body, **_: Any) -> None:
-    """Feeds the reconciler's pod index (pod_index.py) from the pod watch, from the initial listing
-    on, as ``node_index`` does for nodes. kopf calls no index handler for a deletion: ``on_pod``
-    removes deleted pods."""
-    reconciler().pods.put(dict(body))
+    """Feeds the reconciler's pod index (watch_index.py) from the pod watch, from the initial
+    listing on, as ``node_index`` does for nodes; ``on_pod`` removes deleted pods."""
+    reconciler().watches.pods.put(dict(body))
 
 
 @kopf.on.event("", "v1", "pods", labels={CACHE_LABEL: kopf.PRESENT})
 def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: str | None, **_: Any) -> None:
-    if type == "DELETED":
-        reconciler().pods.remove(dict(body))  # before the pass this deletion triggers
-    elif type is None:
-        reconciler().pods.relisted()  # a watch (re)started: deletions from its gap are unknown
+    _fed(reconciler().watches.pods, body, type)  # a deletion before the pass it triggers
     # The event's arrival, before any wait for a running pass: what failover detection is timed from.
     reconciler().sightings.pod_event((_ns(namespace), labels[CACHE_LABEL]), dict(body), reconciler().clock())
     try:
@@ -167,6 +173,40 @@ def on_pod(namespace: str | None, labels: kopf.Labels, body: kopf.Body, type: st
     except ApiError as error:
         # Event handlers are not retried by kopf; the next pod event or the resync timer will be.
         logging.getLogger(__name__).warning("pass after pod event failed", extra={"error": str(error)})
+
+
+# The cache's DaemonSets, Services and budget: only fed into their indexes (no pass follows
+# their events; passes that write them fold their writes in, watch_index.py).
+
+
+@kopf.index("apps", "v1", "daemonsets", labels={CACHE_LABEL: kopf.PRESENT})
+def daemonset_index(body: kopf.Body, **_: Any) -> None:
+    reconciler().watches.daemonsets.put(dict(body))
+
+
+@kopf.on.event("apps", "v1", "daemonsets", labels={CACHE_LABEL: kopf.PRESENT})
+def on_daemonset(body: kopf.Body, type: str | None, **_: Any) -> None:
+    _fed(reconciler().watches.daemonsets, body, type)
+
+
+@kopf.index("", "v1", "services", labels={CACHE_LABEL: kopf.PRESENT})
+def service_index(body: kopf.Body, **_: Any) -> None:
+    reconciler().watches.services.put(dict(body))
+
+
+@kopf.on.event("", "v1", "services", labels={CACHE_LABEL: kopf.PRESENT})
+def on_service(body: kopf.Body, type: str | None, **_: Any) -> None:
+    _fed(reconciler().watches.services, body, type)
+
+
+@kopf.index("policy", "v1", "poddisruptionbudgets", labels={CACHE_LABEL: kopf.PRESENT})
+def budget_index(body: kopf.Body, **_: Any) -> None:
+    reconciler().watches.budgets.put(dict(body))
+
+
+@kopf.on.event("policy", "v1", "poddisruptionbudgets", labels={CACHE_LABEL: kopf.PRESENT})
+def on_budget(body: kopf.Body, type: str | None, **_: Any) -> None:
+    _fed(reconciler().watches.budgets, body, type)
 
 
 @kopf.index("", "v1", "nodes")

@@ -1,6 +1,6 @@
 """Level-based reconciliation of one WeightCache: read what exists, compare with what the pure
 planners say should exist, and close the gap. Every pass starts from the cluster's state, read
-from the API server or the operator's watches (pod_index.py says when the pod watch will do), so
+from the API server or the operator's watches (watch_index.py says when the watches will do), so
 a pass can be repeated, interrupted or run by another replica without harm.
 
 A pass: observe (snapshot.py) → the daemons' DaemonSets on spec changes and resyncs
@@ -35,10 +35,10 @@ from weightcache_operator.observe.daemon_status import DaemonStatusReader
 from weightcache_operator.observe.engine_nodes import EngineNodes
 from weightcache_operator.observe.engine_start import StartWatch
 from weightcache_operator.observe.node_index import NodeIndex
-from weightcache_operator.observe.pod_index import PodIndex
 from weightcache_operator.observe.responsiveness import ResponsivenessWatch, probe_url
 from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.observe.snapshot import Snapshot, observe
+from weightcache_operator.observe.watch_index import Watches
 from weightcache_operator.plan.actions import Action
 from weightcache_operator.plan.daemonsets import plan_daemons
 from weightcache_operator.plan.engine_plan import desired, plan_engines
@@ -81,9 +81,10 @@ class Reconciler:
         """Every holder of per-cache memory below registers here: forgetting a cache is one call."""
         self.nodes = nodes or NodeIndex()
         """The nodes passes read: handlers.py feeds it from the node watch."""
-        self.pods = PodIndex()
-        """Each cache's pods as the pod watch delivered them: handlers.py feeds it; passes that
-        events trigger read it once it holds their predecessors' writes (pod_index.py)."""
+        self.watches = Watches()
+        """Each cache's pods, DaemonSets, Services and budget as the watches delivered them:
+        handlers.py feeds them; passes that events trigger read them once they hold their
+        predecessors' writes (watch_index.py)."""
         self.engine_nodes = self.memory.holds(EngineNodes())
         """Where each cache's engine pods are, as its latest pass saw them."""
         self.clock = clock
@@ -143,7 +144,7 @@ class Reconciler:
                 if outcome == "error":
                     # A write that failed may still have been carried out (an answer lost to a
                     # timeout): the next pass LISTs rather than trust the watch to hold it.
-                    self.pods.unchecked((namespace, name))
+                    self.watches.unchecked((namespace, name))
                 self.metrics.pass_done(namespace, name, outcome, seconds)
                 if seconds >= SLOW_PASS_SECONDS:
                     log.warning(
@@ -268,8 +269,8 @@ class Reconciler:
     def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> str | None:
         key = (namespace, name)
         started = self.clock()
-        # A full pass (spec change, resync, taking over) LISTs the pods: it also clears the pod
-        # index of deletions a broken watch never told of (pod_index.py).
+        # A full pass (spec change, resync, taking over) LISTs what the watches hold: it also clears
+        # the indexes of deletions a broken watch never told of (watch_index.py).
         snapshot = observe(
             self.api,
             namespace,
@@ -277,9 +278,9 @@ class Reconciler:
             self.nodes,
             self.engine_nodes,
             self._requests,
-            pods=self.pods,
+            watches=self.watches,
             watched=not apply,
-            counted=self.metrics.pods_read,
+            counted=self.metrics.read_by,
         )
         lap("observe")
         if snapshot is None or snapshot.body["metadata"].get("deletionTimestamp"):

@@ -1,4 +1,4 @@
-"""The pod index (pod_index.py): passes read a cache's pods from the watch only when it holds
+"""The pod index (watch_index.py): passes read a cache's pods from the watch only when it holds
 every write of the cache's earlier passes and a LIST has checked it since the watch listed;
 otherwise they LIST. Each test is one way a stale view could make a pass act twice or not at all."""
 
@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from builders import engine
-from weightcache_operator.observe.pod_index import PodIndex
+from weightcache_operator.observe.watch_index import WatchIndex
 
 KEY = ("ns", "tiny")
 
@@ -21,7 +21,7 @@ def names(view: list[dict[str, Any]] | None) -> list[str] | None:
     return None if view is None else [p["metadata"]["name"] for p in view]
 
 
-def checked(index: PodIndex, *pods: dict[str, Any], at: int = 100) -> PodIndex:
+def checked(index: WatchIndex, *pods: dict[str, Any], at: int = 100) -> WatchIndex:
     for p in pods:
         index.put(p)
     index.listed(KEY, list(pods), at)
@@ -29,7 +29,7 @@ def checked(index: PodIndex, *pods: dict[str, Any], at: int = 100) -> PodIndex:
 
 
 def test_the_watch_is_read_only_once_a_list_has_checked_the_cache() -> None:
-    index = PodIndex()
+    index = WatchIndex()
     index.put(watched("engine-a", resource_version=10))
     assert index.view(KEY) is None, "before any LIST: deletions from before the watch started are unknown"
     index.listed(KEY, [watched("engine-a", resource_version=10)], 12)
@@ -38,7 +38,7 @@ def test_the_watch_is_read_only_once_a_list_has_checked_the_cache() -> None:
 
 
 def test_a_created_pod_must_come_back_through_the_watch_before_passes_read_it() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     created = watched("engine-b", resource_version=20)
     index.wrote(KEY, created)
     assert index.view(KEY) is None, "without engine-b the next pass would create it again"
@@ -51,7 +51,7 @@ def test_a_created_pod_must_come_back_through_the_watch_before_passes_read_it() 
 
 
 def test_a_patched_pod_is_trusted_at_the_patched_version_or_newer() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.wrote(KEY, watched("engine-a", resource_version=30))  # relabelled active
     index.put(watched("engine-a", resource_version=25))  # an older change still on its way
     assert index.view(KEY) is None
@@ -62,14 +62,14 @@ def test_a_patched_pod_is_trusted_at_the_patched_version_or_newer() -> None:
 
 
 def test_a_write_the_watch_delivered_before_the_pass_recorded_it_needs_no_wait() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.put(watched("engine-a", resource_version=30))
     index.wrote(KEY, watched("engine-a", resource_version=30))
     assert names(index.view(KEY)) == ["engine-a"]
 
 
 def test_a_deleted_pod_must_show_its_deletion_or_be_gone() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10), watched("engine-b", resource_version=11))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10), watched("engine-b", resource_version=11))
     index.deleting(KEY, watched("engine-a", resource_version=10))
     assert index.view(KEY) is None, "a view still serving engine-a would count it as a live active"
     index.put(watched("engine-a", resource_version=40, deleted=0))
@@ -80,7 +80,7 @@ def test_a_deleted_pod_must_show_its_deletion_or_be_gone() -> None:
 
 
 def test_a_deletion_the_watch_handled_before_the_pass_recorded_it_counts() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.remove(watched("engine-a", resource_version=40))  # handled by kopf's worker for engine-a first
     index.deleting(KEY, watched("engine-a", resource_version=10))
     assert names(index.view(KEY)) == []
@@ -90,7 +90,7 @@ def test_a_deletion_the_watch_handled_before_the_pass_recorded_it_counts() -> No
 
 def test_a_name_used_again_is_a_new_pod() -> None:
     # A multi-node group's pods have fixed names: the old pod's copy says nothing of the new one.
-    index = checked(PodIndex(), watched("tiny-0-g1-1", resource_version=10, uid="old"))
+    index = checked(WatchIndex(), watched("tiny-0-g1-1", resource_version=10, uid="old"))
     index.remove(watched("tiny-0-g1-1", resource_version=12, uid="old"))
     index.wrote(KEY, watched("tiny-0-g1-1", resource_version=20, uid="new"))
     assert index.view(KEY) is None, "the tombstone is the old pod's, not the new one's"
@@ -101,14 +101,14 @@ def test_a_name_used_again_is_a_new_pod() -> None:
 
 
 def test_a_list_removes_pods_the_watch_never_said_were_deleted_but_not_newer_ones() -> None:
-    index = checked(PodIndex(), watched("ghost", resource_version=10), watched("engine-a", resource_version=11))
+    index = checked(WatchIndex(), watched("ghost", resource_version=10), watched("engine-a", resource_version=11))
     index.put(watched("engine-new", resource_version=60))  # created after the LIST below was answered
     index.listed(KEY, [watched("engine-a", resource_version=11)], 50)
     assert names(index.view(KEY)) == ["engine-a", "engine-new"]
 
 
 def test_a_listing_of_the_watch_makes_every_cache_list_again() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.relisted()
     assert index.view(KEY) is None
     index.listed(KEY, [watched("engine-a", resource_version=10)], 70)
@@ -116,7 +116,7 @@ def test_a_listing_of_the_watch_makes_every_cache_list_again() -> None:
 
 
 def test_a_resource_version_that_is_no_number_is_never_taken_as_new_enough() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     odd = watched("engine-a", resource_version=0)
     odd["metadata"]["resourceVersion"] = "opaque"
     index.wrote(KEY, odd)
@@ -125,7 +125,7 @@ def test_a_resource_version_that_is_no_number_is_never_taken_as_new_enough() -> 
 
 
 def test_pods_of_other_caches_and_unlabelled_pods_stay_apart() -> None:
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.put(engine("engine-x", namespace="ns", cache="other", resource_version=11))
     stray = watched("stray", resource_version=12)
     del stray["metadata"]["labels"]
@@ -135,7 +135,7 @@ def test_pods_of_other_caches_and_unlabelled_pods_stay_apart() -> None:
 
 def test_after_a_failed_pass_the_next_one_lists() -> None:
     # A create whose answer was lost to a timeout may have happened: only a LIST can tell.
-    index = checked(PodIndex(), watched("engine-a", resource_version=10))
+    index = checked(WatchIndex(), watched("engine-a", resource_version=10))
     index.unchecked(KEY)
     assert index.view(KEY) is None
     index.listed(KEY, [watched("engine-a", resource_version=10), watched("engine-b", resource_version=12)], 12)
