@@ -19,6 +19,7 @@ def main() -> None:
         settings = current()
     except ValueError as error:
         sys.exit(f"weightcache-operator: {error}")
+    from weightcache_operator.run import handlers  # noqa: F401  (registers the handlers)
 
     kopf.configure(verbose=settings.verbose, log_format=kopf.LogFormat.JSON)
     kopf.run(
