@@ -23,7 +23,15 @@ def main() -> None:
     p.add_argument("vllm_args", help="JSON list: the engine arguments after `vllm serve MODEL`")
     p.add_argument("--load-format", default="auto")
     p.add_argument("--extra", default="{}", help="--model-loader-extra-config as JSON")
+    p.add_argument(
+        "--gemm",
+        choices=["default", "plain"],
+        default="default",
+        help="plain: unquantized layers compute with F.linear, as an engine from the cache does",
+    )
     args = p.parse_args()
+    if args.gemm == "plain":
+        plain_gemm()
 
     from vllm import LLM, SamplingParams
     from vllm.engine.arg_utils import EngineArgs
@@ -55,6 +63,27 @@ def main() -> None:
             params = SamplingParams(temperature=0.0, max_tokens=request["max_tokens"], ignore_eos=True)
             result = [list(o.outputs[0].token_ids) for o in llm.generate(prompts, params, use_tqdm=False)]
         print("RESULT " + json.dumps(result), flush=True)
+
+
+def plain_gemm() -> None:
+    """vLLM from disk with the cache's CPU GEMM policy (weightcache/vllm/cpu_policy.py): its own
+    weights, computed with ``F.linear`` instead of the oneDNN kernels vLLM picks where the CPU has
+    them (AVX-512 BF16, AMX), which round bf16 differently. Patched on the classes before the engine
+    exists, so its processes (forked) inherit it; exact types only, as the policy marks them."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+    from weightcache.vllm.cpu_policy import PlainEmbeddingMethod, PlainLinearMethod
+
+    for base, plain in (
+        (UnquantizedLinearMethod, PlainLinearMethod),
+        (UnquantizedEmbeddingMethod, PlainEmbeddingMethod),
+    ):
+        original = base.process_weights_after_loading
+
+        def process(self, layer, _base=base, _plain=plain, _original=original):  # type: ignore[no-untyped-def]
+            return (_plain.process_weights_after_loading if type(self) is _base else _original)(self, layer)
+
+        base.process_weights_after_loading = process  # type: ignore[method-assign]
 
 
 if __name__ == "__main__":

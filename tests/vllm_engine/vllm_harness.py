@@ -181,9 +181,17 @@ class Engine:
     """A running vLLM engine process (engine_process.py) answering greedy requests."""
 
     def __init__(
-        self, model: Path, args: list[str], *, tp: int = 1, cache: dict | None = None, log: Path | None = None
+        self,
+        model: Path,
+        args: list[str],
+        *,
+        tp: int = 1,
+        cache: dict | None = None,
+        log: Path | None = None,
+        gemm: str = "default",
     ) -> None:
         cmd = [sys.executable, str(ROOT / "tests" / "vllm_engine" / "engine_process.py"), str(model), json.dumps(args)]
+        cmd += ["--gemm", gemm]
         if cache is not None:
             cmd += ["--load-format", LOAD_FORMAT, "--extra", json.dumps(cache)]
         self.log = log
@@ -258,9 +266,12 @@ def cache_config(daemon: Daemon, fallback: str = "error") -> dict:
     return {"name": daemon.name, "socket_dir": str(daemon.socket_dir), "fallback": fallback}
 
 
-def from_disk(model: Path, args: list[str], tp: int = 1) -> list[list[int]]:
-    """Greedy ids from vLLM's default loader (``--load-format auto``, untouched)."""
-    with Engine(model, args, tp=tp) as engine:
+def from_disk(model: Path, args: list[str], tp: int = 1, gemm: str = "plain") -> list[list[int]]:
+    """Greedy ids from vLLM's default loader (``--load-format auto``, untouched weights). ``gemm``:
+    ``plain`` computes as an engine from the cache does (F.linear: what a comparison of the weights
+    needs; on a CPU with AVX-512 BF16 or AMX, vLLM's oneDNN kernels round bf16 otherwise and a tiny
+    random model's near-tie can flip a token), ``default`` as vLLM would."""
+    with Engine(model, args, tp=tp, gemm=gemm) as engine:
         assert [r["mode"] for r in engine.report()] == ["disk"] * tp
         return engine.generate()
 
@@ -273,10 +284,13 @@ def assert_zero_copy(reports: list[dict], tp: int) -> None:
         assert {name.rpartition(".")[2] for name in rank["outside"]} <= WRITTEN_IN_PLACE, rank["outside"]
 
 
-def assert_cache_matches_disk(tmp_path: Path, model: Path, args: list[str], name: str, tp: int = 1) -> list[dict]:
-    """vLLM from a ``vllm``-profile daemon gives vLLM-from-disk's greedy ids with zero copies on every
-    rank; returns the ranks' reports for what a scenario checks beyond that."""
-    expected = from_disk(model, args, tp=tp)
+def assert_cache_matches_disk(
+    tmp_path: Path, model: Path, args: list[str], name: str, tp: int = 1, gemm: str = "plain"
+) -> list[dict]:
+    """vLLM from a ``vllm``-profile daemon gives vLLM-from-disk's greedy ids (``gemm``: as in
+    ``from_disk``) with zero copies on every rank; returns the ranks' reports for what a scenario
+    checks beyond that."""
+    expected = from_disk(model, args, tp=tp, gemm=gemm)
     daemon = start_daemon(model, tmp_path / "sockets", name, args, logs=tmp_path, tp=tp)
     try:
         daemon.wait_ready()

@@ -6,8 +6,8 @@ unquantized embedding and lm_head beside the plain weight. A copy per engine is 
 cache exists to avoid, and a packed copy cannot live in a shared arena (it is an opaque handle,
 not a tensor). So both the publisher and the engine mark layers to keep their plain ``[out, in]``
 weights and use ``torch.nn.functional.linear`` — the path vLLM itself uses for MLA's
-``kv_b_proj``. The trade-off: plain GEMMs instead of oneDNN's prepacked ones (same results; speed
-not measured yet).
+``kv_b_proj``. The trade-off: plain GEMMs instead of oneDNN's prepacked ones (slower prefill; in
+bf16 on CPUs with AVX-512 BF16 or AMX, rounded otherwise than vLLM's default: docs/vllm.md).
 
 The marking is a subclass of vLLM's method swapped into each layer, not vLLM's
 ``_cpu_skip_gemm_dispatch`` flag: every supported vLLM calls ``layer.cpu_linear`` for an
