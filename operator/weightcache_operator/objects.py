@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from weightcache_operator.spec.base import stamp as stamp  # the API's timestamps, defined with its models
 from weightcache_operator.vocabulary import (
     ENGINE_HASH_LABEL,
     REPLICA_LABEL,
@@ -26,11 +27,6 @@ def parse_time(text: object) -> datetime | None:
     if not text or not isinstance(text, str):
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-def stamp(when: datetime) -> str:
-    """``when`` as the API writes timestamps (seconds, UTC ``Z``)."""
-    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def find_condition(conditions: Sequence[Mapping[str, Any]] | None, kind: str) -> Mapping[str, Any] | None:

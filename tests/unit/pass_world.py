@@ -20,7 +20,7 @@ from weightcache_contract.daemon_report import HOST_DEVICE, DeviceMemory, RankRe
 from weightcache_operator.objects import Object, PodView
 from weightcache_operator.observe.daemon_status import DaemonReport, DaemonStatusReader
 from weightcache_operator.render.layout import daemon_spec_hash
-from weightcache_operator.run.reconcile import Reconciler
+from weightcache_operator.run.reconcile import PassResult, Reconciler
 from weightcache_operator.vocabulary import CACHE_LABEL, COMPONENT_LABEL
 
 CLOCK = after(600)
@@ -40,6 +40,7 @@ class World:
         self.now = CLOCK
         self._daemons: dict[str, int] = {}
         self.reconciler = Reconciler(self.api, clock=lambda: self.now, daemon_status=quiet, requests=None)
+        self.last: PassResult | None = None
         for name in nodes:
             self.reconciler.nodes.put(node(name, labels={"pool": "gpu"}, ready=True))
 
@@ -48,9 +49,11 @@ class World:
         return self.api.stored("WeightCache", "tiny")
 
     def run(self, *, apply: bool = False) -> str | None:
-        """One pass: ``apply`` as on a spec change or resync, else as on a pod event."""
+        """One pass: ``apply`` as on a spec change or resync, else as on a pod event. Returns the
+        phase it wrote (None: the cache is gone); ``last`` holds all the pass returned."""
         self._watch()
-        return self.reconciler.reconcile("ns", "tiny", apply=apply)
+        self.last = self.reconciler.reconcile("ns", "tiny", apply=apply)
+        return self.last.status.phase if self.last is not None else None
 
     def _watch(self) -> None:
         """The watches (handlers.py feeds the indexes so): every pod, DaemonSet, Service and

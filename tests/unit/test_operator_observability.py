@@ -246,8 +246,8 @@ def test_operator_metrics_count_passes_and_track_phases_and_engines() -> None:
     m.pass_done("ns", "tiny", "ok", 0.02)
     m.pass_done("ns", "tiny", "ok", 3.0)
     m.pass_done("ns", "tiny", "error", 0.5)
-    m.cache_status("ns", "tiny", {"phase": "Ready", "activeEngines": 1, "standbyEngines": 1})
-    m.cache_status("ns", "other", {"phase": "Failed", "activeEngines": 0, "standbyEngines": 0})
+    m.cache_status("ns", "tiny", WeightCacheStatus(phase="Ready", active_engines=1, standby_engines=1))
+    m.cache_status("ns", "other", WeightCacheStatus(phase="Failed", active_engines=0, standby_engines=0))
     got = series(m.render())
     assert got['weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="ok"}'] == 2
     assert got['weightcache_operator_reconcile_total{cache="tiny",namespace="ns",outcome="error"}'] == 1
@@ -370,18 +370,19 @@ def test_rollout_gauges_follow_the_latest_rollout_of_each_cache_until_the_cache_
     m = OperatorMetrics()
     progressing = {"phase": "Progressing", "mode": "Engine", "updated": 1, "total": 3, "currentStep": "replica 1"}
     status = {"phase": "Ready", "activeEngines": 3, "standbyEngines": 3, "rollout": progressing}
-    WeightCacheStatus.model_validate(status)  # the shape the operator writes
     assert not any("rollout" in k for k in series(m.render())), "no rollout yet: no series"
-    m.cache_status("ns", "tiny", status)
+    m.cache_status("ns", "tiny", WeightCacheStatus.model_validate(status))
     got = series(m.render())
     phase = 'weightcache_operator_rollout_phase{cache="tiny",mode="Engine",namespace="ns",phase="%s"}'
     assert [got[phase % p] for p in ("Progressing", "Stalled", "Complete")] == [1, 0, 0]
     assert got['weightcache_operator_rollout_updated_replicas{cache="tiny",namespace="ns"}'] == 1
     assert got['weightcache_operator_rollout_replicas{cache="tiny",namespace="ns"}'] == 3
 
-    m.cache_status("ns", "tiny", {"phase": "Failed"})  # a pass that stopped before planning keeps the last one
+    # A pass that stopped before planning keeps the last one.
+    m.cache_status("ns", "tiny", WeightCacheStatus(phase="Failed"))
     assert series(m.render())[phase % "Progressing"] == 1
-    m.cache_status("ns", "tiny", {**status, "rollout": {**progressing, "phase": "Complete", "updated": 3}})
+    completed = {**status, "rollout": {**progressing, "phase": "Complete", "updated": 3}}
+    m.cache_status("ns", "tiny", WeightCacheStatus.model_validate(completed))
     got = series(m.render())
     assert [got[phase % p] for p in ("Progressing", "Stalled", "Complete")] == [0, 0, 1]
     assert got['weightcache_operator_rollout_updated_replicas{cache="tiny",namespace="ns"}'] == 3

@@ -48,14 +48,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, get_args
+from typing import get_args
 
 from weightcache_contract.prometheus import STARTUP_BUCKETS, Metrics
 from weightcache_contract.readonly_http import PROMETHEUS_TEXT, ReadOnlyServer, parse_addr
 
 from weightcache_operator.observe.engine_start import EngineStart
 from weightcache_operator.settings import METRICS
-from weightcache_operator.spec import Phase, RolloutStatus
+from weightcache_operator.spec import Phase, RolloutStatus, WeightCacheStatus
 
 PHASES: tuple[str, ...] = get_args(Phase)
 ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutStatus.model_fields["phase"].annotation)
@@ -116,7 +116,7 @@ class OperatorMetrics:
         )
         self._lock = threading.Lock()
         self._caches: dict[tuple[str, str], tuple[str, int, int]] = {}  # phase, active, standby
-        self._rollouts: dict[tuple[str, str], dict[str, Any]] = {}
+        self._rollouts: dict[tuple[str, str], RolloutStatus] = {}
         self._publish()
 
     def pass_done(self, namespace: str, cache: str, outcome: str, seconds: float) -> None:
@@ -173,7 +173,7 @@ class OperatorMetrics:
         """The cache is gone: its gauges go too (memory.py)."""
         self.cache_status(key[0], key[1], None)
 
-    def cache_status(self, namespace: str, cache: str, status: dict[str, Any] | None) -> None:
+    def cache_status(self, namespace: str, cache: str, status: WeightCacheStatus | None) -> None:
         """The status just written for a cache; None once the cache is gone."""
         with self._lock:
             if status is None:
@@ -181,15 +181,14 @@ class OperatorMetrics:
                 self._rollouts.pop((namespace, cache), None)
             else:
                 self._caches[(namespace, cache)] = (
-                    str(status.get("phase")),
-                    int(status.get("activeEngines") or 0),
-                    int(status.get("standbyEngines") or 0),
+                    str(status.phase),
+                    status.active_engines or 0,
+                    status.standby_engines or 0,
                 )
                 # A pass that stops before planning writes no rollout; the object keeps its last
                 # one (a merge patch), and so do the gauges.
-                rollout = status.get("rollout")
-                if isinstance(rollout, dict):
-                    self._rollouts[(namespace, cache)] = rollout
+                if status.rollout is not None:
+                    self._rollouts[(namespace, cache)] = status.rollout
             self._publish()
 
     def render(self) -> str:
@@ -214,24 +213,21 @@ class OperatorMetrics:
             "weightcache_operator_rollout_phase",
             [
                 (
-                    float(rollout.get("phase") == phase),
-                    {"namespace": ns, "cache": cache, "mode": rollout.get("mode") or "", "phase": phase},
+                    float(rollout.phase == phase),
+                    {"namespace": ns, "cache": cache, "mode": rollout.mode or "", "phase": phase},
                 )
                 for (ns, cache), rollout in rollouts
                 for phase in ROLLOUT_PHASES
             ],
         )
-        for name, field in (
-            ("weightcache_operator_rollout_updated_replicas", "updated"),
-            ("weightcache_operator_rollout_replicas", "total"),
-        ):
-            self.registry.replace(
-                name,
-                [
-                    (int(rollout.get(field) or 0), {"namespace": ns, "cache": cache})
-                    for (ns, cache), rollout in rollouts
-                ],
-            )
+        self.registry.replace(
+            "weightcache_operator_rollout_updated_replicas",
+            [(rollout.updated, {"namespace": ns, "cache": cache}) for (ns, cache), rollout in rollouts],
+        )
+        self.registry.replace(
+            "weightcache_operator_rollout_replicas",
+            [(rollout.total, {"namespace": ns, "cache": cache}) for (ns, cache), rollout in rollouts],
+        )
 
 
 class Stopwatch:

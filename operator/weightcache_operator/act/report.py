@@ -23,7 +23,7 @@ from weightcache_operator.plan.rollout.status import rollout_conditions, rollout
 from weightcache_operator.plan.rollout.strategy import Strategy
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.plan.rollout_timing import replica_timings
-from weightcache_operator.spec import FailoverStatus
+from weightcache_operator.spec import FailoverStatus, WeightCacheStatus
 from weightcache_operator.vocabulary import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 
 log = logging.getLogger("weightcache_operator.act.report")
@@ -46,9 +46,10 @@ class Reporter:
         self.sightings = sightings
         self.events = events
 
-    def write_status(self, body: Object, status: dict[str, Any]) -> None:
-        """Patches ``status`` unless every field already says so; Events for a new phase and for
-        each newly failing condition."""
+    def write_status(self, body: Object, typed: WeightCacheStatus) -> None:
+        """Patches the status (its fields that were set: ``WeightCacheStatus.wire``) unless every
+        one already says so; Events for a new phase and for each newly failing condition."""
+        status = typed.wire()
         meta = body["metadata"]
         old = body.get("status") or {}
         if old.get("phase") != status.get("phase"):

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from weightcache_operator.objects import Object, PodView, spec_hash, stamp
@@ -242,7 +242,7 @@ def failover_status(
     ``failureApiSecond``."""
     failure = promotion.failure
     entry: dict[str, Any] = {
-        "time": noticed.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "time": stamp(noticed, "microseconds"),
         "replica": promotion.replica,
         "to": _name(promotion.promoted),
         "toNode": promotion.promoted.get("spec", {}).get("nodeName"),
@@ -258,7 +258,7 @@ def failover_status(
             # Never negative (the CRD says ge=0): a pass records its own start as a sighting.
             entry["detectionMs"] = max(0.0, round((noticed - seen).total_seconds() * 1000, 1))
         if failure.since is not None:
-            entry["failureApiSecond"] = stamp(failure.since.astimezone(UTC))
+            entry["failureApiSecond"] = stamp(failure.since)
     return {k: v for k, v in entry.items() if v is not None}
 
 

@@ -18,10 +18,10 @@ the new list out; the status carries it from pass to pass, so an operator restar
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from weightcache_operator.objects import Object, PodView, parse_time
+from weightcache_operator.objects import Object, PodView, parse_time, stamp
 from weightcache_operator.observe.engine_start import engine_start
 from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.views import Desired
@@ -44,7 +44,7 @@ def replica_timings(
         if pod is None or replica is None or replica in promoted_now:
             continue  # a group's head pod comes first and names it
         promoted_now.add(replica)
-        entry: dict[str, Any] = {"replica": replica, "engine": name, "promotedAt": _at(now)}
+        entry: dict[str, Any] = {"replica": replica, "engine": name, "promotedAt": stamp(now, "milliseconds")}
         start = engine_start(pod)
         if start is not None:
             entry["startSeconds"] = start.total
@@ -53,7 +53,7 @@ def replica_timings(
     drained = {PodView(by_name[n]).replica for n in retired(steps) if n in by_name}
     for replica, entry in entries.items():
         if "retiredAt" not in entry and replica in drained:
-            entry["retiredAt"] = _at(now)
+            entry["retiredAt"] = stamp(now, "milliseconds")
         since = parse_time(entry.get("retiredAt"))
         if since is not None and "drainSeconds" not in entry and not _old_left(want, engines, replica):
             entry["drainSeconds"] = round(max((now - since).total_seconds(), 0.0), 3)
@@ -66,7 +66,3 @@ def _old_left(want: Desired, engines: list[Object], replica: int) -> bool:
         view.replica == replica and (view.engine_hash != want.engine_hash or view.spec_hash != want.daemon_hash)
         for view in map(PodView, engines)
     )
-
-
-def _at(when: datetime) -> str:
-    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

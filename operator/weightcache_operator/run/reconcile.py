@@ -7,7 +7,8 @@ A pass: observe (snapshot.py) → the daemons' DaemonSets on spec changes and re
 (daemonsets.py) → readiness gates (gate_sync.py) → the engines, the Service and the budget
 (engine_plan.py) → gates again → status and Events (status.py, report.py; the Events are sent off
 the pass, events.py). Each step plans actions (actions.py, in ``actions.ORDER``) on what the
-steps before it wrote, and the executor (executor.py) carries them out.
+steps before it wrote, and the executor (executor.py) carries them out. A pass returns what it
+did: the actions carried out, in order, and the typed ``WeightCacheStatus`` it wrote.
 
 The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
 of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
@@ -20,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, cast
 
@@ -52,16 +54,25 @@ from weightcache_operator.run.alarms import Alarms
 from weightcache_operator.run.handover import HandOver
 from weightcache_operator.run.memory import CacheMemory, SwitchSettles
 from weightcache_operator.run.runner import PassRunner
-from weightcache_operator.spec import WeightCache
+from weightcache_operator.spec import WeightCache, WeightCacheStatus
 from weightcache_operator.together import THREADS
 
-__all__ = ["Reconciler", "StillTerminating"]
+__all__ = ["PassResult", "Reconciler", "StillTerminating"]
 
 log = logging.getLogger("weightcache_operator.run.reconcile")
 
 SLOW_PASS_SECONDS = 1.0
 """A pass at least this long is logged with the time of each of its steps (``slow pass``): the
 pass latency target at scale (docs/benchmarks.md), so each pass that misses it says why."""
+
+
+@dataclass(frozen=True)
+class PassResult:
+    """What one pass did: every action handed to the executor, in the order carried out (the
+    InferencePool, routing.py, is applied beside them), and the status it wrote."""
+
+    actions: tuple[Action, ...]
+    status: WeightCacheStatus
 
 
 class Reconciler:
@@ -126,19 +137,19 @@ class Reconciler:
 
     # --- entry points ----------------------------------------------------------------------------
 
-    def reconcile(self, namespace: str, name: str, apply: bool = True) -> str | None:
+    def reconcile(self, namespace: str, name: str, apply: bool = True) -> PassResult | None:
         """One pass for the cache; ``apply`` also applies DaemonSets and Service where they differ (on
-        spec changes and the periodic resync; pod events skip it). Returns the phase written,
+        spec changes and the periodic resync; pod events skip it). Returns what the pass did,
         None when the cache is gone or this trigger was folded into the running pass."""
 
-        def one_pass(apply: bool) -> str | None:
+        def one_pass(apply: bool) -> PassResult | None:
             if not self._enter((namespace, name)):
                 return None
             stopwatch, outcome = self.metrics.stopwatch(), "error"
             try:
-                phase = self._pass(namespace, name, apply, stopwatch.lap)
-                outcome = "ok" if phase is not None else "gone"
-                return phase
+                result = self._pass(namespace, name, apply, stopwatch.lap)
+                outcome = "ok" if result is not None else "gone"
+                return result
             finally:
                 seconds = stopwatch.elapsed()
                 if outcome == "error":
@@ -266,9 +277,10 @@ class Reconciler:
 
     # --- one pass --------------------------------------------------------------------------------
 
-    def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> str | None:
+    def _pass(self, namespace: str, name: str, apply: bool, lap: Callable[[str], None]) -> PassResult | None:
         key = (namespace, name)
         started = self.clock()
+        done: list[Action] = []
         # A full pass (spec change, resync, taking over) LISTs what the watches hold: it also clears
         # the indexes of deletions a broken watch never told of (watch_index.py).
         snapshot = observe(
@@ -295,7 +307,7 @@ class Reconciler:
                 self.clock(),
                 snapshot.previous_conditions,
             )
-            return self._report(snapshot, status, lap)
+            return self._report(snapshot, status, done, lap)
         refusal = pod_security_problem(snapshot.namespace, snapshot.namespace_labels, cache.spec.daemon.backend)
         if refusal is not None:
             # Pods already running stay (admission judges new pods only); none are added or replaced.
@@ -306,17 +318,17 @@ class Reconciler:
                 snapshot.previous_conditions,
                 reason=POD_SECURITY_REASON,
             )
-            return self._report(snapshot, status, lap)
+            return self._report(snapshot, status, done, lap)
 
         if apply:
-            self._execute(cache, snapshot, plan_daemons(cache, snapshot, self.daemon_status), started)
+            self._execute(cache, snapshot, plan_daemons(cache, snapshot, self.daemon_status), started, done)
             lap("daemonsets")
         noticed = self.clock()
         unresponsive = self._watch_responsiveness(cache, snapshot)
         grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
         # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
         # the failover below sees it without waiting for the kubelet to drop their Ready.
-        self._gates(key, cache, snapshot, grace, noticed)
+        self._gates(key, cache, snapshot, grace, noticed, done)
         lap("gates")
         self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
@@ -333,14 +345,14 @@ class Reconciler:
         )
         lap("plan")
         serving_before = snapshot.serving
-        failover = self._execute(cache, snapshot, plan.writes, noticed)
+        failover = self._execute(cache, snapshot, plan.writes, noticed, done)
         lap("execute")
         # Right after the Service: a managed pool switches generation in the same pass.
         pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
         lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles.set(key, self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS))
-        self._gates(key, cache, snapshot, grace, noticed, also=settles if plan.rollout.switching else None)
+        self._gates(key, cache, snapshot, grace, noticed, done, also=settles if plan.rollout.switching else None)
         lap("gates")
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
@@ -371,17 +383,23 @@ class Reconciler:
         status["inferencePool"] = pool
         if pool_condition is not None:
             status["conditions"].append(pool_condition)
-        return self._report(snapshot, status, lap)
+        return self._report(snapshot, status, done, lap)
 
-    def _report(self, snapshot: Snapshot, status: dict[str, object], lap: Callable[[str], None]) -> str:
-        self.reporter.write_status(snapshot.body, status)
-        self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
+    def _report(
+        self, snapshot: Snapshot, status: dict[str, Any], done: list[Action], lap: Callable[[str], None]
+    ) -> PassResult:
+        """Writes the status the pass computed, as the CRD's typed status: one that does not fit
+        the schema fails the pass here, by name, instead of being pruned by the API server."""
+        typed = WeightCacheStatus.model_validate(status)
+        self.reporter.write_status(snapshot.body, typed)
+        self.metrics.cache_status(snapshot.namespace, snapshot.name, typed)
         lap("status")
-        return str(status["phase"])
+        return PassResult(tuple(done), typed)
 
     def _execute(
-        self, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime
+        self, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime, done: list[Action]
     ) -> dict[str, Any] | None:
+        done.extend(actions)
         return execute(self.api, self.reporter, cache, snapshot, actions, noticed, self._requests)
 
     def _gates(
@@ -391,13 +409,14 @@ class Reconciler:
         snapshot: Snapshot,
         grace: timedelta,
         noticed: datetime,
+        done: list[Action],
         also: datetime | None = None,
     ) -> None:
         """Sets the readiness gates and asks for one pass when the first kept gate's grace ends,
         or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
         now = self.clock()
         gates, expires = plan_gates(snapshot, now, grace)
-        self._execute(cache, snapshot, gates, noticed)
+        self._execute(cache, snapshot, gates, noticed, done)
         wakes = [w for w in (expires, also) if w is not None]
         self.alarms.set(key, min(wakes) if wakes else None, now)
 

@@ -3,13 +3,21 @@ schema pieces more than one part uses."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
 FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
+
+
+def stamp(when: datetime, timespec: Literal["seconds", "milliseconds", "microseconds"] = "seconds") -> str:
+    """``when`` in RFC 3339, UTC, with a ``Z``: to the second as the API server writes timestamps,
+    or finer for the status fields that time what takes less (spec/status.py says which)."""
+    utc = when.astimezone(UTC) if when.tzinfo is not None else when
+    return utc.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
 
 
 def cel(rule: str, message: str) -> dict[str, str]:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, PlainSerializer
 
-from weightcache_operator.spec.base import ApiModel
+from weightcache_operator.spec.base import ApiModel, stamp
 from weightcache_operator.spec.routing import InferencePoolMode
 
 Phase = Literal["Pending", "Loading", "Ready", "Degraded", "Failed"]
@@ -27,6 +27,22 @@ FailoverSignal = Literal[
 ]
 
 
+
+def _milliseconds(when: datetime) -> str:
+    return stamp(when, "milliseconds")
+
+
+def _microseconds(when: datetime) -> str:
+    return stamp(when, "microseconds")
+
+
+# Each time field keeps, on the wire, the precision of what it times: what the API server's own
+# timestamps say (whole seconds) or the operator's clock where that is finer than a second.
+Timestamp = Annotated[datetime, PlainSerializer(stamp, return_type=str, when_used="json")]
+MillisecondTimestamp = Annotated[datetime, PlainSerializer(_milliseconds, return_type=str, when_used="json")]
+MicrosecondTimestamp = Annotated[datetime, PlainSerializer(_microseconds, return_type=str, when_used="json")]
+
+
 class Condition(ApiModel):
     """The Kubernetes condition convention (metav1.Condition): DaemonsReady, EnginesReady,
     Available, Progressing, Degraded, CheckpointChanged, InferencePoolReady."""
@@ -35,7 +51,7 @@ class Condition(ApiModel):
     status: ConditionStatus
     reason: str | None = Field(default=None, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
     message: str | None = Field(default=None, max_length=32768)
-    last_transition_time: datetime | None = None
+    last_transition_time: Timestamp | None = None
     observed_generation: int | None = Field(default=None, ge=0)
 
 
@@ -110,7 +126,7 @@ class CheckpointReloadStatus(ApiModel):
     identity: str = Field(min_length=1, max_length=64, description="A digest of the nodes, files and fingerprints.")
     nodes: list[str] = Field(default_factory=list, description="The nodes whose daemons reported the change.")
     files: list[str] = Field(default_factory=list, description="The changed files (the first 20).")
-    seen_at: datetime | None = Field(default=None, description="When the operator saw the change.")
+    seen_at: Timestamp | None = Field(default=None, description="When the operator saw the change.")
 
 
 class EngineStatus(ApiModel):
@@ -130,11 +146,11 @@ class RolloutReplicaStatus(ApiModel):
     start_seconds: float | None = Field(
         default=None, ge=0, description="The new engine's creation to Ready, from its pod's timestamps (whole seconds)."
     )
-    promoted_at: datetime | None = Field(
+    promoted_at: MillisecondTimestamp | None = Field(
         default=None, description="When the pass that promoted it began, on the operator's clock (milliseconds)."
     )
     promotion_seconds: float | None = Field(default=None, ge=0, description="From its Ready to promotedAt.")
-    retired_at: datetime | None = Field(
+    retired_at: MillisecondTimestamp | None = Field(
         default=None, description="When the pass that first deleted one of the replica's old engines began."
     )
     drain_seconds: float | None = Field(
@@ -155,8 +171,8 @@ class RolloutStatus(ApiModel):
     total: int = Field(default=0, ge=0)
     current_step: str | None = None
     message: str | None = Field(default=None, description="Why the rollout stalled.")
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
+    started_at: Timestamp | None = None
+    finished_at: Timestamp | None = None
     replicas: list[RolloutReplicaStatus] = Field(
         default_factory=list,
         description="Each replica whose new engine was promoted: start, promotion and drain times.",
@@ -172,8 +188,8 @@ class EngineStartStatus(ApiModel):
     pod: str
     replica: int | None = Field(default=None, ge=0)
     node: str | None = None
-    created_at: datetime | None = None
-    ready_at: datetime | None = None
+    created_at: Timestamp | None = None
+    ready_at: Timestamp | None = None
     scheduled_seconds: float | None = Field(default=None, ge=0, description="Bound to a node.")
     started_seconds: float | None = Field(default=None, ge=0, description="Every container running.")
     ready_seconds: float = Field(ge=0, description="Ready: the whole start.")
@@ -189,7 +205,7 @@ class FailoverStatus(ApiModel):
     over and how fast. Every duration is measured on the operator's own clock, to the
     microsecond: never from the API server's timestamps, which have one-second resolution."""
 
-    time: datetime = Field(
+    time: MicrosecondTimestamp = Field(
         description="When the operator's pass that promoted the standby began (after reading the cluster), "
         "on the operator's clock, to the microsecond."
     )
@@ -215,7 +231,7 @@ class FailoverStatus(ApiModel):
     promotion_ms: float = Field(
         ge=0, description="From `time` to the promoted standby's relabel patched, on the operator's clock."
     )
-    failure_api_second: datetime | None = Field(
+    failure_api_second: Timestamp | None = Field(
         default=None,
         description="The failure's timestamp as the API server recorded it (deletionTimestamp less its grace period, "
         "the containers' finishedAt, the condition's lastTransitionTime), which the API keeps to the whole second, "
@@ -277,3 +293,8 @@ class WeightCacheStatus(ApiModel):
         default=None, description="The engine pod that turned Ready last, as this operator saw it start."
     )
     inference_pool: InferencePoolStatus | None = None
+
+    def wire(self) -> dict[str, Any]:
+        """The status as the operator patches it: camelCase JSON of the fields that were set, a
+        field set to None included (a merge patch's delete), every time at its field's precision."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
