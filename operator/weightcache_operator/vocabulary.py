@@ -87,6 +87,10 @@ MODEL_MOUNT = "/weightcache/model"
 model path is part of the weights' fingerprint."""
 
 
+CacheKey = tuple[str, str]
+"""A cache as (namespace, name): what every per-cache index, memory and pass is keyed by."""
+
+
 @dataclass(frozen=True)
 class CacheRef:
     """Identity of the WeightCache object being rendered (from its metadata)."""

@@ -27,10 +27,7 @@ from __future__ import annotations
 import threading
 
 from weightcache_operator.objects import Object
-from weightcache_operator.vocabulary import CACHE_LABEL
-
-Key = tuple[str, str]
-"""(namespace, cache name)."""
+from weightcache_operator.vocabulary import CACHE_LABEL, CacheKey
 
 DELETED = -1
 """An expectation that an object shows its deletion (or is gone), not a resourceVersion."""
@@ -44,7 +41,7 @@ def version(obj: Object) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def cache_of(obj: Object) -> Key | None:
+def cache_of(obj: Object) -> CacheKey | None:
     metadata = obj.get("metadata") or {}
     cache = (metadata.get("labels") or {}).get(CACHE_LABEL)
     namespace = metadata.get("namespace")
@@ -64,13 +61,13 @@ class WatchIndex:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._held: dict[Key, dict[str, Object]] = {}
-        self._gone: dict[Key, dict[str, None]] = {}
+        self._held: dict[CacheKey, dict[str, Object]] = {}
+        self._gone: dict[CacheKey, dict[str, None]] = {}
         """Per cache, the UIDs of the latest ``TOMBSTONES`` objects deleted, oldest first."""
-        self._expected: dict[Key, dict[str, tuple[str, int]]] = {}
+        self._expected: dict[CacheKey, dict[str, tuple[str, int]]] = {}
         """Per cache, name → (its UID, the resourceVersion its passes' last write of it
         answered, or ``DELETED``), until the watch delivers it."""
-        self._checked: set[Key] = set()
+        self._checked: set[CacheKey] = set()
         """Caches whose objects a LIST has checked since the watch last listed (``relisted``)."""
 
     # --- the watch ---------------------------------------------------------------------------------
@@ -100,15 +97,15 @@ class WatchIndex:
 
     # --- the passes --------------------------------------------------------------------------------
 
-    def wrote(self, key: Key, obj: Object) -> None:
+    def wrote(self, key: CacheKey, obj: Object) -> None:
         """An object a pass created, applied or patched, as the API server answered."""
         self._expect(key, obj, version(obj))
 
-    def deleting(self, key: Key, obj: Object) -> None:
+    def deleting(self, key: CacheKey, obj: Object) -> None:
         """An object a pass deleted (as the pass saw it before)."""
         self._expect(key, obj, DELETED)
 
-    def view(self, key: Key) -> list[Object] | None:
+    def view(self, key: CacheKey) -> list[Object] | None:
         """The cache's objects in name order, or None while a write of its passes has not come back
         through the watch, or no LIST has checked them since the watch listed (the pass LISTs
         then)."""
@@ -118,12 +115,12 @@ class WatchIndex:
             held = self._held.get(key, {})
             return [held[name] for name in sorted(held)]
 
-    def unchecked(self, key: Key) -> None:
+    def unchecked(self, key: CacheKey) -> None:
         """The cache's next pass LISTs (its last one failed: a write may have gone unrecorded)."""
         with self._lock:
             self._checked.discard(key)
 
-    def listed(self, key: Key, objs: list[Object], at: int) -> None:
+    def listed(self, key: CacheKey, objs: list[Object], at: int) -> None:
         """A LIST of the cache's objects, consistent at resourceVersion ``at``: an object held here that
         it lacks, and no newer than it, was deleted while the watch was away; an object it has newer
         than held here is expected from the watch like a write (the next pass decides on a view
@@ -139,7 +136,7 @@ class WatchIndex:
 
     # --- under the lock --------------------------------------------------------------------------------
 
-    def _expect(self, key: Key, obj: Object, want: int) -> None:
+    def _expect(self, key: CacheKey, obj: Object, want: int) -> None:
         name, uid = obj["metadata"]["name"], str(obj["metadata"].get("uid") or "")
         with self._lock:
             held = self._held.get(key, {}).get(name)
@@ -148,7 +145,7 @@ class WatchIndex:
             else:
                 self._expected.setdefault(key, {})[name] = (uid, want)
 
-    def _bury(self, key: Key, obj: Object) -> None:
+    def _bury(self, key: CacheKey, obj: Object) -> None:
         name, uid = obj["metadata"]["name"], str(obj["metadata"].get("uid") or "")
         held = self._held.get(key, {})
         if name in held and held[name]["metadata"].get("uid") == obj["metadata"].get("uid"):
@@ -182,7 +179,7 @@ class Watches:
         self.services = WatchIndex()
         self.budgets = WatchIndex()
 
-    def unchecked(self, key: Key) -> None:
+    def unchecked(self, key: CacheKey) -> None:
         """The cache's next pass LISTs every kind (its last one failed)."""
         for index in (self.pods, self.daemonsets, self.services, self.budgets):
             index.unchecked(key)

@@ -8,8 +8,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-CacheKey = tuple[str, str]
-"""A cache as (namespace, name)."""
+from weightcache_operator.vocabulary import CacheKey
 
 
 class Forgets(Protocol):

@@ -56,6 +56,7 @@ from weightcache_operator.run.memory import CacheMemory, SwitchSettles
 from weightcache_operator.run.runner import PassRunner
 from weightcache_operator.spec import WeightCache, WeightCacheStatus
 from weightcache_operator.together import THREADS
+from weightcache_operator.vocabulary import CacheKey
 
 __all__ = ["PassResult", "Reconciler", "StillTerminating"]
 
@@ -173,7 +174,7 @@ class Reconciler:
 
         return self._runner.run((namespace, name), apply, one_pass)
 
-    def acting(self, key: tuple[str, str], on: bool) -> None:
+    def acting(self, key: CacheKey, on: bool) -> None:
         """Whether this replica acts for the cache ``key`` (kopf's daemon for it runs). Off: its
         alarms and engine probes stop, so a replica paused by peering runs no pass of its own.
         On: one full pass once the lease is held (at once when it is): the triggers refused
@@ -216,7 +217,7 @@ class Reconciler:
         if self.handover is None:
             self.handover = HandOver(self.api, peering, identity, duration, on_taken=self._lease_taken)
 
-    def _enter(self, key: tuple[str, str]) -> bool:
+    def _enter(self, key: CacheKey) -> bool:
         """Whether a pass for ``key`` may write now; True obliges a ``handover.leave()``."""
         if self.handover is None:
             return True
@@ -234,10 +235,10 @@ class Reconciler:
 
     def _lease_taken(self) -> None:
         with self._guard:
-            keys = sorted(cast(set[tuple[str, str]], self._acting))
+            keys = sorted(cast(set[CacheKey], self._acting))
         self._wake_all(keys)
 
-    def _wake_all(self, keys: list[tuple[str, str]]) -> None:
+    def _wake_all(self, keys: list[CacheKey]) -> None:
         """A full pass for each key, off the caller's thread (kopf's event loop, the lease keeper)."""
         for namespace, name in keys:
             threading.Thread(
@@ -252,7 +253,7 @@ class Reconciler:
                 "pass on taking over failed", extra={"cache": name, "namespace": namespace, "error": str(error)}
             )
 
-    def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[tuple[str, str]]:
+    def caches_on_node(self, node: str, namespaces: list[str] | None = None) -> list[CacheKey]:
         """(namespace, name) of every cache with an engine pod bound to ``node`` as its latest pass
         saw them (engine_nodes.py; no API request); only in ``namespaces`` when given."""
         return [key for key in self.engine_nodes.caches_on(node) if not namespaces or key[0] in namespaces]
@@ -260,7 +261,7 @@ class Reconciler:
     def _woken(self, key: Hashable) -> None:
         """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
         would run it — only while this replica acts for the cache."""
-        namespace, name = cast(tuple[str, str], key)  # Alarms and probes keep our keys opaque
+        namespace, name = cast(CacheKey, key)  # Alarms and probes keep our keys opaque
         with self._guard:
             acting = key in self._acting
         if not acting:
@@ -404,7 +405,7 @@ class Reconciler:
 
     def _gates(
         self,
-        key: tuple[str, str],
+        key: CacheKey,
         cache: WeightCache,
         snapshot: Snapshot,
         grace: timedelta,
@@ -436,5 +437,5 @@ class Reconciler:
         self.responsiveness.watch(key, urls, (timeout_ms or 0) / 1000)
         return self.responsiveness.unresponsive(key)
 
-    def _forget(self, key: tuple[str, str]) -> None:
+    def _forget(self, key: CacheKey) -> None:
         self.memory.forget(key)

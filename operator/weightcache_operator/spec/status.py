@@ -27,7 +27,6 @@ FailoverSignal = Literal[
 ]
 
 
-
 def _milliseconds(when: datetime) -> str:
     return stamp(when, "milliseconds")
 
