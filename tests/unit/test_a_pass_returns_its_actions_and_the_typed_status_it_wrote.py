@@ -11,43 +11,46 @@ from typing import Any
 
 from pass_world import World, serving
 from weightcache_operator.plan.actions import ApplyDaemonSet, ApplyService, Failover, RecountBudget, SetRole
+from weightcache_operator.run.reconcile import PassResult
 from weightcache_operator.spec.status import WeightCacheStatus
 
 
-def _written(world: World) -> WeightCacheStatus:
-    """The status the last pass returned, checked against what the API now stores: every field
-    it set to a value is stored so, and the stored status as a whole still parses."""
+def _did(world: World) -> PassResult:
+    """What the last pass returned, its status checked against what the API now stores: every
+    field it set to a value is stored so, and the stored status as a whole still parses."""
     assert world.last is not None
     stored = world.body["status"]
     for field, value in world.last.status.wire().items():
         if value is not None and not isinstance(value, dict):  # objects are merged into the old
             assert stored[field] == value, field
     WeightCacheStatus.model_validate(stored)
-    return world.last.status
+    return world.last
 
 
 def test_each_pass_from_creation_to_a_failover_and_a_spec_change_returns_its_actions_and_the_status_it_wrote() -> None:
     world = World()
     world.run(apply=True)
-    assert _written(world).phase == "Pending"
-    assert [type(a) for a in world.last.actions] == [ApplyDaemonSet, ApplyService, RecountBudget]  # type: ignore[union-attr]
+    created = _did(world)
+    assert created.status.phase == "Pending"
+    assert [type(a) for a in created.actions] == [ApplyDaemonSet, ApplyService, RecountBudget]
 
     serving(world)
     world.run()  # nothing to change: only the budget's check (executor.py), which writes nothing
-    assert _written(world).phase == "Ready" and world.last.actions == (RecountBudget(demoted=False),)  # type: ignore[union-attr]
+    settled = _did(world)
+    assert settled.status.phase == "Ready" and settled.actions == (RecountBudget(demoted=False),)
 
     failed = world.api.stored("Pod", "tiny-0-00001")
     failed["status"]["phase"] = "Failed"
     world.api.put("Pod", failed)
     world.run()
-    failover = _written(world).last_failover
-    assert failover is not None and failover.from_ == "tiny-0-00001"
-    kinds = [type(a) for a in world.last.actions]  # type: ignore[union-attr]
+    failed_over = _did(world)
+    assert failed_over.status.last_failover is not None and failed_over.status.last_failover.from_ == "tiny-0-00001"
+    kinds = [type(a) for a in failed_over.actions]
     assert SetRole in kinds and Failover in kinds and kinds.index(SetRole) < kinds.index(Failover)
 
     world.change_spec(**{"engine.args": ["--max-model-len", "512"]})
     world.run(apply=True)
-    assert _written(world).observed_generation == world.body["metadata"]["generation"]
+    assert _did(world).status.observed_generation == world.body["metadata"]["generation"]
 
 
 def _every_time_set(at: datetime) -> dict[str, Any]:
