@@ -2,29 +2,39 @@
 
 Session scope: ``cluster`` (kube-apiserver, kube-controller-manager, kube-scheduler and etcd,
 built from upstream modules by tests/cluster/build.sh) and ``kubelet`` (2 nodes unless
-WEIGHTCACHE_E2E_NODES says otherwise). Function scope: ``namespace``, a fresh namespace per
-test. ``wait_for`` is also importable: ``from testcluster.waiting import wait_for``.
+WEIGHTCACHE_E2E_NODES says otherwise). Module scope: ``checkpoint`` (the README sample's
+checkpoint, generated and placed on every node) and ``disk_completion`` (an engine reading it from
+disk, and its completion of the prompt). Function scope: ``namespace``, a fresh namespace per
+test; ``start_operator`` and ``operator``, the operator as a process under the shipped ClusterRole;
+``ready_sample``, the README sample Ready under it. ``wait_for`` is also importable:
+``from testcluster.waiting import wait_for``; the operator scenarios' plain helpers are in
+operator_e2e.py.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
 
+from operator_e2e import PROMPT, REPO, apply_sample, free_port, http_json, stop_operator, wait_phase  # noqa: E402
 from testcluster.binaries import client_tools, control_plane_binary  # noqa: E402
 from testcluster.controlplane import ControlPlane  # noqa: E402
 from testcluster.kubelet import KubeletConfig, ProcessKubelet  # noqa: E402
 from testcluster.kubelet.nodes import NodeSpec  # noqa: E402
 from testcluster.rest import ApiError, Kube  # noqa: E402
+from testcluster.sample import SAMPLE, generate_checkpoint, place_checkpoint  # noqa: E402
 from testcluster.serviceproxy import ServiceProxy  # noqa: E402
 from testcluster.strays import MARKER, kill_all, marked_processes, new_session_id  # noqa: E402
 from testcluster.waiting import wait_for as _wait_for  # noqa: E402
@@ -168,6 +178,171 @@ def service_proxy(kube: Kube) -> Iterator:  # type: ignore[type-arg]
     yield start
     for proxy in proxies:
         proxy.stop()
+
+
+# --- the operator and the README sample's checkpoint -------------------------------------------
+# The operator authenticates as a ServiceAccount bound to the ClusterRole below (``start_operator``),
+# so a missing or excessive permission shows up here, not in production.
+
+PEERING = REPO / "crds" / "kopf-peering.yaml"
+
+DEPLOY = REPO / "deploy" / "operator.yaml"
+_DEPLOYED = list(yaml.safe_load_all(DEPLOY.read_text()))
+CLUSTER_ROLE_RULES = next(d for d in _DEPLOYED if d["kind"] == "ClusterRole")["rules"]
+"""The shipped least-privilege ClusterRole (the chart rendered with default values, whose peering
+object is named like the operator's default peering): the operator under test runs with exactly
+these rules."""
+PEERING_OBJECT = next(d for d in _DEPLOYED if d["kind"] == "ClusterKopfPeering")
+
+
+@pytest.fixture(scope="module")
+def checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A generated checkpoint at the sample's hostPath (/models/tiny-llama) on every node."""
+    made = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
+    place_checkpoint(made, [kubelet.node_root(node) for node in ("node-1", "node-2")])
+    return made
+
+
+@pytest.fixture(scope="module")
+def disk_completion(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The completion of an engine that loads the same checkpoint from disk (weight cache off);
+    started at module setup so its torch import overlaps nothing a test waits on twice."""
+    port = free_port()
+    log = tmp_path_factory.mktemp("off") / "engine.log"
+    sample = yaml.safe_load(SAMPLE.read_text())["spec"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "engine",
+            "--model",
+            str(checkpoint),
+            "--tp-size",
+            str(sample["parallelism"]["tensor"]),
+            "--dtype",
+            sample["model"]["dtype"],
+            "--weight-cache-mode",
+            "off",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--threads",
+            "1",
+        ],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image"))},
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+
+        def ready() -> bool:
+            assert proc.poll() is None, log.read_text()
+            try:
+                return http_json(f"http://127.0.0.1:{port}/ready", timeout=2) is not None
+            except OSError:
+                return False
+
+        _wait_for(ready, 180, interval=0.5, describe=lambda: log.read_text()[-2000:])
+        yield http_json(f"http://127.0.0.1:{port}/v1/completions", PROMPT)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+@pytest.fixture
+def start_operator(
+    cluster: ControlPlane, kube: Kube, namespace: str, weightcache_crd: str, tmp_path: Path, test_session_id: str
+) -> Iterator[Callable[..., subprocess.Popen]]:
+    """A factory: ``start_operator(priority=None, service_account="weightcache-operator")`` runs
+    ``python -m weightcache_operator`` as that ServiceAccount (created on first use) bound to the
+    shipped ClusterRole; every operator is stopped afterwards."""
+    # The peering object (a template in the chart) maps only once its CRD is Established.
+    cluster.kubectl("apply", "--server-side", "--field-manager=e2e", "-f", str(PEERING))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/clusterkopfpeerings.kopf.dev", "--timeout=30s")
+    cluster.apply(yaml.safe_dump(PEERING_OBJECT))
+    role = f"weightcache-operator-{namespace}"
+    kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": "weightcache-operator"}})
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles", {"metadata": {"name": role}, "rules": CLUSTER_ROLE_RULES}
+    )
+    kube.create(
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "ServiceAccount", "name": "weightcache-operator", "namespace": namespace}],
+        },
+    )
+    kubeconfigs = {"weightcache-operator": cluster.service_account_kubeconfig(namespace, "weightcache-operator")}
+    started: list[subprocess.Popen] = []
+
+    def kubeconfig_of(account: str) -> Path:
+        if account not in kubeconfigs:
+            kube.create(f"/api/v1/namespaces/{namespace}/serviceaccounts", {"metadata": {"name": account}})
+            binding = f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{role}"
+            subjects = kube.get(binding)["subjects"] + [
+                {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+            ]
+            kube.patch(binding, {"subjects": subjects})
+            kubeconfigs[account] = cluster.service_account_kubeconfig(namespace, account)
+        return kubeconfigs[account]
+
+    def start(priority: int | None = None, service_account: str = "weightcache-operator") -> subprocess.Popen:
+        log = tmp_path / f"operator-{len(started)}.log"
+        metrics_port = free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig_of(service_account)),
+            "PYTHONPATH": os.pathsep.join(str(REPO / p) for p in ("contract", "daemon_image", "operator")),
+            "WEIGHTCACHE_OPERATOR_HEALTH": f"127.0.0.1:{free_port()}",
+            "WEIGHTCACHE_OPERATOR_RESYNC_SECONDS": "5",
+            "WEIGHTCACHE_OPERATOR_METRICS": f"127.0.0.1:{metrics_port}",
+            MARKER: test_session_id,
+        }
+        if priority is not None:
+            env["WEIGHTCACHE_OPERATOR_PRIORITY"] = str(priority)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "weightcache_operator"],
+            env=env,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        proc.log = log  # type: ignore[attr-defined]
+        proc.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"  # type: ignore[attr-defined]
+        started.append(proc)
+        return proc
+
+    try:
+        yield start
+    finally:
+        for proc in started:
+            stop_operator(proc)
+        for kind in ("clusterrolebindings", "clusterroles"):
+            try:
+                kube.delete(f"/apis/rbac.authorization.k8s.io/v1/{kind}/{role}")
+            except ApiError:
+                pass
+        for proc in started:
+            print(f"--- operator {proc.pid} log tail\n{proc.log.read_text()[-6000:]}")  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def operator(start_operator: Callable[..., subprocess.Popen]) -> subprocess.Popen:
+    return start_operator()
+
+
+@pytest.fixture
+def ready_sample(
+    cluster: ControlPlane, kube: Kube, namespace: str, operator: subprocess.Popen, checkpoint: Path
+) -> dict:
+    """The README sample, unchanged, applied in the test's namespace once its checkpoint is on the
+    nodes, and Ready under ``operator``: the status that said so."""
+    apply_sample(cluster, namespace)
+    return wait_phase(kube, namespace, operator, "Ready")
 
 
 def _all_nodes_ready(kube: Kube, names: list[str]) -> bool:

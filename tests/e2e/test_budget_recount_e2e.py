@@ -15,13 +15,7 @@ import re
 from datetime import UTC, datetime
 
 import pytest
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    by_role,
-    checkpoint,
-    operator,
-    ready_sample,
-    start_operator,
-)
+from operator_e2e import by_role
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube

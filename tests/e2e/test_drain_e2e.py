@@ -15,22 +15,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from operator_e2e import by_role, wait_phase
 from test_failover_e2e import Cache, pod
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    ENGINES,
-    by_role,
-    checkpoint,
-    operator,
-    pods,
-    ready_sample,
-    start_operator,
-    wait_phase,
-)
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import NAME
+from testcluster.sample import ENGINES, NAME, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -10,20 +10,10 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import (  # noqa: F401 - fixtures
-    ENGINES,
-    apply_sample,
-    checkpoint,
-    http_text,
-    metric,
-    operator,
-    pods,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import apply_sample, http_text, metric, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import Kube
-from testcluster.sample import NAME, events
+from testcluster.sample import ENGINES, NAME, events, pods
 
 pytestmark = pytest.mark.e2e
 

@@ -20,26 +20,11 @@ from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    DAEMONS,
-    ENGINES,
-    GATE,
-    PROMPT,
-    by_role,
-    checkpoint,
-    http_json,
-    http_text,
-    is_ready,
-    operator,
-    pods,
-    ready_sample,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import GATE, PROMPT, by_role, http_json, http_text, is_ready, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import MERGE, Kube
-from testcluster.sample import NAME, engines_of
+from testcluster.sample import DAEMONS, ENGINES, NAME, engines_of, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_operator_e2e import DAEMONS, ENGINES, SAMPLE, checkpoint, is_ready, pods  # noqa: F401  (checkpoint: fixture)
+from operator_e2e import is_ready
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube
+from testcluster.sample import DAEMONS, ENGINES, SAMPLE, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -16,22 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    ENGINES,
-    apply_sample,
-    by_role,
-    checkpoint,
-    operator,
-    pods,
-    sample,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import by_role, sample, wait_phase
 from test_rollout_e2e import replaced, reported, rollout, with_engine_env
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import NAME
+from testcluster.sample import ENGINES, NAME, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -20,20 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import (  # noqa: F401 - fixtures
-    ENGINES,
-    checkpoint,
-    is_ready,
-    pods,
-    sample,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import is_ready, sample, wait_phase
 from test_rollout_e2e import apply, env_of, rollout, with_engine_env
 from testcluster.audit import Write, writes
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
+from testcluster.sample import ENGINES, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -9,13 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    apply_sample,
-    checkpoint,
-    operator,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import apply_sample, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import ApiError, Kube
 from testcluster.sample import pods

@@ -12,19 +12,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import (  # noqa: F401  (fixtures are found by name)
-    DAEMONS,
-    apply_sample,
-    checkpoint,
-    http_json,
-    operator,
-    pods,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import apply_sample, http_json, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
+from testcluster.sample import DAEMONS, pods
 from testcluster.waiting import wait_for
 from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 

@@ -16,25 +16,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_operator_e2e import (  # noqa: F401 - fixtures
-    DAEMONS,
-    ENGINES,
-    checkpoint,
-    http_json,
-    http_text,
-    is_ready,
-    metric,
-    operator,
-    pods,
-    sample,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import http_json, http_text, is_ready, metric, sample, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import Kube
-from testcluster.sample import NAME, events
+from testcluster.sample import DAEMONS, ENGINES, NAME, events, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -11,21 +11,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import (  # noqa: F401 - fixtures
-    ENGINES,
-    checkpoint,
-    is_ready,
-    operator,
-    pods,
-    sample,
-    start_operator,
-    wait_phase,
-)
+from operator_e2e import is_ready, sample, wait_phase
 from test_rollout_e2e import apply, daemon_facts, env_of, live_engine_names, reported, rollout, with_engine_env
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import Kube
+from testcluster.sample import ENGINES, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e

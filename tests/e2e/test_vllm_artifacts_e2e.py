@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_operator_e2e import is_ready, operator, pods, start_operator, wait_phase  # noqa: F401 - fixtures
+from operator_e2e import is_ready, wait_phase
 from test_rollout_e2e import apply
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
-from testcluster.sample import VLLM_SAMPLE, sample
+from testcluster.sample import VLLM_SAMPLE, pods, sample
 from testcluster.waiting import wait_for
 from vllm_e2e import ENGINES, NAME, engine_log, read_from_disk, vllm_checkpoint  # noqa: F401 - fixtures
 

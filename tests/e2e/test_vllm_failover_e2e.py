@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from operator_e2e import wait_phase
 from test_failover_e2e import Cache, engine_pgid
-from test_operator_e2e import operator, start_operator, wait_phase  # noqa: F401 - fixtures
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube

@@ -9,10 +9,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import http_json, is_ready, operator, pods, start_operator, wait_phase  # noqa: F401 - fixtures
+from operator_e2e import http_json, is_ready, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
+from testcluster.sample import pods
 from vllm_e2e import (  # noqa: F401 - fixtures
     DAEMONS,
     ENGINES,

@@ -10,13 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import is_ready, operator, pods, start_operator, wait_phase  # noqa: F401 - fixtures
+from operator_e2e import is_ready, wait_phase
 from test_rollout_e2e import apply, rollout
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
 from testcluster.rest import Kube
-from testcluster.sample import VLLM_SAMPLE, daemon_facts, sample
+from testcluster.sample import VLLM_SAMPLE, daemon_facts, pods, sample
 from testcluster.waiting import wait_for
 from vllm_e2e import (  # noqa: F401 - fixtures
     DAEMONS,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_operator_e2e import http_json, pods
+from operator_e2e import http_json
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
@@ -20,6 +20,7 @@ from testcluster.sample import (
     engines_of,
     generate_checkpoint,
     place_checkpoint,
+    pods,
     sample,
     vllm_completion,
     vllm_disk_token_ids,

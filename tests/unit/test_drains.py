@@ -8,10 +8,10 @@ import copy
 from typing import Any
 
 from builders import at, daemon, make, node
+from group_builders import TWO, engine_plan, failovers, ids
 from test_failover import plan_replica as plan_pods
 from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
-from test_multinode import TWO, engine_plan, failovers, ids
 from weightcache_operator.observe.failures import cordoned_nodes, failure_of
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.engine_units import units

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from builders import after, make, scheduled
-from test_multinode import (
+from group_builders import (
     READY,
     TWO,
     complete_groups,
