@@ -79,20 +79,24 @@ class RecordingKube(KubeApi):
 
     def remove(self, kind: str, name: str, namespace: str = "ns") -> None:
         """The object is gone (a terminating pod finished, a controller deleted it)."""
-        gone = self.objects.pop((kind, namespace, name), None)
-        if gone is not None:
-            self.removed.append((kind, gone))
+        with self._lock:
+            gone = self.objects.pop((kind, namespace, name), None)
+            if gone is not None:
+                self.removed.append((kind, gone))
 
     def stored(self, kind: str, name: str, namespace: str = "ns") -> Object:
         return self.objects[(kind, namespace, name)]
 
     def names(self, kind: str, namespace: str = "ns") -> list[str]:
-        return sorted(n for k, ns, n in self.objects if k == kind and ns == namespace)
+        # Under the lock: Events are created on the event sink's thread (events.py) meanwhile.
+        with self._lock:
+            return sorted(n for k, ns, n in self.objects if k == kind and ns == namespace)
 
     def steps(self, *, without: tuple[str, ...] = ("Event",)) -> list[tuple[str, str, str]]:
         """(verb, kind, name) of every write in order, but those of kinds ``without`` (Events
         are sent off the pass, events.py: their order to the pass's writes is not the pass's)."""
-        return [(w.verb, w.kind, w.name) for w in self.writes if w.kind not in without]
+        with self._lock:
+            return [(w.verb, w.kind, w.name) for w in self.writes if w.kind not in without]
 
     def forget_writes(self) -> None:
         self.writes.clear()
