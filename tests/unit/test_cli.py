@@ -133,3 +133,27 @@ def test_every_module_the_code_runs_with_python_m_exists() -> None:
     assert "weightcache.tools.bench" in named, named
     missing = sorted(name for name in named if importlib.util.find_spec(name) is None)
     assert not missing, f"python -m targets that do not exist: {missing}"
+
+
+def test_a_launched_rank_gets_the_launchers_flags_however_the_user_spelled_them() -> None:
+    """argparse also takes ``--flag=value`` and unambiguous prefixes (``--tp-s`` for ``--tp-size``):
+    the ranks get what the parser made of them, in the flags' full names, never the user's text."""
+    parser = build_parser()
+    spelled = ["daemon", "--mod=/m", "--name=qwen", "--ranks=0-1", "--tp-s", "2", "--back=cpu-shm", "--allow-u=5"]
+    spelled += ["--load-w", "3", "--synthetic"]
+    launcher = parser.parse_args(spelled)
+    argv = rank_argv(launcher)
+
+    assert not any(flag in argv for flag in ("--mod=/m", "--tp-s", "--back=cpu-shm", "--load-w", "--synthetic"))
+    rank = parser.parse_args(["daemon", *argv, "--tp-size", "2", "--tp-rank", "1"])
+    assert (rank.model, rank.name, rank.backend, rank.allow_uid, rank.load_workers, rank.synthetic_fill) == (
+        "/m",
+        "qwen",
+        "cpu-shm",
+        [5],
+        3,
+        True,
+    )
+    assert {k: v for k, v in vars(rank).items() if k not in LAUNCHER_FLAGS} == {
+        k: v for k, v in vars(launcher).items() if k not in LAUNCHER_FLAGS
+    }
