@@ -9,14 +9,12 @@ from typing import Any
 
 from builders import at, daemon, make, node
 from group_builders import TWO, engine_plan, failovers, ids
+from test_failover import Planned, plan_units, running_engine
 from test_failover import plan_replica as plan_pods
-from test_failover import running_engine
 from test_group_failover import FOUR_NODES, group, names
 from weightcache_operator.observe.failures import cordoned_nodes, failure_of
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.engine_units import units
-from weightcache_operator.plan.failover import ReplicaPlan
-from weightcache_operator.plan.failover import plan_replica as plan_units
 from weightcache_operator.render import daemon_spec_hash, engine_service
 from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.topology import CORDON_TAINT, selected
@@ -26,7 +24,7 @@ HASH = "h1"
 DRAINED = frozenset({"node-1"})
 
 
-def plan_replica(pods: list[dict[str, Any]], cordoned: frozenset[str] = DRAINED, **kw: Any) -> ReplicaPlan:
+def plan_replica(pods: list[dict[str, Any]], cordoned: frozenset[str] = DRAINED, **kw: Any) -> Planned:
     return plan_units(0, units(pods, 1), 1, HASH, kw.pop("unready", {}), None, (), cordoned)
 
 
@@ -107,7 +105,7 @@ def test_an_active_on_a_cordoned_node_hands_over_to_a_ready_standby_elsewhere_an
     )
     assert plan.promotion is not None and plan.promotion.promoted["metadata"]["name"] == "s"
     assert plan.promotion.failure is not None and plan.promotion.failure.signal == "NodeCordoned"
-    assert [u.name for u in plan.demote] == ["a"] and plan.delete == []
+    assert plan.demote == ["a"] and plan.delete == []
     assert plan.create_standbys == 0, "the demoted active is the standby until the drain evicts it"
     assert plan.stranded is None
 
@@ -148,7 +146,7 @@ def test_of_two_actives_the_one_off_the_cordoned_node_stays() -> None:
     plan = plan_replica(
         [running_engine("a", role="active"), running_engine("b", role="active", node="node-2", created=1)]
     )
-    assert [u.name for u in plan.demote] == ["a"] and plan.promotion is None and plan.delete == []
+    assert plan.demote == ["a"] and plan.promotion is None and plan.delete == []
 
 
 def test_without_a_cordon_nothing_changes() -> None:

@@ -11,7 +11,8 @@ from typing import Any
 from builders import after, at
 from test_failover import plan_replica, running_engine
 from weightcache_operator.observe.sightings import Sightings
-from weightcache_operator.plan.failover import Promotion, failover_status
+from weightcache_operator.plan.actions import Promotion
+from weightcache_operator.plan.failover import failover_status
 from weightcache_operator.spec import WeightCacheStatus
 from weightcache_operator.vocabulary import COMPONENT_LABEL
 

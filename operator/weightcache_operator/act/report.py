@@ -16,7 +16,8 @@ from weightcache_operator.objects import Object, stamp
 from weightcache_operator.observe.engine_start import EngineStart, latest, slow_after, slow_message
 from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.observe.snapshot import cache_path
-from weightcache_operator.plan.failover import Promotion, failover_status
+from weightcache_operator.plan.actions import Promotion
+from weightcache_operator.plan.failover import failover_status
 from weightcache_operator.plan.reasons import failure_events
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.status import rollout_conditions, rollout_status

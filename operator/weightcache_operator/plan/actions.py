@@ -26,7 +26,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from weightcache_operator.objects import Object
-from weightcache_operator.plan.failover import Promotion
+from weightcache_operator.observe.failures import Failure
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A standby taking over from a failed (or missing) active (failover.plan_replica decides it)."""
+
+    replica: int
+    promoted: Object
+    failed: Object | None
+    failure: Failure | None
+    failed_pods: tuple[Object, ...] = ()
+    """Every pod of the failed unit (``failed`` is its head): the failure was first seen when the
+    first of them was (a group fails with any of its pods)."""
 
 
 @dataclass(frozen=True)

@@ -3,9 +3,10 @@
 planner for every engine size: a single-pod engine is a group of one.
 
 Pure: no API calls and no clock, so every signal and every half-finished failover (an operator
-killed between two patches) is a unit test. scaling.py turns the plan into actions, which
-executor.py carries out in the order that keeps the Service serving (actions.ORDER): promote the
-standby first, then retire the failed active, then create what is missing.
+killed between two patches) is a unit test. The plan is actions (actions.py), written through the
+pass's ``EngineWrites`` (engine_writes.py) as they are decided; executor.py carries them out in
+the order that keeps the Service serving (actions.ORDER): promote the standby first, then retire
+the failed active, then create what is missing.
 
 A plan is computed from the current state alone. An operator that restarts mid-failover sees
 either the old roles (and decides the same promotion again) or the new ones (two actives, or an
@@ -15,26 +16,14 @@ active without its standby) and finishes the job; nothing depends on remembering
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from weightcache_operator.objects import Object, PodView, spec_hash, stamp
 from weightcache_operator.observe.failures import Failure, failure_of
+from weightcache_operator.plan.actions import Promotion
 from weightcache_operator.plan.engine_units import Unit
-
-
-@dataclass(frozen=True)
-class Promotion:
-    """A standby taking over from a failed (or missing) active."""
-
-    replica: int
-    promoted: Object
-    failed: Object | None
-    failure: Failure | None
-    failed_pods: tuple[Object, ...] = ()
-    """Every pod of the failed unit (``failed`` is its head): the failure was first seen when the
-    first of them was (a group fails with any of its pods)."""
+from weightcache_operator.plan.engine_writes import EngineWrites
 
 
 def unit_failure(
@@ -56,21 +45,6 @@ def on_cordoned(unit: Unit, cordoned: Collection[str]) -> bool:
     return any(PodView(p).node in cordoned for p in unit.pods)
 
 
-@dataclass
-class ReplicaPlan:
-    """What to do for one replica's engine units, in this order: promote, demote, delete, create."""
-
-    promotion: Promotion | None = None
-    demote: list[Unit] = field(default_factory=list)
-    """Relabel to standby: surplus actives, and an active that never got Ready."""
-    delete: list[tuple[Unit, str]] = field(default_factory=list)
-    """Units whose pods that are not being deleted yet go, and why."""
-    create_active: bool = False
-    create_standbys: int = 0
-    stranded: str | None = None
-    """Set when the active failed and no standby could take over: why the cache is Degraded."""
-
-
 def plan_replica(
     replica: int,
     found: list[Unit],
@@ -80,8 +54,10 @@ def plan_replica(
     unresponsive: Mapping[str, datetime] | None = None,
     removed: Sequence[tuple[Unit, str]] = (),
     cordoned: Collection[str] = frozenset(),
-) -> ReplicaPlan:
-    """The plan for one replica's engine units (engine_units.py: one pod, or a group of
+    *,
+    writes: EngineWrites,
+) -> str | None:
+    """Plans one replica's engine units (engine_units.py: one pod, or a group of
     ``parallelism.nodes`` pods), terminating ones included: a deleted active is the failure that
     names itself. ``unresponsive``: see ``failure_of`` (a group answers through its leader); a
     standby that does not answer never takes over, and an active that does not answer is
@@ -95,18 +71,31 @@ def plan_replica(
     Ready one on the failed active's node first (same daemon, same arena), then any Ready one;
     the oldest wins ties so two passes pick the same unit. With none Ready, the failed active
     stays (the best there is) unless it is gone for good, in which case a still starting standby
-    is promoted — it will serve before a unit created now would."""
-    plan = ReplicaPlan()
+    is promoted — it will serve before a unit created now would.
+
+    The actions go to ``writes`` as they are decided, in this order: promote, demote, delete,
+    complete groups missing ranks, create. Returns why the replica is stranded (its active
+    failed and no standby could take over: the cache is Degraded), None when it is not."""
+    stranded: str | None = None
+    create_active = False
+    demoted: list[Unit] = []
+
+    def demote(unit: Unit) -> None:
+        """Relabelled standby: a surplus active, or an active that never got Ready."""
+        writes.relabel(unit, "standby")
+        demoted.append(unit)
+        standbys.append(unit)
+
     live = [u for u in found if not u.deleting]
     for unit in found:
         if unit.deleting and any(not p["metadata"].get("deletionTimestamp") for p in unit.pods):
             # A group with a pod being deleted cannot serve: its other pods go with it.
-            plan.delete.append((unit, "another pod of its engine group is being deleted"))
+            writes.delete(unit, "another pod of its engine group is being deleted")
     serving = []
     for unit in live:
         lost = unit.lost
         if lost is not None:
-            plan.delete.append((unit, lost))
+            writes.delete(unit, lost)
         else:
             serving.append(unit)
     silent = unresponsive or {}
@@ -118,10 +107,9 @@ def plan_replica(
     for extra in actives[1:]:
         failure = unit_failure(extra, unready_nodes, unresponsive, cordoned)
         if failure is None or not failure.retire:
-            plan.demote.append(extra)
-            standbys.append(extra)
+            demote(extra)
         else:
-            plan.delete.append((extra, f"failed ({failure.signal}): {failure.detail}"))
+            writes.delete(extra, f"failed ({failure.signal}): {failure.detail}")
     active = actives[0] if actives else None
 
     failed: Unit | None
@@ -152,8 +140,7 @@ def plan_replica(
         candidates = [
             u
             for u in standbys
-            if all(u is not d for d in plan.demote)
-            and _may_take_over(u, weights, unready_nodes, unresponsive, cordoned)
+            if all(u is not d for d in demoted) and _may_take_over(u, weights, unready_nodes, unresponsive, cordoned)
         ]
         node = PodView(failed.head).node if failed is not None else None
         candidates.sort(
@@ -175,43 +162,51 @@ def plan_replica(
                 # The active vanished while no operator watched (deleted and gone before a restart):
                 # still a failover, with no timestamp to measure detection from.
                 failure = Failure("PodGone", None, f"replica {replica} has no active engine", True)
-            plan.promotion = Promotion(
-                replica, best.head, failed.head if failed else None, failure, tuple(failed.pods) if failed else ()
+            writes.promote(
+                best,
+                Promotion(
+                    replica, best.head, failed.head if failed else None, failure, tuple(failed.pods) if failed else ()
+                ),
             )
             standbys.remove(best)
             if active is not None:
                 # Deleted (a group whole) and replaced rather than kept as a standby: a failed
                 # unit may fail again as the replica's only standby, a fresh one is known good.
                 if failure is None or not failure.retire:  # never Ready yet, or maybe only slow
-                    plan.demote.append(active)
-                    standbys.append(active)
+                    demote(active)
                 else:
-                    plan.delete.append((active, f"failed ({failure.signal}): {failure.detail}"))
+                    writes.delete(active, f"failed ({failure.signal}): {failure.detail}")
             if not best.ready:
-                plan.stranded = f"replica {replica}: promoted {best.name}, which is not Ready yet"
+                stranded = f"replica {replica}: promoted {best.name}, which is not Ready yet"
         elif active is None:
-            plan.create_active = True
+            create_active = True
             if failure is not None:
-                plan.stranded = f"replica {replica}: active engine failed ({failure.detail}) and no standby exists"
+                stranded = f"replica {replica}: active engine failed ({failure.detail}) and no standby exists"
         elif failure is not None and drained:
             assert active is not None
-            plan.stranded = (
+            stranded = (
                 f"replica {replica}: {failure.detail}, and no Ready standby on a schedulable node can take "
                 f"over: {active.name} keeps serving and its eviction (kubectl drain) waits until one is Ready "
                 "(the cache's PodDisruptionBudget admits none). Standbys start only on schedulable nodes with "
                 "a Ready daemon; if there is none, uncordon the node or add one"
             )
         elif failure is not None:
-            plan.stranded = (
+            stranded = (
                 f"replica {replica}: active engine failed ({failure.detail}) and no Ready standby can "
                 "take over; keeping it"
             )
 
     standbys.sort(key=lambda u: (not u.ready, u.created, u.name))
     for extra in standbys[standbys_wanted:][::-1]:
-        plan.delete.append((extra, "too many standbys"))
-    plan.create_standbys = max(0, standbys_wanted - len(standbys))
-    return plan
+        writes.delete(extra, "too many standbys")
+    for unit in found:
+        if not writes.deleted(unit):
+            writes.add_ranks(unit)
+    if create_active:
+        writes.new_unit(replica, "active")
+    for _ in range(standbys_wanted - len(standbys)):
+        writes.new_unit(replica, "standby")
+    return stranded
 
 
 def _may_take_over(
