@@ -1,5 +1,6 @@
 """The DaemonSet writes of a spec change (recording_kube.py): what the daemons wait for goes
-first, what is no longer wanted goes after what replaces it, all before the engines' writes."""
+first, then the daemons, all before the engines' writes; what is no longer wanted goes last,
+after what replaces it and after the engines that mapped from it."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_the_gpu_holder_is_deleted_after_the_daemons_stop_reading_its_grant() ->
     ]
 
 
-def test_a_new_layout_applies_the_slot_daemonsets_then_deletes_the_old_one_then_moves_the_engines() -> None:
+def test_a_new_layout_applies_the_slot_daemonsets_then_moves_the_engines_then_deletes_the_old_one() -> None:
     world = serving(World())
     world.change_spec(**{"parallelism.nodes": 2})
 
@@ -45,10 +46,10 @@ def test_a_new_layout_applies_the_slot_daemonsets_then_deletes_the_old_one_then_
     assert world.api.steps() == [
         ("apply", "DaemonSet", "tiny-daemon-0"),
         ("apply", "DaemonSet", "tiny-daemon-1"),
-        ("delete", "DaemonSet", "tiny-daemon"),
         ("apply", "Service", "tiny"),
         ("apply", "PodDisruptionBudget", "tiny-active"),
         ("delete", "Pod", "tiny-0-00001"),
         ("delete", "Pod", "tiny-0-00002"),
+        ("delete", "DaemonSet", "tiny-daemon"),
         ("patch", "WeightCache", "tiny/status"),
     ]

@@ -1,11 +1,7 @@
 """What a pass does to the cluster, as values: the planners return them (daemonsets.py for the
-DaemonSets, gate_sync.py for the readiness gates, rollout/planner.py and scaling.py for the engines
-and the Service, joined by engine_plan.py with the budget), the executor (executor.py) carries them
-out, each list in ``ORDER``.
-
-A pass plans and carries out in stages — the DaemonSets (on spec changes and resyncs), the gates,
-the engines, the gates again (reconcile.py) — because each stage plans on what the previous one's
-writes answered: the failover sees a gate its daemon's failure turned False in this very pass.
+DaemonSets, gate_sync.py for the readiness gates, rollout/planner.py, scaling.py and failover.py
+for the engines and the Service, joined by engine_plan.py with the budget), pass_plan.py puts
+them in one list in ``ORDER``, and the executor (executor.py) carries that list out.
 
 ``ORDER`` is what keeps the Service serving through every change: endpoints are added before
 the Service changes and removed after it. What engines need comes first: the GPU claim template

@@ -3,12 +3,12 @@ planners say should exist, and close the gap. Every pass starts from the cluster
 from the API server or the operator's watches (watch_index.py says when the watches will do), so
 a pass can be repeated, interrupted or run by another replica without harm.
 
-A pass: observe (snapshot.py) → the daemons' DaemonSets on spec changes and resyncs
-(daemonsets.py) → readiness gates (gate_sync.py) → the engines, the Service and the budget
-(engine_plan.py) → gates again → status and Events (status.py, report.py; the Events are sent off
-the pass, events.py). Each step plans actions (actions.py, in ``actions.ORDER``) on what the
-steps before it wrote, and the executor (executor.py) carries them out. A pass returns what it
-did: the actions carried out, in order, and the typed ``WeightCacheStatus`` it wrote.
+A pass: observe (snapshot.py) → plan one list of actions (pass_plan.py: the daemons' DaemonSets
+on spec changes and resyncs, the readiness gates, the engines, the Service and the budget, each
+planned on what the writes before it will leave; actions.py, in ``actions.ORDER``) → carry it out
+(executor.py, which writes the API's answers into the snapshot) → status and Events (status.py,
+report.py; the Events are sent off the pass, events.py). A pass returns what it did: the actions
+carried out, in order, and the typed ``WeightCacheStatus`` it wrote.
 
 The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
 of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
@@ -42,9 +42,8 @@ from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.observe.snapshot import Snapshot, observe
 from weightcache_operator.observe.watch_index import Watches
 from weightcache_operator.plan.actions import Action
-from weightcache_operator.plan.daemonsets import plan_daemons
-from weightcache_operator.plan.engine_plan import desired, plan_engines
-from weightcache_operator.plan.gate_sync import plan_gates
+from weightcache_operator.plan.engine_plan import desired
+from weightcache_operator.plan.pass_plan import plan_pass
 from weightcache_operator.plan.podsecurity import REASON as POD_SECURITY_REASON
 from weightcache_operator.plan.podsecurity import pod_security_problem
 from weightcache_operator.plan.rollout.generation import SWITCH_SETTLE_SECONDS
@@ -321,40 +320,37 @@ class Reconciler:
             )
             return self._report(snapshot, status, done, lap)
 
-        if apply:
-            self._execute(cache, snapshot, plan_daemons(cache, snapshot, self.daemon_status), started, done)
-            lap("daemonsets")
         noticed = self.clock()
         unresponsive = self._watch_responsiveness(cache, snapshot)
-        grace = timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds)
-        # Gates first: a daemon that failed turns its engines' gate False in this very pass, and
-        # the failover below sees it without waiting for the kubelet to drop their Ready.
-        self._gates(key, cache, snapshot, grace, noticed, done)
-        lap("gates")
-        self.sightings.saw(key, snapshot.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         want = desired(cache)
-        now = self.clock()
         settles = self._switch_settles.get(key)
-        plan = plan_engines(
+        plan = plan_pass(
             cache,
             snapshot,
             want,
-            now,
-            apply_service=apply,
+            noticed,
+            apply=apply,
+            grace=timedelta(seconds=cache.spec.engine.failover.daemon_outage_grace_seconds),
+            daemon_status=self.daemon_status,
             unresponsive=unresponsive,
-            settling=settles is not None and now < settles,
+            settling=settles is not None and noticed < settles,
         )
         lap("plan")
+        # As the plan saw them: a gate it turns False in this pass is a failure seen now.
+        self.sightings.saw(key, plan.view.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         serving_before = snapshot.serving
-        failover = self._execute(cache, snapshot, plan.writes, noticed, done)
+        done.extend(plan.actions)
+        failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
         lap("execute")
         # Right after the Service: a managed pool switches generation in the same pass.
         pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
         lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles.set(key, self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS))
-        self._gates(key, cache, snapshot, grace, noticed, done, also=settles if plan.rollout.switching else None)
-        lap("gates")
+        # A pass when the first kept gate's grace ends, or at the old generation's retirement
+        # after a Service switch if that is sooner.
+        wakes = [w for w in (plan.gates_expire, settles if plan.engines.rollout.switching else None) if w is not None]
+        self.alarms.set(key, min(wakes) if wakes else None, self.clock())
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
@@ -362,16 +358,16 @@ class Reconciler:
         observed = Observed(
             snapshot.daemon_pods,
             snapshot.engine_pods,
-            plan.desired_nodes,
+            plan.engines.desired_nodes,
             daemon_reports=reports,
-            stranded=plan.stranded,
+            stranded=plan.engines.stranded,
             holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
         )
         status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
         self.reporter.add_rollout(
             snapshot.body,
             status,
-            plan.rollout,
+            plan.engines.rollout,
             want,
             strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
             snapshot.engine_pods,
@@ -396,30 +392,6 @@ class Reconciler:
         self.metrics.cache_status(snapshot.namespace, snapshot.name, typed)
         lap("status")
         return PassResult(tuple(done), typed)
-
-    def _execute(
-        self, cache: WeightCache, snapshot: Snapshot, actions: list[Action], noticed: datetime, done: list[Action]
-    ) -> dict[str, Any] | None:
-        done.extend(actions)
-        return execute(self.api, self.reporter, cache, snapshot, actions, noticed, self._requests)
-
-    def _gates(
-        self,
-        key: CacheKey,
-        cache: WeightCache,
-        snapshot: Snapshot,
-        grace: timedelta,
-        noticed: datetime,
-        done: list[Action],
-        also: datetime | None = None,
-    ) -> None:
-        """Sets the readiness gates and asks for one pass when the first kept gate's grace ends,
-        or at ``also`` if that is sooner (the old generation's retirement after a Service switch)."""
-        now = self.clock()
-        gates, expires = plan_gates(snapshot, now, grace)
-        self._execute(cache, snapshot, gates, noticed, done)
-        wakes = [w for w in (expires, also) if w is not None]
-        self.alarms.set(key, min(wakes) if wakes else None, now)
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:
         """Points the operator's own probes at the cache's Ready engines (none unless
