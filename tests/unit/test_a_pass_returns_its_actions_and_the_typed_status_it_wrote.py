@@ -10,7 +10,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pass_world import World, serving
-from weightcache_operator.plan.actions import ApplyDaemonSet, ApplyService, Failover, RecountBudget, SetRole
+from weightcache_operator.plan.actions import (
+    ApplyDaemonSet,
+    ApplyService,
+    Failover,
+    RecountBudget,
+    SetRole,
+    SyncRouting,
+)
 from weightcache_operator.run.reconcile import PassResult
 from weightcache_operator.spec.status import WeightCacheStatus
 
@@ -32,12 +39,12 @@ def test_each_pass_from_creation_to_a_failover_and_a_spec_change_returns_its_act
     world.run(apply=True)
     created = _did(world)
     assert created.status.phase == "Pending"
-    assert [type(a) for a in created.actions] == [ApplyDaemonSet, ApplyService, RecountBudget]
+    assert [type(a) for a in created.actions] == [ApplyDaemonSet, ApplyService, SyncRouting, RecountBudget]
 
     serving(world)
-    world.run()  # nothing to change: only the budget's check (executor.py), which writes nothing
+    world.run()  # nothing to change: only the routing's and the budget's checks, which write nothing here
     settled = _did(world)
-    assert settled.status.phase == "Ready" and settled.actions == (RecountBudget(demoted=False),)
+    assert settled.status.phase == "Ready" and settled.actions == (SyncRouting(), RecountBudget(demoted=False))
 
     failed = world.api.stored("Pod", "tiny-0-00001")
     failed["status"]["phase"] = "Failed"

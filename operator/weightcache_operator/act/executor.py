@@ -10,12 +10,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
 from weightcache_operator.act.applying import apply_if_different
 from weightcache_operator.act.report import Reporter
+from weightcache_operator.act.routing import sync_pool
 from weightcache_operator.kubeapi import STRATEGIC_MERGE, ApiError, KubeApi
 from weightcache_operator.objects import Object, PodView
 from weightcache_operator.observe.snapshot import Snapshot
@@ -32,6 +34,7 @@ from weightcache_operator.plan.actions import (
     ReplaceDaemon,
     SetGate,
     SetRole,
+    SyncRouting,
 )
 from weightcache_operator.plan.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.render.budget import engine_budget
@@ -44,6 +47,18 @@ from weightcache_operator.vocabulary import ROLE_LABEL, SERVING_ANNOTATION
 log = logging.getLogger("weightcache_operator.act.executor")
 
 
+@dataclass
+class Outcome:
+    """What carrying out a pass's actions says for its status."""
+
+    failover: dict[str, Any] | None = None
+    """``status.lastFailover`` of the last failover carried out; None without one."""
+    pool: dict[str, Any] | None = None
+    """``status.inferencePool`` (``SyncRouting``); None without routing."""
+    pool_condition: dict[str, Any] | None = None
+    """The InferencePoolReady condition; None without routing."""
+
+
 def execute(
     api: KubeApi,
     reporter: Reporter,
@@ -52,15 +67,14 @@ def execute(
     actions: list[Action],
     noticed: datetime,
     pool: Executor | None = None,
-) -> dict[str, Any] | None:
-    """Carries out ``actions``; returns the ``status.lastFailover`` entry of the last failover
-    among them, if any. ``noticed``: when the pass started, after reading the cluster (what
-    detection is measured to and promotion from). Independent requests of one action, and
+) -> Outcome:
+    """Carries out ``actions``. ``noticed``: when the pass started, after reading the cluster
+    (what detection is measured to and promotion from). Independent requests of one action, and
     consecutive actions sent at once (``_batches``), go out together on ``pool``."""
     namespace = snapshot.namespace
     pods = f"/api/v1/namespaces/{namespace}/pods"
     daemonsets = f"/apis/apps/v1/namespaces/{namespace}/daemonsets"
-    failover = None
+    outcome = Outcome()
     for batch in _batches(actions):
         match batch[0]:
             case ApplyClaimTemplate(template):
@@ -96,9 +110,14 @@ def execute(
                 snapshot.pod_changed(changed)
                 log.info("relabelled engine", extra={"pod": name, "role": role})
             case Failover(promotion):
-                failover = reporter.failover(snapshot.body, promotion, noticed) or failover
+                outcome.failover = reporter.failover(snapshot.body, promotion, noticed) or outcome.failover
             case ApplyService(serve):
                 _apply_service(api, cache, snapshot, serve, pool)
+            case SyncRouting():
+                # The generation the Service selects as this pass left it: a managed pool switches with it.
+                outcome.pool, outcome.pool_condition = sync_pool(
+                    api, cache, snapshot.serving, reporter.clock(), snapshot.previous_conditions
+                )
             case Delete(name, why):
                 api.delete(f"{pods}/{name}")
                 snapshot.pod_deleted(name, reporter.clock())
@@ -129,7 +148,7 @@ def execute(
             case RecountBudget(demoted):
                 if demoted or _budget_overcounts(snapshot):
                     _recount_budget(api, snapshot, reporter.clock())
-    return failover
+    return outcome
 
 
 def _batches(actions: list[Action]) -> Iterator[list[Action]]:

@@ -59,10 +59,11 @@ from weightcache_operator.spec import Phase, RolloutStatus, WeightCacheStatus
 
 PHASES: tuple[str, ...] = get_args(Phase)
 ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutStatus.model_fields["phase"].annotation)
-PASS_STEPS = ("observe", "daemonsets", "gates", "plan", "execute", "routing", "daemon-status", "status")
-"""A pass's steps in their order (reconcile.py): the reads, the DaemonSet applies, the readiness
-gates (both syncs), planning, the planned actions, the InferencePool (routing.py; no request
-without spec.routing), the daemons' ``/status`` reads, the status patch and Events."""
+PASS_STEPS = ("observe", "plan", "execute", "daemon-status", "status")
+"""A pass's steps in their order (reconcile.py): the reads, planning (pass_plan.py: with a daemon
+spec change, the daemons' reports its strategy reads), carrying out the one list of actions
+(DaemonSets, gates, engines, Service, InferencePool, budget), the daemons' ``/status`` reads, the
+status patch and Events."""
 
 
 class OperatorMetrics:

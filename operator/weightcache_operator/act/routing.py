@@ -1,5 +1,5 @@
-"""A pass's step for ``spec.routing.inferencePool``: apply the managed InferencePool on the
-generation the Service selects, or check the referenced one, and say how it went in
+"""The ``SyncRouting`` action (actions.py) for ``spec.routing.inferencePool``: apply the managed
+InferencePool on the generation the Service selects, or check the referenced one, and say how it went in
 ``status.inferencePool`` and the InferencePoolReady condition. Caches without routing send no
 request here (unless a managed pool is left to delete). A missing CRD or missing rights is a
 condition naming what to install or enable, never a failed pass: the engines serve through the

@@ -8,12 +8,12 @@ the Service changes and removed after it. What engines need comes first: the GPU
 and the GPU holder before the daemons that use them, the daemons' DaemonSets, the gates that say
 where a daemon is Ready. Engines are relabelled active first (a promoted standby joins the
 Service's endpoints), then the failovers are recorded, then the Service is applied (switching
-daemon spec hash when the plan says so), then engines are relabelled standby (a demoted active
-leaves the endpoints only once the Service selects its successor: in a blue/green switch the old
-active is demoted in the very pass the Service moves away from it), and only then are pods
-deleted — each with its grace period, so in-flight requests finish — and new ones created;
-daemons and DaemonSets, which engines map, go after the engines; the budget is recounted last,
-over the engines as every other write left them.
+daemon spec hash when the plan says so) and the InferencePool follows it, then engines are
+relabelled standby (a demoted active leaves the endpoints only once the Service selects its
+successor: in a blue/green switch the old active is demoted in the very pass the Service moves
+away from it), and only then are pods deleted — each with its grace period, so in-flight
+requests finish — and new ones created; daemons and DaemonSets, which engines map, go after the
+engines; the budget is recounted last, over the engines as every other write left them.
 """
 
 from __future__ import annotations
@@ -92,6 +92,15 @@ class ApplyService:
 
 
 @dataclass(frozen=True)
+class SyncRouting:
+    """``spec.routing.inferencePool`` (routing.py): apply the managed InferencePool on the
+    generation the Service selects as the pass left it, or check the referenced one; delete a
+    managed pool the spec no longer wants. Its outcome is ``status.inferencePool`` and the
+    InferencePoolReady condition. Planned in every pass: without routing it sends a request only
+    when a managed pool is left to delete."""
+
+
+@dataclass(frozen=True)
 class Delete:
     """Delete an engine pod with its grace period (it drains)."""
 
@@ -136,6 +145,7 @@ Action = (
     | SetRole
     | Failover
     | ApplyService
+    | SyncRouting
     | Delete
     | Create
     | ReplaceDaemon
@@ -151,6 +161,7 @@ ORDER: tuple[str, ...] = (
     "promote",
     "Failover",
     "ApplyService",
+    "SyncRouting",
     "demote",
     "Delete",
     "Create",

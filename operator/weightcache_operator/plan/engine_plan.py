@@ -31,6 +31,7 @@ from weightcache_operator.plan.actions import (
     Action,
     RecountBudget,
     SetRole,
+    SyncRouting,
     in_order,
 )
 from weightcache_operator.plan.rollout.decisions import Plan
@@ -57,10 +58,11 @@ class EnginePlan:
 
     @property
     def writes(self) -> list[Action]:
-        """What the pass carries out: ``actions``, then the budget recount over the engines as
-        they left them (``RecountBudget``; always after a demotion)."""
+        """What the pass carries out: ``actions``, the InferencePool after the Service
+        (``SyncRouting``), and the budget recount over the engines as they left them
+        (``RecountBudget``; always after a demotion), in ``actions.ORDER``."""
         demoted = any(isinstance(a, SetRole) and a.role == "standby" for a in self.actions)
-        return [*self.actions, RecountBudget(demoted)]
+        return in_order([*self.actions, SyncRouting(), RecountBudget(demoted)])
 
 
 def desired(cache: WeightCache) -> Desired:

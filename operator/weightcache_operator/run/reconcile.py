@@ -30,7 +30,6 @@ from weightcache_operator.act.executor import execute
 from weightcache_operator.act.finalizer import StillTerminating, finalize
 from weightcache_operator.act.metrics import OperatorMetrics
 from weightcache_operator.act.report import Reporter, strategy_decision, with_failover
-from weightcache_operator.act.routing import sync_pool
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import PodView
 from weightcache_operator.observe.daemon_status import DaemonStatusReader
@@ -68,8 +67,8 @@ pass latency target at scale (docs/benchmarks.md), so each pass that misses it s
 
 @dataclass(frozen=True)
 class PassResult:
-    """What one pass did: every action handed to the executor, in the order carried out (the
-    InferencePool, routing.py, is applied beside them), and the status it wrote."""
+    """What one pass did: every action handed to the executor, in the order carried out, and the
+    status it wrote."""
 
     actions: tuple[Action, ...]
     status: WeightCacheStatus
@@ -340,11 +339,8 @@ class Reconciler:
         self.sightings.saw(key, plan.view.engine_pods, snapshot.unready_nodes(), unresponsive, started, noticed)
         serving_before = snapshot.serving
         done.extend(plan.actions)
-        failover = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
+        outcome = execute(self.api, self.reporter, cache, snapshot, plan.actions, noticed, self._requests)
         lap("execute")
-        # Right after the Service: a managed pool switches generation in the same pass.
-        pool, pool_condition = sync_pool(self.api, cache, snapshot.serving, self.clock(), snapshot.previous_conditions)
-        lap("routing")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles.set(key, self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS))
         # A pass when the first kept gate's grace ends, or at the old generation's retirement
@@ -374,12 +370,12 @@ class Reconciler:
         )
         starts = self.starts.new_starts(key, snapshot.engine_pods)
         self.reporter.engine_starts(snapshot.body, status, starts, want.ready_deadline_s)
-        if failover is not None:
-            with_failover(status, failover)
+        if outcome.failover is not None:
+            with_failover(status, outcome.failover)
         # Always written: null (a merge patch's delete) once routing is off.
-        status["inferencePool"] = pool
-        if pool_condition is not None:
-            status["conditions"].append(pool_condition)
+        status["inferencePool"] = outcome.pool
+        if outcome.pool_condition is not None:
+            status["conditions"].append(outcome.pool_condition)
         return self._report(snapshot, status, done, lap)
 
     def _report(
