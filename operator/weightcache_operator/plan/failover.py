@@ -73,9 +73,10 @@ def plan_replica(
     stays (the best there is) unless it is gone for good, in which case a still starting standby
     is promoted — it will serve before a unit created now would.
 
-    The actions go to ``writes`` as they are decided, in this order: promote, demote, delete,
-    complete groups missing ranks, create. Returns why the replica is stranded (its active
-    failed and no standby could take over: the cache is Degraded), None when it is not."""
+    The actions go to ``writes`` as they are decided (engine_plan.py puts them in
+    ``actions.ORDER``: promote, demote, delete, create); groups missing ranks get them last but
+    for new units. Returns why the replica is stranded (its active failed and no standby could
+    take over: the cache is Degraded), None when it is not."""
     stranded: str | None = None
     create_active = False
     demoted: list[Unit] = []
