@@ -291,6 +291,11 @@ def test_every_failure_signal_promotes_once_and_the_operator_killed_mid_failover
     on_node = [name for name in (active, standby) if cache.node_of(name) == node]
     gates_before = {name: gate_condition(pod(kube, namespace, name)) for name in on_node}
     assert all(g["status"] == "True" for g in gates_before.values()), gates_before
+    # The baseline is the active's endpoint, not the proxy's first view: when the standby turns
+    # Ready a moment before the active, the operator swaps their roles (an active never Ready yet
+    # gives way) and the EndpointSlice may still show the old active when the proxy starts.
+    active_ip = pod(kube, namespace, active)["status"]["podIP"]
+    wait_for(lambda: proxy.ready_endpoints == (f"{active_ip}:8000",), 30, describe=lambda: proxy.ready_endpoints)
     endpoints, changes = proxy.ready_endpoints, len(proxy.changes)
     counted = failovers(operator, namespace)
     os.killpg(container_pgid(kubelet, namespace, daemon_name, "daemon"), signal.SIGKILL)
