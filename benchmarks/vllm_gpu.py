@@ -275,7 +275,7 @@ def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:
     from weightcache_contract.errors import CacheUnavailable
 
     proc = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir).to_argv()],
+        [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir=socket_dir).to_argv()],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,

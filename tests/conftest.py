@@ -91,7 +91,7 @@ def start_keeper(socket_dir: str, tmp_path: Path) -> Iterator[Callable[..., subp
     def start(env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         log = tmp_path / f"keeper-{len(procs)}.log"
         proc = subprocess.Popen(
-            [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir).to_argv()],
+            [sys.executable, "-m", "weightcache", "keeper", *KeeperArgs(socket_dir=socket_dir).to_argv()],
             stdout=log.open("w"),
             stderr=subprocess.STDOUT,
             text=True,

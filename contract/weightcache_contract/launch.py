@@ -1,19 +1,31 @@
-"""How the operator launches the data plane's processes, and how they read what it launched them with.
+"""How our processes launch each other, and how they read what they were launched with.
 
-Both sides of the process boundary build from these definitions: the operator renders a daemon's
-command from ``DaemonArgs.to_argv`` and an engine's environment from ``EngineEnv.to_env``; the daemon
-builds its parser from ``add_daemon_arguments`` and the reference engine reads its environment under
-``ENGINE_ENV_PREFIX``. A test parses every rendered command with that parser, so a flag one side
-renders and the other does not know fails there, not in a pod. Standard library only.
+Every flag of ours is one ``Option`` below, and every command line or environment one of our
+processes gives another is a typed dataclass whose fields take those options (``options.py``):
+
+- ``DaemonArgs``: ``weightcache daemon`` — the operator's daemon pods, the ``--ranks`` launcher's
+  ranks, a publisher's exec into the serving daemon, the reference engine's daemon mode, benchmarks;
+- ``KeeperArgs``: ``weightcache keeper`` — the daemon pod's keeper sidecar;
+- ``PlanArgs``: ``weightcache plan`` — the daemon pod's planning init container;
+- ``EngineArgs``: ``weightcache engine`` (the reference engine) — the operator's engine pods, as
+  ``WEIGHTCACHE_ENGINE_*`` variables, and the engine launcher's ranks.
+
+The receiving process builds its parser from the dataclass (``add_options``), the producer renders
+from that same parser (``to_argv``, ``to_env``), and ``from_namespace`` reads the parse back: a flag
+is spelled once, and a test parses every rendered command with the receiving parser. An engine's
+own flags (vLLM's) live in that engine's profile, not here. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
-from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
-from typing import get_args, get_type_hints
+from dataclasses import dataclass
+from typing import Any
+
+from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.options import Option, add_options, argv, environment, from_namespace, options_of, takes
 
 LOAD_FORMAT = "weightcache"
 """The model loader the weightcache plug-in registers with vLLM (entry point vllm.general_plugins)."""
@@ -33,8 +45,13 @@ ENGINE_ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
 
 
 def engine_env_name(flag: str) -> str:
-    """``tp-size`` (or ``tp_size``) → ``WEIGHTCACHE_ENGINE_TP_SIZE``."""
-    return ENGINE_ENV_PREFIX + flag.upper().replace("-", "_")
+    """``--tp-size`` (or ``tp-size``, ``tp_size``) → ``WEIGHTCACHE_ENGINE_TP_SIZE``."""
+    return ENGINE_ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+ENGINE_IMAGE_ENV = engine_env_name("image")
+"""The engine container's image, part of its compile artifacts' key: the operator sets it on engines
+of caches with ``artifactCache``, the vLLM plug-in reads it (``vllm/artifacts.py``)."""
 
 
 def block(text: str) -> tuple[int, int]:
@@ -64,361 +81,451 @@ def format_ranks(listed: tuple[int, ...] | list[int]) -> str:
     return ",".join(str(r) for r in listed)
 
 
+def json_strings(text: str) -> tuple[str, ...]:
+    """``--vllm-args``: a JSON list of strings (what the list asks vLLM for is vLLM's to check)."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise WeightCacheError(f"{VLLM_ARGS.flag} is not JSON ({exc}); pass a JSON list of strings") from None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise WeightCacheError(
+            f'{VLLM_ARGS.flag} is a JSON list of strings, e.g. ["--dtype", "bfloat16"]; got {text!r}'
+        )
+    return tuple(value)
+
+
+# --- the options ---------------------------------------------------------------------------------
+
+MODEL = Option("--model", required=True, help="checkpoint directory (Hugging Face layout)")
+DTYPE = Option("--dtype", default="auto", help="auto (from config.json), bfloat16, float16 or float32")
+QUANTIZATION = Option("--quantization", default="none", help="none or fp8 (block-wise)")
+WEIGHT_BLOCK_SIZE = Option("--weight-block-size", type=block, help="fp8 block, default 128,128")
+REVISION = Option("--revision", default="", help="model revision recorded in the fingerprint")
+BACKEND = Option(
+    "--backend", help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)"
+)
+DEVICE = Option("--device", type=int, default=0, help="CUDA ordinal of this rank's GPU (GPU backends)")
+TP_SIZE = Option("--tp-size", type=int, default=1, help="tensor-parallel size")
+TP_RANK = Option("--tp-rank", type=int, default=0, help="this rank's tensor-parallel rank")
+PP_SIZE = Option("--pp-size", type=int, default=1, help="pipeline-parallel size")
+PP_RANK = Option("--pp-rank", type=int, default=0, help="this rank's pipeline-parallel rank")
+EP_SIZE = Option(
+    "--ep-size",
+    type=int,
+    default=1,
+    help="expert-parallel size (MoE; divides --tp-size): each run of tp/ep ranks holds 1/ep of the experts "
+    "whole instead of a slice of every expert",
+)
+RANKS = Option("--ranks", type=ranks, show=format_ranks, help="global ranks, e.g. 0-3 or 0,2")
+SOCKET_DIR = Option("--socket-dir", help="directory holding <name>/rank-N.sock")
+NAME = Option("--name", help="the cache's name")
+KEEPER = Option(
+    "--keeper",
+    default="auto",
+    choices=("auto", "off"),
+    help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens",
+)
+STATUS_ADDR = Option(
+    "--status-addr",
+    metavar="HOST:PORT",
+    help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; off unless given "
+    "(the operator sets $(POD_IP):9400)",
+)
+GPUS_FILE = Option(
+    "--gpus-file",
+    metavar="FILE",
+    help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found by UUID "
+    "(waits until a running holder has written it); overrides --device",
+)
+PROFILE = Option(
+    "--profile",
+    default=REFERENCE_PROFILE,
+    metavar="{" + ",".join(PROFILES) + ",...}",
+    help="the load profile: reference: weightcache's own loader (engines: the reference engine, transformers); "
+    f"vllm: vLLM's loader and post-processing for this rank, for engines run with --load-format {LOAD_FORMAT} "
+    "(needs --vllm-args; see docs/vllm.md)",
+)
+VLLM_ARGS = Option(
+    "--vllm-args",
+    metavar="JSON",
+    show=lambda args: json.dumps(list(args)),
+    read=json_strings,
+    help="--profile vllm: a JSON list of the vLLM engine arguments the engine gets after `vllm serve MODEL` "
+    '(e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'); the arena\'s fingerprint comes from them',
+)
+ARTIFACT_DIR = Option(
+    "--artifact-dir",
+    metavar="DIR",
+    help="keep the node's engine compile artifacts here: publish what engines run under `weightcache "
+    "artifacts-run` staged, evict beyond --artifact-max-bytes, report hits in /status (docs/vllm.md, "
+    "Compile artifacts); off unless given",
+)
+ARTIFACT_MAX_BYTES = Option(
+    "--artifact-max-bytes",
+    type=int,
+    default=8 << 30,
+    metavar="N",
+    help="the bound on --artifact-dir's published entries; least recently used ones go first",
+)
+LOAD_WORKERS_OPTION = Option(
+    "--load-workers", type=int, default=LOAD_WORKERS, help="threads reading and post-processing tensors"
+)
+SYNTHETIC_FILL = Option(
+    "--synthetic-fill",
+    kind="switch",
+    help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead of reading "
+    "the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', so no engine expecting the "
+    "real weights maps it",
+)
+SOCKET_GROUP = Option("--socket-group", help="group allowed to connect (socket mode 0660)")
+CHECKPOINT_POLL = Option(
+    "--checkpoint-poll-seconds",
+    type=float,
+    default=CHECKPOINT_POLL_SECONDS,
+    metavar="S",
+    help="how often each rank stats its checkpoint to report (and, for equal bytes under a new file identity, "
+    "adopt) a change on disk; inotify wakes it sooner on Linux; 0 turns the watch off",
+)
+ALLOW_UID = Option("--allow-uid", type=int, kind="append", help="extra uid allowed to connect")
+ALLOW_GID = Option("--allow-gid", type=int, kind="append", help="extra gid allowed to connect")
+ENGINE_ACCESS = Option(
+    "--engine-access",
+    default="read-only",
+    choices=("read-only", "read-write"),
+    help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)",
+)
+LOCAL_INDEX = Option(
+    "--local-index",
+    type=int,
+    default=0,
+    help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file (the --ranks "
+    "launcher sets it)",
+)
+VLLM_DIST_INIT = Option("--vllm-dist-init", metavar="tcp://HOST:PORT", hidden=True)
+"""Set by the ``--ranks`` launcher: the local ``vllm``-profile ranks' gloo rendezvous."""
+HANDOFF_STATE = Option("--handoff-state", hidden=True)
+"""Set by a publisher's exec into the serving daemon (``daemon.handoff``)."""
+
+
 def add_checkpoint_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        p.add_argument("--model", required=True, help="checkpoint directory (Hugging Face layout)"),
-        p.add_argument("--dtype", default="auto", help="auto (from config.json), bfloat16, float16 or float32"),
-        p.add_argument("--quantization", default="none", help="none or fp8 (block-wise)"),
-        p.add_argument("--weight-block-size", type=block, default=None, help="fp8 block, default 128,128"),
-    ]
+    """What a checkpoint is read as, for commands of ours that read one."""
+    return [o.add_to(p) for o in (MODEL, DTYPE, QUANTIZATION, WEIGHT_BLOCK_SIZE)]
 
 
 def add_model_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        *add_checkpoint_args(p),
-        p.add_argument("--revision", default="", help="model revision recorded in the fingerprint"),
-        p.add_argument(
-            "--backend",
-            default=None,
-            help="arena backend: cpu-shm, cuda-vmm or cuda-ipc (default: cuda-vmm with a GPU, else cpu-shm)",
-        ),
-        p.add_argument("--device", type=int, default=0, help="CUDA ordinal of this rank's GPU (GPU backends)"),
-    ]
-
-
-def add_layout_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    return [
-        p.add_argument("--tp-size", type=int, default=1),
-        p.add_argument("--tp-rank", type=int, default=0),
-        p.add_argument("--pp-size", type=int, default=1),
-        p.add_argument("--pp-rank", type=int, default=0),
-        p.add_argument(
-            "--ep-size",
-            type=int,
-            default=1,
-            help="expert-parallel size (MoE; divides --tp-size): each run of tp/ep ranks holds 1/ep of the "
-            "experts whole instead of a slice of every expert",
-        ),
-    ]
+    """``add_checkpoint_args`` and what a fingerprint takes beyond them."""
+    return [*add_checkpoint_args(p), *(o.add_to(p) for o in (REVISION, BACKEND, DEVICE))]
 
 
 def add_cache_args(p: argparse.ArgumentParser, socket_dir: str, required: bool) -> list[argparse.Action]:
+    """Which cache: ``--socket-dir`` (default ``socket_dir``) and ``--name``."""
     return [
-        p.add_argument("--socket-dir", default=socket_dir, help="directory holding <name>/rank-N.sock"),
-        p.add_argument("--name", required=required, default=None if required else "default", help="the cache's name"),
+        SOCKET_DIR.add_to(p, default=socket_dir),
+        NAME.add_to(p, required=required, default=None if required else "default"),
     ]
 
 
-def add_peer_args(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    """Who may connect to a socket besides its owner and root (daemon and keeper)."""
-    return [
-        p.add_argument("--allow-uid", type=int, action="append", default=[], help="extra uid allowed to connect"),
-        p.add_argument("--allow-gid", type=int, action="append", default=[], help="extra gid allowed to connect"),
-    ]
+# --- weightcache daemon ----------------------------------------------------------------------------
 
 
-def add_keeper_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
-    """``weightcache keeper``'s flags (``--socket-dir`` left out: the data plane's default)."""
-    return [p.add_argument("--socket-dir", default=None), *add_peer_args(p)]
+@dataclass(frozen=True, kw_only=True)
+class DaemonArgs:
+    """``weightcache daemon``'s flags, typed, in the order its command line lists them.
+
+    ``to_argv`` writes what is set and not at the parser's default, plus the flags every daemon
+    command names (``ALWAYS``): a cache's pods do not change when an option it does not use is
+    added. The ``vllm`` profile takes dtype and quantization from ``vllm_args`` (the daemon refuses
+    the reference loader's flags for them), so only the reference profile always writes those."""
+
+    model: str = takes(MODEL)
+    dtype: str = takes(DTYPE)
+    quantization: str = takes(QUANTIZATION)
+    weight_block_size: tuple[int, int] | None = takes(WEIGHT_BLOCK_SIZE)
+    revision: str = takes(REVISION)
+    backend: str | None = takes(BACKEND)
+    tp_size: int = takes(TP_SIZE)
+    pp_size: int = takes(PP_SIZE)
+    tp_rank: int = takes(TP_RANK)
+    pp_rank: int = takes(PP_RANK)
+    ep_size: int = takes(EP_SIZE)
+    ranks: tuple[int, ...] | None = takes(
+        RANKS, help="launch one process per listed global rank (e.g. 0-3) instead of one rank"
+    )
+    socket_dir: str = takes(SOCKET_DIR, required=True)
+    name: str = takes(NAME, required=True)
+    keeper: str = takes(KEEPER)
+    status_addr: str | None = takes(STATUS_ADDR)
+    gpus_file: str | None = takes(GPUS_FILE)
+    profile: str = takes(PROFILE)
+    vllm_args: tuple[str, ...] | None = takes(VLLM_ARGS)
+    artifact_dir: str | None = takes(ARTIFACT_DIR)
+    # Bounds only an --artifact-dir: unset (not written) without one.
+    artifact_max_bytes: int | None = takes(ARTIFACT_MAX_BYTES, unset=None)
+    load_workers: int = takes(LOAD_WORKERS_OPTION)
+    synthetic_fill: bool = takes(SYNTHETIC_FILL)
+    socket_group: str | None = takes(SOCKET_GROUP)
+    checkpoint_poll_seconds: float = takes(CHECKPOINT_POLL)
+    device: int = takes(DEVICE)
+    local_index: int = takes(LOCAL_INDEX)
+    allow_uid: tuple[int, ...] = takes(ALLOW_UID)
+    allow_gid: tuple[int, ...] = takes(ALLOW_GID)
+    engine_access: str = takes(ENGINE_ACCESS)
+    vllm_dist_init: str | None = takes(VLLM_DIST_INIT)
+    handoff_state: str | None = takes(HANDOFF_STATE)
+
+    ALWAYS = ("model", "tp_size", "pp_size", "socket_dir", "name", "keeper", "artifact_max_bytes")
+    """Written even at their defaults (``artifact_max_bytes`` whenever set)."""
+
+    def to_argv(self) -> list[str]:
+        always = self.ALWAYS + (("dtype", "quantization") if self.profile == REFERENCE_PROFILE else ())
+        return argv(self, always=always)
+
+    def but(self, **changes: Any) -> DaemonArgs:
+        """A copy with ``changes`` (another rank's, a launcher's child's)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace, **overrides: Any) -> DaemonArgs:
+        """The typed values of a parsed ``daemon`` command (``overrides``: fields given instead)."""
+        if "artifact_max_bytes" not in overrides and getattr(args, "artifact_dir", None) is None:
+            overrides["artifact_max_bytes"] = None
+        return from_namespace(cls, args, **overrides)
 
 
 def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[argparse.Action]:
-    """``weightcache daemon``'s flags; ``socket_dir``: ``--socket-dir``'s default (the data plane's
+    """``weightcache daemon``'s parser; ``socket_dir``: ``--socket-dir``'s default (the data plane's
     ``default_socket_dir``, which reads the environment: the contract does not)."""
-    return [
-        *add_model_args(d),
-        *add_layout_args(d),
-        *add_cache_args(d, socket_dir, required=True),
-        d.add_argument(
-            "--ranks",
-            type=ranks,
-            default=None,
-            help="launch one process per listed global rank (e.g. 0-3) instead of one rank",
-        ),
-        d.add_argument("--socket-group", default=None, help="group allowed to connect (socket mode 0660)"),
-        *add_peer_args(d),
-        d.add_argument(
-            "--engine-access",
-            choices=["read-only", "read-write"],
-            default="read-only",
-            help="how engines map the arena (read-write: cuda-vmm only, opt-in, part of the fingerprint)",
-        ),
-        d.add_argument(
-            "--keeper",
-            choices=["auto", "off"],
-            default="auto",
-            help="auto: deposit with / re-adopt from <socket-dir>/keeper.sock when a keeper listens",
-        ),
-        d.add_argument(
-            "--load-workers", type=int, default=LOAD_WORKERS, help="threads reading and post-processing tensors"
-        ),
-        d.add_argument(
-            "--checkpoint-poll-seconds",
-            type=float,
-            default=CHECKPOINT_POLL_SECONDS,
-            metavar="S",
-            help="how often each rank stats its checkpoint to report (and, for equal bytes under a new file "
-            "identity, adopt) a change on disk; inotify wakes it sooner on Linux; 0 turns the watch off",
-        ),
-        d.add_argument(
-            "--status-addr",
-            default=None,
-            metavar="HOST:PORT",
-            help="serve GET /status (JSON) and GET /metrics (Prometheus) for the local ranks here; "
-            "off unless given (the operator sets $(POD_IP):9400)",
-        ),
-        d.add_argument(
-            "--gpus-file",
-            default=None,
-            metavar="FILE",
-            help="GPU backends: the GPU holder's grant (gpus.json); local rank i uses its i-th GPU, found "
-            "by UUID (waits until a running holder has written it); overrides --device",
-        ),
-        d.add_argument(
-            "--synthetic-fill",
-            action="store_true",
-            help="benchmarks only (weightcache bench --synthetic): fill the arena with a byte pattern instead "
-            "of reading the checkpoint; the fingerprint's revision becomes 'synthetic-fill:<revision>', "
-            "so no engine expecting the real weights maps it",
-        ),
-        d.add_argument(
-            "--profile",
-            default=REFERENCE_PROFILE,
-            metavar="{" + ",".join(PROFILES) + ",...}",
-            help="the load profile: reference: weightcache's own loader (engines: the reference engine, transformers); "
-            "vllm: vLLM's loader and post-processing for this rank, for engines run with "
-            "--load-format " + LOAD_FORMAT + " (needs --vllm-args; see docs/vllm.md)",
-        ),
-        d.add_argument(
-            "--vllm-args",
-            default=None,
-            metavar="JSON",
-            help="--profile vllm: a JSON list of the vLLM engine arguments the engine gets after "
-            '`vllm serve MODEL` (e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'); '
-            "the arena's fingerprint comes from them",
-        ),
-        d.add_argument(
-            "--vllm-dist-init",
-            default=None,
-            metavar="tcp://HOST:PORT",
-            help=argparse.SUPPRESS,  # set by the --ranks launcher: the local ranks' gloo rendezvous
-        ),
-        d.add_argument(
-            "--artifact-dir",
-            default=None,
-            metavar="DIR",
-            help="keep the node's engine compile artifacts here: publish what engines run under "
-            "`weightcache artifacts-run` staged, evict beyond --artifact-max-bytes, report hits in /status "
-            "(docs/vllm.md, Compile artifacts); off unless given",
-        ),
-        d.add_argument(
-            "--artifact-max-bytes",
-            type=int,
-            default=8 << 30,
-            metavar="N",
-            help="the bound on --artifact-dir's published entries; least recently used ones go first",
-        ),
-        d.add_argument("--handoff-state", default=None, help=argparse.SUPPRESS),  # set by handoff.exec_daemon
-        d.add_argument(
-            "--local-index",
-            type=int,
-            default=0,
-            help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file "
-            "(the --ranks launcher sets it)",
-        ),
-    ]
+    return add_options(d, DaemonArgs, defaults={"socket_dir": socket_dir})
 
 
-@dataclass(frozen=True)
-class DaemonArgs:
-    """What ``weightcache daemon`` is launched with (by the operator, the benchmarks and the reference
-    engine's daemon mode), typed; ``to_argv`` renders the flags after ``daemon`` and
-    ``from_namespace`` reads them back from what ``add_daemon_arguments`` parsed.
-
-    The ``vllm`` profile takes dtype, quantization, revision and expert parallelism from
-    ``vllm_args`` and refuses the reference loader's flags for them: ``to_argv`` leaves those out
-    there unless they differ from their defaults (which the daemon then refuses by name)."""
-
-    model: str
-    name: str
-    socket_dir: str
-    backend: str | None = None
-    tp_size: int = 1
-    pp_size: int = 1
-    ep_size: int = 1
-    tp_rank: int = 0
-    pp_rank: int = 0
-    dtype: str = "auto"
-    quantization: str = "none"
-    weight_block_size: tuple[int, int] | None = None
-    revision: str = ""
-    ranks: tuple[int, ...] | None = None
-    keeper: str = "auto"
-    status_addr: str | None = None
-    gpus_file: str | None = None
-    profile: str = REFERENCE_PROFILE
-    vllm_args: tuple[str, ...] | None = None
-    artifact_dir: str | None = None
-    artifact_max_bytes: int | None = None
-    load_workers: int = LOAD_WORKERS
-    synthetic_fill: bool = False
-    socket_group: str | None = None
-    checkpoint_poll_seconds: float = CHECKPOINT_POLL_SECONDS
-
-    def to_argv(self) -> list[str]:
-        reference = self.profile == REFERENCE_PROFILE
-        argv = ["--model", self.model]
-        if reference or self.dtype != "auto":
-            argv += ["--dtype", self.dtype]
-        if reference or self.quantization != "none":
-            argv += ["--quantization", self.quantization]
-        if self.weight_block_size is not None:
-            argv += ["--weight-block-size", ",".join(str(n) for n in self.weight_block_size)]
-        if self.revision:
-            argv += ["--revision", self.revision]
-        if self.backend is not None:  # left out: the daemon picks cuda-vmm with a GPU, else cpu-shm
-            argv += ["--backend", self.backend]
-        argv += ["--tp-size", str(self.tp_size), "--pp-size", str(self.pp_size)]
-        # A single rank's position (without ``--ranks``); the operator launches by ``--ranks`` only.
-        if self.tp_rank != 0:
-            argv += ["--tp-rank", str(self.tp_rank)]
-        if self.pp_rank != 0:
-            argv += ["--pp-rank", str(self.pp_rank)]
-        # Only when used, so that the DaemonSets of caches without experts do not change (and roll).
-        if self.ep_size != 1:
-            argv += ["--ep-size", str(self.ep_size)]
-        if self.ranks is not None:
-            argv += ["--ranks", format_ranks(self.ranks)]
-        argv += ["--socket-dir", self.socket_dir, "--name", self.name, "--keeper", self.keeper]
-        if self.status_addr is not None:
-            argv += ["--status-addr", self.status_addr]
-        if self.gpus_file is not None:
-            argv += ["--gpus-file", self.gpus_file]
-        if not reference:
-            argv += ["--profile", self.profile]
-        if self.vllm_args is not None:
-            argv += ["--vllm-args", json.dumps(list(self.vllm_args))]
-        if self.artifact_dir is not None:
-            argv += ["--artifact-dir", self.artifact_dir]
-        if self.artifact_max_bytes is not None:
-            argv += ["--artifact-max-bytes", str(self.artifact_max_bytes)]
-        if self.load_workers != LOAD_WORKERS:
-            argv += ["--load-workers", str(self.load_workers)]
-        if self.synthetic_fill:
-            argv.append("--synthetic-fill")
-        if self.socket_group is not None:
-            argv += ["--socket-group", self.socket_group]
-        if self.checkpoint_poll_seconds != CHECKPOINT_POLL_SECONDS:
-            argv += ["--checkpoint-poll-seconds", str(self.checkpoint_poll_seconds)]
-        return argv
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace) -> DaemonArgs:
-        """The typed values of a parsed ``daemon`` command (``--artifact-max-bytes`` bounds only an
-        ``--artifact-dir``: without one it reads as not given)."""
-        vllm_args = json.loads(args.vllm_args) if args.vllm_args is not None else None
-        if vllm_args is not None and not (isinstance(vllm_args, list) and all(isinstance(a, str) for a in vllm_args)):
-            raise ValueError('--vllm-args is a JSON list of strings, e.g. ["--dtype", "bfloat16"]')
-        return cls(
-            model=args.model,
-            name=args.name,
-            socket_dir=args.socket_dir,
-            backend=args.backend,
-            tp_size=args.tp_size,
-            pp_size=args.pp_size,
-            ep_size=args.ep_size,
-            tp_rank=args.tp_rank,
-            pp_rank=args.pp_rank,
-            dtype=args.dtype,
-            quantization=args.quantization,
-            weight_block_size=args.weight_block_size,
-            revision=args.revision,
-            ranks=tuple(args.ranks) if args.ranks is not None else None,
-            keeper=args.keeper,
-            status_addr=args.status_addr,
-            gpus_file=args.gpus_file,
-            profile=args.profile,
-            vllm_args=tuple(vllm_args) if vllm_args is not None else None,
-            artifact_dir=args.artifact_dir,
-            artifact_max_bytes=args.artifact_max_bytes if args.artifact_dir is not None else None,
-            load_workers=args.load_workers,
-            synthetic_fill=args.synthetic_fill,
-            socket_group=args.socket_group,
-            checkpoint_poll_seconds=args.checkpoint_poll_seconds,
-        )
+# --- weightcache keeper ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class KeeperArgs:
-    """``weightcache keeper``'s flags as the operator renders them."""
+    """``weightcache keeper``'s flags (``--socket-dir`` left out: the data plane's default)."""
 
-    socket_dir: str
+    socket_dir: str | None = takes(SOCKET_DIR)
+    allow_uid: tuple[int, ...] = takes(ALLOW_UID)
+    allow_gid: tuple[int, ...] = takes(ALLOW_GID)
 
     def to_argv(self) -> list[str]:
-        return ["--socket-dir", self.socket_dir]
+        return argv(self)
 
     @classmethod
     def from_namespace(cls, args: argparse.Namespace) -> KeeperArgs:
-        return cls(socket_dir=args.socket_dir)
+        return from_namespace(cls, args)
 
 
-@dataclass(frozen=True)
-class EngineEnv:
-    """What an engine pod's environment says about the cache it maps and how to serve it, under one
-    name per value: ``engine_env_name`` of the field (``tp_size`` → ``WEIGHTCACHE_ENGINE_TP_SIZE``),
-    which is the reference engine's flag of that name read from the environment. Optional values
-    left ``None`` are not rendered, so that pods of caches that do not use them do not change."""
+def add_keeper_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return add_options(p, KeeperArgs)
 
-    socket_dir: str
-    name: str
-    model: str
-    tp_size: int
-    pp_size: int
-    dtype: str
-    quantization: str
-    weight_cache_mode: str
-    weight_cache_fallback: str
-    backend: str
-    port: int
-    served_model_name: str
-    host: str
-    ep_size: int | None = None
-    revision: str | None = None
-    weight_block_size: tuple[int, int] | None = None
-    nnodes: int | None = None
-    node_rank: int | None = None
-    dist_addr: str | None = None
 
-    def to_env(self) -> dict[str, str]:
-        env: dict[str, str] = {}
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if value is None:
-                continue
-            env[engine_env_name(field.name)] = ",".join(map(str, value)) if isinstance(value, tuple) else str(value)
-        return env
+# --- weightcache plan ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanArgs:
+    """``weightcache plan``: the daemon's planner over a whole world, without loading. The layout
+    flags are spelled short here (``--tp-size`` etc. still parse), as people type them at a prompt
+    and as the operator's daemon pods have always run them."""
+
+    model: str = takes(MODEL)
+    dtype: str = takes(DTYPE)
+    quantization: str = takes(QUANTIZATION)
+    weight_block_size: tuple[int, int] | None = takes(WEIGHT_BLOCK_SIZE)
+    tp_size: int = takes(TP_SIZE, flag="--tp", aliases=("--tp-size",))
+    pp_size: int = takes(PP_SIZE, flag="--pp", aliases=("--pp-size",))
+    ep_size: int = takes(EP_SIZE, flag="--ep", aliases=("--ep-size",), help="expert-parallel size (MoE; divides --tp)")
+    json: bool = takes(Option("--json", kind="switch", help="print the plan as JSON instead of a table"))
+    verdict: bool = takes(
+        Option(
+            "--verdict",
+            kind="switch",
+            help="the daemon pod's init container: exit 2 with the refusal when a rank is refused or this node's "
+            "ranks (--ranks) do not fit (--fit); else write the plan's summary as JSON to the termination message",
+        )
+    )
+    ranks: tuple[int, ...] | None = takes(RANKS, help="with --verdict: this node's ranks (default: all)")
+    fit: str | None = takes(
+        Option(
+            "--fit",
+            choices=("gpu", "host"),
+            help="with --verdict: check each of this node's ranks against the largest GPU NVML sees here (gpu), or "
+            "all of them together against the host's RAM and --memory-limit (host, where cpu-shm arenas live)",
+        )
+    )
+    memory_limit: int | None = takes(
+        Option("--memory-limit", type=int, help="with --fit host: the daemon container's memory limit, bytes")
+    )
+
+    ALWAYS = ("model", "dtype", "quantization", "tp_size", "pp_size", "ep_size")
+
+    def to_argv(self) -> list[str]:
+        return argv(self, always=self.ALWAYS)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> EngineEnv:
-        """The values ``to_env`` wrote; a required one missing or a number that does not parse is a
-        ``ValueError`` that names the variable."""
-        values: dict[str, object] = {}
-        hints = get_type_hints(cls)
-        for field in fields(cls):
-            key = engine_env_name(field.name)
-            if key not in env:
-                if field.default is MISSING:
-                    raise ValueError(f"{key} is not set: the operator renders it into every engine pod")
-                continue
-            text = env[key]
-            kinds = {hints[field.name], *get_args(hints[field.name])}
-            try:
-                if int in kinds:
-                    values[field.name] = int(text)
-                elif tuple[int, int] in kinds:
-                    values[field.name] = block(text)
-                else:
-                    values[field.name] = text
-            except (ValueError, argparse.ArgumentTypeError) as exc:
-                raise ValueError(f"{key}={text!r}: {exc}") from None
-        return cls(**values)  # type: ignore[arg-type]
+    def from_namespace(cls, args: argparse.Namespace) -> PlanArgs:
+        return from_namespace(cls, args)
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return add_options(p, PlanArgs)
+
+
+# --- weightcache engine (the reference engine) -------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineArgs:
+    """``weightcache engine``'s flags. Each can also come from the environment, as
+    ``engine_env_name`` of its flag (``--tp-size`` → ``WEIGHTCACHE_ENGINE_TP_SIZE``); the operator
+    renders engine pods' settings that way (``to_env``), and a launcher its ranks' command lines
+    (``to_argv``). Without ``tp_rank`` the engine launches all of its node's ranks."""
+
+    socket_dir: str | None = takes(SOCKET_DIR, help="daemon socket directory (default: the daemon's default)")
+    name: str | None = takes(NAME)
+    model: str | None = takes(MODEL, required=False)
+    tp_size: int = takes(TP_SIZE, help="tensor-parallel size: number of rank processes (on all nodes together)")
+    dtype: str = takes(DTYPE)
+    quantization: str = takes(QUANTIZATION)
+    weight_cache_mode: str = takes(
+        Option(
+            "--weight-cache-mode",
+            default="off",
+            help="off (disk), client (map from a running daemon) or daemon (spawn daemons)",
+        )
+    )
+    weight_cache_fallback: str = takes(
+        Option(
+            "--weight-cache-fallback", default="disk", help="client/daemon mode without a matching cache: disk or error"
+        )
+    )
+    backend: str = takes(
+        BACKEND,
+        default="cpu-shm",
+        help="arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU that holds "
+        "the weights, one GPU per rank, and all-reduces with nccl",
+    )
+    port: int = takes(Option("--port", type=int, default=8000, help="HTTP port (rank 0)"))
+    served_model_name: str | None = takes(
+        Option("--served-model-name", help="model id in the API (default: the checkpoint directory's name)")
+    )
+    host: str = takes(Option("--host", default="127.0.0.1", help="HTTP listen address (rank 0)"))
+    ep_size: int = takes(
+        EP_SIZE,
+        help="expert-parallel size (MoE; divides tp-size): each run of tp/ep ranks holds 1/ep of the experts "
+        "whole; 1 splits every expert over all ranks. Must match the daemon's --ep-size",
+    )
+    revision: str = takes(REVISION)
+    weight_block_size: tuple[int, int] | None = takes(WEIGHT_BLOCK_SIZE)
+    nnodes: int = takes(
+        Option(
+            "--nnodes",
+            type=int,
+            default=1,
+            help="nodes the engine spans; each runs tp-size / nnodes ranks under its own launcher",
+        )
+    )
+    node_rank: int = takes(
+        Option(
+            "--node-rank",
+            type=int,
+            default=0,
+            help="this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; node 0 "
+            "runs rank 0, which serves HTTP",
+        )
+    )
+    dist_addr: str | None = takes(
+        Option(
+            "--dist-addr",
+            help="host:port where rank 0 hosts the rendezvous (default: a free local port; required with "
+            "--nnodes > 1: node 0's address, reachable from the other nodes)",
+        )
+    )
+    dist_timeout: float = takes(
+        Option(
+            "--dist-timeout",
+            type=float,
+            default=30.0,
+            help="seconds a collective may wait for a peer while serving before the engine fails",
+        )
+    )
+    startup_timeout: float = takes(
+        Option(
+            "--startup-timeout",
+            type=float,
+            default=1800.0,
+            help="seconds ranks may wait for each other at start-up (rendezvous, loading)",
+        )
+    )
+    max_model_len: int | None = takes(
+        Option("--max-model-len", type=int, help="context length (default and maximum: max_position_embeddings)")
+    )
+    max_active: int = takes(
+        Option("--max-active", type=int, default=8, help="requests decoded concurrently (interleaved token by token)")
+    )
+    max_queue: int = takes(
+        Option("--max-queue", type=int, default=64, help="requests admitted or waiting before new ones get 429")
+    )
+    drain_timeout: float = takes(
+        Option("--drain-timeout", type=float, default=30.0, help="seconds SIGTERM waits for in-flight requests")
+    )
+    threads: int | None = takes(
+        Option(
+            "--threads",
+            type=int,
+            help="torch threads per rank (default: 1 per rank when tp > 1, else torch's default)",
+        )
+    )
+    daemon_timeout: float = takes(
+        Option(
+            "--daemon-timeout",
+            type=float,
+            default=600.0,
+            help="daemon mode: seconds to wait for spawned daemons to become ready",
+        )
+    )
+    tp_rank: int | None = takes(TP_RANK, default=None, help="run only this rank (default: launch all ranks)")
+
+    OPERATOR_ALWAYS = (
+        "socket_dir",
+        "name",
+        "model",
+        "tp_size",
+        "dtype",
+        "quantization",
+        "weight_cache_mode",
+        "weight_cache_fallback",
+        "backend",
+        "port",
+        "served_model_name",
+        "host",
+    )
+    """What every engine pod's environment says, even at an engine default: the cache it maps and how
+    it serves it, so that a pod reads the same whatever the engine image's defaults are."""
+
+    @classmethod
+    def variable(cls, field: str) -> str:
+        """The environment variable of a field (``tp_size`` → ``WEIGHTCACHE_ENGINE_TP_SIZE``), for messages."""
+        return engine_env_name(next(o.flag for o in options_of(cls) if o.dest == field))
+
+    def to_env(self) -> dict[str, str]:
+        """The values set (and ``OPERATOR_ALWAYS``) as ``WEIGHTCACHE_ENGINE_*`` variables."""
+        return environment(self, engine_env_name, always=self.OPERATOR_ALWAYS)
+
+    def to_argv(self) -> list[str]:
+        """Every value as a flag: the child's environment must not override what its launcher parsed."""
+        return argv(self, every=True)
+
+    def but(self, **changes: Any) -> EngineArgs:
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_namespace(cls, args: argparse.Namespace, **overrides: Any) -> EngineArgs:
+        return from_namespace(cls, args, **overrides)
+
+
+def add_engine_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    """``weightcache engine``'s parser: every flag also read from its ``engine_env_name``."""
+    return add_options(p, EngineArgs, env=engine_env_name)

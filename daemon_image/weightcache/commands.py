@@ -14,7 +14,16 @@ import sys
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
-from weightcache_contract.launch import add_checkpoint_args, add_keeper_arguments, add_model_args, ranks
+from weightcache_contract.launch import (
+    DTYPE,
+    GPUS_FILE,
+    NAME,
+    RANKS,
+    SOCKET_DIR,
+    add_keeper_arguments,
+    add_model_args,
+    add_plan_arguments,
+)
 
 from .arguments import add_cache_args
 
@@ -64,8 +73,8 @@ def keeper(args: argparse.Namespace) -> int:
 
 def keeper_ctl_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=["list", "release"])
-    p.add_argument("--socket-dir", default=None)
-    p.add_argument("--name", default=None)
+    SOCKET_DIR.add_to(p)
+    NAME.add_to(p)
     p.add_argument("--rank", type=int, default=None)
 
 
@@ -103,13 +112,8 @@ def status(args: argparse.Namespace) -> int:
 
 def probe_arguments(p: argparse.ArgumentParser) -> None:
     add_cache_args(p, required=True)
-    p.add_argument("--ranks", type=ranks, default=[0])
-    p.add_argument(
-        "--gpus-file",
-        default=None,
-        metavar="FILE",
-        help="also require each rank's GPU to be booked by the running GPU holder (its grant file)",
-    )
+    RANKS.add_to(p, default=[0])
+    GPUS_FILE.add_to(p, help="also require each rank's GPU to be booked by the running GPU holder (its grant file)")
 
 
 def probe(args: argparse.Namespace) -> int:
@@ -122,30 +126,7 @@ def probe(args: argparse.Namespace) -> int:
 
 
 def plan_arguments(p: argparse.ArgumentParser) -> None:
-    add_checkpoint_args(p)
-    p.add_argument("--tp", "--tp-size", dest="tp_size", type=int, default=1, help="tensor-parallel size")
-    p.add_argument("--pp", "--pp-size", dest="pp_size", type=int, default=1, help="pipeline-parallel size")
-    p.add_argument(
-        "--ep", "--ep-size", dest="ep_size", type=int, default=1, help="expert-parallel size (MoE; divides --tp)"
-    )
-    p.add_argument("--json", action="store_true", help="print the plan as JSON instead of a table")
-    p.add_argument(
-        "--verdict",
-        action="store_true",
-        help="the daemon pod's init container: exit 2 with the refusal when a rank is refused or this node's "
-        "ranks (--ranks) do not fit (--fit); else write the plan's summary as JSON to the termination message",
-    )
-    p.add_argument("--ranks", type=ranks, default=None, help="with --verdict: this node's ranks (default: all)")
-    p.add_argument(
-        "--fit",
-        choices=["gpu", "host"],
-        default=None,
-        help="with --verdict: check each of this node's ranks against the largest GPU NVML sees here (gpu), or "
-        "all of them together against the host's RAM and --memory-limit (host, where cpu-shm arenas live)",
-    )
-    p.add_argument(
-        "--memory-limit", type=int, default=None, help="with --fit host: the daemon container's memory limit, bytes"
-    )
+    add_plan_arguments(p)
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -215,7 +196,7 @@ def gen_checkpoint_arguments(g: argparse.ArgumentParser) -> None:
     g.add_argument("--heads", type=int, default=8)
     g.add_argument("--kv-heads", type=int, default=4)
     g.add_argument("--vocab-size", type=int, default=1024)
-    g.add_argument("--dtype", default="bfloat16")
+    DTYPE.add_to(g, default="bfloat16", help="the dtype the checkpoint's tensors are written in")
     g.add_argument("--shards", type=int, default=3)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--tie-embeddings", action="store_true")

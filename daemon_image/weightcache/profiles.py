@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Callable
-from typing import ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 from weightcache_contract.errors import WeightCacheError
 
@@ -30,9 +30,9 @@ class LoadProfile:
     def check(self, args: argparse.Namespace) -> None:
         """Refuses flags that belong to another profile, before the launcher or a rank starts."""
 
-    def rank_args(self, args: argparse.Namespace, ranks: list[int]) -> list[str]:
-        """Flags the launcher adds to each of ``ranks``' command lines (beyond ``rank_argv``)."""
-        return []
+    def rank_fields(self, args: argparse.Namespace, ranks: list[int]) -> dict[str, Any]:
+        """``DaemonArgs`` fields the launcher sets on each of ``ranks`` beyond its flags (``rank_args``)."""
+        return {}
 
     def run_rank(self, args: argparse.Namespace) -> int:
         """Loads and serves one rank; the process's exit code."""

@@ -95,7 +95,7 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
             disk_bytes_read=123,
             adopted=False,
         )
-    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cuda-vmm").to_argv())
+    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cuda-vmm"))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def main(checkpoint: str, socket_dir: str, name: str) -> None:
     # A descriptor a library left inheritable (as the CUDA driver and process groups do): the
     # exec must close it.
     os.set_inheritable(os.open(leak_probe(socket_dir), os.O_RDONLY | os.O_CREAT), True)
-    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cpu-shm").to_argv())
+    exec_daemon(state, DaemonArgs(model=checkpoint, socket_dir=socket_dir, name=name, backend="cpu-shm"))
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import pytest
 import torch
 from engine_process import Engine, EngineFactory, engines, request, stream, stream_events
 from weightcache.engine.launcher import free_port
-from weightcache_contract.launch import engine_env_name
+from weightcache_contract.launch import EngineArgs
 
 PROMPTS = ["The weight cache", "Once upon a time", "def add(a, b):"]
 CHAT = [{"role": "system", "content": "You count."}, {"role": "user", "content": "one, two,"}]
@@ -382,11 +382,11 @@ def test_sigterm_drains_in_flight_requests_then_exits_zero(llama, start_engine) 
 
 
 def test_client_mode_without_a_daemon_follows_the_fallback_policy(llama, socket_dir, start_engine) -> None:
-    # Only the values this test is about: EngineEnv is the operator's whole set, required as one.
+    # Only the values this test is about, as the operator renders them: in the environment.
     env = {
-        engine_env_name("socket_dir"): socket_dir,
-        engine_env_name("name"): "absent",
-        engine_env_name("weight_cache_mode"): "client",
+        EngineArgs.variable("socket_dir"): socket_dir,
+        EngineArgs.variable("name"): "absent",
+        EngineArgs.variable("weight_cache_mode"): "client",
     }
     engine = start_engine(llama, env=env)
     weights = ranks_of(engine)[0]["weights"]

@@ -1,17 +1,20 @@
-"""The launch contract holds across the process boundary: every daemon and keeper command the
+"""The launch contract holds across the process boundary: every daemon, keeper and plan command the
 operator renders parses with the parser ``weightcache`` itself runs, into the typed values the
-operator rendered, and every engine pod's environment reads back into the same ``EngineEnv``."""
+operator rendered, and every engine pod's environment reads back, through the reference engine's
+own parser, into the same ``EngineArgs``."""
 
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from weightcache.cli import build_parser
-from weightcache_contract.launch import DaemonArgs, EngineEnv, KeeperArgs
+from weightcache_contract.launch import ENGINE_ENV_PREFIX, DaemonArgs, EngineArgs, KeeperArgs, PlanArgs
+from weightcache_contract.plan_summary import PLAN_CONTAINER
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import engine_pod
 from weightcache_operator.render.daemon import daemon_args, daemon_daemonsets
@@ -81,8 +84,48 @@ def test_every_rendered_daemon_command_parses_into_the_arguments_the_operator_re
             assert KeeperArgs.from_namespace(keeper) == KeeperArgs(socket_dir=SOCKET_MOUNT)
 
 
+def engine_args_from(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> EngineArgs:
+    """What ``weightcache engine`` parses from ``env`` alone (the pod's command adds no flag)."""
+    for name in [n for n in os.environ if n.startswith(ENGINE_ENV_PREFIX)]:
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return EngineArgs.from_namespace(build_parser().parse_args(["engine"]))
+
+
 @pytest.mark.parametrize("kind", sorted(CACHES))
-def test_every_rendered_engine_environment_reads_back_into_the_values_the_operator_rendered(kind: str) -> None:
+def test_every_rendered_plan_command_parses_into_the_arguments_the_operator_rendered(kind: str) -> None:
+    cache = CACHES[kind]()
+    slots = [[f"node-{k}"] for k in range(cache.spec.parallelism.nodes)]
+    for slot, daemonset in enumerate(daemon_daemonsets(cache, slots)):
+        plans = [c for c in daemonset["spec"]["template"]["spec"]["initContainers"] if c["name"] == PLAN_CONTAINER]
+        if kind.startswith("vllm"):
+            assert not plans  # vLLM's arenas are vLLM's to plan: its daemons refuse by themselves
+            continue
+        (plan,) = plans
+        parsed = parse_command(plan["command"])
+        assert parsed.command == "plan"
+        planned = PlanArgs.from_namespace(parsed)
+        model = cache.spec.model
+        assert (planned.model, planned.dtype, planned.quantization) == (
+            "/weightcache/model",
+            model.dtype,
+            model.quantization.method,
+        )
+        parallelism = cache.spec.parallelism
+        assert (planned.tp_size, planned.pp_size, planned.ep_size) == (
+            parallelism.tensor,
+            parallelism.pipeline,
+            parallelism.expert,
+        )
+        assert planned.verdict and planned.ranks == tuple(local_ranks(cache, slot))
+        assert planned == PlanArgs.from_namespace(build_parser().parse_args(["plan", *planned.to_argv()]))
+
+
+@pytest.mark.parametrize("kind", sorted(CACHES))
+def test_every_rendered_engine_environment_reads_back_into_the_values_the_operator_rendered(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     cache = CACHES[kind]()
     members: list[Member | None] = (
         [Member("g", 0), Member("g", 1, "198.18.1.7")] if cache.spec.parallelism.nodes > 1 else [None]
@@ -91,28 +134,34 @@ def test_every_rendered_engine_environment_reads_back_into_the_values_the_operat
         pod = engine_pod(cache, 0, "active", member=member)
         main = pod["spec"]["containers"][0]
         env = {e["name"]: e["value"] for e in main["env"] if "value" in e}
-        assert EngineEnv.from_env(env) == engine_env(cache, member)
+        # What the operator rendered, as the pod carries it (the template's own settings aside).
+        ours = {k: env[k] for k in engine_env(cache, member).to_env()}
+        assert engine_args_from(ours, monkeypatch) == engine_env(cache, member)
 
 
 def test_the_reference_engine_reads_every_rendered_engine_value_as_its_flag(monkeypatch: pytest.MonkeyPatch) -> None:
     cache = CACHES["fp8-experts-revision"]()
     rendered = engine_env(cache)
-    for name, value in rendered.to_env().items():
-        monkeypatch.setenv(name, value)
-    args = build_parser().parse_args(["engine"])
-    for field, value in vars(rendered).items():
-        if value is not None and field != "pp_size":  # the reference engine has no pipeline parallelism
-            assert getattr(args, field) == value, field
+    args = engine_args_from(rendered.to_env(), monkeypatch)
+    assert (args.quantization, args.weight_block_size, args.revision, args.ep_size, args.tp_size) == (
+        "fp8",
+        (128, 128),
+        "r1",
+        2,
+        2,
+    )
+    assert args == rendered
 
 
-def test_an_engine_environment_without_a_required_value_is_refused_by_name() -> None:
+def test_an_engine_setting_the_environment_gets_wrong_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     env = engine_env(CACHES["cpu"]()).to_env()
-    del env["WEIGHTCACHE_ENGINE_TP_SIZE"]
-    with pytest.raises(ValueError, match="WEIGHTCACHE_ENGINE_TP_SIZE is not set"):
-        EngineEnv.from_env(env)
     env["WEIGHTCACHE_ENGINE_TP_SIZE"] = "two"
-    with pytest.raises(ValueError, match="WEIGHTCACHE_ENGINE_TP_SIZE='two'"):
-        EngineEnv.from_env(env)
+    with pytest.raises(SystemExit) as exited:
+        engine_args_from(env, monkeypatch)
+    assert exited.value.code == 2
+    assert "argument --tp-size: WEIGHTCACHE_ENGINE_TP_SIZE='two'" in capsys.readouterr().err
 
 
 def test_a_daemon_command_with_an_unknown_flag_is_refused_by_the_daemons_parser(

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from weightcache.cli import build_parser
-from weightcache.daemon.command import rank_argv
+from weightcache.daemon.command import rank_args
 from weightcache.vllm.engine_args import parse_list
 from weightcache.vllm.profile import vllm_rendezvous
 from weightcache_contract.errors import WeightCacheError
@@ -102,9 +102,9 @@ def test_each_launched_rank_gets_the_profile_and_the_vllm_args_but_not_the_launc
         [*DAEMON, "--profile", "vllm", "--vllm-args", vllm_args, "--ranks", "0-1", "--tp-size", "2",
          "--vllm-dist-init", "tcp://127.0.0.1:1", "--handoff-state", "/tmp/x"]
     )  # fmt: skip
-    argv = rank_argv(args)
+    argv = rank_args(args).to_argv()
     assert argv[argv.index("--profile") + 1] == "vllm"
-    assert argv[argv.index("--vllm-args") + 1] == vllm_args
+    assert json.loads(argv[argv.index("--vllm-args") + 1]) == json.loads(vllm_args)
     assert "--vllm-dist-init" not in argv and "--handoff-state" not in argv
 
 

@@ -2,7 +2,7 @@
 
 With ``--ranks`` (or ``--status-addr``) this process is the launcher of the pod's local ranks and
 starts one ``weightcache daemon`` per rank; each child gets every flag of this command from the
-same definitions (``rank_argv``) except the ones the launcher sets per rank or keeps for itself.
+same typed definition (``rank_args``) except the ones the launcher sets per rank or keeps for itself.
 The module is imported whenever the ``weightcache`` parser is built, so it imports nothing heavy
 at the top: a re-adopting daemon must start without torch.
 """
@@ -14,28 +14,9 @@ import os
 import threading
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import add_daemon_arguments
+from weightcache_contract.launch import STATUS_ADDR, DaemonArgs, add_daemon_arguments
 
 from ..profiles import get_profile
-
-LAUNCHER_FLAGS = frozenset(
-    {
-        "ranks",
-        "status_addr",
-        "device",
-        "local_index",
-        "tp_size",
-        "tp_rank",
-        "pp_size",
-        "pp_rank",
-        "vllm_dist_init",
-        "handoff_state",
-        "artifact_dir",
-        "artifact_max_bytes",
-    }
-)
-"""Flags a rank does not get from its launcher: the launcher's own, and the ones it sets per rank
-(``daemon.launcher.launch_local_ranks``)."""
 
 
 def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -44,24 +25,20 @@ def add_arguments(d: argparse.ArgumentParser) -> list[argparse.Action]:
     return add_daemon_arguments(d, default_socket_dir())
 
 
-def rank_argv(args: argparse.Namespace) -> list[str]:
-    """The flags every rank of ``daemon --ranks`` is started with: each flag of this command but
-    ``LAUNCHER_FLAGS``, as parsed into ``args``."""
-    out: list[str] = []
-    for action in add_arguments(argparse.ArgumentParser(add_help=False)):
-        if action.dest in LAUNCHER_FLAGS:
-            continue
-        flag, value = action.option_strings[0], getattr(args, action.dest)
-        if isinstance(value, bool):
-            out += [flag] if value else []
-        elif isinstance(value, list):
-            for item in value:
-                out += [flag, str(item)]
-        elif isinstance(value, tuple):
-            out += [flag, ",".join(str(v) for v in value)]
-        elif value is not None:
-            out += [flag, str(value)]
-    return out
+def rank_args(args: argparse.Namespace) -> DaemonArgs:
+    """What every rank of ``daemon --ranks`` is started with: this command's flags as parsed into
+    ``args``, less the ones the launcher keeps for itself (its ranks, status endpoint and artifact
+    publisher) or sets per rank (the rank's place in the layout, its GPU, a profile's
+    ``rank_fields``), and a handed-over arena's state, which only a publisher's exec carries."""
+    return DaemonArgs.from_namespace(
+        args,
+        ranks=None,
+        status_addr=None,
+        artifact_dir=None,
+        artifact_max_bytes=None,
+        handoff_state=None,
+        vllm_dist_init=None,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,9 +58,9 @@ def run(args: argparse.Namespace) -> int:
         from .launcher import launch_local_ranks
 
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
-        status_addr = parse_addr(args.status_addr, "--status-addr") if args.status_addr else None
+        status_addr = parse_addr(args.status_addr, STATUS_ADDR.flag) if args.status_addr else None
         os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
-        child_args = rank_argv(args) + get_profile(args.profile).rank_args(args, ranks)
+        child = rank_args(args).but(**get_profile(args.profile).rank_fields(args, ranks))
         publisher = None
         if args.artifact_dir:
             from ..artifacts.publisher import Publisher
@@ -92,9 +69,7 @@ def run(args: argparse.Namespace) -> int:
             publisher.create()
         return launch_local_ranks(
             ranks,
-            args.tp_size,
-            args.pp_size,
-            child_args,
+            child,
             status_addr,
             args.socket_dir,
             args.name,

@@ -27,12 +27,11 @@ from typing import NoReturn
 
 import msgpack
 from pydantic import BaseModel
+from weightcache_contract.launch import DaemonArgs
 
 from ..arenas.arena import Arena
 from ..checkpoints.manifest import Manifest
 from ..wire.fingerprint import Fingerprint
-
-HANDOFF_FLAG = "--handoff-state"
 
 
 class HandoffState(BaseModel):
@@ -73,13 +72,14 @@ def handoff_state(
     )
 
 
-def exec_daemon(state: HandoffState, daemon_argv: list[str]) -> NoReturn:
-    """Replace this process by ``weightcache daemon <daemon_argv> --handoff-state FILE``; never returns.
+def exec_daemon(state: HandoffState, daemon: DaemonArgs) -> NoReturn:
+    """Replace this process by ``weightcache daemon`` with ``daemon``'s flags and the state file as
+    its ``handoff_state``; never returns.
 
-    ``daemon_argv`` is the rank's own flags (``sys.argv[2:]`` of a ``weightcache daemon`` process),
-    so the serving image runs with exactly the socket dir, name, peers and keeper it was given."""
-    if HANDOFF_FLAG in daemon_argv:
-        raise ValueError(f"{HANDOFF_FLAG} is set by the publisher itself; do not pass it")
+    ``daemon`` is the rank's own flags, so the serving image runs with exactly the socket dir,
+    name, peers and keeper it was given."""
+    if daemon.handoff_state is not None:
+        raise ValueError("the handoff state is set by the publisher itself; do not pass it")
     fd, path = tempfile.mkstemp(prefix="weightcache-handoff-", suffix=".msgpack")
     with os.fdopen(fd, "wb") as f:
         f.write(msgpack.packb(state.model_dump(mode="python")))
@@ -88,7 +88,8 @@ def exec_daemon(state: HandoffState, daemon_argv: list[str]) -> NoReturn:
     os.set_inheritable(state.lock_fd, True)
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, "-m", "weightcache", "daemon", *daemon_argv, HANDOFF_FLAG, path])
+    argv = daemon.but(handoff_state=path).to_argv()
+    os.execv(sys.executable, [sys.executable, "-m", "weightcache", "daemon", *argv])
 
 
 def _close_on_exec_all_but(keep: set[int]) -> None:

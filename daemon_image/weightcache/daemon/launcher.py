@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from weightcache_contract import termination
 from weightcache_contract.errors import RankExited
+from weightcache_contract.launch import DaemonArgs
 
 from .. import status_note
 from ..checkpoints.sharding import Layout
@@ -31,9 +32,7 @@ log = logging.getLogger("weightcache.daemon")
 
 def launch_local_ranks(
     ranks: list[int],
-    tp_size: int,
-    pp_size: int,
-    child_args: list[str],
+    flags: DaemonArgs,
     status_addr: tuple[str, int] | None = None,
     socket_dir: str = "",
     name: str = "",
@@ -47,7 +46,7 @@ def launch_local_ranks(
     the container's termination message); SIGTERM is forwarded to every child. With
     ``status_addr`` the launcher also serves the pod's status endpoint (status_endpoint.py),
     which reports what each rank noted it is doing (status_note.py) and why an exited one ended.
-    ``gpus_file`` (already in ``child_args``): the endpoint also reports a rank whose GPU the GPU
+    ``flags``: every rank's flags but its place, which this sets. ``gpus_file`` (already in ``flags``): the endpoint also reports a rank whose GPU the GPU
     holder no longer books as not ready, as the readiness probe does. ``artifacts``: the node's
     compile-artifact publisher, run in a thread here and reported by the endpoint.
     """
@@ -90,28 +89,11 @@ def launch_local_ranks(
         )
     children: dict[int, subprocess.Popen[bytes]] = {}
     for local_index, rank in enumerate(ranks):
-        layout = Layout.from_rank(rank, tp_size, pp_size)
+        layout = Layout.from_rank(rank, flags.tp_size, flags.pp_size)
         # The i-th local rank uses the i-th visible GPU (GPU backends; ignored on cpu-shm), or with
         # --gpus-file the i-th GPU of the holder's grant.
-        argv = [
-            sys.executable,
-            "-m",
-            "weightcache",
-            "daemon",
-            *child_args,
-            "--device",
-            str(local_index),
-            "--local-index",
-            str(local_index),
-            "--tp-size",
-            str(tp_size),
-            "--tp-rank",
-            str(layout.tp_rank),
-            "--pp-size",
-            str(pp_size),
-            "--pp-rank",
-            str(layout.pp_rank),
-        ]
+        own = flags.but(tp_rank=layout.tp_rank, pp_rank=layout.pp_rank, device=local_index, local_index=local_index)
+        argv = [sys.executable, "-m", "weightcache", "daemon", *own.to_argv()]
         note_file(rank).write_text("starting")  # until the rank says more (status_note.py)
         env = {**os.environ, termination.ENV: str(ended_file(rank)), status_note.ENV: str(note_file(rank))}
         children[rank] = subprocess.Popen(argv, env=env)

@@ -1,8 +1,8 @@
 """``weightcache engine``: arguments (each also settable from the environment) and dispatch.
 
-Every flag ``--foo-bar`` can come from ``WEIGHTCACHE_ENGINE_FOO_BAR``
-(``weightcache_contract.launch.engine_env_name``; the operator renders ``EngineEnv`` in those
-names). A flag on the command line wins over the environment. Without ``--tp-rank`` this process is the
+The flags are ``weightcache_contract.launch.EngineArgs``; every flag ``--foo-bar`` can come from
+``WEIGHTCACHE_ENGINE_FOO_BAR`` (``engine_env_name``), which is how the operator renders engine pods
+(``EngineArgs.to_env``). A flag on the command line wins over the environment. Without ``--tp-rank`` this process is the
 launcher of all ``--tp-size`` ranks; with it, it is that one rank (how a launcher starts its
 children, and how ranks can be started one by one).
 """
@@ -16,101 +16,22 @@ import sys
 import threading
 from typing import Any
 
-from weightcache_contract.launch import block, engine_env_name
+from weightcache_contract.launch import MODEL, EngineArgs, add_engine_arguments
 
 log = logging.getLogger("weightcache.engine")
 
 
-def _env(flag: str, default: Any = None) -> Any:
-    return os.environ.get(engine_env_name(flag), default)
-
-
-# (flag, type, default, help); the table is also what the launcher passes on.
-FLAGS: tuple[tuple[str, Any, Any, str], ...] = (
-    ("model", str, None, "checkpoint directory (Hugging Face layout)"),
-    ("host", str, "127.0.0.1", "HTTP listen address (rank 0)"),
-    ("port", int, 8000, "HTTP port (rank 0)"),
-    ("tp-size", int, 1, "tensor-parallel size: number of rank processes (on all nodes together)"),
-    (
-        "ep-size",
-        int,
-        1,
-        "expert-parallel size (MoE; divides tp-size): each run of tp/ep ranks holds 1/ep of the "
-        "experts whole; 1 splits every expert over all ranks. Must match the daemon's --ep-size",
-    ),
-    ("nnodes", int, 1, "nodes the engine spans; each runs tp-size / nnodes ranks under its own launcher"),
-    (
-        "node-rank",
-        int,
-        0,
-        "this node's place: it runs ranks [node-rank·r, (node-rank+1)·r), r = tp-size / nnodes; "
-        "node 0 runs rank 0, which serves HTTP",
-    ),
-    (
-        "dist-addr",
-        str,
-        None,
-        "host:port where rank 0 hosts the rendezvous (default: a free local port; "
-        "required with --nnodes > 1: node 0's address, reachable from the other nodes)",
-    ),
-    ("dist-timeout", float, 30.0, "seconds a collective may wait for a peer while serving before the engine fails"),
-    ("startup-timeout", float, 1800.0, "seconds ranks may wait for each other at start-up (rendezvous, loading)"),
-    ("weight-cache-mode", str, "off", "off (disk), client (map from a running daemon) or daemon (spawn daemons)"),
-    ("weight-cache-fallback", str, "disk", "client/daemon mode without a matching cache: disk or error"),
-    ("socket-dir", str, None, "daemon socket directory (default: the daemon's default)"),
-    ("name", str, None, "the cache's name"),
-    ("dtype", str, "auto", "auto (from config.json), bfloat16, float16 or float32"),
-    ("quantization", str, "none", "none or fp8 (block-wise)"),
-    ("weight-block-size", block, None, "fp8 block, default 128,128"),
-    ("revision", str, "", "model revision recorded in the fingerprint"),
-    (
-        "backend",
-        str,
-        "cpu-shm",
-        "arena backend; with a GPU backend (cuda-vmm, cuda-ipc) the engine computes on the GPU "
-        "that holds the weights, one GPU per rank, and all-reduces with nccl",
-    ),
-    ("served-model-name", str, None, "model id in the API (default: the checkpoint directory's name)"),
-    ("max-model-len", int, None, "context length (default and maximum: max_position_embeddings)"),
-    ("max-active", int, 8, "requests decoded concurrently (interleaved token by token)"),
-    ("max-queue", int, 64, "requests admitted or waiting before new ones get 429"),
-    ("drain-timeout", float, 30.0, "seconds SIGTERM waits for in-flight requests"),
-    ("threads", int, None, "torch threads per rank (default: 1 per rank when tp > 1, else torch's default)"),
-    ("daemon-timeout", float, 600.0, "daemon mode: seconds to wait for spawned daemons to become ready"),
-)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    for flag, kind, default, text in FLAGS:
-        value = _env(flag, default)
-        # A string default (from the environment) is converted by argparse only when `engine` is the
-        # command, so a bad value is a clean usage error there and harmless to other commands.
-        p.add_argument(f"--{flag}", type=kind, default=value, help=f"{text} [env {engine_env_name(flag)}]")
-    p.add_argument(
-        "--tp-rank",
-        type=int,
-        default=_env("tp-rank"),
-        help=f"run only this rank (default: launch all ranks) [env {engine_env_name('tp-rank')}]",
-    )
-
-
-def _rank_argv(args: argparse.Namespace, overrides: dict[str, Any]) -> list[str]:
-    out: list[str] = []
-    for flag, _, _, _ in FLAGS:
-        value = overrides.get(flag, getattr(args, flag.replace("-", "_")))
-        if value is None:
-            continue
-        if isinstance(value, tuple):
-            value = ",".join(str(v) for v in value)
-        out += [f"--{flag}", str(value)]
-    return out
+    # A value from the environment is converted by argparse only when `engine` is the command, so
+    # a bad one is a clean usage error there (naming the variable) and harmless to other commands.
+    add_engine_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from weightcache_contract.errors import WeightCacheError
 
     if not args.model:
-        raise WeightCacheError("--model (or WEIGHTCACHE_ENGINE_MODEL) is required")
+        raise WeightCacheError(f"{MODEL.flag} (or {EngineArgs.variable('model')}) is required")
     from .config import ModelConfig
 
     ModelConfig.from_checkpoint(args.model).check_tensor_parallel(args.tp_size, args.ep_size)  # fail before starting
@@ -119,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     local_ranks(args.tp_size, args.nnodes, args.node_rank)  # a bad node layout fails here, by name
     if args.nnodes > 1 and not args.dist_addr:
         raise WeightCacheError(
-            "--nnodes > 1 needs --dist-addr (or WEIGHTCACHE_ENGINE_DIST_ADDR): the host:port of "
+            f"--nnodes > 1 needs --dist-addr (or {EngineArgs.variable('dist_addr')}): the host:port of "
             "node 0's rendezvous, which every node's ranks dial"
         )
     source = _source(args)
@@ -216,10 +137,10 @@ def _launch(args: argparse.Namespace) -> int:
 
     source = _source(args)
     ranks = local_ranks(args.tp_size, args.nnodes, args.node_rank)
-    overrides: dict[str, Any] = {"dist-addr": args.dist_addr or f"127.0.0.1:{free_port()}"}
+    engine = EngineArgs.from_namespace(args, dist_addr=args.dist_addr or f"127.0.0.1:{free_port()}")
     if source.mode == "daemon":
         from .weights import ensure_daemons
 
         done = ensure_daemons(source, ranks, args.tp_size, args.ep_size)
         log.info("daemons", extra={"fields": {k: v for k, v in done.items() if v is not None}})
-    return launch(_rank_argv(args, overrides), args.tp_size, gpus=source.device == "cuda", ranks=ranks)
+    return launch(engine, gpus=source.device == "cuda", ranks=ranks)

@@ -25,6 +25,7 @@ import sys
 import time
 
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import EngineArgs
 
 log = logging.getLogger("weightcache.engine.launcher")
 
@@ -63,19 +64,19 @@ def local_ranks(tp_size: int, nnodes: int = 1, node_rank: int = 0) -> list[int]:
     return list(range(node_rank * per_node, (node_rank + 1) * per_node))
 
 
-def launch(rank_argv: list[str], tp_size: int, gpus: bool = False, ranks: list[int] | None = None) -> int:
-    """Run ``weightcache engine <rank_argv> --tp-rank r`` for every local rank (``ranks``, default
-    all ``tp_size``); returns the engine's exit code.
+def launch(engine: EngineArgs, gpus: bool = False, ranks: list[int] | None = None) -> int:
+    """Run ``weightcache engine`` with ``engine``'s flags as rank r for every local rank (``ranks``,
+    default all of ``engine.tp_size``); returns the engine's exit code.
 
     With ``gpus``, each rank runs with CUDA_VISIBLE_DEVICES set to its own GPU only (the i-th
     local rank gets the i-th visible GPU), so every rank computes on its device 0 and nccl sees
     one distinct GPU per rank.
     """
-    ranks = list(range(tp_size)) if ranks is None else ranks
+    ranks = list(range(engine.tp_size)) if ranks is None else ranks
     devices = rank_gpus(len(ranks), os.environ.get("CUDA_VISIBLE_DEVICES")) if gpus else []
     children: dict[int, subprocess.Popen[bytes]] = {}
     for i, rank in enumerate(ranks):
-        argv = [sys.executable, "-m", "weightcache", "engine", *rank_argv, "--tp-rank", str(rank)]
+        argv = [sys.executable, "-m", "weightcache", "engine", *engine.but(tp_rank=rank).to_argv()]
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[i]} if gpus else None
         children[rank] = subprocess.Popen(argv, preexec_fn=_die_with_parent, stdin=subprocess.DEVNULL, env=env)
     log.info(

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from weightcache_contract.launch import DaemonArgs, KeeperArgs
+from weightcache_contract.launch import LOAD_WORKERS_OPTION, DaemonArgs, KeeperArgs
 
 from ..checkpoints.page_cache import drop_page_cache
 from ..wire.rankfiles import RankFiles
@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backends", default=None, help="comma list; default cuda-vmm,cuda-ipc with a GPU, else cpu-shm")
     p.add_argument("--runs", type=int, default=5, help="fresh engine processes for map+bind")
     p.add_argument("--workdir", default=None, help="where checkpoints are generated and kept between runs")
-    p.add_argument("--load-workers", type=int, default=8, help="daemon loader threads")
+    LOAD_WORKERS_OPTION.add_to(p, default=8, help="daemon loader threads")
     p.add_argument(
         "--synthetic",
         action="store_true",
@@ -492,7 +492,15 @@ def _run_synthetic(args: argparse.Namespace, gpu: bool) -> int:
         flush=True,
     )
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", *KeeperArgs(socket_dir).to_argv()]
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "--log-level",
+            "warning",
+            "keeper",
+            *KeeperArgs(socket_dir=socket_dir).to_argv(),
+        ]
     )
     try:
         while not keeper_socket(socket_dir).exists():
@@ -591,7 +599,15 @@ def _readopt(path: Path, socket_dir: str, backend: str, quantization: str, worke
     from ..daemon.keeper import KeeperClient, keeper_socket
 
     keeper = subprocess.Popen(
-        [sys.executable, "-m", "weightcache", "--log-level", "warning", "keeper", *KeeperArgs(socket_dir).to_argv()]
+        [
+            sys.executable,
+            "-m",
+            "weightcache",
+            "--log-level",
+            "warning",
+            "keeper",
+            *KeeperArgs(socket_dir=socket_dir).to_argv(),
+        ]
     )
     try:
         while not keeper_socket(socket_dir).exists():

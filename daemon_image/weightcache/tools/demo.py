@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
-from weightcache_contract.launch import DaemonArgs
+from weightcache_contract.launch import DaemonArgs, EngineArgs
 
 from ..checkpoints.page_cache import drop_page_cache
 from ..engine.launcher import free_port
@@ -80,11 +80,11 @@ def startup_marks(metrics: str, rank: int = 0) -> dict[str, float]:
     return {m.group(1): float(m.group(2)) for m in re.finditer(pattern, metrics)}
 
 
-def run_engine(args: list[str], max_new_tokens: int, log: Path) -> dict[str, Any]:
-    """Start ``weightcache engine`` with ``args``, wait for ``/ready``, ask for one greedy completion,
-    stop it with SIGTERM; returns what it reported."""
+def run_engine(engine: EngineArgs, max_new_tokens: int, log: Path) -> dict[str, Any]:
+    """Start ``weightcache engine`` with ``engine``'s flags, wait for ``/ready``, ask for one greedy
+    completion, stop it with SIGTERM; returns what it reported."""
     port = free_port()
-    argv = [sys.executable, "-m", "weightcache", "engine", *args, "--port", str(port)]
+    argv = [sys.executable, "-m", "weightcache", "engine", *engine.but(port=port).to_argv()]
     started = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -133,11 +133,11 @@ def run(workdir: str, max_new_tokens: int = 16) -> int:
     try:
         wait_ready(files, daemon, timeout_s=600)
         ready = files.read_ready()
-        common = ["--model", str(checkpoint), "--dtype", "bfloat16", "--weight-cache-fallback", "error"]
+        common = EngineArgs(model=str(checkpoint), dtype="bfloat16", weight_cache_fallback="error")
         dropped = drop_page_cache(checkpoint)
-        disk = run_engine([*common, "--weight-cache-mode", "off"], max_new_tokens, root / "engine-disk.log")
+        disk = run_engine(common.but(weight_cache_mode="off"), max_new_tokens, root / "engine-disk.log")
         cached = run_engine(
-            [*common, "--weight-cache-mode", "client", "--socket-dir", socket_dir, "--name", name],
+            common.but(weight_cache_mode="client", socket_dir=socket_dir, name=name),
             max_new_tokens,
             root / "engine-cache.log",
         )

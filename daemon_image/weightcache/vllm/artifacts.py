@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from vllm.config import VllmConfig
-from weightcache_contract.launch import engine_env_name
+from weightcache_contract.launch import ENGINE_IMAGE_ENV
 
 from ..artifacts.engine import DIR_ENV, STAGING_ENV
 from ..artifacts.key import ArtifactKey, Claim
@@ -26,8 +26,6 @@ from ..wire.fingerprint import Fingerprint
 from .stamp import rank_fingerprint
 
 log = logging.getLogger("vllm.weightcache")
-IMAGE_ENV = engine_env_name("image")
-"""The engine's container image, rendered by the operator (absent outside Kubernetes)."""
 COMPILE_CACHE_INDEX = "vllm_compile_cache.py"
 """vLLM's index of one rank's compiled graphs: a Python literal, ``{(range, graph index, compiler):
 {"graph_handle": (key, path), "cache_key": ...}}``, read with ``ast.literal_eval``."""
@@ -59,7 +57,7 @@ def artifact_key(vllm_config: VllmConfig, ours: Fingerprint, backend: str, devic
         engine="vllm",
         engine_version=vllm.__version__,
         torch_version=torch.__version__,
-        image=os.environ.get(IMAGE_ENV, ""),
+        image=os.environ.get(ENGINE_IMAGE_ENV, ""),
         device=device_text,
         weights=weights,
         compile_config=vllm_config.compute_hash(),

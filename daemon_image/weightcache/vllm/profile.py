@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import VLLM_PROFILE
@@ -14,8 +15,8 @@ from ..profiles import LoadProfile, register_profile
 
 @register_profile(VLLM_PROFILE)
 class Vllm(LoadProfile):
-    def rank_args(self, args: argparse.Namespace, ranks: list[int]) -> list[str]:
-        return ["--vllm-dist-init", vllm_rendezvous(ranks, args.tp_size, args.pp_size)]
+    def rank_fields(self, args: argparse.Namespace, ranks: list[int]) -> dict[str, Any]:
+        return {"vllm_dist_init": vllm_rendezvous(ranks, args.tp_size, args.pp_size)}
 
     def run_rank(self, args: argparse.Namespace) -> int:
         from .publisher import run

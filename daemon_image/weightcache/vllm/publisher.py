@@ -42,11 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import DTYPE, EP_SIZE, QUANTIZATION, DaemonArgs
 
 from ..checkpoints.checkpoint import ShardFile
 from ..checkpoints.content import DigestCache, current_digest
 from ..checkpoints.sharding import Layout
-from ..daemon.command import LAUNCHER_FLAGS, rank_argv
 from ..daemon.handoff import HandoffState, exec_daemon, handoff_state
 from ..daemon.keeper import keeper_socket
 from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device, verified_rebadge
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             vllm_config, fingerprint, args, fields
         )
         assert files.lock_fd is not None
-        exec_daemon(state.model_copy(update={"lock_fd": files.lock_fd}), _serving_argv(args, layout))
+        exec_daemon(state.model_copy(update={"lock_fd": files.lock_fd}), _serving_args(args))
     except KeyboardInterrupt:
         log.info("stopped during load", extra={"fields": fields})
         return 0
@@ -128,14 +128,15 @@ def refuse_reference_only_flags(args: argparse.Namespace) -> None:
             "--profile vllm arenas are mapped read-only (vLLM's in-place writes get private copies, "
             "docs/vllm.md); drop --engine-access read-write"
         )
-    for flag, value, default in (
-        ("--dtype", args.dtype, "auto"),
-        ("--quantization", args.quantization, "none"),
-        ("--ep-size", args.ep_size, 1),
+    for option, value in (
+        (DTYPE, args.dtype),
+        (QUANTIZATION, args.quantization),
+        (EP_SIZE, args.ep_size),
     ):
-        if value != default:
+        if value != option.default:
             raise WeightCacheError(
-                f"{flag} {value} is the reference loader's; with --profile vllm put vLLM's own flag into --vllm-args"
+                f"{option.flag} {value} is the reference loader's; with --profile vllm put vLLM's own flag into "
+                "--vllm-args"
             )
     if args.synthetic_fill:
         raise WeightCacheError("--synthetic-fill exists for the reference profile only")
@@ -253,12 +254,7 @@ def _checkpoint_bytes(model: str) -> int:
     return sum(e.stat().st_size for e in os.scandir(model) if e.name.endswith(".safetensors"))
 
 
-def _serving_argv(args: argparse.Namespace, layout: Layout) -> list[str]:
-    """The rank's flags for the serving image: every daemon flag it was given, its layout included."""
-    assert {"tp_size", "tp_rank", "pp_size", "pp_rank"} <= LAUNCHER_FLAGS
-    return [
-        *rank_argv(args),
-        *("--tp-size", str(layout.tp_size), "--tp-rank", str(layout.tp_rank)),
-        *("--pp-size", str(layout.pp_size), "--pp-rank", str(layout.pp_rank)),
-        *("--device", str(args.device), "--local-index", str(args.local_index)),
-    ]
+def _serving_args(args: argparse.Namespace) -> DaemonArgs:
+    """The rank's flags for the serving image: every daemon flag it was given, its layout and its
+    resolved GPU included, less the publisher's rendezvous (the serving image joins no world)."""
+    return DaemonArgs.from_namespace(args, vllm_dist_init=None)

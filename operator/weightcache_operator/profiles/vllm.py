@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, engine_env_name
+from weightcache_contract.launch import ENGINE_IMAGE_ENV, LOAD_FORMAT, VLLM_PROFILE
 
 from weightcache_operator.profiles.base import EngineProfile, artifacts_run
 from weightcache_operator.spec import ENGINE_DRAIN_S, WeightCache
@@ -214,7 +214,7 @@ class VllmProfile(EngineProfile):
             values["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         if spec.engine.vllm.artifact_cache is not None:
             # Part of the artifacts' key: another image may generate other code for the same configuration.
-            values[engine_env_name("image")] = str(spec.engine.template.spec.containers[0].get("image", ""))
+            values[ENGINE_IMAGE_ENV] = str(spec.engine.template.spec.containers[0].get("image", ""))
         return [{"name": k, "value": v} for k, v in values.items()]
 
     def engine_command(self, cache: WeightCache) -> list[str]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import EngineEnv
+from weightcache_contract.launch import EngineArgs
 
 from weightcache_operator import profiles
 from weightcache_operator.render.artifacts import engine_artifact_volumes
@@ -222,8 +222,8 @@ def _stop_gracefully(main: dict[str, Any], pod_spec: dict[str, Any], sleep_s: in
     pod_spec.setdefault("terminationGracePeriodSeconds", sleep_s + STOP_GRACE_S)
 
 
-def engine_env(cache: WeightCache, member: Member | None = None) -> EngineEnv:
-    """What the weightcache client in every engine reads (``EngineEnv``); ``member``: the pod's place in a multi-node engine group (node rank, node
+def engine_env(cache: WeightCache, member: Member | None = None) -> EngineArgs:
+    """What the weightcache client in every engine reads (``EngineArgs.to_env``); ``member``: the pod's place in a multi-node engine group (node rank, node
     count, and the leader's rendezvous: the leader binds its own pod IP, the others dial it)."""
     spec = cache.spec
     model = spec.model
@@ -233,12 +233,11 @@ def engine_env(cache: WeightCache, member: Member | None = None) -> EngineEnv:
     if member is not None:
         addr = f"$(POD_IP):{member.port}" if member.node_rank == 0 else f"{member.leader_ip}:{member.port}"
         group = {"nnodes": parallelism.nodes, "node_rank": member.node_rank, "dist_addr": addr}
-    return EngineEnv(
+    return EngineArgs(
         socket_dir=SOCKET_MOUNT,
         name=CacheRef.of(cache).name,
         model=MODEL_MOUNT,
         tp_size=parallelism.tensor,
-        pp_size=parallelism.pipeline,
         dtype=model.dtype,
         quantization=model.quantization.method,
         weight_cache_mode="client",
@@ -248,9 +247,9 @@ def engine_env(cache: WeightCache, member: Member | None = None) -> EngineEnv:
         served_model_name=served_model_name(cache),
         # Engines of one node share the host's network in some runtimes: bind the pod's own IP.
         host="$(POD_IP)",
-        # Absent at 1 (the default) so that other caches' pods are unchanged.
-        ep_size=parallelism.expert if parallelism.expert > 1 else None,
-        revision=model.revision or None,
+        # Like every value at the engine's default, absent at 1: other caches' pods do not change.
+        ep_size=parallelism.expert,
+        revision=model.revision or "",
         weight_block_size=(block[0], block[1]) if model.quantization.method == "fp8" else None,
         **group,
     )

@@ -118,14 +118,3 @@ def placement_fields(cache: WeightCache) -> dict[str, Any]:
     if placement.tolerations:
         fields["tolerations"] = list(placement.tolerations)
     return fields
-
-
-def model_args(cache: WeightCache) -> list[str]:
-    """The flags daemon and engine must agree on: they all enter the fingerprint."""
-    model = cache.spec.model
-    args = ["--model", MODEL_MOUNT, "--dtype", model.dtype, "--quantization", model.quantization.method]
-    if model.quantization.method == "fp8":
-        args += ["--weight-block-size", ",".join(str(n) for n in model.quantization.weight_block_size)]
-    if model.revision:
-        args += ["--revision", model.revision]
-    return args

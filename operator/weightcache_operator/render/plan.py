@@ -25,15 +25,15 @@ import re
 from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import format_ranks
+from weightcache_contract.launch import PlanArgs
 from weightcache_contract.plan_summary import PLAN_CONTAINER
 
 from weightcache_operator.render.dra import container_claims, uses_dra
 from weightcache_operator.render.gpu_holder import uses_gpu_holder
-from weightcache_operator.render.layout import explain_exits, model_args
+from weightcache_operator.render.layout import explain_exits
 from weightcache_operator.render.security import container_security
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.vocabulary import CLI
+from weightcache_operator.vocabulary import CLI, MODEL_MOUNT
 
 __all__ = ["PLAN_CONTAINER", "memory_bytes", "plan_init"]
 
@@ -64,38 +64,29 @@ def memory_bytes(quantity: Any) -> int | None:
     return int(float(found.group(1)) * _FACTORS[found.group(2)])
 
 
-def _without(args: list[str], flag: str) -> list[str]:
-    """``args`` without ``flag`` and its value."""
-    if flag not in args:
-        return args
-    at = args.index(flag)
-    return args[:at] + args[at + 2 :]
-
-
 def plan_init(cache: WeightCache, ranks: list[int], model_mount: dict[str, Any]) -> dict[str, Any]:
     """The init container that plans ``ranks`` (this pod's) within the whole world and exits 2
     with the refusal when the daemon would refuse or the ranks cannot fit."""
     spec = cache.spec
     gpu = spec.daemon.backend in GPU_BACKENDS
     limit = memory_bytes(((spec.daemon.resources or {}).get("limits") or {}).get("memory"))
-    command = [
-        *CLI,
-        "plan",
-        # What the daemon loads with, less the revision (a label of the fingerprint, not of the plan).
-        *_without(model_args(cache), "--revision"),
-        "--tp",
-        str(spec.parallelism.tensor),
-        "--pp",
-        str(spec.parallelism.pipeline),
-        "--ep",
-        str(spec.parallelism.expert),
-        "--verdict",
-        "--ranks",
-        format_ranks(ranks),
-        "--fit",
-        "gpu" if gpu else "host",
-        *(["--memory-limit", str(limit)] if limit is not None and not gpu else []),
-    ]
+    model = spec.model
+    block = model.quantization.weight_block_size
+    # What the daemon loads with, less the revision (a label of the fingerprint, not of the plan).
+    planned = PlanArgs(
+        model=MODEL_MOUNT,
+        dtype=model.dtype,
+        quantization=model.quantization.method,
+        weight_block_size=(block[0], block[1]) if model.quantization.method == "fp8" else None,
+        tp_size=spec.parallelism.tensor,
+        pp_size=spec.parallelism.pipeline,
+        ep_size=spec.parallelism.expert,
+        verdict=True,
+        ranks=tuple(ranks),
+        fit="gpu" if gpu else "host",
+        memory_limit=limit if not gpu else None,
+    )
+    command = [*CLI, "plan", *planned.to_argv()]
     container: dict[str, Any] = {
         "name": PLAN_CONTAINER,
         "image": spec.daemon.image,
