@@ -511,8 +511,10 @@ class EngineArgs:
         return engine_env_name(next(o.flag for o in options_of(cls) if o.dest == field))
 
     def to_env(self) -> dict[str, str]:
-        """The values set (and ``OPERATOR_ALWAYS``) as ``WEIGHTCACHE_ENGINE_*`` variables."""
-        return environment(self, engine_env_name, always=self.OPERATOR_ALWAYS)
+        """The values set (and ``OPERATOR_ALWAYS``) as ``WEIGHTCACHE_ENGINE_*`` variables; a member
+        of an engine spanning nodes names its node, node 0 too."""
+        group = ("node_rank",) if self.nnodes > 1 else ()
+        return environment(self, engine_env_name, always=self.OPERATOR_ALWAYS + group)
 
     def to_argv(self) -> list[str]:
         """Every value as a flag: the child's environment must not override what its launcher parsed."""
