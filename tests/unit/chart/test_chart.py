@@ -9,14 +9,13 @@ import json
 import re
 import subprocess
 import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from repo_root import ROOT
 from weightcache_operator.settings import watched_namespaces
 
-ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "weightcache"
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 

@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 import yaml
 from pydantic import BaseModel
+from repo_root import ROOT
 from weightcache_operator import crd, spec
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_checked_in_crd_is_the_generated_one() -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repo_root import ROOT
 from weightcache.engine.metrics import engine_metrics
 from weightcache_contract.daemon_report import DaemonReport, report_metrics
 from weightcache_operator.act.metrics import OperatorMetrics
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from testcluster.cache import cache_root  # noqa: E402

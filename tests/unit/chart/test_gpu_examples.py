@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 import yaml
 from header_checkpoints import write_header_checkpoint
+from repo_root import ROOT
 from vllm_layout_rules import layout_problems
 from weightcache.checkpoints.planner import plan_world
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.spec import WeightCache
 
-ROOT = Path(__file__).resolve().parents[2]
 MODELS = ROOT / "tests" / "data" / "models"
 GPU_EXAMPLES = sorted(
     path.name

@@ -5,11 +5,11 @@ operator rendered, and every engine pod's environment reads back into the same `
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from repo_root import ROOT
 from weightcache.cli import build_parser
 from weightcache_contract.launch import DaemonArgs, EngineEnv, KeeperArgs
 from weightcache_operator.observe.validation import parse
@@ -19,7 +19,7 @@ from weightcache_operator.render.engine import Member, engine_env
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.vocabulary import CLI, SOCKET_MOUNT, local_ranks
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def cache_of(example: str, **changes: Any) -> WeightCache:

@@ -9,14 +9,14 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 from weightcache_contract.daemon_report import DaemonReport
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import daemon_daemonset
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
+sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 from testcluster.kubelet.hollowdaemons import (  # noqa: E402
     HollowDaemon,
     HollowDaemonServer,

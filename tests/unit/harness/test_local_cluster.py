@@ -14,7 +14,8 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_root import ROOT
+
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from testcluster.binaries import _compiling, _report_build  # noqa: E402

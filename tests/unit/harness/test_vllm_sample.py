@@ -8,9 +8,9 @@ import json
 import sys
 from pathlib import Path
 
+from repo_root import ROOT
 from vllm_layout_rules import layout_problems
 
-ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "cluster"))
 
 from testcluster.sample import (  # noqa: E402

@@ -12,7 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_root import ROOT
+
 PATH = [str(ROOT / part) for part in ("contract", "daemon_image", "operator")]
 
 # Prints, for each module imported in turn, the forbidden top-level packages it brought in.

@@ -4,9 +4,10 @@ stage can call back into the one that called it; filling (loader.py) comes after
 stage needs it."""
 
 import ast
-from pathlib import Path
 
-CHECKPOINTS = Path(__file__).resolve().parents[2] / "daemon_image" / "weightcache" / "checkpoints"
+from repo_root import ROOT
+
+CHECKPOINTS = ROOT / "daemon_image" / "weightcache" / "checkpoints"
 
 # Lowest first: the layout rules, the per-tensor parts (dense, then stacked experts), the rank plan,
 # the dry run over a whole world.

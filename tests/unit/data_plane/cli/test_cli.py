@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from repo_root import ROOT
 from weightcache.cli import COMMANDS, build_parser, resolve
 from weightcache.daemon.command import LAUNCHER_FLAGS, rank_argv
 
@@ -123,9 +124,8 @@ def test_every_module_the_code_runs_with_python_m_exists() -> None:
     """Processes are started as ``python -m weightcache...``: a moved module must take its callers along."""
     import importlib.util
     import re
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = ROOT
     named: set[str] = set()
     for folder in ("daemon_image", "benchmarks", "tests"):
         for source in (root / folder).rglob("*.py"):

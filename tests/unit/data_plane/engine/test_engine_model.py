@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from repo_root import ROOT
 from weightcache.checkpoints.quantization import dequantize_block_fp8, quantize_block_fp8
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import Weights, expect, load_from_disk
@@ -26,7 +27,7 @@ from weightcache.engine.parallel import Group
 from weightcache.tools.reference_hf import bound_hf_model, dequantized_hf_model, greedy, oracle_hf_model
 from weightcache_contract.errors import BindError, UnsupportedArchitecture
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from hf_parity import engine_greedy  # noqa: E402
 
 PROMPT = [3, 17, 101, 7, 250, 42, 9, 300, 12]

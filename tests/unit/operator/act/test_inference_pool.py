@@ -7,13 +7,13 @@ tests/e2e/test_inference_pool_e2e.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, get_args
 
 import jsonschema
 import pytest
 import yaml
 from builders import BASE, make
+from repo_root import ROOT
 from weightcache_operator.act.routing import _refusal
 from weightcache_operator.kubeapi import ApiError
 from weightcache_operator.observe.validation import parse
@@ -22,7 +22,6 @@ from weightcache_operator.render.engine import Member
 from weightcache_operator.render.inference_pool import managed_pool, pool_name, reference_problems
 from weightcache_operator.spec import FailureMode
 
-ROOT = Path(__file__).resolve().parents[2]
 UPSTREAM = ROOT / "tests" / "e2e" / "upstream" / "inference.networking.k8s.io_inferencepools.yaml"
 MANAGED = {"inferencePool": {"mode": "Managed", "endpointPickerRef": {"name": "epp", "port": 9002}}}
 

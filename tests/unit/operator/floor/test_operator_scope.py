@@ -1,17 +1,15 @@
 """$WEIGHTCACHE_OPERATOR_NAMESPACES → the namespaces kopf serves (the chart sets it from
-watchNamespaces; tests/unit/test_chart.py checks the two agree)."""
+watchNamespaces; tests/unit/chart/test_chart.py checks the two agree)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 from weightcache_operator.settings import NAMESPACES as VARIABLE
 from weightcache_operator.settings import watched_namespaces
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from repo_root import ROOT
 from weightcache_operator import settings
 from weightcache_operator.settings import OperatorSettings
 
-ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "operator" / "weightcache_operator"
 
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from builders import BASE, cache_of, changed
+from repo_root import ROOT
 from test_render_vllm import daemon_command, env_of, main_container
 from weightcache.cli import build_parser
 from weightcache_operator.observe.validation import parse
@@ -20,7 +20,7 @@ from weightcache_operator.profiles import DEFAULT, PROFILES, EngineProfile, prof
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash
 from weightcache_operator.spec import WeightCache
 
-OPERATOR = Path(__file__).resolve().parents[2] / "operator" / "weightcache_operator"
+OPERATOR = ROOT / "operator" / "weightcache_operator"
 SELECTOR = "example.com/engine"
 
 

@@ -6,18 +6,18 @@ here is refused with the field to change."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from builders import cache_of, changed
+from repo_root import ROOT
 from weightcache_operator.observe.responsiveness import probe_url
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import READY_GATE, daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.spec import WeightCache
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = ROOT / "examples"
 
 
 def body(example: str = "weightcache-vllm-cpu.yaml") -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from builders import BASE, NOW, changed, container_status, daemon, engine, make
+from repo_root import ROOT
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import (
@@ -610,11 +611,10 @@ def test_new_engines_are_pinned_to_nodes_with_ready_daemons_keeping_user_affinit
 
 
 def test_shipped_cluster_role_names_every_verb_and_resource() -> None:
-    from pathlib import Path
 
     import yaml
 
-    deploy = Path(__file__).resolve().parents[2] / "deploy" / "operator.yaml"
+    deploy = ROOT / "deploy" / "operator.yaml"
     role = next(d for d in yaml.safe_load_all(deploy.read_text()) if d["kind"] == "ClusterRole")
     for rule in role["rules"]:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"], rule

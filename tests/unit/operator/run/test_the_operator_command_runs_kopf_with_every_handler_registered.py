@@ -7,9 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from repo_root import ROOT
 
 # Runs the real entry point with kopf.run replaced by a probe that reports what kopf would run.
 PROBE = """

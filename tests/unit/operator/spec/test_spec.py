@@ -4,15 +4,15 @@ a Python twin here, so the operator never trusts a spec the API server would hav
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from pydantic import ValidationError
+from repo_root import ROOT
 from weightcache_operator.spec import Parallelism, WeightCache, WeightCacheSpec, WeightCacheStatus
 
-SAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weightcache-cpu.yaml"
+SAMPLE = ROOT / "examples" / "weightcache-cpu.yaml"
 
 
 def test_gpu_sample_is_valid_and_its_gpu_holder_asks_for_every_rank_s_gpu() -> None:
