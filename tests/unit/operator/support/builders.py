@@ -6,9 +6,8 @@ Times are seconds after ``NOW`` (``at``), stamped as the API writes them (to the
 builder writes only the fields it is asked for, so an object never carries a signal its test did
 not mean: no Ready condition unless ``ready`` is given, no phase unless ``phase`` is.
 
-pytest's default ``prepend`` import mode puts tests/unit (no ``__init__.py``) on ``sys.path``
-before it imports a test module there, so test modules import this one as ``builders`` however
-pytest is started.
+tests/unit/conftest.py puts this folder on ``sys.path``, so test modules import this one as
+``builders`` however pytest is started.
 """
 
 from __future__ import annotations

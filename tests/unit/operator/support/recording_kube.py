@@ -7,8 +7,8 @@ for a strategic merge of a status) and server-side apply (the applied object rep
 the status is kept). No controllers run: a test moves the cluster on between passes itself
 (``put``, ``remove``).
 
-pytest's default ``prepend`` import mode puts tests/unit on ``sys.path``, so test modules import
-this one as ``recording_kube``.
+tests/unit/conftest.py puts this folder on ``sys.path``, so test modules import this one as
+``recording_kube``.
 """
 
 from __future__ import annotations
