@@ -8,7 +8,7 @@ import copy
 
 from builders import make
 from group_builders import READY, TWO, complete_groups, failovers, ids, plan_groups, run
-from test_render import container, env_of
+from rendered import container, env_of
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 
 

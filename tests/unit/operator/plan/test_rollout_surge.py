@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from builders import make
 from group_builders import READY, TWO, daemon, engine_plan, ids, run
-from test_render import make
 from test_rollout import DAEMONS, NOW, engine, held, old_pair
 from test_rollout import daemon as rollout_daemon
 from weightcache_operator.plan.actions import ApplyService, Create, Delete, SetRole

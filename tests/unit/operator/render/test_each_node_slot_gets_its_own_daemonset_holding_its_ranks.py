@@ -4,7 +4,7 @@ holding its ranks; parallelism.nodes 1 renders the single DaemonSet as before.""
 from __future__ import annotations
 
 from builders import make
-from test_render import container
+from rendered import container
 from weightcache_operator.render import engine_service
 from weightcache_operator.render.daemon import daemon_daemonset, daemon_daemonsets
 

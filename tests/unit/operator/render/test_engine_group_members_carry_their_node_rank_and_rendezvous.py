@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from builders import make
 from group_builders import TWO
-from test_render import container, env_of
+from rendered import container, env_of
 from weightcache_operator.render import engine_pod, engine_service
 from weightcache_operator.render.engine import Member
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from builders import cache_of, make
-from test_render import container
+from rendered import container
 from test_render_vllm import body
 from weightcache_operator.render import daemon_daemonset, engine_pod
 from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
