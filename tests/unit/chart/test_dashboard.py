@@ -3,7 +3,7 @@ names only metric series that the operator, the daemon's status endpoint or the 
 export, read from their own metric registries (a renamed or removed metric fails here, not on
 someone's empty panel), and Prometheus' own PromQL parser (tests/promql, built once per source
 hash with the Go toolchain the control plane uses) accepts it. Rendering it into a ConfigMap is
-tested in test_chart.py."""
+tested in test_the_charts_values_reach_the_objects_they_set.py."""
 
 from __future__ import annotations
 

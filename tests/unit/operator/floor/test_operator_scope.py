@@ -1,5 +1,6 @@
 """$WEIGHTCACHE_OPERATOR_NAMESPACES → the namespaces kopf serves (the chart sets it from
-watchNamespaces; tests/unit/chart/test_chart.py checks the two agree)."""
+watchNamespaces; tests/unit/chart/test_the_chart_grants_exactly_the_enumerated_rbac_rules.py checks
+the two agree)."""
 
 from __future__ import annotations
 
