@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from builders import make
 from group_builders import READY, TWO, complete_groups, ids, plan_groups, run
-from test_rollout import daemonsets_deleted
+from rollout_pods import daemonsets_deleted
 from weightcache_operator.plan.actions import ApplyService, Create, Delete, SetRole, in_order
 from weightcache_operator.plan.rollout import planner
 from weightcache_operator.plan.rollout.status import rollout_status

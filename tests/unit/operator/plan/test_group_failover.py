@@ -18,7 +18,7 @@ from group_builders import (
     plan_groups,
     readiness_failed,
 )
-from test_rollout import daemon_replaced
+from rollout_pods import daemon_replaced
 from weightcache_operator.observe.responsiveness import probe_url
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.rollout import planner

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from builders import make
+from builders import NOW, make
 from group_builders import READY, TWO, daemon, engine_plan, ids, run
-from test_rollout import DAEMONS, NOW, engine, held, old_pair
-from test_rollout import daemon as rollout_daemon
+from rollout_pods import DAEMONS, engine, held, old_pair
+from rollout_pods import daemon as rollout_daemon
 from weightcache_operator.plan.actions import ApplyService, Create, Delete, SetRole
 from weightcache_operator.plan.engine_plan import desired
 from weightcache_operator.plan.rollout.decisions import promoted, retired

@@ -6,7 +6,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from test_rollout import NOW, WANT, engine
+from builders import NOW
+from rollout_pods import WANT, engine
 from weightcache_operator.plan.actions import Delete, SetRole
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout_timing import replica_timings
