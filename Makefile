@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # environment: `make test` runs the plug-in's vLLM tests there too (VLLM_OLDEST_TESTS).
 OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldest-nodeps.lock | sha256sum | cut -c1-16)
 VENV_OLDEST := $(WEIGHTCACHE_CACHE)/venv-vllm-oldest-$(OLDEST_HASH)
-VLLM_OLDEST_TESTS := tests/unit/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
+VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
 	tests/vllm_engine/test_cache_tp2_matches_disk.py tests/vllm_engine/test_cache_tied_tp1_matches_disk.py \
 	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py \
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
@@ -86,7 +86,7 @@ check: env
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider tests/unit/test_package_boundaries.py tests/unit/test_planning_is_one_straight_line.py
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit/structure/test_package_boundaries.py tests/unit/structure/test_planning_is_one_straight_line.py
 
 test: check control-plane vllm-oldest
 	$(PY) -m pytest $(PYTEST_ARGS)

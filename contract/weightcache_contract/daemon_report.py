@@ -2,7 +2,7 @@
 
 This is a wire contract between the daemon pod and the operator, so it is one set of pydantic
 models that both sides import. It must stay importable without torch: the operator image has
-none (tests/unit/test_package_boundaries.py checks).
+none (tests/unit/structure/test_package_boundaries.py checks).
 """
 
 from __future__ import annotations

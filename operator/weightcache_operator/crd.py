@@ -7,7 +7,7 @@ number (JSON Schema 2020-12). pydantic emits the latter dialect, so ``structural
 and refuses anything it cannot rewrite faithfully instead of guessing.
 
 ``python -m weightcache_operator.crd`` prints the CRD; ``--write [PATH]`` writes the checked-in
-``crds/weightcache.yaml``, which tests/unit/test_crd.py keeps equal to this output.
+``crds/weightcache.yaml``, which tests/unit/chart/test_crd.py keeps equal to this output.
 """
 
 from __future__ import annotations

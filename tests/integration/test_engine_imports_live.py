@@ -1,6 +1,6 @@
 """A real engine start, read through ``python -X importtime``: what the serving process imported.
 
-tests/unit/test_engine_imports.py checks the modules at import; this checks the process itself,
+tests/unit/data_plane/engine/test_engine_imports.py checks the modules at import; this checks the process itself,
 from start through ``/ready``, a completion and a chat completion, so an import made lazily on
 the way (in the warm-up, the first request, the tokenizer) is seen too.
 """

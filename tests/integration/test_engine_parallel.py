@@ -4,7 +4,7 @@ more ranks than KV heads, transformers); Qwen3-MoE at TP=2 and EP=2 matches tran
 TP=N differs from TP=1 only in how partial sums are added: each row-parallel linear's partials
 are summed by an all-reduce (in float32) instead of inside one matmul. In float32 that is a
 re-ordering of the same additions, so ``atol=2e-4`` (the unit tests' float32 bound, see
-tests/unit/test_engine_model.py) holds, while a wrong shard (a head on the wrong rank, a vocab
+tests/unit/data_plane/engine/test_engine_model.py) holds, while a wrong shard (a head on the wrong rank, a vocab
 slice out of place, a missing all-reduce) moves logits by O(1).
 """
 
@@ -213,7 +213,7 @@ def test_moe_tp2_and_ep2_in_bfloat16_point_the_same_way_as_transformers(checkpoi
     # two experts' scores nearly tie, the one-ulp bf16 difference between summing TP partials and
     # one whole matmul picks the other expert (transformers' own bf16 and float32 differ the same
     # way), which would make this test about luck. Dense routing still shards every expert by
-    # TP and EP; the tolerance is TP=1 bf16's from tests/unit/test_engine_model.py.
+    # TP and EP; the tolerance is TP=1 bf16's from tests/unit/data_plane/engine/test_engine_model.py.
     ckpt = checkpoint_factory(**{**MOE, "num_experts": 4, "num_experts_per_tok": 4})
     with torch.inference_mode():
         want = oracle_hf_model(ckpt, "bfloat16")(torch.tensor([PROMPT])).logits[0].float()

@@ -1,6 +1,6 @@
 // promql-check parses PromQL expressions, one per line on stdin, with Prometheus' own parser and
 // prints one line per expression: "ok <value type>" or "error <message>". It exits 1 if any
-// expression failed. tests/unit/test_dashboard.py runs it over the chart's Grafana dashboard, so
+// expression failed. tests/unit/chart/test_dashboard.py runs it over the chart's Grafana dashboard, so
 // that a query Prometheus would refuse fails a test instead of showing an empty panel.
 package main
 

@@ -39,7 +39,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/*
 RBAC, in two groups so that a namespaced install can grant the first per namespace (Role) and
-only the second cluster-wide. tests/unit/test_chart.py enumerates both; tests/e2e/test_helm_e2e.py
+only the second cluster-wide. tests/unit/chart/helm_chart.py enumerates both; tests/e2e/test_helm_e2e.py
 runs the operator with exactly these rules and shows it fails without each group.
 */}}
 {{- define "weightcache.namespacedRules" -}}

@@ -1,6 +1,6 @@
 """What the operator remembers of each cache between passes, in one place: every holder of
 per-cache memory registers here, so that forgetting a cache (gone, or its finalizer owns it) is
-one call that cannot miss a holder. tests/unit/test_a_forgotten_cache_leaves_nothing_behind.py
+one call that cannot miss a holder. tests/unit/operator/run/test_a_forgotten_cache_leaves_nothing_behind.py
 finds the reconciler's holders by their ``forget`` and fails for one not registered."""
 
 from __future__ import annotations
