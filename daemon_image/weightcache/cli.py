@@ -120,7 +120,7 @@ def resolve(target: str) -> Any:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="weightcache", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("WEIGHTCACHE_LOG_LEVEL", "info"))
+    parser.add_argument("--log-level", default=os.environ.get(logfmt.LEVEL_ENV, "info"))
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         resolve(command.arguments)(sub.add_parser(command.name, help=command.help))

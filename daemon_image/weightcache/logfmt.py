@@ -10,6 +10,9 @@ import logging
 import sys
 import time
 
+LEVEL_ENV = "WEIGHTCACHE_LOG_LEVEL"
+"""``--log-level``'s default: how a launcher hands its level to the processes it starts."""
+
 
 def _quote(value: object) -> str:
     text = str(value)

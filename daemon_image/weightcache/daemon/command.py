@@ -16,6 +16,7 @@ import threading
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import STATUS_ADDR, DaemonArgs, add_daemon_arguments
 
+from .. import logfmt
 from ..profiles import get_profile
 
 
@@ -59,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
         ranks = args.ranks or [Layout(args.tp_size, args.tp_rank, args.pp_size, args.pp_rank, args.ep_size).rank]
         status_addr = parse_addr(args.status_addr, STATUS_ADDR.flag) if args.status_addr else None
-        os.environ["WEIGHTCACHE_LOG_LEVEL"] = args.log_level  # children read it as their default
+        os.environ[logfmt.LEVEL_ENV] = args.log_level  # children read it as their default
         child = rank_args(args).but(**get_profile(args.profile).rank_fields(args, ranks))
         publisher = None
         if args.artifact_dir:
