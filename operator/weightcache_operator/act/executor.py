@@ -13,7 +13,6 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import Any
 
 from weightcache_operator.act.applying import apply_if_different
 from weightcache_operator.act.report import Reporter
@@ -37,10 +36,11 @@ from weightcache_operator.plan.actions import (
     SyncRouting,
 )
 from weightcache_operator.plan.gates import DAEMON_UID_ANNOTATION
+from weightcache_operator.plan.status_reports import RoutingReport
 from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.gpu_holder import stale_holder, uses_gpu_holder
 from weightcache_operator.render.service import engine_service
-from weightcache_operator.spec import WeightCache
+from weightcache_operator.spec import FailoverStatus, WeightCache
 from weightcache_operator.together import all_at_once
 from weightcache_operator.vocabulary import ROLE_LABEL, SERVING_ANNOTATION
 
@@ -49,14 +49,13 @@ log = logging.getLogger("weightcache_operator.act.executor")
 
 @dataclass
 class Outcome:
-    """What carrying out a pass's actions says for its status."""
+    """What carrying out a pass's actions says for its status, as typed parts of it."""
 
-    failover: dict[str, Any] | None = None
+    failover: FailoverStatus | None = None
     """``status.lastFailover`` of the last failover carried out; None without one."""
-    pool: dict[str, Any] | None = None
-    """``status.inferencePool`` (``SyncRouting``); None without routing."""
-    pool_condition: dict[str, Any] | None = None
-    """The InferencePoolReady condition; None without routing."""
+    routing: RoutingReport = RoutingReport()
+    """``status.inferencePool`` and the InferencePoolReady condition (``SyncRouting``); empty
+    without routing."""
 
 
 def execute(
@@ -115,7 +114,7 @@ def execute(
                 _apply_service(api, cache, snapshot, serve, pool)
             case SyncRouting():
                 # The generation the Service selects as this pass left it: a managed pool switches with it.
-                outcome.pool, outcome.pool_condition = sync_pool(
+                outcome.routing = sync_pool(
                     api, cache, snapshot.serving, reporter.clock(), snapshot.previous_conditions
                 )
             case Delete(name, why):

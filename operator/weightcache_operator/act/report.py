@@ -1,13 +1,14 @@
 """What a pass tells: the cache's status (merge-patched only when it differs), the Events of
 phase changes, failures, rollouts, slow engine starts and failovers (sent off the pass:
-events.py), and the failover and engine start metrics."""
+events.py), and the failover and engine start metrics. The rollout, engine start and failover
+reports are returned as typed parts of the status (plan/status_reports.py), which the pass adds
+to it in one step: nothing here changes a status."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 from weightcache_operator.act.events import EventSink
 from weightcache_operator.act.metrics import OperatorMetrics
@@ -24,12 +25,11 @@ from weightcache_operator.plan.rollout.status import rollout_conditions, rollout
 from weightcache_operator.plan.rollout.strategy import Strategy
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.plan.rollout_timing import replica_timings
-from weightcache_operator.spec import FailoverStatus, WeightCacheStatus
+from weightcache_operator.plan.status_reports import RolloutReport
+from weightcache_operator.spec import Condition, EngineStartStatus, FailoverStatus, RolloutStatus, WeightCacheStatus
 from weightcache_operator.vocabulary import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 
 log = logging.getLogger("weightcache_operator.act.report")
-
-FAILOVER_FIELDS = [field.alias or name for name, field in FailoverStatus.model_fields.items()]
 
 
 class Reporter:
@@ -53,14 +53,15 @@ class Reporter:
         status = typed.wire()
         meta = body["metadata"]
         old = body.get("status") or {}
-        if old.get("phase") != status.get("phase"):
+        if typed.phase is not None and old.get("phase") != typed.phase:
             self.event(
                 body,
-                "Warning" if status["phase"] in ("Failed", "Degraded") else "Normal",
-                f"Phase{status['phase']}",
-                _phase_message(status),
+                "Warning" if typed.phase in ("Failed", "Degraded") else "Normal",
+                f"Phase{typed.phase}",
+                _phase_message(typed),
             )
-            log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": status["phase"]})
+            log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": typed.phase})
+        # Compared on the wire: the previous conditions are as the API holds them.
         for reason, message in failure_events(old.get("conditions") or [], status.get("conditions") or []):
             self.event(body, "Warning", reason, message)
         if all(old.get(k) == v for k, v in status.items()):
@@ -98,16 +99,15 @@ class Reporter:
         }
         self.events.post(meta["namespace"], event)
 
-    def add_rollout(
+    def rollout(
         self,
         body: Object,
-        status: dict[str, Any],
         steps: Plan,
         want: Desired,
         decision: tuple[Strategy, str] | None,
         engines: list[Object],
-    ) -> None:
-        """Adds ``status.rollout`` (with each replica's start, promotion and drain times:
+    ) -> RolloutReport:
+        """``status.rollout`` (with each replica's start, promotion and drain times:
         rollout_timing.py) and the rollout conditions; posts an Event when a rollout starts,
         stalls or completes. ``decision``: how the generation change was decided
         (``strategy_decision``); ``engines``: the engine pods as the pass left them."""
@@ -119,24 +119,27 @@ class Reporter:
             # Always written (a merge patch replaces a list whole): a new rollout's empty list
             # replaces the previous rollout's.
             rollout = {**rollout, "replicas": replica_timings(before, steps, want, engines, now)}
-            status["rollout"] = rollout
         strategy = decision if steps.mode == "Generation" else None
         extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
-        replaced = {c["type"] for c in extra}
-        status["conditions"] = [c for c in status["conditions"] if c["type"] not in replaced] + extra
         if rollout is not None and (before or {}).get("phase") != rollout["phase"]:
             kind = "Warning" if rollout["phase"] == "Stalled" else "Normal"
             message = rollout.get("message") or f"{rollout.get('mode')} rollout: {rollout.get('currentStep')}"
             if strategy is not None and rollout["phase"] == "Progressing":
                 message += f"; {strategy[0]}: {strategy[1]}"
             self.event(body, kind, f"Rollout{rollout['phase']}", message)
+        # rollout/ computes on the previous rollout as the API holds it; typed before it joins the status.
+        return RolloutReport(
+            RolloutStatus.model_validate(rollout) if rollout is not None else None,
+            tuple(Condition.model_validate(c) for c in extra),
+        )
 
     def engine_starts(
-        self, body: Object, status: dict[str, Any], starts: list[EngineStart], ready_deadline_seconds: float
-    ) -> None:
+        self, body: Object, starts: list[EngineStart], ready_deadline_seconds: float
+    ) -> EngineStartStatus | None:
         """Engine pods seen Ready for the first time (engine_start.StartWatch): each start into
-        the histogram, a Warning ``SlowEngineStart`` Event for each slow one, and the latest into
-        ``status.lastEngineStart`` (left as it was when no engine started: a merge patch)."""
+        the histogram and a Warning ``SlowEngineStart`` Event for each slow one. Returns the
+        latest, for ``status.lastEngineStart``; None when no engine started (the field is then
+        left as it was: a merge patch)."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         threshold = slow_after(ready_deadline_seconds)
         for start in starts:
@@ -148,12 +151,12 @@ class Reporter:
             if start.total >= threshold:
                 self.event(body, "Warning", "SlowEngineStart", slow_message(start, ready_deadline_seconds))
         last = latest(starts)
-        if last is not None:
-            status["lastEngineStart"] = last.status(threshold)
+        return EngineStartStatus.model_validate(last.status(threshold)) if last is not None else None
 
-    def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> dict[str, Any] | None:
-        """The ``status.lastFailover`` entry of a promotion just patched, its Event and metrics;
-        None when it was no failover (an active that never got Ready swapped for a Ready one)."""
+    def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> FailoverStatus | None:
+        """The ``status.lastFailover`` entry of a promotion just patched (every field set:
+        ``FailoverStatus.whole``), its Event and metrics; None when it was no failover (an
+        active that never got Ready swapped for a Ready one)."""
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         seen = self.sightings.first((namespace, name), promotion.failed_pods)
         record = failover_status(promotion, noticed, self.clock(), seen)
@@ -170,7 +173,7 @@ class Reporter:
             f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
             f"promoted {record['to']} in {record['promotionMs']} ms",
         )
-        return record
+        return FailoverStatus.model_validate(record).whole()
 
 
 def strategy_decision(current_sets: list[Object]) -> tuple[Strategy, str] | None:
@@ -183,14 +186,8 @@ def strategy_decision(current_sets: list[Object]) -> tuple[Strategy, str] | None
     return None
 
 
-def with_failover(status: dict[str, Any], failover: dict[str, Any]) -> None:
-    """Adds ``status.lastFailover``. The status is merge-patched: what this failover lacks (a
-    PodGone has no "from") is nulled, or the previous failover's values would survive next to it."""
-    status["lastFailover"] = {**dict.fromkeys(FAILOVER_FIELDS), **failover}
-
-
-def _phase_message(status: dict[str, Any]) -> str:
-    degraded = next((c for c in status["conditions"] if c["type"] == "Degraded"), None)
-    if degraded and degraded["status"] == "True":
-        return str(degraded["message"])
-    return f"nodes ready {status.get('readyNodes')}, active {status.get('activeEngines')}, standby {status.get('standbyEngines')}"
+def _phase_message(status: WeightCacheStatus) -> str:
+    degraded = next((c for c in status.conditions if c.type == "Degraded"), None)
+    if degraded and degraded.status == "True":
+        return str(degraded.message)
+    return f"nodes ready {status.ready_nodes}, active {status.active_engines}, standby {status.standby_engines}"

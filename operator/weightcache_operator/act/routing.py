@@ -15,7 +15,8 @@ from typing import Any
 from weightcache_operator.act.applying import apply_if_different
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import Object
-from weightcache_operator.objects import condition as make_condition
+from weightcache_operator.plan.status import status_condition
+from weightcache_operator.plan.status_reports import RoutingReport
 from weightcache_operator.render.inference_pool import (
     CONDITION,
     Problem,
@@ -25,7 +26,7 @@ from weightcache_operator.render.inference_pool import (
     reference_problems,
 )
 from weightcache_operator.render.inference_pool import routing as pool_routing
-from weightcache_operator.spec import POOL_API_VERSION, POOL_PLURAL, WeightCache
+from weightcache_operator.spec import POOL_API_VERSION, POOL_PLURAL, InferencePoolStatus, WeightCache
 
 log = logging.getLogger("weightcache_operator.act.routing")
 
@@ -71,16 +72,15 @@ def sync_pool(
     serve_hash: str | None,
     now: datetime,
     previous_conditions: Sequence[Mapping[str, Any]] | None,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """(``status.inferencePool``, the InferencePoolReady condition) for the pass; (None, None)
+) -> RoutingReport:
+    """``status.inferencePool`` and the InferencePoolReady condition for the pass; neither
     without routing. ``serve_hash``: the daemon spec hash the live Service selects."""
     namespace = cache.metadata.get("namespace", "default")
     _delete_stale(api, cache, namespace)
     wanted = pool_routing(cache)
     name = pool_name(cache)
     if wanted is None or name is None:
-        return None, None
-    entry = {"name": name, "mode": wanted.mode}
+        return RoutingReport()
     problems: list[Problem]
     try:
         live = _find(api, namespace, name)
@@ -109,11 +109,10 @@ def sync_pool(
             f"InferencePool {name} selects active engines of this cache only, on port {cache.spec.engine.port};"
             " it cannot follow the generation the Service selects during a generation change (mode Managed does)"
         )
-    found = make_condition(
-        CONDITION, not problems, reason, message, now, previous_conditions,
-        observedGeneration=cache.metadata.get("generation"),
-    )  # fmt: skip
-    return entry, found
+    found = status_condition(
+        CONDITION, not problems, reason, message, now, previous_conditions, cache.metadata.get("generation")
+    )
+    return RoutingReport(InferencePoolStatus(name=name, mode=wanted.mode), found)
 
 
 def _apply(

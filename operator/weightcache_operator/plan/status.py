@@ -1,13 +1,16 @@
 """Status aggregation: daemon pods + engine pods (as read from the API server) and the daemon
-pods' own reports (daemon_status.py) → ``status``.
+pods' own reports (daemon_status.py) → the typed ``WeightCacheStatus`` a pass starts from
+(status_reports.py adds what the other rooms report to it).
 
 Pure: the caller passes the clock, the previous conditions and the fetched reports, so a
 condition's ``lastTransitionTime`` changes only when its status does, and tests need no API
-server and no daemon.
+server and no daemon. Each part is built with exactly the fields it writes: ``wire()`` writes
+the fields that were set, so a field left out here is one the merge patch leaves as it was.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -21,10 +24,29 @@ from weightcache_operator.observe import checkpoint_watch
 from weightcache_operator.plan.engine_units import units
 from weightcache_operator.plan.reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
 from weightcache_operator.render.layout import daemon_spec_hash
-from weightcache_operator.spec import PlanStatus, WeightCache
+from weightcache_operator.spec import (
+    ArtifactStatus,
+    CheckpointReloadStatus,
+    Condition,
+    EngineStatus,
+    NodeStatus,
+    Phase,
+    PlanStatus,
+    RankStatus,
+    WeightCache,
+    WeightCacheStatus,
+)
 from weightcache_operator.vocabulary import SLOT_LABEL, local_ranks, served_model_name
 
-__all__ = ["Observed", "aggregate", "crash_looping", "daemon_pod_current", "invalid_status", "plan_status"]
+__all__ = [
+    "Observed",
+    "aggregate",
+    "crash_looping",
+    "daemon_pod_current",
+    "invalid_status",
+    "plan_status",
+    "status_condition",
+]
 
 
 def daemon_pod_current(pod: Object, spec_hash: str) -> bool:
@@ -60,26 +82,41 @@ class Observed:
     """The cache's GPU holder pods (GPU backends): a holder that exited is why its node's daemon waits."""
 
 
+def status_condition(
+    kind: str,
+    status: bool | str,
+    reason: str,
+    message: str,
+    now: datetime,
+    previous: Sequence[Mapping[str, Any]] | None,
+    observed_generation: int | None,
+) -> Condition:
+    """A status condition (objects.condition: its ``lastTransitionTime`` kept from ``previous``,
+    the conditions the API holds, unless its status changed), typed."""
+    made = make_condition(kind, status, reason, message, now, previous, observedGeneration=observed_generation)
+    return Condition.model_validate(made)
+
+
 def aggregate(
     cache: WeightCache, observed: Observed, now: datetime, previous: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    """The ``status`` to write (everything except what kopf keeps under its own key)."""
+) -> WeightCacheStatus:
+    """The ``status`` the pass starts from (everything except what kopf keeps under its own key)."""
     observed_generation = cache.metadata.get("generation")
     spec_hash = daemon_spec_hash(cache)
 
-    def condition(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return make_condition(kind, ok, reason, message, now, previous, observedGeneration=observed_generation)
+    def condition(kind: str, ok: bool | str, reason: str, message: str) -> Condition:
+        return status_condition(kind, ok, reason, message, now, previous, observed_generation)
 
-    base = {
-        "observedGeneration": observed_generation,
-        "daemonSpecHash": spec_hash,
-        "model": _model_line(cache),
-        "servedModelName": served_model_name(cache),
-    }
+    base = WeightCacheStatus(
+        observed_generation=observed_generation,
+        daemon_spec_hash=spec_hash,
+        model=_model_line(cache),
+        served_model_name=served_model_name(cache),
+    )
     if observed.problems:
         return invalid_status(observed_generation, observed.problems, now, previous, base)
 
-    nodes = []
+    nodes: list[NodeStatus] = []
     ready_nodes = 0
     # One entry per node (the list is keyed by node): while a daemon pod is being replaced its
     # terminating predecessor may still be listed next to it, and during a blue/green change the
@@ -118,7 +155,7 @@ def aggregate(
     plan = plan_status([p for _, p in sorted(by_node.items()) if PodView(p).spec_hash == spec_hash])
     replicas = cache.spec.engine.replicas
     standbys_per = cache.spec.engine.standbys_per_replica
-    engines = []
+    engines: list[EngineStatus] = []
     active_ready = standby_ready = 0
     for replica in range(replicas):
         # An engine is a unit: one pod, or with parallelism.nodes > 1 a group named by its leader.
@@ -127,7 +164,7 @@ def aggregate(
         standbys = sorted(u.name for u in mine if u.role == "standby" and not u.deleting)
         active_ready += min(1, sum(u.ready for u in mine if u.role == "active"))
         standby_ready += min(standbys_per, sum(u.ready for u in mine if u.role == "standby"))
-        engines.append({"replica": replica, "active": actives[0] if actives else None, "standbys": standbys})
+        engines.append(EngineStatus(replica=replica, active=actives[0] if actives else None, standbys=standbys))
 
     desired = observed.desired_nodes
     daemons_ok = desired > 0 and ready_nodes >= desired
@@ -157,6 +194,7 @@ def aggregate(
     engines_reason = "AllEnginesReady" if engines_ok else "EnginesFailing" if failing_engines else "EnginesStarting"
     engines_detail = engines_msg + (f"; {grouped(failing_engines)}" if failing_engines else "")
 
+    phase: Phase
     if refused and not available:
         phase = "Failed"
     elif refused or looping or observed.stranded:
@@ -174,39 +212,40 @@ def aggregate(
     watched = checkpoint_watch.observe(current_reports)
     reload = checkpoint_watch.reload_record(watched, cache.spec.model.on_change, record_before, now)
     changed = checkpoint_watch.condition_fields(watched, cache.spec.model.on_change, reload)
-    return {
-        **base,
-        "phase": phase,
-        # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
-        "message": degraded[1]
-        if degraded[0] != "Healthy"
-        else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
-        "nodes": nodes,
-        # Always written: null (a merge patch's delete) until the current generation's plan passed.
-        "plan": plan,
-        # Kept once written: it is part of the generation (layout.daemon_spec_hash).
-        **({"checkpointReload": reload} if reload is not None else {}),
-        "engines": engines,
-        "readyNodes": f"{ready_nodes}/{desired}",
-        "activeEngines": active_ready,
-        "standbyEngines": standby_ready,
-        "conditions": [
-            condition("DaemonsReady", daemons_ok, daemons_reason, daemons_msg),
-            condition("EnginesReady", engines_ok, engines_reason, engines_detail),
-            condition("Available", available, "ActiveEnginesReady" if available else "NoActiveEngine", engines_msg),
-            condition(
-                "Progressing",
-                not (daemons_ok and engines_ok),
-                "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
-                f"daemons: {daemons_msg}; engines: {engines_msg}",
-            ),
-            condition("Degraded", degraded[0] != "Healthy", *degraded),
-            make_condition(checkpoint_watch.CONDITION, *changed, now, previous, observedGeneration=observed_generation),
-        ],
-    }
+    return base.model_copy(
+        update={
+            "phase": phase,
+            # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
+            "message": degraded[1]
+            if degraded[0] != "Healthy"
+            else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
+            "nodes": nodes,
+            # Always written: null (a merge patch's delete) until the current generation's plan passed.
+            "plan": plan,
+            # Kept once written: it is part of the generation (layout.daemon_spec_hash).
+            **({"checkpoint_reload": CheckpointReloadStatus.model_validate(reload)} if reload is not None else {}),
+            "engines": engines,
+            "ready_nodes": f"{ready_nodes}/{desired}",
+            "active_engines": active_ready,
+            "standby_engines": standby_ready,
+            "conditions": [
+                condition("DaemonsReady", daemons_ok, daemons_reason, daemons_msg),
+                condition("EnginesReady", engines_ok, engines_reason, engines_detail),
+                condition("Available", available, "ActiveEnginesReady" if available else "NoActiveEngine", engines_msg),
+                condition(
+                    "Progressing",
+                    not (daemons_ok and engines_ok),
+                    "Reconciling" if not (daemons_ok and engines_ok) else "Converged",
+                    f"daemons: {daemons_msg}; engines: {engines_msg}",
+                ),
+                condition("Degraded", degraded[0] != "Healthy", *degraded),
+                condition(checkpoint_watch.CONDITION, *changed),
+            ],
+        }
+    )
 
 
-def plan_status(daemon_pods: list[Object]) -> dict[str, Any] | None:
+def plan_status(daemon_pods: list[Object]) -> PlanStatus | None:
     """``status.plan``: the summary the first of ``daemon_pods`` (one generation's, in node order)
     whose ``plan`` init container passed left as its termination message; None before any did."""
     for pod in daemon_pods:
@@ -218,16 +257,19 @@ def plan_status(daemon_pods: list[Object]) -> dict[str, Any] | None:
                 summary = PlanSummary.model_validate_json(ended.get("message") or "")
             except ValueError:
                 continue  # an older image's plan, or a cut message: the next pod may say it
-            found = PlanStatus(
+            optional: dict[str, Any] = {
+                "node": (pod.get("spec") or {}).get("nodeName"),
+                "node_bytes": summary.node_bytes,
+                "limit_bytes": summary.limit_bytes,
+                "limit": (summary.limit or "")[:1024] or None,
+            }
+            # Only what is known is set: an unknown limit is left out, not written as null.
+            return PlanStatus(
                 ranks=summary.ranks,
                 max_rank_bytes=summary.max_rank_bytes,
                 total_bytes=summary.total_bytes,
-                node=(pod.get("spec") or {}).get("nodeName"),
-                node_bytes=summary.node_bytes,
-                limit_bytes=summary.limit_bytes,
-                limit=(summary.limit or "")[:1024] or None,
+                **{k: v for k, v in optional.items() if v is not None},
             )
-            return found.model_dump(by_alias=True, exclude_none=True, mode="json")
     return None
 
 
@@ -248,44 +290,42 @@ def _degraded(
     return "Healthy", "no container is crash-looping and every failed active had a standby"
 
 
-def _node_entry(
-    node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None
-) -> dict[str, Any]:
+def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: DaemonReport | str | None) -> NodeStatus:
     """A node's ranks: ready only while the pod is current *and* the daemon says so; bytes, load
     time, GPU and fingerprint from the daemon's report when there is one."""
-    entry: dict[str, Any] = {"node": node, "daemonPod": pod}
     reported = {r.rank: r for r in report.ranks} if isinstance(report, DaemonReport) else {}
-    entry["ranks"] = []
+    entries: list[RankStatus] = []
     for rank in ranks:
         seen = reported.get(rank)
         if seen is None:
-            entry["ranks"].append({"rank": rank, "ready": current})
+            entries.append(RankStatus(rank=rank, ready=current))
             continue
-        facts = {
+        facts: dict[str, Any] = {
             "bytes": seen.bytes,
-            "loadSeconds": seen.load_seconds,
-            "gpuUuid": seen.gpu_uuid,
+            "load_seconds": seen.load_seconds,
+            "gpu_uuid": seen.gpu_uuid,
             "source": seen.source,
-            "diskBytesRead": seen.disk_bytes_read,
+            "disk_bytes_read": seen.disk_bytes_read,
         }
-        entry["ranks"].append(
-            {"rank": rank, "ready": current and seen.ready, **{k: v for k, v in facts.items() if v is not None}}
+        entries.append(
+            RankStatus(rank=rank, ready=current and seen.ready, **{k: v for k, v in facts.items() if v is not None})
         )
+    extra: dict[str, Any] = {}
     if isinstance(report, DaemonReport) and report.fingerprint:
-        entry["fingerprint"] = report.fingerprint
+        extra["fingerprint"] = report.fingerprint
     if isinstance(report, DaemonReport) and report.artifacts is not None:
         seen_artifacts = report.artifacts
-        entry["artifacts"] = {
-            "hits": seen_artifacts.hits,
-            "misses": seen_artifacts.misses,
-            "published": seen_artifacts.published,
-            "entries": seen_artifacts.entries,
-            "bytes": seen_artifacts.bytes,
+        extra["artifacts"] = ArtifactStatus(
+            hits=seen_artifacts.hits,
+            misses=seen_artifacts.misses,
+            published=seen_artifacts.published,
+            entries=seen_artifacts.entries,
+            bytes=seen_artifacts.bytes,
             **({"problem": seen_artifacts.problem[:1024]} if seen_artifacts.problem else {}),
-        }
+        )
     elif isinstance(report, str):
-        entry["reportError"] = report[:1024]
-    return entry
+        extra["report_error"] = report[:1024]
+    return NodeStatus(node=node, daemon_pod=pod, ranks=entries, **extra)
 
 
 def invalid_status(
@@ -293,32 +333,31 @@ def invalid_status(
     problems: list[str],
     now: datetime,
     previous: list[dict[str, Any]] | None = None,
-    base: dict[str, Any] | None = None,
+    base: WeightCacheStatus | None = None,
     reason: str = "InvalidSpec",
-) -> dict[str, Any]:
+) -> WeightCacheStatus:
     """Phase Failed with ``Degraded``/``reason`` saying what to fix. Takes no parsed spec,
     so it also serves objects the models cannot parse at all."""
     message = "; ".join(problems)
-    conditions = [
-        make_condition(kind, status, reason, message, now, previous, observedGeneration=observed_generation)
-        for kind, status in (
-            ("DaemonsReady", False),
-            ("EnginesReady", False),
-            ("Available", False),
-            ("Progressing", False),
-            ("Degraded", True),
-        )
-    ]
-    return {
-        **(base or {}),
-        "observedGeneration": observed_generation,
-        "phase": "Failed",
-        "message": message,
-        "conditions": conditions,
-        "readyNodes": "0/0",
-        "activeEngines": 0,
-        "standbyEngines": 0,
-    }
+    failed = WeightCacheStatus(
+        observed_generation=observed_generation,
+        phase="Failed",
+        message=message,
+        conditions=[
+            status_condition(kind, status, reason, message, now, previous, observed_generation)
+            for kind, status in (
+                ("DaemonsReady", False),
+                ("EnginesReady", False),
+                ("Available", False),
+                ("Progressing", False),
+                ("Degraded", True),
+            )
+        ],
+        ready_nodes="0/0",
+        active_engines=0,
+        standby_engines=0,
+    )
+    return failed if base is None else base.merged(failed)
 
 
 def _model_line(cache: WeightCache) -> str:

@@ -7,8 +7,10 @@ A pass: observe (snapshot.py) → plan one list of actions (pass_plan.py: the da
 on spec changes and resyncs, the readiness gates, the engines, the Service and the budget, each
 planned on what the writes before it will leave; actions.py, in ``actions.ORDER``) → carry it out
 (executor.py, which writes the API's answers into the snapshot) → status and Events (status.py,
-report.py; the Events are sent off the pass, events.py). A pass returns what it did: the actions
-carried out, in order, and the typed ``WeightCacheStatus`` it wrote.
+report.py; the Events are sent off the pass, events.py). The status is the typed
+``WeightCacheStatus`` from its first line: aggregated from what the pass saw, then completed with
+the rooms' typed reports in one step (status_reports.py), then written once. A pass returns what
+it did: the actions carried out, in order, and the status it wrote.
 
 The kopf handlers (handlers.py) only decide *when* a pass runs; runner.py serialises the passes
 of a cache. Everything here is plain, synchronous code against ``KubeApi`` (run in kopf's
@@ -23,13 +25,13 @@ from collections.abc import Callable, Hashable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
 from weightcache_operator.act.events import EventSink
 from weightcache_operator.act.executor import execute
 from weightcache_operator.act.finalizer import StillTerminating, finalize
 from weightcache_operator.act.metrics import OperatorMetrics
-from weightcache_operator.act.report import Reporter, strategy_decision, with_failover
+from weightcache_operator.act.report import Reporter, strategy_decision
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import PodView
 from weightcache_operator.observe.daemon_status import DaemonStatusReader
@@ -47,6 +49,7 @@ from weightcache_operator.plan.podsecurity import REASON as POD_SECURITY_REASON
 from weightcache_operator.plan.podsecurity import pod_security_problem
 from weightcache_operator.plan.rollout.generation import SWITCH_SETTLE_SECONDS
 from weightcache_operator.plan.status import Observed, aggregate, invalid_status
+from weightcache_operator.plan.status_reports import StatusReports, completed
 from weightcache_operator.render.gpu_holder import uses_gpu_holder
 from weightcache_operator.run.alarms import Alarms
 from weightcache_operator.run.handover import HandOver
@@ -360,34 +363,30 @@ class Reconciler:
             holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
         )
         status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
-        self.reporter.add_rollout(
+        rollout = self.reporter.rollout(
             snapshot.body,
-            status,
             plan.engines.rollout,
             want,
             strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
             snapshot.engine_pods,
         )
         starts = self.starts.new_starts(key, snapshot.engine_pods)
-        self.reporter.engine_starts(snapshot.body, status, starts, want.ready_deadline_s)
-        if outcome.failover is not None:
-            with_failover(status, outcome.failover)
-        # Always written: null (a merge patch's delete) once routing is off.
-        status["inferencePool"] = outcome.pool
-        if outcome.pool_condition is not None:
-            status["conditions"].append(outcome.pool_condition)
+        engine_start = self.reporter.engine_starts(snapshot.body, starts, want.ready_deadline_s)
+        # The one place the rooms' reports join the status: on a copy, typed (status_reports.py).
+        status = completed(status, StatusReports(rollout, engine_start, outcome.failover, outcome.routing))
         return self._report(snapshot, status, done, lap)
 
     def _report(
-        self, snapshot: Snapshot, status: dict[str, Any], done: list[Action], lap: Callable[[str], None]
+        self, snapshot: Snapshot, status: WeightCacheStatus, done: list[Action], lap: Callable[[str], None]
     ) -> PassResult:
-        """Writes the status the pass computed, as the CRD's typed status: one that does not fit
-        the schema fails the pass here, by name, instead of being pruned by the API server."""
-        typed = WeightCacheStatus.model_validate(status)
-        self.reporter.write_status(snapshot.body, typed)
-        self.metrics.cache_status(snapshot.namespace, snapshot.name, typed)
+        """Writes the status the pass computed. Checked against the CRD's schema first: the
+        models build it unchecked in places (model_copy), and one that does not fit fails the
+        pass here, by name, instead of being pruned by the API server."""
+        WeightCacheStatus.model_validate(status.wire())
+        self.reporter.write_status(snapshot.body, status)
+        self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
         lap("status")
-        return PassResult(tuple(done), typed)
+        return PassResult(tuple(done), status)
 
     def _watch_responsiveness(self, cache: WeightCache, snapshot: Snapshot) -> dict[str, datetime]:
         """Points the operator's own probes at the cache's Ready engines (none unless

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PlainSerializer
+from pydantic import ConfigDict, Field, PlainSerializer
 
 from weightcache_operator.spec.base import ApiModel, stamp
 from weightcache_operator.spec.routing import InferencePoolMode
@@ -238,6 +239,12 @@ class FailoverStatus(ApiModel):
         "operator watched), never how fast it was detected. Absent when the API has none (Unresponsive, PodGone).",
     )
 
+    def whole(self) -> FailoverStatus:
+        """This failover with every field set. The status is merge-patched: what this failover
+        lacks (a PodGone has no ``from``) is written as null, or the previous failover's values
+        would survive next to it."""
+        return FailoverStatus.model_construct(set(FailoverStatus.model_fields), **dict(self))
+
 
 class InferencePoolStatus(ApiModel):
     """The InferencePool of spec.routing; the InferencePoolReady condition says whether it selects
@@ -252,6 +259,10 @@ class WeightCacheStatus(ApiModel):
 
     ``readyNodes``, ``activeEngines``, ``standbyEngines`` and ``model`` are summaries for the
     printer columns, which can only show a field, not count or choose between fields."""
+
+    # Frozen: a pass adds to the status only through copies (``merged``, ``with_conditions``,
+    # plan/status_reports.py), so the status one step hands on is the one the next step reads.
+    model_config = ConfigDict(frozen=True)
 
     observed_generation: int | None = Field(default=None, ge=0)
     phase: Phase | None = None
@@ -292,6 +303,18 @@ class WeightCacheStatus(ApiModel):
         default=None, description="The engine pod that turned Ready last, as this operator saw it start."
     )
     inference_pool: InferencePoolStatus | None = None
+
+    def merged(self, later: WeightCacheStatus) -> WeightCacheStatus:
+        """A copy with every field set in ``later`` set to its value there (lists replaced whole,
+        as a merge patch replaces them): how a pass adds a part to the status it computed."""
+        return self.model_copy(update={name: getattr(later, name) for name in later.model_fields_set})
+
+    def with_conditions(self, conditions: Sequence[Condition]) -> WeightCacheStatus:
+        """A copy whose conditions are this one's with ``conditions`` in: each replaces the one of
+        its type, else joins at the end (the list is keyed by type)."""
+        replaced = {c.type for c in conditions}
+        kept = [c for c in self.conditions if c.type not in replaced]
+        return self.model_copy(update={"conditions": [*kept, *conditions]})
 
     def wire(self) -> dict[str, Any]:
         """The status as the operator patches it: camelCase JSON of the fields that were set, a

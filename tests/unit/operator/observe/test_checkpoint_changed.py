@@ -46,7 +46,7 @@ def pass_over(cache: WeightCache, reports: dict[str, DaemonReport], hash_of_pods
     spec_hash = hash_of_pods or daemon_spec_hash(cache)
     pods = [daemon(node=node, ready=True, spec_hash=spec_hash) for node in reports]
     named = {f"tiny-daemon-{node}": r for node, r in reports.items()}
-    status = aggregate(cache, Observed(pods, [], len(reports), daemon_reports=dict(named)), NOW)
+    status = aggregate(cache, Observed(pods, [], len(reports), daemon_reports=dict(named)), NOW).wire()
     WeightCacheStatus.model_validate(status)
     return status
 

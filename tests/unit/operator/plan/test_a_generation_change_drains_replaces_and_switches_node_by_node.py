@@ -120,5 +120,5 @@ def test_status_lists_a_node_once_while_its_daemon_is_replaced() -> None:
     assert cache is not None and not problems
     old = daemon("d-old", "node-1", "g0", deleted=0)
     new = daemon("d-new", "node-1", "g1", ready=False)
-    status = aggregate(cache, Observed([old, new], [], 1), NOW)
+    status = aggregate(cache, Observed([old, new], [], 1), NOW).wire()
     assert [(n["node"], n["daemonPod"]) for n in status["nodes"]] == [("node-1", "d-new")]

@@ -284,7 +284,7 @@ def test_no_ready_standby_keeps_the_failed_active_and_says_degraded() -> None:
     assert plan.stranded is not None and "fails its readiness probe" in plan.stranded
     # The status then says Degraded, with the reason, and the CRD schema takes it.
     cache = make()
-    status = aggregate(cache, Observed([], [], 1, stranded=[plan.stranded]), NOW)
+    status = aggregate(cache, Observed([], [], 1, stranded=[plan.stranded]), NOW).wire()
     degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
     assert status["phase"] == "Degraded" and (degraded["status"], degraded["reason"]) == ("True", "NoReadyStandby")
     WeightCacheStatus.model_validate(status)

@@ -162,7 +162,7 @@ def test_a_plan_every_node_refuses_fails_the_cache_with_the_planners_words_and_a
         planned(cache_daemon(node="node-1"), 2, DEEP),
         planned(cache_daemon(node="node-2"), 2, DEEP, waiting_again=True),
     ]
-    status = aggregate(CACHE, Observed(pods, [], 2), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 2), NOW).wire()
     WeightCacheStatus.model_validate(status)
     assert status["phase"] == "Failed"
     assert status["message"] == f"every node refuses this spec: plan exited with code 2: {DEEP}"
@@ -181,7 +181,7 @@ def test_a_passed_plan_is_summarised_in_status_from_the_first_node_that_has_one(
         planned(cache_daemon(node="node-2"), 0, summary()),
         planned(cache_daemon(node="node-3"), 0, summary()),
     ]
-    status = aggregate(CACHE, Observed(pods, [], 3), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 3), NOW).wire()
     WeightCacheStatus.model_validate(status)
     assert status["plan"] == {
         "ranks": 2,
@@ -198,10 +198,10 @@ def test_a_passed_plan_is_summarised_in_status_from_the_first_node_that_has_one(
 def test_an_older_generations_plan_or_an_unreadable_message_is_not_this_generations_plan() -> None:
     old = planned(cache_daemon(node="node-1", spec_hash="0ld"), 0, summary())
     cut = planned(cache_daemon(node="node-2"), 0, summary()[:40])
-    assert aggregate(CACHE, Observed([old, cut], [], 2), NOW)["plan"] is None
+    assert aggregate(CACHE, Observed([old, cut], [], 2), NOW).wire()["plan"] is None
     # The next node's plan speaks instead of a cut one.
     found = plan_status([cut, planned(cache_daemon(node="node-3"), 0, summary(ranks=4))])
-    assert found is not None and (found["ranks"], found["node"]) == (4, "node-3")
+    assert found is not None and (found.ranks, found.node) == (4, "node-3")
 
 
 def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
@@ -210,7 +210,7 @@ def test_a_plan_that_passes_after_a_refusal_is_no_longer_a_reason() -> None:
     plan = pod["status"]["initContainerStatuses"][1]
     plan["state"] = {"terminated": terminated(0, summary())}
     pod["status"]["containerStatuses"] = [container_status("daemon")]
-    status = aggregate(CACHE, Observed([pod], [], 1), NOW)
+    status = aggregate(CACHE, Observed([pod], [], 1), NOW).wire()
     assert status["phase"] == "Loading" and status["message"] is None, status["message"]
     assert status["plan"]["ranks"] == 2
 

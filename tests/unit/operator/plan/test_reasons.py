@@ -41,7 +41,7 @@ def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_wor
         exited(cache_daemon(node="node-1"), 2, HEADS),
         exited(cache_daemon(node="node-2"), 2, HEADS, running_again=False),
     ]
-    status = aggregate(CACHE, Observed(pods, [], 2), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 2), NOW).wire()
     WeightCacheStatus.model_validate(status)
     assert status["phase"] == "Failed"
     ready = condition(status, "DaemonsReady")
@@ -57,7 +57,7 @@ def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_wor
 def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed() -> None:
     missing = "/weightcache/model has no config.json: mount the checkpoint directory"
     pods = [exited(cache_daemon(node="node-1"), 2, HEADS), exited(cache_daemon(node="node-2"), 2, missing)]
-    status = aggregate(CACHE, Observed(pods, [], 2), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 2), NOW).wire()
     assert status["phase"] == "Loading", "different reasons may be the nodes, not the spec"
     ready = condition(status, "DaemonsReady")
     assert ready["reason"] == "DaemonsFailing"
@@ -68,7 +68,7 @@ def test_nodes_refusing_for_different_reasons_say_each_reason_and_are_not_failed
 
 def test_a_node_that_has_not_refused_yet_keeps_the_cache_from_failing() -> None:
     pods = [exited(cache_daemon(node="node-1"), 2, HEADS), cache_daemon(node="node-2")]
-    status = aggregate(CACHE, Observed(pods, [], 2), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 2), NOW).wire()
     assert status["phase"] == "Loading" and condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
     assert "node-2" not in condition(status, "DaemonsReady")["message"], "node-2 has said nothing"
 
@@ -76,7 +76,7 @@ def test_a_node_that_has_not_refused_yet_keeps_the_cache_from_failing() -> None:
 def test_a_refused_spec_under_serving_engines_is_degraded_not_failed() -> None:
     pods = [exited(cache_daemon(node="node-1"), 2, HEADS)]
     serving = [engine("tiny-0-a", role="active", ready=True), engine("tiny-0-b", role="standby", ready=True)]
-    status = aggregate(CACHE, Observed(pods, serving, 1), NOW)
+    status = aggregate(CACHE, Observed(pods, serving, 1), NOW).wire()
     assert status["phase"] == "Degraded"
     assert condition(status, "Degraded")["message"].endswith("the previous generation's engines still serve")
 
@@ -84,7 +84,7 @@ def test_a_refused_spec_under_serving_engines_is_degraded_not_failed() -> None:
 def test_a_crash_loop_names_what_the_crashed_daemon_said() -> None:
     looping = exited(cache_daemon(node="node-1"), 2, HEADS)
     looping["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
-    status = aggregate(CACHE, Observed([looping, cache_daemon(node="node-2")], [], 2), NOW)
+    status = aggregate(CACHE, Observed([looping, cache_daemon(node="node-2")], [], 2), NOW).wire()
     assert status["phase"] == "Degraded"
     assert condition(status, "Degraded")["message"] == (
         f"crash-looping containers: tiny-daemon-node-1/daemon; node-1: daemon exited with code 2: {HEADS}"
@@ -106,7 +106,7 @@ def test_a_crashed_gpu_holder_is_its_nodes_reason() -> None:
     )
     pods = [cache_daemon(node="node-1"), cache_daemon(node="node-2")]
     reports: dict[str, DaemonReport | str] = {p["metadata"]["name"]: waiting for p in pods}
-    status = aggregate(CACHE, Observed(pods, [], 2, daemon_reports=reports, holder_pods=holders), NOW)
+    status = aggregate(CACHE, Observed(pods, [], 2, daemon_reports=reports, holder_pods=holders), NOW).wire()
     assert status["phase"] == "Failed"
     assert (
         condition(status, "DaemonsReady")["message"]
@@ -126,7 +126,7 @@ def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> 
     )
     status = aggregate(
         CACHE, Observed([cache_daemon(node="node-1")], [], 1, daemon_reports={"tiny-daemon-node-1": report}), NOW
-    )
+    ).wire()
     assert status["phase"] == "Loading", "waiting may end: not a refusal"
     ready = condition(status, "DaemonsReady")
     assert (ready["reason"], ready["message"]) == (
@@ -139,14 +139,14 @@ def test_a_waiting_daemon_says_why_in_daemons_ready_and_the_message_column() -> 
 
 def test_a_ready_node_keeps_no_reason_from_an_earlier_crash() -> None:
     recovered = exited(cache_daemon(node="node-1", ready=True), 2, HEADS)
-    status = aggregate(CACHE, Observed([recovered], [], 1), NOW)
+    status = aggregate(CACHE, Observed([recovered], [], 1), NOW).wire()
     assert condition(status, "DaemonsReady")["message"] == "1/1 nodes hold every local rank"
     assert status["message"] is None
 
 
 def test_an_old_generations_crash_is_not_this_specs_reason() -> None:
     old = exited(cache_daemon(node="node-1", spec_hash="old"), 2, HEADS)
-    status = aggregate(CACHE, Observed([old], [], 1), NOW)
+    status = aggregate(CACHE, Observed([old], [], 1), NOW).wire()
     assert status["phase"] == "Loading" and condition(status, "DaemonsReady")["message"] == "0/1 nodes ready"
 
 
@@ -157,7 +157,7 @@ def test_failed_engines_say_why_in_engines_ready() -> None:
         "Traceback (most recent call last):\n  ...\nValueError: bad port",
         container="engine",
     )
-    status = aggregate(CACHE, Observed([cache_daemon(node="node-1", ready=True)], [broken], 1), NOW)
+    status = aggregate(CACHE, Observed([cache_daemon(node="node-1", ready=True)], [broken], 1), NOW).wire()
     ready = condition(status, "EnginesReady")
     assert ready["reason"] == "EnginesFailing"
     assert ready["message"].endswith("; tiny-0-a: engine exited with code 1: ValueError: bad port")
@@ -167,7 +167,7 @@ def test_a_killed_daemon_is_a_reason_but_not_a_refusal() -> None:
     """Only exit code 2 (the CLI's input, configuration or environment error) refuses the spec:
     a single node's daemon killed while the engines ride it out must not make the cache Failed."""
     killed = exited(cache_daemon(node="node-1"), 137, "ts=… msg=loading")
-    status = aggregate(CACHE, Observed([killed], [], 1), NOW)
+    status = aggregate(CACHE, Observed([killed], [], 1), NOW).wire()
     assert status["phase"] == "Loading"
     assert condition(status, "DaemonsReady")["reason"] == "DaemonsFailing"
     assert (
@@ -186,10 +186,10 @@ def test_an_exit_without_a_message_says_how_it_ended_and_a_clean_exit_is_no_reas
 
 def test_an_event_is_posted_once_per_new_failure_message() -> None:
     pods = [exited(cache_daemon(node="node-1"), 2, HEADS), exited(cache_daemon(node="node-2"), 2, HEADS)]
-    loading = aggregate(CACHE, Observed([cache_daemon(node="node-1"), cache_daemon(node="node-2")], [], 2), NOW)
-    failed = aggregate(CACHE, Observed(pods, [], 2), NOW, loading["conditions"])
+    loading = aggregate(CACHE, Observed([cache_daemon(node="node-1"), cache_daemon(node="node-2")], [], 2), NOW).wire()
+    failed = aggregate(CACHE, Observed(pods, [], 2), NOW, loading["conditions"]).wire()
     events = failure_events(loading["conditions"], failed["conditions"])
     assert events == [("Refused", f"0/2 nodes ready; node-1, node-2: daemon exited with code 2: {HEADS}")]
-    again = aggregate(CACHE, Observed(pods, [], 2), NOW, failed["conditions"])
+    again = aggregate(CACHE, Observed(pods, [], 2), NOW, failed["conditions"]).wire()
     assert failure_events(failed["conditions"], again["conditions"]) == [], "the same message is not posted twice"
     assert failure_events([], loading["conditions"]) == [], "loading is no failure"

@@ -19,7 +19,7 @@ def test_status_counts_groups_and_lists_slot_ranks() -> None:
         for slot, node_name in ((0, "node-1"), (1, "node-2"))
     ]
     pods = complete_groups(cache, ready_standby=False)
-    status = aggregate(cache, Observed(daemons, pods, 2), NOW)
+    status = aggregate(cache, Observed(daemons, pods, 2), NOW).wire()
     assert [n["ranks"] for n in status["nodes"]] == [
         [{"rank": 0, "ready": True}, {"rank": 1, "ready": True}],
         [{"rank": 2, "ready": True}, {"rank": 3, "ready": True}],
@@ -28,5 +28,5 @@ def test_status_counts_groups_and_lists_slot_ranks() -> None:
     assert (status["activeEngines"], status["standbyEngines"], status["phase"]) == (1, 0, "Loading")
     # A group missing its follower is not a ready engine, even with a Ready leader.
     lone = [p for p in complete_groups(cache) if p["metadata"]["name"] != "tiny-0-gb-1"]
-    assert aggregate(cache, Observed(daemons, lone, 2), NOW)["standbyEngines"] == 0
+    assert aggregate(cache, Observed(daemons, lone, 2), NOW).wire()["standbyEngines"] == 0
     assert [u.complete for u in units(lone, 2)] == [True, False]

@@ -27,7 +27,7 @@ def test_status_ready_loading_and_transition_times() -> None:
         [engine("tiny-0-a", role="active", ready=True), engine("tiny-0-b", role="standby", ready=True)],
         1,
     )
-    status = aggregate(cache, seen, NOW)
+    status = aggregate(cache, seen, NOW).wire()
     assert status["phase"] == "Ready" and status["readyNodes"] == "1/1"
     assert (status["activeEngines"], status["standbyEngines"]) == (1, 1)
     assert status["engines"] == [{"replica": 0, "active": "tiny-0-a", "standbys": ["tiny-0-b"]}]
@@ -45,7 +45,7 @@ def test_status_ready_loading_and_transition_times() -> None:
     # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.
     later = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
     stale = daemon("tiny-daemon-x", ready=True, spec_hash="old")
-    status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"])
+    status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"]).wire()
     by_type = {c["type"]: c for c in status2["conditions"]}
     assert status2["phase"] == "Loading" and status2["readyNodes"] == "0/1"
     assert by_type["DaemonsReady"]["lastTransitionTime"] == "2026-11-29T10:05:00Z"
@@ -54,11 +54,11 @@ def test_status_ready_loading_and_transition_times() -> None:
 
 def test_status_pending_degraded_and_invalid() -> None:
     cache = make()
-    assert aggregate(cache, Observed([], [], 0), NOW)["phase"] == "Pending"
+    assert aggregate(cache, Observed([], [], 0), NOW).wire()["phase"] == "Pending"
     looping = daemon("tiny-daemon-x", ready=False, containers=[container_status("main", waiting="CrashLoopBackOff")])
-    status = aggregate(cache, Observed([looping], [], 1), NOW)
+    status = aggregate(cache, Observed([looping], [], 1), NOW).wire()
     assert status["phase"] == "Degraded" and conditions(status)["Degraded"] == ("True", "CrashLoop")
-    invalid = aggregate(cache, Observed(problems=["spec.model.quantization.weightBlockSize [64, 64] ..."]), NOW)
+    invalid = aggregate(cache, Observed(problems=["spec.model.quantization.weightBlockSize [64, 64] ..."]), NOW).wire()
     assert invalid["phase"] == "Failed"
     degraded = next(c for c in invalid["conditions"] if c["type"] == "Degraded")
     assert degraded["status"] == "True" and degraded["reason"] == "InvalidSpec" and "[64, 64]" in degraded["message"]
@@ -77,7 +77,7 @@ def test_terminating_or_unready_engines_are_not_counted() -> None:
         ],
         1,
     )
-    status = aggregate(cache, seen, NOW)
+    status = aggregate(cache, seen, NOW).wire()
     assert (status["activeEngines"], status["standbyEngines"]) == (0, 1)
     assert status["engines"][0] == {"replica": 0, "active": None, "standbys": []}
     assert conditions(status)["Available"] == ("False", "NoActiveEngine")

@@ -58,9 +58,9 @@ def test_engines_serve_under_the_caches_name_unless_the_spec_names_another() -> 
     renamed, problems = parse(other)
     assert renamed is not None and not problems
     assert engine_template_hash(renamed) != engine_template_hash(base)
-    status = aggregate(named, Observed([], [], 1), NOW)
+    status = aggregate(named, Observed([], [], 1), NOW).wire()
     assert status["servedModelName"] == "Qwen/Qwen3-0.6B"
-    assert aggregate(base, Observed([], [], 1), NOW)["servedModelName"] == "tiny"
+    assert aggregate(base, Observed([], [], 1), NOW).wire()["servedModelName"] == "tiny"
 
 
 @pytest.mark.parametrize("name", ["", "two words", "x" * 257])

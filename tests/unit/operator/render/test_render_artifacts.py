@@ -79,8 +79,8 @@ def test_node_status_shows_what_the_daemon_counted_of_the_nodes_artifacts() -> N
     daemon_pod = daemon("d", ready=True, spec_hash=daemon_spec_hash(cache))
     counted = ArtifactReport(hits=2, misses=1, published=1, lost_races=0, entries=1, bytes=5000, max_bytes=1 << 30)
     held = report(rank(0), rank(1)).model_copy(update={"artifacts": counted})
-    status = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": held}), NOW)
+    status = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": held}), NOW).wire()
     assert status["nodes"][0]["artifacts"] == {"hits": 2, "misses": 1, "published": 1, "entries": 1, "bytes": 5000}
     WeightCacheStatus.model_validate(status)
-    plain = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": report(rank(0), rank(1))}), NOW)
+    plain = aggregate(cache, Observed([daemon_pod], [], 1, daemon_reports={"d": report(rank(0), rank(1))}), NOW).wire()
     assert "artifacts" not in plain["nodes"][0], "a daemon without --artifact-dir reports none"
