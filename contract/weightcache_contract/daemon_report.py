@@ -37,6 +37,14 @@ class CheckpointWatch(_Report):
     """Shard (or config) file names, relative to the checkpoint directory."""
     detail: str | None = None
     """One line for people: what changed and what to do."""
+    verify_bytes: int | None = Field(default=None, ge=0)
+    """While ``verifying`` re-reads files: the bytes it reads in all (null while the files are still
+    changing, or in the other states). With the two below, what an engine started meanwhile tells
+    its user about how long the verdict takes (client/weights.py)."""
+    verified_bytes: int | None = Field(default=None, ge=0)
+    """Of ``verify_bytes``, those read so far."""
+    verify_seconds: float | None = Field(default=None, ge=0)
+    """How long the re-read had been going when ``verified_bytes`` was counted."""
 
 
 class RankReport(_Report):

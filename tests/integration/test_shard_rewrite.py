@@ -5,6 +5,7 @@ and a running daemon says so. A shard rewritten with equal bytes (``cp``, rsync)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -298,3 +299,98 @@ def test_a_running_daemon_reports_a_shard_added_to_the_checkpoints_index(ckpt: P
     watch = watch_state(daemon, "changed", timeout=15)
     assert watch.changed_files == [added.name]
     assert "a shard the checkpoint did not have" in (watch.detail or "")
+
+
+# The daemon's default poll: after a rewrite its first look (woken by inotify) only sees the stamp
+# move, and it judges the file at the next look, a poll later. Those seconds are the window in
+# which a new engine used to be told to restart the daemon.
+VERIFY_WINDOW = {"dtype": "bfloat16", "checkpoint_poll_seconds": 5.0}
+
+
+def replace_from_outside(source: Path, shard: Path, staging: Path) -> None:
+    """``source``'s bytes renamed over ``shard`` from another directory: a new inode and ctime, and
+    one inotify event in the checkpoint's directory (the rename), so the daemon's next look after
+    its first is a whole poll later."""
+    tmp = staging / f"{shard.name}.new"
+    shutil.copyfile(source, tmp)
+    os.replace(tmp, shard)
+
+
+def client_waited(caplog: pytest.LogCaptureFixture) -> bool:
+    return any("waiting for its verdict" in r.getMessage() for r in caplog.records if r.name == "weightcache.client")
+
+
+def test_an_engine_started_while_the_daemon_verifies_an_equal_bytes_rewrite_waits_and_maps_the_cache(
+    ckpt: Path, llama: Path, tmp_path: Path, start_daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    daemon = start_daemon(ckpt, **VERIFY_WINDOW)
+    watch_state(daemon, "unchanged")
+    before = served_digest(daemon)
+    disk = tensors_from_disk(ckpt)
+    shard = sorted(ckpt.glob("*.safetensors"))[1]
+    old = shard.stat()
+    replace_from_outside(llama / shard.name, shard, tmp_path)
+    assert (shard.stat().st_ino, shard.stat().st_ctime_ns) != (old.st_ino, old.st_ctime_ns)
+    assert watch_state(daemon, "verifying", timeout=15).changed_files == [shard.name]
+
+    # An engine that cannot wait is told what the daemon is doing, not to restart it.
+    with pytest.raises(FingerprintMismatch) as impatient:
+        load_weights(
+            str(ckpt),
+            Layout(),
+            socket_dir=daemon.socket_dir,
+            name=daemon.name,
+            fallback="error",
+            dtype="bfloat16",
+            timeout_s=0.5,
+        )
+    message = str(impatient.value)
+    assert "verifying" in message and shard.name in message, message
+    assert "restart the daemon" not in message and "changed after the daemon loaded it" not in message, message
+
+    # One that can waits for the verdict and maps the arena under the stamps the daemon adopts.
+    with caplog.at_level(logging.INFO, logger="weightcache.client"):
+        engine = load_weights(
+            str(ckpt),
+            Layout(),
+            socket_dir=daemon.socket_dir,
+            name=daemon.name,
+            fallback="error",
+            dtype="bfloat16",
+            timeout_s=30,
+        )
+    assert client_waited(caplog), "the engine never saw the daemon verifying: the window closed before it asked"
+    assert engine.mode == "cache" and engine.bytes_loaded == 0
+    assert engine.fingerprint.digest == served_digest(daemon) != before
+    assert watch_state(daemon, "unchanged").changed_files == []
+    assert all(same_bytes(engine.tensors[n], t) for n, t in disk.items())
+
+
+def test_an_engine_started_while_the_daemon_verifies_a_rewrite_with_other_bytes_gets_the_restart_verdict(
+    ckpt: Path, tmp_path: Path, start_daemon, caplog: pytest.LogCaptureFixture
+) -> None:
+    daemon = start_daemon(ckpt, **VERIFY_WINDOW)
+    watch_state(daemon, "unchanged")
+    shard = sorted(ckpt.glob("*.safetensors"))[1]
+    other = tmp_path / "other.safetensors"
+    shutil.copyfile(shard, other)
+    rewrite_keeping_size_and_mtime(other)  # same size and header: only the re-read can tell
+    replace_from_outside(other, shard, tmp_path)
+    assert watch_state(daemon, "verifying", timeout=15).changed_files == [shard.name]
+
+    with caplog.at_level(logging.INFO, logger="weightcache.client"), pytest.raises(FingerprintMismatch) as info:
+        load_weights(
+            str(ckpt),
+            Layout(),
+            socket_dir=daemon.socket_dir,
+            name=daemon.name,
+            fallback="error",
+            dtype="bfloat16",
+            timeout_s=30,
+        )
+    assert client_waited(caplog), "the engine never saw the daemon verifying: the window closed before it asked"
+    message = str(info.value)
+    assert "changed after the daemon loaded it" in message and "restart the daemon" in message, message
+    assert shard.name in message and "verifying" not in message, message
+    assert info.value.fields == ["shards"]
+    assert watch_state(daemon, "changed").changed_files == [shard.name]  # the advice is the daemon's verdict

@@ -17,6 +17,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from proc_files import argv, children
 from weightcache.checkpoints.checkpoint import open_checkpoint
 from weightcache.checkpoints.pipeline import plan_rank, resolve_dtype
 from weightcache.checkpoints.quantization import resolve
@@ -152,17 +153,17 @@ def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout:
     while len(stopped) < count:
         assert launcher.poll() is None, f"the launcher exited with {launcher.returncode}"
         assert time.monotonic() < deadline, "the launcher never started its ranks"
-        children = Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split()
-        for pid in map(int, children):
+        for pid in children(launcher.pid):  # none when the launcher exits meanwhile: the assert above says so
             if pid in stopped:
                 continue
+            command = argv(pid)
+            if command is None or b"--tp-rank" not in command:
+                continue  # not a rank, or a helper that exited while being looked at
             try:
-                argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except FileNotFoundError:
-                continue  # a helper that already exited
-            if b"--tp-rank" in argv:
                 os.kill(pid, signal.SIGSTOP)
-                stopped.append(pid)
+            except ProcessLookupError:
+                continue  # a rank that died at once: the launcher's exit (asserted above) tells why
+            stopped.append(pid)
         time.sleep(0.002)
     return stopped
 

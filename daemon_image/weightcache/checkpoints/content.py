@@ -148,12 +148,14 @@ def digest_shard(
     tensors: dict[str, TensorInfo],
     tasks: list[ReadTask] | None,
     stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] = lambda _n: None,
 ) -> str | None:
     """The shard's digest read from ``path``, which must still be the file ``stamp`` describes
     before and after the read (else None: it changed meanwhile, and the digest would describe
     neither version). ``tasks``: the rank's plan; those whose source is in this shard are read.
     ``tasks=None``: the whole file, as one slice from its first byte to its last (``WHOLE_FILE``).
-    None too when ``stop()`` turns true between tasks (between chunks of a whole file)."""
+    None too when ``stop()`` turns true between tasks (between chunks of a whole file).
+    ``progress(n)``: ``n`` more bytes were read, after each task (each chunk of a whole file)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if not _is(os.fstat(fd), stamp):
@@ -165,6 +167,7 @@ def digest_shard(
                 if stop():
                     return None
                 h.update(chunk)
+                progress(len(chunk))
             digest = f"{WHOLE_FILE}:{h.hexdigest()}"
         else:
             entries = []
@@ -176,6 +179,7 @@ def digest_shard(
                 for chunk in _slice_chunks(fd, tensors[task.source], task, buffer):
                     h.update(chunk)
                 entries.append((task_key(task), h.hexdigest()))
+                progress(task.read_bytes)
             digest = combine(entries)
         # A write during the read sets the ctime; a replaced path names another inode.
         if not (_is(os.fstat(fd), stamp) and _is(os.stat(path), stamp)):
@@ -192,6 +196,7 @@ def current_digest(
     tasks: list[ReadTask] | None,
     cache: DigestCache | None,
     stop: Callable[[], bool] = lambda: False,
+    progress: Callable[[int], None] = lambda _n: None,
 ) -> tuple[str | None, int]:
     """The digest of the file ``stamp`` describes, from the node's digest cache or else read (and
     then cached); with the bytes read for it (0 from the cache). None: it changed meanwhile.
@@ -199,7 +204,7 @@ def current_digest(
     key = DigestCache.key(path, stamp, tasks, tensors) if cache is not None else None
     if cache is not None and key is not None and (known := cache.get(key)) is not None:
         return known, 0
-    digest = digest_shard(path, stamp, tensors, tasks, stop)
+    digest = digest_shard(path, stamp, tensors, tasks, stop, progress)
     if digest is not None and cache is not None and key is not None:
         cache.put({key: digest})
     if digest is None:

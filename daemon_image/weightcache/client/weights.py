@@ -9,6 +9,7 @@ valid if the daemon dies: the engine holds its own reference to the memory.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import socket
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from weightcache_contract.backends import GPU_BACKENDS
+from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import (
     CacheUnavailable,
     DaemonBusy,
@@ -60,6 +62,13 @@ if TYPE_CHECKING:  # the connection and protocol parts serve the torch-free daem
     import torch
 
 Fallback = Literal["disk", "error"]
+log = logging.getLogger("weightcache.client")
+
+# How often an engine asks a daemon that is verifying rewritten checkpoint files for its verdict.
+_VERDICT_POLL_S = 0.1
+# What a verification's duration is estimated at before the daemon has read a byte: a disk's pace
+# (the daemon re-reads at disk speed with one buffer, content.py), to be replaced by its own pace.
+_ASSUMED_READ_BYTES_PER_S = 1e9
 
 
 # Pauses between attempts on a busy daemon: short at first (slots free as other clients finish, in
@@ -280,16 +289,10 @@ def map_fingerprint(
     (the vLLM loader computes its fingerprint from vLLM's config, not from an ``Expected``).
     ``gpu_uuid``: the GPU the engine computes on; an arena on another GPU is refused before mapping."""
     started = time.perf_counter()
+    deadline = time.monotonic() + timeout_s
     files = RankFiles(socket_dir, name, rank)
     with DaemonConnection(files.socket, timeout_s) as conn:
-        held = conn.query_config()
-        if held.fingerprint.digest != want.digest or held.fingerprint_digest != want.digest:
-            fields = want.differences(held.fingerprint) or ["digest"]
-            raise FingerprintMismatch(
-                f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)}); "
-                f"{mismatch_fix(fields)}",
-                fields,
-            )
+        held = await_verdict(conn, want, name, rank, deadline, timeout_s)
         if gpu_uuid is not None and held.device_uuid != gpu_uuid:
             raise CacheUnavailable(
                 f"daemon for cache {name!r} rank {rank} holds its arena on GPU {held.device_uuid}, this engine "
@@ -327,13 +330,140 @@ def map_fingerprint(
 
 def held_bytes(want: Fingerprint, rank: int, socket_dir: str, name: str, *, timeout_s: float = 10.0) -> int:
     """Bytes rank ``rank``'s daemon has allocated for exactly ``want`` (what an engine mapping it
-    must not count as its own memory); 0 when no daemon answers or it holds other weights."""
+    must not count as its own memory); 0 when no daemon answers or it holds other weights. A daemon
+    verifying rewritten checkpoint files is waited for as ``map_fingerprint`` waits for it, so the
+    two agree on whether the engine maps."""
+    deadline = time.monotonic() + timeout_s
     try:
         with DaemonConnection(RankFiles(socket_dir, name, rank).socket, timeout_s) as conn:
+            await_verdict(conn, want, name, rank, deadline, timeout_s)
             status = conn.status()
-    except (CacheUnavailable, ProtocolError):
+    except (CacheUnavailable, FingerprintMismatch, ProtocolError):
         return 0
     return status.arena_bytes if status.fingerprint_digest == want.digest else 0
+
+
+def await_verdict(
+    conn: DaemonConnection, want: Fingerprint, name: str, rank: int, deadline: float, timeout_s: float
+) -> ConfigReply:
+    """What the daemon holds, once it holds ``want``; raises FingerprintMismatch when it does not.
+
+    A checkpoint file rewritten with the same size and header (``cp`` over it, rsync, a re-sync) has
+    new stamps before the daemon's checkpoint watch has re-read it (daemon/watch.py): until then the
+    daemon serves the old stamps, and telling the engine to restart the daemon would be wrong when
+    the bytes are equal, as they usually are. So while the watch has not ruled (``verifying``, or
+    ``unchanged`` before its next look) the engine asks again until ``deadline``: it maps the arena
+    once the daemon adopts the new stamps, gets the restart advice once the watch finds the bytes
+    changed, and at the deadline is told what the daemon is doing and how long that takes."""
+    held = conn.query_config()
+    if _holds(held, want):
+        return held
+    rewritten = rewritten_only(want, held.fingerprint)
+    if rewritten is None:
+        raise _mismatch(want, held, name, rank)
+    announced = False
+    while True:
+        watch = conn.status().checkpoint
+        held = conn.query_config()
+        if _holds(held, want):
+            return held
+        if rewritten_only(want, held.fingerprint) is None or watch is None or watch.state == "changed":
+            raise _mismatch(want, held, name, rank, watch)  # no watch, or its verdict: the bytes changed
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise FingerprintMismatch(
+                verifying_message(name, rank, rewritten, want, watch, timeout_s),
+                want.differences(held.fingerprint) or ["digest"],
+            )
+        if not announced:
+            announced = True
+            log.info(
+                "daemon for cache %r rank %d has not yet verified the rewritten checkpoint file(s) %s; "
+                "waiting for its verdict (up to %.1f s)",
+                name,
+                rank,
+                ", ".join(rewritten),
+                left,
+            )
+        time.sleep(min(_VERDICT_POLL_S, left))
+
+
+def _holds(held: ConfigReply, want: Fingerprint) -> bool:
+    return held.fingerprint.digest == want.digest and held.fingerprint_digest == want.digest
+
+
+def _mismatch(
+    want: Fingerprint, held: ConfigReply, name: str, rank: int, watch: CheckpointWatch | None = None
+) -> FingerprintMismatch:
+    fields = want.differences(held.fingerprint) or ["digest"]
+    found = (
+        f"; its checkpoint watch re-read {', '.join(watch.changed_files)} and found them changed"
+        if watch is not None and watch.state == "changed" and watch.changed_files
+        else ""
+    )
+    return FingerprintMismatch(
+        f"daemon for cache {name!r} rank {rank} holds different weights (differs in: {', '.join(fields)}{found}); "
+        f"{mismatch_fix(fields)}",
+        fields,
+    )
+
+
+def rewritten_only(want: Fingerprint, held: Fingerprint) -> list[str] | None:
+    """The shards whose file identity alone (inode, ctime, mtime) differs between ``want`` and
+    ``held``, which the daemon's checkpoint watch re-reads and may adopt; None when anything else
+    differs (config, a shard's size or header, any argument): no re-read can reconcile those."""
+    if want.differences(held) != ["shards"] or [s.name for s in want.shards] != [s.name for s in held.shards]:
+        return None
+    names = []
+    for ours, theirs in zip(want.shards, held.shards, strict=True):
+        if ours == theirs:
+            continue
+        if (ours.size, ours.header_sha256) != (theirs.size, theirs.header_sha256):
+            return None
+        names.append(ours.name)
+    return names
+
+
+def verifying_message(
+    name: str, rank: int, rewritten: list[str], want: Fingerprint, watch: CheckpointWatch, timeout_s: float
+) -> str:
+    """What an engine that stopped waiting for the daemon's verdict says: what the daemon is doing,
+    and about how long it takes, from the bytes it re-reads (and, once it reads, from its pace)."""
+    files = ", ".join(rewritten)
+    left: float | None = None
+    if watch.state != "verifying":
+        doing = "it has not looked at them since (it looks every --checkpoint-poll-seconds)"
+    elif watch.verify_bytes is None:
+        upper = sum(s.size for s in want.shards if s.name in rewritten)
+        doing = (
+            f"it waits for them to stop changing (two looks in a row must agree), then re-reads up to "
+            f"{_size(upper)} of them, {_about(upper / _ASSUMED_READ_BYTES_PER_S)} at 1 GB/s"
+        )
+    elif watch.verified_bytes and watch.verify_seconds:
+        left = (watch.verify_bytes - watch.verified_bytes) * watch.verify_seconds / watch.verified_bytes
+        doing = (
+            f"it has re-read {_size(watch.verified_bytes)} of {_size(watch.verify_bytes)} in "
+            f"{watch.verify_seconds:.1f} s, {_about(left)} left"
+        )
+    else:
+        left = watch.verify_bytes / _ASSUMED_READ_BYTES_PER_S
+        doing = f"it re-reads {_size(watch.verify_bytes)} of them, {_about(left)} at 1 GB/s"
+    when = f"in {_about(left)}" if left is not None else "in a few seconds"
+    return (
+        f"daemon for cache {name!r} rank {rank} is verifying the rewritten checkpoint file(s) {files} "
+        f"(differs in: shards: new file identity, same size and header): {doing}. It serves them under "
+        "their new stamps once their bytes prove equal, and `weightcache status` reports them changed if not; "
+        f"this engine stopped waiting for that verdict after its timeout of {timeout_s:g} s: start it again "
+        f"{when}, or give it a longer timeout (timeout_s) to wait for the verdict"
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _about(seconds: float) -> str:
+    return "under a second" if seconds < 1 else f"about {seconds:.0f} s"
 
 
 def load_from_disk(expected: Expected, reason: str | None = None) -> Weights:

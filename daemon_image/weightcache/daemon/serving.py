@@ -123,10 +123,17 @@ class DaemonService:
         fingerprint, manifest = self.served.identity()
         ours = fingerprint.digest
         if request.fingerprint_digest != ours:
+            watch = self.served.checkpoint
+            verifying = (
+                f"; it is verifying rewritten checkpoint files ({', '.join(watch.changed_files)}) and serves "
+                "them under their new stamps once their bytes prove equal: status shows its progress"
+                if watch is not None and watch.state == "verifying"
+                else ""
+            )
             raise Reject(
                 "fingerprint_mismatch",
                 f"daemon holds fingerprint {ours[:16]}…, engine expects {request.fingerprint_digest[:16]}…; "
-                "query_config shows what the daemon holds",
+                f"query_config shows what the daemon holds{verifying}",
             )
         export = self.served.arena.export()
         with self.stats.lock:

@@ -15,7 +15,9 @@ A rank serves the bytes it read at load time, under a fingerprint that stamps ea
   (inode, size, mtime, ctime) the new stamp describes, unchanged from before to after the read.
 
 A file whose stamp is still moving (a copy in progress) is judged only once two looks in a row
-agree; until then the state is ``verifying``. inotify on the checkpoint directory wakes the
+agree; until then the state is ``verifying``. While it re-reads, ``verifying`` carries the bytes it
+reads and has read: an engine started meanwhile waits for the verdict (client/weights.py,
+``await_verdict``) and, when its timeout runs out first, says how long the verdict takes. inotify on the checkpoint directory wakes the
 watch early on Linux; the stat poll runs regardless (a symlinked shard's target, e.g. in a
 Hugging Face cache, lives outside the watched directory).
 """
@@ -28,6 +30,7 @@ import logging
 import os
 import select
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -157,12 +160,11 @@ class CheckpointWatcher:
                     )
                 )
             else:
-                files = sorted(to_verify)
-                self._publish("verifying", files, f"re-reading {', '.join(files)} to tell whether their bytes changed")
+                progress = self._progress(to_verify, manifest.shard_digests)
                 for name, stamp in to_verify.items():
                     if self._stop.is_set():
                         return
-                    equal = self._verify(root, name, stamp, manifest.shard_digests.get(name))
+                    equal = self._verify(root, name, stamp, manifest.shard_digests.get(name), progress)
                     if equal is None:
                         settling.append(name)  # it moved during the read
                     elif equal:
@@ -193,7 +195,43 @@ class CheckpointWatcher:
         """A whole-file digest needs nothing but the file; a sliced one needs the rank's plan."""
         return loaded is not None and (is_whole_file(loaded) or self._plan is not None)
 
-    def _verify(self, root: Path, name: str, stamp: ShardStamp, loaded: str | None) -> bool | None:
+    def _progress(self, to_verify: dict[str, ShardStamp], loaded: dict[str, str]) -> Callable[[int], None]:
+        """Publish ``verifying`` with the bytes the re-read of ``to_verify`` takes; the callback
+        counts the bytes read and publishes them, so that an engine started meanwhile can say how
+        long the verdict takes (a file the digest cache knows is counted but not read)."""
+        files = sorted(to_verify)
+        detail = f"re-reading {', '.join(files)} to tell whether their bytes changed"
+        total: int | None = 0
+        try:
+            for name, stamp in to_verify.items():
+                if is_whole_file(loaded.get(name)):
+                    total = (total or 0) + stamp.size
+                else:
+                    tasks, tensors = self._tasks()
+                    total = (total or 0) + sum(t.read_bytes for t in tasks if tensors[t.source].file == name)
+        except (OSError, WeightCacheError):
+            total = None  # the headers are in flux: _verify finds so too, and looks again later
+        started = time.monotonic()
+        read = 0
+
+        def publish(n: int) -> None:
+            nonlocal read
+            read += n
+            self._publish(
+                "verifying",
+                files,
+                detail,
+                verify_bytes=total,
+                verified_bytes=None if total is None else read,
+                verify_seconds=None if total is None else time.monotonic() - started,
+            )
+
+        publish(0)
+        return publish
+
+    def _verify(
+        self, root: Path, name: str, stamp: ShardStamp, loaded: str | None, progress: Callable[[int], None]
+    ) -> bool | None:
         """Whether the file ``stamp`` describes holds the bytes the arena was loaded from; None
         when it changed while being read."""
         log.info(  # once per file identity: a judged one is not verified again
@@ -208,7 +246,7 @@ class CheckpointWatcher:
             except (OSError, WeightCacheError):
                 return None  # the headers are in flux (another file being copied): look again later
         shard = ShardFile(**stamp.model_dump())
-        digest, _ = current_digest(root / name, shard, tensors, tasks, self._cache, self._stop.is_set)
+        digest, _ = current_digest(root / name, shard, tensors, tasks, self._cache, self._stop.is_set, progress)
         if digest is None:
             return None
         equal = digest == loaded
@@ -252,10 +290,11 @@ class CheckpointWatcher:
             )
         self._publish("changed", files, detail)
 
-    def _publish(self, state: str, files: list[str], detail: str | None) -> None:
+    def _publish(self, state: str, files: list[str], detail: str | None, **progress: Any) -> None:
+        """``progress``: CheckpointWatch's verify_* fields, while ``verifying`` re-reads files."""
         if state != "changed":
             self._logged_changed = ()
-        self.served.checkpoint = CheckpointWatch(state=state, changed_files=files, detail=detail)  # type: ignore[arg-type]
+        self.served.checkpoint = CheckpointWatch(state=state, changed_files=files, detail=detail, **progress)  # type: ignore[arg-type]
 
 
 def _config_look(path: Path) -> str:
