@@ -144,8 +144,8 @@ def test_a_readopted_rank_reports_the_keeper_and_no_disk_read(llama: Path, start
 
 def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout: float = 120) -> list[int]:
     """SIGSTOP each rank process the moment the launcher spawns it: it is then still starting,
-    long before its load could finish, and stays there until SIGCONT. Only rank processes (their
-    argv has ``--tp-rank``, which the launcher's own has not) are stopped: the launcher may run
+    long before its load could finish, and stays there until SIGCONT. Only rank processes (a
+    ``weightcache daemon`` without the launcher's ``--ranks``) are stopped: the launcher may run
     short helpers of its own (ctypes runs ``ldconfig`` to find libcuda), and stopping one of
     those would hang it."""
     stopped: list[int] = []
@@ -157,7 +157,7 @@ def stop_children_as_they_start(launcher: subprocess.Popen, count: int, timeout:
             if pid in stopped:
                 continue
             command = argv(pid)
-            if command is None or b"--tp-rank" not in command:
+            if command is None or b"daemon" not in command or b"--ranks" in command:
                 continue  # not a rank, or a helper that exited while being looked at
             try:
                 os.kill(pid, signal.SIGSTOP)
