@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from builders import cache_of, changed
-from test_render_vllm import body, daemon_command, env_of, main_container
+from example_caches import body
+from rendered import daemon_command, env_of, main_container
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.vocabulary import ARTIFACT_MOUNT
 
