@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 from builders import NOW, daemon, make
-from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport, node_fingerprint
+from daemon_reports import rank, report
+from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.prometheus import Metrics
 from weightcache_contract.readonly_http import ReadOnlyServer
@@ -27,31 +28,6 @@ from weightcache_operator.observe.daemon_status import RECHECK_READY_S, RETRY_FA
 from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
-
-
-def rank(n: int, ready: bool = True, **extra: Any) -> RankReport:
-    facts = dict(
-        pid=100 + n,
-        backend="cpu-shm",
-        bytes=4096 * (n + 1),
-        tensor_count=39,
-        load_seconds=0.5 + n,
-        source="disk",
-        fingerprint=f"{n}" * 64,
-        disk_bytes_read=4000 * (n + 1),
-    )
-    return (
-        RankReport(rank=n, ready=ready, **{**facts, **extra})
-        if ready
-        else RankReport(rank=n, ready=False, problem="loading")
-    )
-
-
-def report(*ranks: RankReport) -> DaemonReport:
-    return DaemonReport(
-        cache="tiny", ready=all(r.ready for r in ranks), fingerprint=node_fingerprint(list(ranks)), ranks=list(ranks)
-    )
-
 
 # --- aggregation ---------------------------------------------------------------------------------
 

@@ -71,7 +71,7 @@ def test_engines_see_entries_read_only_write_only_staging_and_run_under_the_wrap
 
 def test_node_status_shows_what_the_daemon_counted_of_the_nodes_artifacts() -> None:
     from builders import NOW, daemon, make
-    from test_operator_observability import rank, report
+    from daemon_reports import rank, report
     from weightcache_contract.daemon_report import ArtifactReport
     from weightcache_operator.plan.status import Observed, aggregate
     from weightcache_operator.spec import WeightCacheStatus
