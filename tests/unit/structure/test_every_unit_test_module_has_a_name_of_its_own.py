@@ -1,4 +1,4 @@
-"""Unit tests import their builders, and at times each other, by bare module name: tests/unit/conftest.py
+"""Unit tests import their builders by bare module name: tests/unit/conftest.py
 puts every folder of modules below it on ``sys.path``. A bare name must therefore say one module. Two
 modules of one name would not fail: the first on the path would silently stand in for the second. And a
 folder on the path makes each folder inside it importable as a namespace package wherever no real package

@@ -8,7 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 from builders import NOW, daemon, make
-from test_reasons import condition
+from cache_status import condition
 from weightcache_contract.daemon_report import CheckpointWatch, DaemonReport, RankReport
 from weightcache_operator.observe import checkpoint_watch
 from weightcache_operator.plan.reasons import failure_events
@@ -149,7 +149,7 @@ def test_the_change_names_files_once_per_node_set_and_cuts_long_lists() -> None:
 def test_the_engine_planner_takes_a_recorded_change_for_a_generation_change_and_rolls_onto_it() -> None:
     """The existing path moves the engines: the engines and daemons of the generation before the
     record are outdated once the record is read."""
-    from test_engine_plan import CACHE, engine, snapshot
+    from engine_snapshots import CACHE, engine, snapshot
     from weightcache_operator.plan.engine_plan import desired, plan_engines
 
     converged = snapshot(engine("a0", "active"), engine("s0", "standby"))

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 from builders import after, at
-from test_failover import plan_replica, running_engine
+from replica_plans import plan_replica, running_engine
 from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.plan.actions import Promotion
 from weightcache_operator.plan.failover import failover_status

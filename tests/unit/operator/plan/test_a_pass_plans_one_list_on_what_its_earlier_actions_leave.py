@@ -8,7 +8,7 @@ import copy
 from datetime import timedelta
 
 from builders import BASE, NOW, after, condition, daemon, daemonset, make, node
-from test_failover import HASH, running_engine
+from replica_plans import HASH, running_engine
 from weightcache_operator.objects import PodView
 from weightcache_operator.observe.daemon_status import DaemonReport, DaemonStatusReader
 from weightcache_operator.observe.snapshot import Snapshot

@@ -5,7 +5,7 @@ just before the node's unreachable taint, and kept."""
 from __future__ import annotations
 
 from builders import NOW, daemon, daemonset, node
-from test_engine_plan import CACHE, WANT, snapshot
+from engine_snapshots import CACHE, WANT, snapshot
 from weightcache_operator.plan.engine_plan import nodes_to_run, plan_engines
 
 PODS = [daemon(node="node-1", owner="ds-1", ready=True), daemon(node="node-2", owner="ds-1", ready=False)]

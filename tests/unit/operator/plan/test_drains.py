@@ -8,10 +8,9 @@ import copy
 from typing import Any
 
 from builders import at, daemon, make, node
-from group_builders import TWO, engine_plan, failovers, ids
-from test_failover import Planned, plan_units, running_engine
-from test_failover import plan_replica as plan_pods
-from test_group_failover import FOUR_NODES, group, names
+from group_builders import FOUR_NODES, TWO, engine_plan, failovers, group, ids, names
+from replica_plans import Planned, plan_units, running_engine
+from replica_plans import plan_replica as plan_pods
 from weightcache_operator.observe.failures import cordoned_nodes, failure_of
 from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.engine_units import units

@@ -4,17 +4,18 @@ test, each through ``engine_plan.plan_engines``."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from builders import after, make, scheduled
+from builders import after, make
 from group_builders import (
+    FOUR_NODES,
     READY,
     TWO,
     complete_groups,
     daemon,
     engine_plan,
     failovers,
+    group,
     ids,
+    names,
     plan_groups,
     readiness_failed,
 )
@@ -24,35 +25,7 @@ from weightcache_operator.plan.actions import Create, Delete, SetRole
 from weightcache_operator.plan.rollout import planner
 from weightcache_operator.plan.rollout.decisions import retired
 from weightcache_operator.plan.rollout.views import Desired
-from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_pod, engine_template_hash
-from weightcache_operator.render.engine import Member
-
-FOUR_NODES = {0: {**READY[0], "node-3": daemon("node-3", 0)}, 1: {**READY[1], "node-4": daemon("node-4", 1)}}
-
-
-def group(
-    cache: Any,
-    name: str,
-    role: str,
-    *,
-    nodes: tuple[str, str] = ("node-1", "node-2"),
-    ready: bool = True,
-    created: float = 0,
-    replica: int = 0,
-) -> list[dict[str, Any]]:
-    """A whole engine group of two pods, scheduled on ``nodes`` and created ``created`` seconds
-    after NOW, running, Ready or not."""
-    ip = f"198.18.{sum(map(ord, name)) % 250}.5"
-    leader = engine_pod(cache, replica, role, [nodes[0]], member=Member(name, 0))
-    follower = engine_pod(cache, replica, role, [nodes[1]], member=Member(name, 1, ip))
-    return [
-        scheduled(leader, node=nodes[0], ip=ip, ready=ready, created=created),
-        scheduled(follower, node=nodes[1], ip=f"198.18.{sum(map(ord, name)) % 250}.6", ready=ready, created=created),
-    ]
-
-
-def names(actions: list[Any], kind: type, role: str | None = None) -> list[str]:
-    return sorted(a.name for a in actions if isinstance(a, kind) and (role is None or a.role == role))
+from weightcache_operator.render import SPEC_HASH_ANNOTATION, daemon_spec_hash, engine_template_hash
 
 
 def test_a_failed_active_group_hands_over_to_the_ready_standby_group_on_its_leaders_node() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from builders import NOW, container_status, make, terminated
-from test_reasons import CACHE, cache_daemon, condition
+from cache_status import CACHE, cache_daemon, condition
 from weightcache.checkpoints.planner import MemoryLimit, plan_world, verdict
 from weightcache.tools.sample_checkpoints import ModelSpec, write_sparse_checkpoint
 from weightcache_contract.errors import WeightCacheError

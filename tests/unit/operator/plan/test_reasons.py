@@ -5,19 +5,15 @@ one Event per new failure message."""
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
-from builders import NOW, container_status, daemon, engine, make, pod, terminated
+from builders import NOW, container_status, engine, pod, terminated
+from cache_status import CACHE, cache_daemon, condition
 from weightcache_contract.daemon_report import DaemonReport, RankReport
 from weightcache_operator.plan.reasons import MAX_REASON, Reason, exit_reason, failure_events, one_line
 from weightcache_operator.plan.status import Observed, aggregate
-from weightcache_operator.render import daemon_spec_hash
 from weightcache_operator.spec import WeightCacheStatus
 
-CACHE = make()
-cache_daemon = partial(daemon, spec_hash=daemon_spec_hash(CACHE), ready=False)
-"""A daemon pod of CACHE's generation, not Ready unless said."""
 HEADS = "num_attention_heads=8 is not divisible by tensor-parallel size 3; use a tp size that divides 8"
 
 
@@ -30,10 +26,6 @@ def exited(
     status = container_status(container, restarts=1, **({"last_exit": ended} if running_again else {"exited": ended}))
     pod["status"]["containerStatuses"] = [status]
     return pod
-
-
-def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
-    return next(c for c in status["conditions"] if c["type"] == kind)
 
 
 def test_a_spec_every_node_refuses_for_one_reason_is_failed_with_the_daemons_words() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 from builders import BASE, cache_of, changed
+from rendered import daemon_command, env_of, main_container
 from repo_root import ROOT
-from test_render_vllm import daemon_command, env_of, main_container
 from weightcache.cli import build_parser
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.profiles import DEFAULT, PROFILES, EngineProfile, profile_of, register

@@ -9,34 +9,12 @@ import json
 from typing import Any
 
 import pytest
-import yaml
 from builders import cache_of, changed
-from repo_root import ROOT
+from example_caches import body
+from rendered import daemon_command, env_of, main_container
 from weightcache_operator.observe.responsiveness import probe_url
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import READY_GATE, daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
-from weightcache_operator.spec import WeightCache
-
-EXAMPLES = ROOT / "examples"
-
-
-def body(example: str = "weightcache-vllm-cpu.yaml") -> dict[str, Any]:
-    loaded = yaml.safe_load((EXAMPLES / example).read_text())
-    loaded["metadata"].update(namespace="ns", uid="uid-1", generation=1)
-    return dict(loaded)
-
-
-def daemon_command(cache: WeightCache) -> list[str]:
-    containers = daemon_daemonset(cache)["spec"]["template"]["spec"]["containers"]
-    return list(next(c for c in containers if c["name"] == "daemon")["command"])
-
-
-def main_container(cache: WeightCache) -> dict[str, Any]:
-    return dict(engine_pod(cache, 0, "active", ["node-a"])["spec"]["containers"][0])
-
-
-def env_of(container: dict[str, Any]) -> dict[str, str | None]:
-    return {e["name"]: e.get("value") for e in container["env"]}
 
 
 def shared_list(daemon: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from builders import BASE, cache_of, changed, make
-from test_render_vllm import body
+from example_caches import body
 from weightcache_operator.observe.validation import parse
 from weightcache_operator.render import engine_pod, engine_template_hash
 from weightcache_operator.render.engine import Member

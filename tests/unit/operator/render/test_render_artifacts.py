@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from builders import cache_of, changed
-from test_render_vllm import body, daemon_command, env_of, main_container
+from example_caches import body
+from rendered import daemon_command, env_of, main_container
 from weightcache_operator.render import daemon_daemonset, daemon_spec_hash, engine_pod, engine_template_hash
 from weightcache_operator.vocabulary import ARTIFACT_MOUNT
 
@@ -70,7 +71,7 @@ def test_engines_see_entries_read_only_write_only_staging_and_run_under_the_wrap
 
 def test_node_status_shows_what_the_daemon_counted_of_the_nodes_artifacts() -> None:
     from builders import NOW, daemon, make
-    from test_operator_observability import rank, report
+    from daemon_reports import rank, report
     from weightcache_contract.daemon_report import ArtifactReport
     from weightcache_operator.plan.status import Observed, aggregate
     from weightcache_operator.spec import WeightCacheStatus

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 from builders import cache_of, make
+from example_caches import body
 from rendered import container
-from test_render_vllm import body
 from weightcache_operator.render import daemon_daemonset, engine_pod
 from weightcache_operator.render.gpu_holder import gpu_holder_daemonset
 from weightcache_operator.render.security import RUN_AS

@@ -1,5 +1,6 @@
 """Builders for engine groups (``parallelism.nodes > 1``): the two-node cache, slot daemons Ready
-on their nodes, a converged pair of groups, and the one engine planner's plan for them."""
+on their nodes, whole groups, a converged pair of them, the one engine planner's plan for them, and
+what that plan does to which pods."""
 
 from __future__ import annotations
 
@@ -27,6 +28,34 @@ def daemon(node_name: str, slot: int, **fields: Any) -> dict[str, Any]:
 
 
 READY = {0: {"node-1": daemon("node-1", 0)}, 1: {"node-2": daemon("node-2", 1)}}
+FOUR_NODES = {0: {**READY[0], "node-3": daemon("node-3", 0)}, 1: {**READY[1], "node-4": daemon("node-4", 1)}}
+"""READY plus a second node of each slot (node-3, node-4): room for a second group elsewhere."""
+
+
+def group(
+    cache: Any,
+    name: str,
+    role: str,
+    *,
+    nodes: tuple[str, str] = ("node-1", "node-2"),
+    ready: bool = True,
+    created: float = 0,
+    replica: int = 0,
+) -> list[dict[str, Any]]:
+    """A whole engine group of two pods, scheduled on ``nodes`` and created ``created`` seconds
+    after NOW, running, Ready or not."""
+    ip = f"198.18.{sum(map(ord, name)) % 250}.5"
+    leader = engine_pod(cache, replica, role, [nodes[0]], member=Member(name, 0))
+    follower = engine_pod(cache, replica, role, [nodes[1]], member=Member(name, 1, ip))
+    return [
+        scheduled(leader, node=nodes[0], ip=ip, ready=ready, created=created),
+        scheduled(follower, node=nodes[1], ip=f"198.18.{sum(map(ord, name)) % 250}.6", ready=ready, created=created),
+    ]
+
+
+def names(actions: list[Any], kind: type, role: str | None = None) -> list[str]:
+    """The pod names of the ``kind`` actions (of ``role`` when given), sorted."""
+    return sorted(a.name for a in actions if isinstance(a, kind) and (role is None or a.role == role))
 
 
 def run(pod: dict[str, Any], node_name: str, ip: str | None = None, ready: bool = False) -> dict[str, Any]:

@@ -1,182 +1,22 @@
-"""failover.py: every failure signal classified from pods as the API server shows them, and the
-per-replica plan, including states an operator killed mid-failover leaves behind."""
+"""failover.py's per-replica plan: which standby a failed active hands over to, when the replica keeps
+its active and says Degraded, and the states an operator killed mid-failover leaves behind, each
+converged without a second promotion."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import partial
-from itertools import count
 from typing import Any
 
 import pytest
-from builders import NOW, at, daemon, engine, make, node
-from weightcache_operator.act.metrics import OperatorMetrics
-from weightcache_operator.objects import PodView
-from weightcache_operator.observe.failures import failure_of, unready_nodes
-from weightcache_operator.plan.actions import Action, Create, Delete, Failover, Promotion, SetRole
-from weightcache_operator.plan.engine_units import Unit, units
-from weightcache_operator.plan.engine_writes import EngineWrites
-from weightcache_operator.plan.failover import failover_status
-from weightcache_operator.plan.failover import plan_replica as plan_of_replica
+from builders import NOW, at, make
+from replica_plans import HASH, plan_replica, running_engine
+from weightcache_operator.plan.engine_units import Unit
 from weightcache_operator.plan.status import Observed, aggregate
 from weightcache_operator.spec import WeightCacheStatus
-
-HASH = "h1"
-
-running_engine = partial(
-    engine, spec_hash=HASH, gate="True", phase="Running", created=0, started=1, ready=True, ready_since=5
-)
-"""An engine pod of replica 0 on node-1 as the API shows it: created at NOW, its container running
-since NOW+1, Ready and its daemon-ready gate True since NOW+5."""
 
 
 def names(pods: list[Any]) -> list[str]:
     return [p if isinstance(p, str) else p.name if isinstance(p, Unit) else p["metadata"]["name"] for p in pods]
-
-
-DAEMONS = {0: {n: daemon(node=n, spec_hash=HASH) for n in ("node-1", "node-2", "node-9")}}
-"""Ready daemons where new engines may go: node-9 runs no engine in these tests, so a creation
-is never refused for want of a node (a cordon of node-1 included)."""
-
-
-@dataclass
-class Planned:
-    """What ``failover.plan_replica`` wrote for one replica, read back from its actions."""
-
-    actions: list[Action]
-    stranded: str | None
-
-    @property
-    def promotion(self) -> Promotion | None:
-        return next((a.promotion for a in self.actions if isinstance(a, Failover)), None)
-
-    @property
-    def demote(self) -> list[str]:
-        return [a.name for a in self.actions if isinstance(a, SetRole) and a.role == "standby"]
-
-    @property
-    def delete(self) -> list[tuple[str, str]]:
-        return [(a.name, a.why) for a in self.actions if isinstance(a, Delete)]
-
-    def created(self, role: str) -> int:
-        return sum(1 for a in self.actions if isinstance(a, Create) and PodView(a.pod).role == role)
-
-    @property
-    def create_active(self) -> bool:
-        return self.created("active") > 0
-
-    @property
-    def create_standbys(self) -> int:
-        return self.created("standby")
-
-
-def plan_units(replica: int, found: list[Unit], *args: Any) -> Planned:
-    """``plan_replica`` with ``plan_replica``'s positional arguments after the units, its actions
-    written through an ``EngineWrites`` that can place new engines (``DAEMONS``)."""
-    cordoned = args[5] if len(args) > 5 else frozenset()
-    ids = count()
-    writes = EngineWrites(make(), found, DAEMONS, lambda: f"g{next(ids)}", cordoned)
-    return Planned(writes.actions, plan_of_replica(replica, found, *args, writes=writes))
-
-
-def plan_replica(replica: int, pods: list[dict[str, Any]], *args: Any) -> Planned:
-    """The plan for single-pod engines: each pod a unit of one."""
-    return plan_units(replica, units(pods, 1), *args)
-
-
-# --- signals -------------------------------------------------------------------------------------
-
-
-def test_a_ready_pod_and_a_pod_that_was_never_ready_have_no_failure() -> None:
-    assert failure_of(running_engine("a", role="active"), {}) is None
-    # Ready False since before its container started: starting, not failed.
-    assert failure_of(running_engine("a", role="active", ready=False, started=3, ready_since=2), {}) is None
-
-
-def test_deletion_is_timed_from_the_request_not_the_end_of_the_grace_period() -> None:
-    deleted = running_engine("a", role="active")
-    deleted["metadata"] |= {"deletionTimestamp": at(40), "deletionGracePeriodSeconds": 30}
-    failure = failure_of(deleted, {})
-    assert failure is not None and failure.signal == "PodDeleted" and failure.final
-    assert failure.since == NOW + timedelta(seconds=10)
-
-
-def test_eviction_and_a_failed_pod_are_final() -> None:
-    evicted = running_engine(
-        "a", role="active", phase="Failed", status={"reason": "Evicted", "message": "node low on memory"}
-    )
-    failure = failure_of(evicted, {})
-    assert (
-        failure is not None
-        and (failure.signal, failure.final) == ("PodEvicted", True)
-        and "low on memory" in failure.detail
-    )
-    failed = running_engine("a", role="active", phase="Failed")
-    failed["status"]["containerStatuses"][0]["state"] = {"terminated": {"exitCode": 1, "finishedAt": at(7)}}
-    failure = failure_of(failed, {})
-    assert failure is not None and failure.signal == "PodFailed" and failure.since == NOW + timedelta(seconds=7)
-
-
-def test_a_not_ready_node_fails_even_a_pod_that_still_shows_ready() -> None:
-    nodes = [node("node-1", ready="Unknown", ready_since=9), node("node-2", ready=True)]
-    unready = unready_nodes(nodes)
-    assert unready == {"node-1": NOW + timedelta(seconds=9)}
-    failure = failure_of(running_engine("a", role="active", ready=True), unready)
-    assert failure is not None and (failure.signal, failure.final, failure.since) == (
-        "NodeNotReady",
-        True,
-        NOW + timedelta(seconds=9),
-    )
-    assert failure_of(running_engine("b", role="active", node="node-2"), unready) is None
-
-
-def test_a_restarted_container_is_timed_from_its_finish() -> None:
-    restarted = running_engine("a", role="active", ready=False, started=21, ready_since=20)
-    restarted["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"exitCode": 137, "finishedAt": at(20)}}
-    failure = failure_of(restarted, {})
-    assert (
-        failure is not None and failure.signal == "ContainerRestarted" and failure.since == NOW + timedelta(seconds=20)
-    )
-    assert not failure.final
-    crashing = running_engine("a", role="active", ready=False)
-    crashing["status"]["containerStatuses"][0]["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
-    crashing["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(30)}}
-    failure = failure_of(crashing, {})
-    assert (
-        failure is not None and failure.signal == "ContainerRestarted" and failure.since == NOW + timedelta(seconds=30)
-    )
-
-
-def test_an_old_restart_does_not_explain_a_new_readiness_failure() -> None:
-    frozen = running_engine("a", role="active", ready=False, started=11, ready_since=100)
-    frozen["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(10)}}
-    failure = failure_of(frozen, {})
-    assert failure is not None and failure.signal == "ReadinessFailed" and failure.since == NOW + timedelta(seconds=100)
-
-
-def test_a_false_gate_names_the_daemon() -> None:
-    gated = running_engine("a", role="active", ready=False, gate="False", ready_since=50)
-    failure = failure_of(gated, {})
-    assert failure is not None and failure.signal == "DaemonNotReady" and "daemon on node-1" in failure.detail
-    # The operator turns the gate False before the kubelet recomputes Ready: already a failure.
-    failure = failure_of(running_engine("a", role="active", ready=True, gate="False"), {})
-    assert failure is not None and failure.signal == "DaemonNotReady"
-
-
-def test_a_silent_pod_the_kubelet_still_calls_ready_is_unresponsive_and_kept() -> None:
-    silent = {"a": NOW + timedelta(seconds=70, milliseconds=250)}
-    failure = failure_of(running_engine("a", role="active"), {}, silent)
-    assert failure is not None and failure.signal == "Unresponsive" and failure.seen == silent["a"]
-    assert failure.since is None, "the API has no timestamp for it: the probe's own clock is the operator's"
-    assert "10:01:10.250" in failure.detail and not failure.final and not failure.retire
-    # Once the kubelet has its own verdict, its signal is the one recorded.
-    failure = failure_of(running_engine("a", role="active", ready=False, ready_since=80), {}, silent)
-    assert failure is not None and failure.signal == "ReadinessFailed" and failure.retire
-    assert failure_of(running_engine("b", role="active"), {}, silent) is None
-
-
-# --- plans ---------------------------------------------------------------------------------------
 
 
 def test_healthy_replica_needs_nothing() -> None:
@@ -351,45 +191,3 @@ def test_surplus_standbys_go_newest_and_not_ready_first() -> None:
     ]
     plan = plan_replica(0, pods, 1, HASH, {})
     assert names([p for p, _ in plan.delete]) == ["s3", "s2"]
-
-
-def test_last_failover_entry_and_metrics() -> None:
-    active = running_engine("a", role="active", ready=False, ready_since=60)
-    active["status"]["containerStatuses"][0]["lastState"] = {"terminated": {"finishedAt": at(60)}}
-    plan = plan_replica(0, [active, running_engine("s", role="standby", node="node-2", created=1)], 1, HASH, {})
-    assert plan.promotion is not None
-    noticed = NOW + timedelta(seconds=60, milliseconds=250)
-    seen = noticed - timedelta(milliseconds=3)
-    entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12), seen)
-    assert entry == {
-        "time": "2026-11-29T10:01:00.250000Z",
-        "replica": 0,
-        "from": "a",
-        "fromNode": "node-1",
-        "to": "s",
-        "toNode": "node-2",
-        "signal": "ContainerRestarted",
-        "reason": "container engine of a restarted",
-        "detectionMs": 3.0,
-        "promotionMs": 12.0,
-        "failureApiSecond": "2026-11-29T10:01:00Z",
-    }
-    parsed = WeightCacheStatus.model_validate({"lastFailover": entry})
-    assert parsed.last_failover is not None and parsed.last_failover.from_ == "a"
-
-    metrics = OperatorMetrics()
-    metrics.failover("ns", "tiny", "ContainerRestarted", entry["detectionMs"], entry["promotionMs"])
-    text = metrics.render()
-    assert 'weightcache_operator_failovers_total{cache="tiny",namespace="ns",signal="ContainerRestarted"} 1' in text
-    assert 'weightcache_operator_failover_promotion_seconds_bucket{cache="tiny",namespace="ns",le="0.01"} 0' in text
-    assert 'weightcache_operator_failover_promotion_seconds_bucket{cache="tiny",namespace="ns",le="0.025"} 1' in text
-    assert (
-        'weightcache_operator_failover_detection_seconds_count{cache="tiny",namespace="ns",signal="ContainerRestarted"} 1'
-        in text
-    )
-
-
-def test_a_promotion_without_a_failed_pod_has_no_from() -> None:
-    promotion = Promotion(2, running_engine("s", role="standby"), None, None)
-    entry = failover_status(promotion, NOW, NOW, None)
-    assert "from" not in entry and "signal" not in entry and entry["to"] == "s" and entry["promotionMs"] == 0.0
