@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from weightcache_operator.spec.base import stamp as stamp  # the API's timestamps, defined with its models
+from weightcache_operator.spec.base import truncated as truncated
 from weightcache_operator.vocabulary import (
     ENGINE_HASH_LABEL,
     REPLICA_LABEL,

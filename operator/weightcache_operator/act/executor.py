@@ -115,7 +115,7 @@ def execute(
             case SyncRouting():
                 # The generation the Service selects as this pass left it: a managed pool switches with it.
                 outcome.routing = sync_pool(
-                    api, cache, snapshot.serving, reporter.clock(), snapshot.previous_conditions
+                    api, cache, snapshot.serving, reporter.clock(), snapshot.previous.conditions
                 )
             case Delete(name, why):
                 api.delete(f"{pods}/{name}")

@@ -26,7 +26,7 @@ from weightcache_operator.plan.rollout.strategy import Strategy
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.plan.rollout_timing import replica_timings
 from weightcache_operator.plan.status_reports import RolloutReport
-from weightcache_operator.spec import Condition, EngineStartStatus, FailoverStatus, RolloutStatus, WeightCacheStatus
+from weightcache_operator.spec import EngineStartStatus, FailoverStatus, WeightCacheStatus
 from weightcache_operator.vocabulary import MANAGED_BY, STRATEGY_ANNOTATION, STRATEGY_REASON_ANNOTATION
 
 log = logging.getLogger("weightcache_operator.act.report")
@@ -47,13 +47,13 @@ class Reporter:
         self.sightings = sightings
         self.events = events
 
-    def write_status(self, body: Object, typed: WeightCacheStatus) -> None:
+    def write_status(self, body: Object, typed: WeightCacheStatus, previous: WeightCacheStatus) -> None:
         """Patches the status (its fields that were set: ``WeightCacheStatus.wire``) unless every
-        one already says so; Events for a new phase and for each newly failing condition."""
+        one already says so; Events for a new phase and for each newly failing condition, against
+        ``previous``, the status the pass read (Snapshot.previous)."""
         status = typed.wire()
         meta = body["metadata"]
-        old = body.get("status") or {}
-        if typed.phase is not None and old.get("phase") != typed.phase:
+        if typed.phase is not None and previous.phase != typed.phase:
             self.event(
                 body,
                 "Warning" if typed.phase in ("Failed", "Degraded") else "Normal",
@@ -61,9 +61,10 @@ class Reporter:
                 _phase_message(typed),
             )
             log.info("phase", extra={"cache": meta["name"], "namespace": meta["namespace"], "phase": typed.phase})
-        # Compared on the wire: the previous conditions are as the API holds them.
-        for reason, message in failure_events(old.get("conditions") or [], status.get("conditions") or []):
+        for reason, message in failure_events(previous.conditions, typed.conditions):
             self.event(body, "Warning", reason, message)
+        # Whether to patch is decided on the wire, against what the API holds, as it holds it.
+        old = body.get("status") or {}
         if all(old.get(k) == v for k, v in status.items()):
             return
         try:
@@ -102,6 +103,7 @@ class Reporter:
     def rollout(
         self,
         body: Object,
+        previous: WeightCacheStatus,
         steps: Plan,
         want: Desired,
         decision: tuple[Strategy, str] | None,
@@ -109,29 +111,25 @@ class Reporter:
     ) -> RolloutReport:
         """``status.rollout`` (with each replica's start, promotion and drain times:
         rollout_timing.py) and the rollout conditions; posts an Event when a rollout starts,
-        stalls or completes. ``decision``: how the generation change was decided
+        stalls or completes. ``previous``: the status the pass read (Snapshot.previous), which
+        the rollout goes on from; ``decision``: how the generation change was decided
         (``strategy_decision``); ``engines``: the engine pods as the pass left them."""
         now = self.clock()
-        before = (body.get("status") or {}).get("rollout")
-        previous = (body.get("status") or {}).get("conditions") or []
+        before = previous.rollout
         rollout = rollout_status(steps, want, now, before)
         if rollout is not None:
             # Always written (a merge patch replaces a list whole): a new rollout's empty list
             # replaces the previous rollout's.
-            rollout = {**rollout, "replicas": replica_timings(before, steps, want, engines, now)}
+            rollout = rollout.model_copy(update={"replicas": replica_timings(before, steps, want, engines, now)})
         strategy = decision if steps.mode == "Generation" else None
-        extra = rollout_conditions(steps, strategy, now, previous, body["metadata"].get("generation"))
-        if rollout is not None and (before or {}).get("phase") != rollout["phase"]:
-            kind = "Warning" if rollout["phase"] == "Stalled" else "Normal"
-            message = rollout.get("message") or f"{rollout.get('mode')} rollout: {rollout.get('currentStep')}"
-            if strategy is not None and rollout["phase"] == "Progressing":
+        extra = rollout_conditions(steps, strategy, now, previous.conditions, body["metadata"].get("generation"))
+        if rollout is not None and (before.phase if before is not None else None) != rollout.phase:
+            kind = "Warning" if rollout.phase == "Stalled" else "Normal"
+            message = rollout.message or f"{rollout.mode} rollout: {rollout.current_step}"
+            if strategy is not None and rollout.phase == "Progressing":
                 message += f"; {strategy[0]}: {strategy[1]}"
-            self.event(body, kind, f"Rollout{rollout['phase']}", message)
-        # rollout/ computes on the previous rollout as the API holds it; typed before it joins the status.
-        return RolloutReport(
-            RolloutStatus.model_validate(rollout) if rollout is not None else None,
-            tuple(Condition.model_validate(c) for c in extra),
-        )
+            self.event(body, kind, f"Rollout{rollout.phase}", message)
+        return RolloutReport(rollout, tuple(extra))
 
     def engine_starts(
         self, body: Object, starts: list[EngineStart], ready_deadline_seconds: float
@@ -151,7 +149,7 @@ class Reporter:
             if start.total >= threshold:
                 self.event(body, "Warning", "SlowEngineStart", slow_message(start, ready_deadline_seconds))
         last = latest(starts)
-        return EngineStartStatus.model_validate(last.status(threshold)) if last is not None else None
+        return last.status(threshold) if last is not None else None
 
     def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> FailoverStatus | None:
         """The ``status.lastFailover`` entry of a promotion just patched (every field set:
@@ -160,20 +158,19 @@ class Reporter:
         namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
         seen = self.sightings.first((namespace, name), promotion.failed_pods)
         record = failover_status(promotion, noticed, self.clock(), seen)
-        log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record})
+        log.info("promoted standby", extra={"cache": name, "namespace": namespace, **record.wire()})
         if promotion.failure is None:
             return None
-        self.metrics.failover(
-            namespace, name, promotion.failure.signal, record.get("detectionMs"), record["promotionMs"]
-        )
+        self.metrics.failover(namespace, name, promotion.failure.signal, record.detection_ms, record.promotion_ms)
+        failed = "no active" if record.from_ is None else record.from_
         self.event(
             body,
             "Warning",
             "Failover",
-            f"replica {promotion.replica}: {record.get('from', 'no active')} failed ({promotion.failure.detail}); "
-            f"promoted {record['to']} in {record['promotionMs']} ms",
+            f"replica {promotion.replica}: {failed} failed ({promotion.failure.detail}); "
+            f"promoted {record.to} in {record.promotion_ms} ms",
         )
-        return FailoverStatus.model_validate(record).whole()
+        return record.whole()
 
 
 def strategy_decision(current_sets: list[Object]) -> tuple[Strategy, str] | None:

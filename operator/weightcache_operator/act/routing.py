@@ -8,9 +8,8 @@ Service regardless."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 from weightcache_operator.act.applying import apply_if_different
 from weightcache_operator.kubeapi import ApiError, KubeApi
@@ -26,7 +25,7 @@ from weightcache_operator.render.inference_pool import (
     reference_problems,
 )
 from weightcache_operator.render.inference_pool import routing as pool_routing
-from weightcache_operator.spec import POOL_API_VERSION, POOL_PLURAL, InferencePoolStatus, WeightCache
+from weightcache_operator.spec import POOL_API_VERSION, POOL_PLURAL, Condition, InferencePoolStatus, WeightCache
 
 log = logging.getLogger("weightcache_operator.act.routing")
 
@@ -71,7 +70,7 @@ def sync_pool(
     cache: WeightCache,
     serve_hash: str | None,
     now: datetime,
-    previous_conditions: Sequence[Mapping[str, Any]] | None,
+    previous_conditions: Sequence[Condition] | None,
 ) -> RoutingReport:
     """``status.inferencePool`` and the InferencePoolReady condition for the pass; neither
     without routing. ``serve_hash``: the daemon spec hash the live Service selects."""

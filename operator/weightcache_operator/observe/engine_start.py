@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-from weightcache_operator.objects import Object, PodView, parse_time, stamp
+from weightcache_operator.objects import Object, PodView, parse_time, truncated
+from weightcache_operator.spec import EngineStartStatus
 
 START_PHASES = ("scheduled", "started", "ready")
 """``scheduled``: bound to a node; ``started``: every container running (image pulled, process
@@ -54,18 +54,20 @@ class EngineStart:
     def total(self) -> float:
         return self.seconds["ready"]
 
-    def status(self, slow_after: float) -> dict[str, Any]:
-        """``status.lastEngineStart`` (spec.EngineStartStatus)."""
-        return {
-            "pod": self.pod,
-            "replica": self.replica,
-            "node": self.node,
-            "createdAt": stamp(self.created),
-            "readyAt": stamp(self.ready_at),
-            **{f"{phase}Seconds": seconds for phase, seconds in self.seconds.items()},
-            "restarts": self.restarts,
-            "slow": self.total >= slow_after,
-        }
+    def status(self, slow_after: float) -> EngineStartStatus:
+        """``status.lastEngineStart``. ``replica`` and ``node`` are set even when unknown (written
+        as null: the previous start's must not survive a merge patch); a phase the pod does not
+        show is left unset."""
+        return EngineStartStatus(
+            pod=self.pod,
+            replica=self.replica,
+            node=self.node,
+            created_at=truncated(self.created),
+            ready_at=truncated(self.ready_at),
+            **{f"{phase}_seconds": seconds for phase, seconds in self.seconds.items()},
+            restarts=self.restarts,
+            slow=self.total >= slow_after,
+        )
 
 
 def engine_start(pod: Object) -> EngineStart | None:

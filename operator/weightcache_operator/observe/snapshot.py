@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 from weightcache_operator.kubeapi import ApiError, KubeApi
@@ -19,11 +19,11 @@ from weightcache_operator.objects import Object, PodView, spec_hash, stamp
 from weightcache_operator.observe.engine_nodes import EngineNodes
 from weightcache_operator.observe.failures import unready_nodes
 from weightcache_operator.observe.node_index import NodeIndex
-from weightcache_operator.observe.validation import parse
+from weightcache_operator.observe.validation import parse, previous_status
 from weightcache_operator.observe.watch_index import Watches, WatchIndex, version
 from weightcache_operator.render.budget import budget_name
 from weightcache_operator.render.gpu_holder import HOLDER_COMPONENT
-from weightcache_operator.spec import GROUP, PLURAL, VERSION, WeightCache
+from weightcache_operator.spec import GROUP, PLURAL, VERSION, WeightCache, WeightCacheStatus
 from weightcache_operator.together import all_at_once
 from weightcache_operator.vocabulary import CACHE_LABEL, COMPONENT_LABEL, SLOT_LABEL, SPEC_HASH_LABEL, CacheRef
 
@@ -64,13 +64,11 @@ class Snapshot:
     def name(self) -> str:
         return str(self.body["metadata"]["name"])
 
-    @property
-    def previous_conditions(self) -> list[Object]:
-        return list((self.body.get("status") or {}).get("conditions") or [])
-
-    @property
-    def previous_rollout(self) -> Object | None:
-        return (self.body.get("status") or {}).get("rollout")
+    @cached_property
+    def previous(self) -> WeightCacheStatus:
+        """The status the cache held when the pass read it, typed (validation.previous_status):
+        what conditions keep their transition times from, and the rollout goes on from."""
+        return previous_status(self.body, self.cache)
 
     @property
     def daemon_daemonsets(self) -> list[Object]:

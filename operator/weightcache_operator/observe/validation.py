@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from weightcache_contract.backends import BACKENDS, GPU_BACKENDS
 
 from weightcache_operator.profiles import conflict, profile_of
-from weightcache_operator.spec import STOP_GRACE_S, WeightCache
+from weightcache_operator.spec import STOP_GRACE_S, Condition, WeightCache, WeightCacheStatus
 
 GPU_RESOURCE = "nvidia.com/gpu"
 VERIFIED_FP8_BLOCK = [128, 128]
@@ -25,6 +25,28 @@ def parse(body: dict[str, Any]) -> tuple[WeightCache | None, list[str]]:
     except ValidationError as error:
         return None, [_pydantic_message(e) for e in error.errors()]
     return cache, problems(cache)
+
+
+def previous_status(body: dict[str, Any], cache: WeightCache | None) -> WeightCacheStatus:
+    """The status the object holds, typed: ``cache.status`` when the object parsed, else its
+    ``status`` parsed alone. A status that does not parse (the API server prunes what the CRD's
+    schema does not know, so only a hand-written one) keeps the conditions that do: an invalid
+    spec's Degraded condition still keeps its ``lastTransitionTime``."""
+    if cache is not None:
+        return cache.status or WeightCacheStatus()
+    raw = body.get("status") or {}
+    try:
+        return WeightCacheStatus.model_validate(raw)
+    except ValidationError:
+        pass
+    conditions = []
+    listed = raw.get("conditions") if isinstance(raw, dict) else None
+    for item in listed if isinstance(listed, list) else []:
+        try:
+            conditions.append(Condition.model_validate(item))
+        except ValidationError:
+            continue
+    return WeightCacheStatus(conditions=conditions)
 
 
 def problems(cache: WeightCache) -> list[str]:

@@ -145,7 +145,7 @@ def plan_engines(
         snapshot.daemon_pods,
         serving,
         now,
-        snapshot.previous_rollout,
+        snapshot.previous.rollout,
         desired_nodes,
         old_sets,
         size=size,

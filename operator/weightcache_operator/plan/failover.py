@@ -19,11 +19,12 @@ from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from weightcache_operator.objects import Object, PodView, spec_hash, stamp
+from weightcache_operator.objects import Object, PodView, spec_hash, truncated
 from weightcache_operator.observe.failures import Failure, failure_of
 from weightcache_operator.plan.actions import Promotion
 from weightcache_operator.plan.engine_units import Unit
 from weightcache_operator.plan.engine_writes import EngineWrites
+from weightcache_operator.spec import FailoverStatus
 
 
 def unit_failure(
@@ -227,10 +228,11 @@ def _may_take_over(
 
 def failover_status(
     promotion: Promotion, noticed: datetime, promoted: datetime, seen: datetime | None
-) -> dict[str, Any]:
+) -> FailoverStatus:
     """``status.lastFailover`` for a promotion, every duration on the operator's own clock:
     ``noticed``, the start of the pass that acted; ``promoted``, when its relabel was patched;
     ``seen``, the operator's first sight of the failure (sightings.py; None: never seen failing).
+    Only what is known is set (``FailoverStatus.whole`` sets the rest when it is written).
 
     Detection runs from ``seen`` to ``noticed``, never from the failure's API timestamp: that is
     truncated to the second, so "API stamp → noticed" reads up to a second more than the operator
@@ -238,24 +240,24 @@ def failover_status(
     ``failureApiSecond``."""
     failure = promotion.failure
     entry: dict[str, Any] = {
-        "time": stamp(noticed, "microseconds"),
+        "time": truncated(noticed, "microseconds"),
         "replica": promotion.replica,
         "to": _name(promotion.promoted),
-        "toNode": promotion.promoted.get("spec", {}).get("nodeName"),
-        "promotionMs": round((promoted - noticed).total_seconds() * 1000, 1),
+        "to_node": promotion.promoted.get("spec", {}).get("nodeName"),
+        "promotion_ms": round((promoted - noticed).total_seconds() * 1000, 1),
     }
     if promotion.failed is not None:
-        entry["from"] = _name(promotion.failed)
-        entry["fromNode"] = promotion.failed.get("spec", {}).get("nodeName")
+        entry["from_"] = _name(promotion.failed)
+        entry["from_node"] = promotion.failed.get("spec", {}).get("nodeName")
     if failure is not None:
         entry["signal"] = failure.signal
         entry["reason"] = failure.detail[:1024]
         if seen is not None:
             # Never negative (the CRD says ge=0): a pass records its own start as a sighting.
-            entry["detectionMs"] = max(0.0, round((noticed - seen).total_seconds() * 1000, 1))
+            entry["detection_ms"] = max(0.0, round((noticed - seen).total_seconds() * 1000, 1))
         if failure.since is not None:
-            entry["failureApiSecond"] = stamp(failure.since)
-    return {k: v for k, v in entry.items() if v is not None}
+            entry["failure_api_second"] = truncated(failure.since)
+    return FailoverStatus(**{k: v for k, v in entry.items() if v is not None})
 
 
 def _name(pod: Object) -> str:

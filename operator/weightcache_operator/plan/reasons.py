@@ -18,12 +18,14 @@ refuses the spec for the same reason, retrying will not help, and the phase says
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from weightcache_contract.daemon_report import DaemonReport
 
 from weightcache_operator.objects import Object, pod_ready
+from weightcache_operator.spec import Condition
 
 REFUSED_EXIT = 2
 """The weightcache CLI's exit code for errors in input, configuration or environment (cli.py)."""
@@ -134,14 +136,15 @@ def engine_reasons(engine_pods: list[Object]) -> dict[str, Reason]:
     return found
 
 
-def failure_events(previous: list[dict[str, Any]], current: list[dict[str, Any]]) -> list[tuple[str, str]]:
+def failure_events(previous: Sequence[Condition], current: Sequence[Condition]) -> list[tuple[str, str]]:
     """(reason, message) of an Event for each condition that now names failed processes and did not
     say exactly this before: one Event per change, not one per pass."""
-    before = {c["type"]: (c.get("reason"), c.get("message")) for c in previous}
+    before = {c.type: (c.reason, c.message) for c in previous}
     return [
-        (c["reason"], c["message"])
+        (c.reason, c.message or "")
         for c in current
-        if c.get("type") in EVENT_CONDITIONS
-        and c.get("reason") in FAILING_REASONS
-        and before.get(c["type"]) != (c["reason"], c["message"])
+        if c.type in EVENT_CONDITIONS
+        and c.reason is not None
+        and c.reason in FAILING_REASONS
+        and before.get(c.type) != (c.reason, c.message)
     ]

@@ -19,23 +19,28 @@ the new list out; the status carries it from pass to pass, so an operator restar
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
-from weightcache_operator.objects import Object, PodView, parse_time, stamp
+from weightcache_operator.objects import Object, PodView, truncated
 from weightcache_operator.observe.engine_start import engine_start
 from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.views import Desired
+from weightcache_operator.spec import RolloutReplicaStatus, RolloutStatus
 
 
 def replica_timings(
-    previous: dict[str, Any] | None, steps: Plan, want: Desired, engines: list[Object], now: datetime
-) -> list[dict[str, Any]]:
+    previous: RolloutStatus | None, steps: Plan, want: Desired, engines: list[Object], now: datetime
+) -> list[RolloutReplicaStatus]:
     """The replicas' entries after this pass. ``previous``: the last ``status.rollout`` (its
     entries are kept while it rolls out the same engine template and daemon generation);
-    ``engines``: the cache's engine pods as the pass left them."""
-    before = previous or {}
-    same = (before.get("engineTemplateHash"), before.get("daemonSpecHash")) == (want.engine_hash, want.daemon_hash)
-    entries = {int(e["replica"]): dict(e) for e in (before.get("replicas") or []) if same}
+    ``engines``: the cache's engine pods as the pass left them. An entry has only the fields it
+    knows set (``wire`` writes those); a kept one is copied, never changed in place."""
+    same = previous is not None and (previous.engine_template_hash, previous.daemon_spec_hash) == (
+        want.engine_hash,
+        want.daemon_hash,
+    )
+    entries = {e.replica: e for e in (previous.replicas if previous is not None and same else [])}
+    # Times on the wire's millisecond: what the next pass reads back, and computes drains from.
+    at = truncated(now, "milliseconds")
     by_name = {PodView(p).name: p for p in engines}
     promoted_now: set[int] = set()
     for name in promoted(steps):
@@ -44,19 +49,20 @@ def replica_timings(
         if pod is None or replica is None or replica in promoted_now:
             continue  # a group's head pod comes first and names it
         promoted_now.add(replica)
-        entry: dict[str, Any] = {"replica": replica, "engine": name, "promotedAt": stamp(now, "milliseconds")}
+        entry = RolloutReplicaStatus(replica=replica, engine=name, promoted_at=at)
         start = engine_start(pod)
         if start is not None:
-            entry["startSeconds"] = start.total
-            entry["promotionSeconds"] = round(max((now - start.ready_at).total_seconds(), 0.0), 3)
+            waited = round(max((now - start.ready_at).total_seconds(), 0.0), 3)
+            entry = entry.model_copy(update={"start_seconds": start.total, "promotion_seconds": waited})
         entries[replica] = entry
     drained = {PodView(by_name[n]).replica for n in retired(steps) if n in by_name}
     for replica, entry in entries.items():
-        if "retiredAt" not in entry and replica in drained:
-            entry["retiredAt"] = stamp(now, "milliseconds")
-        since = parse_time(entry.get("retiredAt"))
-        if since is not None and "drainSeconds" not in entry and not _old_left(want, engines, replica):
-            entry["drainSeconds"] = round(max((now - since).total_seconds(), 0.0), 3)
+        if entry.retired_at is None and replica in drained:
+            entry = entries[replica] = entry.model_copy(update={"retired_at": at})
+        since = entry.retired_at
+        if since is not None and entry.drain_seconds is None and not _old_left(want, engines, replica):
+            seconds = round(max((now - since).total_seconds(), 0.0), 3)
+            entries[replica] = entry.model_copy(update={"drain_seconds": seconds})
     return [entries[r] for r in sorted(entries)]
 
 

@@ -10,16 +10,15 @@ the fields that were set, so a field left out here is one the merge patch leaves
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from weightcache_contract.daemon_report import DaemonReport
 from weightcache_contract.plan_summary import PLAN_CONTAINER, PlanSummary
 
-from weightcache_operator.objects import Object, PodView
-from weightcache_operator.objects import condition as make_condition
+from weightcache_operator.objects import Object, PodView, truncated
 from weightcache_operator.observe import checkpoint_watch
 from weightcache_operator.plan.engine_units import units
 from weightcache_operator.plan.reasons import Reason, common_refusal, engine_reasons, grouped, node_reason, statuses
@@ -28,6 +27,7 @@ from weightcache_operator.spec import (
     ArtifactStatus,
     CheckpointReloadStatus,
     Condition,
+    ConditionStatus,
     EngineStatus,
     NodeStatus,
     Phase,
@@ -88,17 +88,28 @@ def status_condition(
     reason: str,
     message: str,
     now: datetime,
-    previous: Sequence[Mapping[str, Any]] | None,
+    previous: Sequence[Condition] | None,
     observed_generation: int | None,
 ) -> Condition:
-    """A status condition (objects.condition: its ``lastTransitionTime`` kept from ``previous``,
-    the conditions the API holds, unless its status changed), typed."""
-    made = make_condition(kind, status, reason, message, now, previous, observedGeneration=observed_generation)
-    return Condition.model_validate(made)
+    """A status condition in the Kubernetes convention (as objects.condition for other objects):
+    its ``lastTransitionTime`` kept from the one of its type in ``previous`` (the status the pass
+    read) unless its status changed."""
+    # A string is checked against ConditionStatus when Condition validates it.
+    text = cast(ConditionStatus, status if isinstance(status, str) else "True" if status else "False")
+    before = next((c for c in previous or () if c.type == kind), None)
+    since = before.last_transition_time if before is not None and before.status == text else None
+    return Condition(
+        type=kind,
+        status=text,
+        reason=reason,
+        message=message,
+        last_transition_time=since or truncated(now),
+        observed_generation=observed_generation,
+    )
 
 
 def aggregate(
-    cache: WeightCache, observed: Observed, now: datetime, previous: list[dict[str, Any]] | None = None
+    cache: WeightCache, observed: Observed, now: datetime, previous: Sequence[Condition] | None = None
 ) -> WeightCacheStatus:
     """The ``status`` the pass starts from (everything except what kopf keeps under its own key)."""
     observed_generation = cache.metadata.get("generation")
@@ -332,7 +343,7 @@ def invalid_status(
     observed_generation: int | None,
     problems: list[str],
     now: datetime,
-    previous: list[dict[str, Any]] | None = None,
+    previous: Sequence[Condition] | None = None,
     base: WeightCacheStatus | None = None,
     reason: str = "InvalidSpec",
 ) -> WeightCacheStatus:

@@ -307,7 +307,7 @@ class Reconciler:
                 snapshot.body["metadata"].get("generation"),
                 snapshot.problems,
                 self.clock(),
-                snapshot.previous_conditions,
+                snapshot.previous.conditions,
             )
             return self._report(snapshot, status, done, lap)
         refusal = pod_security_problem(snapshot.namespace, snapshot.namespace_labels, cache.spec.daemon.backend)
@@ -317,7 +317,7 @@ class Reconciler:
                 snapshot.body["metadata"].get("generation"),
                 [refusal],
                 self.clock(),
-                snapshot.previous_conditions,
+                snapshot.previous.conditions,
                 reason=POD_SECURITY_REASON,
             )
             return self._report(snapshot, status, done, lap)
@@ -362,9 +362,10 @@ class Reconciler:
             stranded=plan.engines.stranded,
             holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
         )
-        status = aggregate(cache, observed, self.clock(), snapshot.previous_conditions)
+        status = aggregate(cache, observed, self.clock(), snapshot.previous.conditions)
         rollout = self.reporter.rollout(
             snapshot.body,
+            snapshot.previous,
             plan.engines.rollout,
             want,
             strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
@@ -383,7 +384,7 @@ class Reconciler:
         models build it unchecked in places (model_copy), and one that does not fit fails the
         pass here, by name, instead of being pruned by the API server."""
         WeightCacheStatus.model_validate(status.wire())
-        self.reporter.write_status(snapshot.body, status)
+        self.reporter.write_status(snapshot.body, status, snapshot.previous)
         self.metrics.cache_status(snapshot.namespace, snapshot.name, status)
         lap("status")
         return PassResult(tuple(done), status)

@@ -13,11 +13,22 @@ FreeForm = dict[str, Any]
 """A Kubernetes object the operator passes through unchanged (kept whole by the CRD)."""
 
 
-def stamp(when: datetime, timespec: Literal["seconds", "milliseconds", "microseconds"] = "seconds") -> str:
+Precision = Literal["seconds", "milliseconds", "microseconds"]
+
+
+def stamp(when: datetime, timespec: Precision = "seconds") -> str:
     """``when`` in RFC 3339, UTC, with a ``Z``: to the second as the API server writes timestamps,
     or finer for the status fields that time what takes less (spec/status.py says which)."""
-    utc = when.astimezone(UTC) if when.tzinfo is not None else when
-    return utc.replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
+    return truncated(when, timespec).replace(tzinfo=None).isoformat(timespec=timespec) + "Z"
+
+
+def truncated(when: datetime, timespec: Precision = "seconds") -> datetime:
+    """``when`` in UTC, cut to ``timespec`` as ``stamp`` writes it (a naive time is taken as UTC):
+    the time a status field holds once read back, so that a typed status equals its wire form
+    parsed and what a pass computes from a time it just set is what the next pass computes."""
+    utc = when.astimezone(UTC) if when.tzinfo is not None else when.replace(tzinfo=UTC)
+    keep = {"seconds": 0, "milliseconds": utc.microsecond // 1000 * 1000, "microseconds": utc.microsecond}
+    return utc.replace(microsecond=keep[timespec])
 
 
 def cel(rule: str, message: str) -> dict[str, str]:
@@ -42,6 +53,11 @@ class ApiModel(BaseModel):
     does not know, so an unknown field reaching the models is a bug or a typo worth naming."""
 
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+    def wire(self) -> dict[str, Any]:
+        """As the API holds it: camelCase JSON of the fields that were set (one set to None
+        included), every time at its field's precision."""
+        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
 
 
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

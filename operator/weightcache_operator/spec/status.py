@@ -319,4 +319,4 @@ class WeightCacheStatus(ApiModel):
     def wire(self) -> dict[str, Any]:
         """The status as the operator patches it: camelCase JSON of the fields that were set, a
         field set to None included (a merge patch's delete), every time at its field's precision."""
-        return self.model_dump(mode="json", by_alias=True, exclude_unset=True)
+        return super().wire()

@@ -4,7 +4,7 @@ phase out (``plan``). Pure."""
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from weightcache_operator.objects import Object, PodView, stamp
 from weightcache_operator.plan.actions import ApplyService, in_order
@@ -13,6 +13,7 @@ from weightcache_operator.plan.rollout.decisions import Plan, promoted, retired
 from weightcache_operator.plan.rollout.engine import plan_engine
 from weightcache_operator.plan.rollout.generation import plan_generation, serve_hash
 from weightcache_operator.plan.rollout.views import DaemonView, Desired, EngineView, engine_views, replica_done
+from weightcache_operator.spec import RolloutStatus
 from weightcache_operator.vocabulary import ROLE_LABEL
 
 
@@ -22,7 +23,7 @@ def plan(
     daemons: list[Object],
     serving: str | None,
     now: datetime,
-    previous: dict[str, Any] | None = None,
+    previous: RolloutStatus | None = None,
     desired_nodes: int = 0,
     old_daemonsets: dict[str, str | None] | None = None,
     *,
@@ -94,17 +95,18 @@ def _change(
     return None
 
 
-def settle_phase(result: Plan, previous: dict[str, Any] | None, undone: int | None) -> None:
+def settle_phase(result: Plan, previous: RolloutStatus | None, undone: int | None) -> None:
     """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
     rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
     replica is whole again (``undone``: the first that is not), then Complete, which stays until
     the next rollout."""
-    was = (previous or {}).get("phase")
+    was = previous.phase if previous is not None else None
+    mode = previous.mode if previous is not None else None
     if result.mode is not None:
         result.phase = "Stalled" if result.stalled else "Progressing"
     elif was in ("Progressing", "Stalled"):
         result.phase = "Progressing" if undone is not None else "Complete"
         result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
-        result.mode = (previous or {}).get("mode")
+        result.mode = mode
     elif was == "Complete":
-        result.phase, result.mode, result.step = "Complete", (previous or {}).get("mode"), "every replica updated"
+        result.phase, result.mode, result.step = "Complete", mode, "every replica updated"

@@ -2,61 +2,63 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from weightcache_operator.objects import condition, stamp
+from weightcache_operator.objects import truncated
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.strategy import Strategy
 from weightcache_operator.plan.rollout.views import Desired
+from weightcache_operator.plan.status import status_condition
+from weightcache_operator.spec import Condition, RolloutStatus
 
 
-def rollout_status(
-    result: Plan, want: Desired, now: datetime, previous: dict[str, Any] | None
-) -> dict[str, Any] | None:
+def rollout_status(result: Plan, want: Desired, now: datetime, previous: RolloutStatus | None) -> RolloutStatus | None:
     """``status.rollout``, or None when no rollout has happened yet. ``startedAt`` is kept while
-    the target stays the same; ``finishedAt`` is stamped once, when the rollout completes."""
+    the target stays the same; ``finishedAt`` is stamped once, when the rollout completes. Only
+    the fields it has are set (``wire`` writes those), as on the previous one it goes on from."""
     if result.phase is None:
         return None
-    before = previous or {}
-    same_target = before.get("engineTemplateHash") == want.engine_hash
-    if result.phase == "Complete" and before.get("phase") == "Complete":
-        return (
-            before
-            if same_target
-            else {**before, "engineTemplateHash": want.engine_hash, "updated": want.replicas, "total": want.replicas}
+    same_target = previous is not None and previous.engine_template_hash == want.engine_hash
+    if result.phase == "Complete" and previous is not None and previous.phase == "Complete":
+        if same_target:
+            return previous
+        return previous.model_copy(
+            update={"engine_template_hash": want.engine_hash, "updated": want.replicas, "total": want.replicas}
         )
-    started = before.get("startedAt") if same_target and before.get("startedAt") else stamp(now)
-    body: dict[str, Any] = {
+    started = previous.started_at if same_target and previous is not None else None
+    fields: dict[str, Any] = {
         "phase": result.phase,
         "mode": result.mode,
-        "engineTemplateHash": want.engine_hash,
-        "daemonSpecHash": want.daemon_hash,
+        "engine_template_hash": want.engine_hash,
+        "daemon_spec_hash": want.daemon_hash,
         "updated": result.updated,
         "total": want.replicas,
-        "currentStep": result.step,
-        "startedAt": started,
+        "current_step": result.step,
+        "started_at": started or truncated(now),
     }
     if result.stalled:
-        body["message"] = result.stalled
+        fields["message"] = result.stalled
     if result.phase == "Complete":
-        body["finishedAt"] = stamp(now)
-    return {k: v for k, v in body.items() if v is not None}
+        fields["finished_at"] = truncated(now)
+    return RolloutStatus(**{k: v for k, v in fields.items() if v is not None})
 
 
 def rollout_conditions(
     result: Plan,
     strategy: tuple[Strategy, str] | None,
     now: datetime,
-    previous: list[dict[str, Any]],
+    previous: Sequence[Condition],
     observed_generation: int | None,
-) -> list[dict[str, Any]]:
+) -> list[Condition]:
     """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
     ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
-    rolling; ``GenerationChange`` saying node by node or blue/green, and why."""
+    rolling; ``GenerationChange`` saying node by node or blue/green, and why. ``previous``: the
+    conditions the pass read, which keep their transition times."""
 
-    def make(kind: str, ok: bool, reason: str, message: str) -> dict[str, Any]:
-        return condition(kind, ok, reason, message[:32768], now, previous, observedGeneration=observed_generation)
+    def make(kind: str, ok: bool, reason: str, message: str) -> Condition:
+        return status_condition(kind, ok, reason, message[:32768], now, previous, observed_generation)
 
     out = []
     if result.stalled:
@@ -65,6 +67,6 @@ def rollout_conditions(
         out.append(make("Progressing", True, f"{result.mode}Rollout", result.step))
     if result.mode == "Generation" and result.phase in ("Progressing", "Stalled") and strategy is not None:
         out.append(make("GenerationChange", True, strategy[0], strategy[1]))
-    elif any(c.get("type") == "GenerationChange" for c in previous):
+    elif any(c.type == "GenerationChange" for c in previous):
         out.append(make("GenerationChange", False, "Converged", "every daemon holds the current generation"))
     return out

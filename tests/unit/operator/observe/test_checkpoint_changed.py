@@ -69,8 +69,9 @@ def test_a_changed_checkpoint_under_report_is_a_condition_and_an_event_and_nothi
     assert f"node-1, node-2: {SHARD}" in changed["message"]
     assert "set spec.model.onChange: Reload" in changed["message"], "says what to do"
     assert status["message"] == changed["message"], "the MESSAGE column, when nothing worse is wrong"
-    assert ("FilesChanged", changed["message"]) in failure_events([], status["conditions"])
-    assert failure_events(status["conditions"], status["conditions"]) == [], "one Event per change, not per pass"
+    conditions = WeightCacheStatus.model_validate(status).conditions
+    assert ("FilesChanged", changed["message"]) in failure_events([], conditions)
+    assert failure_events(conditions, conditions) == [], "one Event per change, not per pass"
     assert "checkpointReload" not in status
     assert daemon_spec_hash(with_status(cache, status)) == daemon_spec_hash(cache), "no new generation"
 
@@ -118,7 +119,8 @@ def test_a_checkpoint_being_verified_changes_nothing_yet() -> None:
     changed = condition(status, "CheckpointChanged")
     assert (changed["status"], changed["reason"]) == ("False", "Verifying")
     assert changed["message"].startswith("node-1: ") and "rank 0: verifying" in changed["message"]
-    assert "checkpointReload" not in status and failure_events([], status["conditions"]) == []
+    conditions = WeightCacheStatus.model_validate(status).conditions
+    assert "checkpointReload" not in status and failure_events([], conditions) == []
     assert daemon_spec_hash(with_status(cache, status)) == daemon_spec_hash(cache)
 
 

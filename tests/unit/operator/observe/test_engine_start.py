@@ -65,9 +65,9 @@ def test_a_start_is_slow_from_half_the_rollout_deadline_and_the_event_says_where
     message = slow_message(start, 60)
     assert "took 40s from creation to Ready after 2 container restart(s)" in message
     assert "scheduled 1s, started 3s, ready 40s" in message and "slow from 30s" in message
-    status = start.status(slow_after(60))
+    status = start.status(slow_after(60)).wire()
     assert status["slow"] is True and status["readySeconds"] == 40 and status["restarts"] == 2
-    assert start.status(slow_after(600))["slow"] is False
+    assert start.status(slow_after(600)).wire()["slow"] is False
     EngineStartStatus.model_validate(status)  # what the CRD schema (generated from it) accepts
 
 

@@ -32,7 +32,7 @@ def record(
     sightings.saw(KEY, pods, unready, unresponsive, noticed - timedelta(milliseconds=2), noticed)
     plan = plan_replica(0, pods, 1, HASH, unready, unresponsive)
     assert plan.promotion is not None
-    entry = failover_status(plan.promotion, noticed, promoted, sightings.first(KEY, plan.promotion.failed_pods))
+    entry = failover_status(plan.promotion, noticed, promoted, sightings.first(KEY, plan.promotion.failed_pods)).wire()
     WeightCacheStatus.model_validate({"lastFailover": entry})  # what the CRD accepts
     return entry
 
@@ -144,5 +144,5 @@ def test_daemon_pods_and_healthy_events_record_nothing() -> None:
 
 
 def test_a_promotion_over_no_failure_has_no_detection() -> None:
-    entry = failover_status(Promotion(0, watched("s", role="standby"), None, None), after(1), after(1.01), None)
+    entry = failover_status(Promotion(0, watched("s", role="standby"), None, None), after(1), after(1.01), None).wire()
     assert "detectionMs" not in entry and "failureApiSecond" not in entry

@@ -10,6 +10,7 @@ from weightcache_operator.plan.rollout.decisions import promoted, retired
 from weightcache_operator.plan.rollout.generation import serve_hash
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.views import Desired, EngineView
+from weightcache_operator.spec import RolloutStatus
 
 
 def test_the_service_keeps_the_old_generation_until_every_replica_has_a_ready_new_one() -> None:
@@ -94,7 +95,7 @@ def test_generation_change_waits_for_the_replaced_daemon_then_surges_and_switche
         [daemon("d1b", "node-1", "g2"), loaded[1]],
         "g2",
         NOW,
-        {"phase": "Progressing", "mode": "Generation"},
+        RolloutStatus(phase="Progressing", mode="Generation"),
         2,
     )
     assert (done.mode, done.phase) == ("Generation", "Complete")

@@ -11,6 +11,7 @@ from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankR
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.status import rollout_conditions
 from weightcache_operator.plan.rollout.strategy import generation_strategy
+from weightcache_operator.spec import RolloutStatus
 
 
 def report(ranks: list[tuple[str | None, int | None]], memory: dict[str, int | None]) -> DaemonReport:
@@ -90,13 +91,13 @@ def test_generation_strategy_on_gpus_says_what_it_could_not_read() -> None:
 def test_generation_condition_says_which_strategy_and_clears_afterwards() -> None:
     result = plan(GEN, [engine("a0", 0, "active", "old", "g1")], [daemon("d1", "node-1", "g1")], "g1", NOW, None, 1)
     conditions = rollout_conditions(result, ("NodeByNode", "no room"), NOW, [], 7)
-    change = next(c for c in conditions if c["type"] == "GenerationChange")
+    change = next(c.wire() for c in conditions if c.type == "GenerationChange")
     assert (change["status"], change["reason"], change["message"], change["observedGeneration"]) == (
         "True",
         "NodeByNode",
         "no room",
         7,
     )
-    finished = plan(GEN, [], [], "g2", NOW, {"phase": "Complete"}, 0)
+    finished = plan(GEN, [], [], "g2", NOW, RolloutStatus(phase="Complete"), 0)
     cleared = rollout_conditions(finished, None, NOW, conditions, 8)
-    assert [(c["type"], c["status"]) for c in cleared] == [("GenerationChange", "False")]
+    assert [(c.type, c.status) for c in cleared] == [("GenerationChange", "False")]

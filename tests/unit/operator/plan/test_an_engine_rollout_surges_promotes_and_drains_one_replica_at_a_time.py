@@ -9,6 +9,7 @@ from rollout_pods import DAEMONS, WANT, engine, held, old_pair
 from weightcache_operator.plan.rollout.decisions import promoted, retired
 from weightcache_operator.plan.rollout.planner import plan
 from weightcache_operator.plan.rollout.status import rollout_status
+from weightcache_operator.spec import RolloutStatus
 
 
 def test_nothing_outdated_is_no_rollout() -> None:
@@ -21,8 +22,10 @@ def test_the_first_replica_gets_a_surge_standby_and_the_second_waits() -> None:
     result = plan(WANT, old_pair(0) + old_pair(1), DAEMONS, "g1", NOW, None, 2)
     assert (result.mode, result.phase, result.create) == ("Engine", "Progressing", [0])
     assert promoted(result) == [] and retired(result) == [] and result.updated == 0
-    status = rollout_status(result, WANT, NOW, None)
-    assert status is not None and (status["updated"], status["total"], status["engineTemplateHash"]) == (0, 2, "new")
+    typed = rollout_status(result, WANT, NOW, None)
+    assert typed is not None
+    status = typed.wire()
+    assert (status["updated"], status["total"], status["engineTemplateHash"]) == (0, 2, "new")
     assert "replica 0" in status["currentStep"]
 
 
@@ -53,7 +56,9 @@ def test_the_next_replica_starts_only_when_the_first_is_whole() -> None:
 
 
 def test_complete_stays_complete_until_something_is_outdated() -> None:
-    done = {"phase": "Complete", "engineTemplateHash": "new", "finishedAt": "2026-11-29T09:00:00Z"}
+    done = RolloutStatus.model_validate(
+        {"phase": "Complete", "engineTemplateHash": "new", "finishedAt": "2026-11-29T09:00:00Z"}
+    )
     scaling = [engine("n0", 0, "active"), engine("m0", 0, "standby", ready=False)]
     result = plan(WANT, scaling, DAEMONS, "g1", NOW, done, 2)
     assert result.phase == "Complete" and rollout_status(result, WANT, NOW, done) == done

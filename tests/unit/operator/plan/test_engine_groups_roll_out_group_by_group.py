@@ -15,6 +15,7 @@ from weightcache_operator.plan.rollout.status import rollout_status
 from weightcache_operator.plan.rollout.views import Desired
 from weightcache_operator.render import daemon_spec_hash, engine_template_hash
 from weightcache_operator.render.daemon import daemon_daemonsets, slot_base
+from weightcache_operator.spec import RolloutStatus
 
 
 def test_a_new_engine_version_rolls_through_group_by_group() -> None:
@@ -98,8 +99,10 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
     assert stalled.phase == "Stalled" and stalled.stalled is not None
     assert f"engine group {leader['metadata']['name']}" in stalled.stalled
     assert "readyDeadlineSeconds is 600" in stalled.stalled
-    status = rollout_status(stalled, want, at(11), rollout_status(started, want, at(1), None))
-    assert status is not None and (status["phase"], status["startedAt"]) == ("Stalled", "2026-11-29T10:01:00Z")
+    typed = rollout_status(stalled, want, at(11), rollout_status(started, want, at(1), None))
+    assert typed is not None
+    status = typed.wire()
+    assert (status["phase"], status["startedAt"]) == ("Stalled", "2026-11-29T10:01:00Z")
     assert status["message"] == stalled.stalled
 
     ready_group = [run(surge, "node-1", "198.18.1.7", ready=True), run(member, "node-2", "198.18.2.7", ready=True)]
@@ -112,7 +115,7 @@ def test_group_rollout_reports_progress_stalls_past_the_deadline_and_completes()
         planner.plan(want, [*draining, *ready_group], [], None, at(12), size=2).step
         == "replica 0: waiting for old engines to finish draining"
     )
-    previous = {"phase": "Progressing", "mode": "Engine"}
+    previous = RolloutStatus(phase="Progressing", mode="Engine")
     restoring = planner.plan(want, ready_group, [], None, at(13), previous, size=2)
     assert (restoring.phase, restoring.updated) == ("Progressing", 0), "no Ready new standby group yet"
     standby = [copy.deepcopy(p) for p in ready_group]
@@ -181,7 +184,7 @@ def test_a_blue_green_generation_change_of_groups_switches_the_service_a_pass_af
     assert steps.index("ApplyService") < steps.index("Delete")
     # The old engines are gone: their slot DaemonSets go too.
     done = planner.plan(
-        want, promoted, [], new_gen, at, {"phase": "Progressing", "mode": "Generation"}, 0, old_sets, size=2
+        want, promoted, [], new_gen, at, RolloutStatus(phase="Progressing", mode="Generation"), 0, old_sets, size=2
     )
     assert sorted(daemonsets_deleted(done)) == ["tiny-daemon-0", "tiny-daemon-1"]
     # Without a pending switch (an engine-only rollout) promotion and retirement are one pass.

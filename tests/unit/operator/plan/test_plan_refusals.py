@@ -171,7 +171,7 @@ def test_a_plan_every_node_refuses_fails_the_cache_with_the_planners_words_and_a
         "Refused",
         f"0/2 nodes ready; node-1, node-2: plan exited with code 2: {DEEP}",
     )
-    assert ("Refused", ready["message"]) in failure_events([], status["conditions"])
+    assert ("Refused", ready["message"]) in failure_events([], WeightCacheStatus.model_validate(status).conditions)
     assert status["plan"] is None
 
 

@@ -178,10 +178,10 @@ def test_an_exit_without_a_message_says_how_it_ended_and_a_clean_exit_is_no_reas
 
 def test_an_event_is_posted_once_per_new_failure_message() -> None:
     pods = [exited(cache_daemon(node="node-1"), 2, HEADS), exited(cache_daemon(node="node-2"), 2, HEADS)]
-    loading = aggregate(CACHE, Observed([cache_daemon(node="node-1"), cache_daemon(node="node-2")], [], 2), NOW).wire()
-    failed = aggregate(CACHE, Observed(pods, [], 2), NOW, loading["conditions"]).wire()
-    events = failure_events(loading["conditions"], failed["conditions"])
+    loading = aggregate(CACHE, Observed([cache_daemon(node="node-1"), cache_daemon(node="node-2")], [], 2), NOW)
+    failed = aggregate(CACHE, Observed(pods, [], 2), NOW, loading.conditions)
+    events = failure_events(loading.conditions, failed.conditions)
     assert events == [("Refused", f"0/2 nodes ready; node-1, node-2: daemon exited with code 2: {HEADS}")]
-    again = aggregate(CACHE, Observed(pods, [], 2), NOW, failed["conditions"]).wire()
-    assert failure_events(failed["conditions"], again["conditions"]) == [], "the same message is not posted twice"
-    assert failure_events([], loading["conditions"]) == [], "loading is no failure"
+    again = aggregate(CACHE, Observed(pods, [], 2), NOW, failed.conditions)
+    assert failure_events(failed.conditions, again.conditions) == [], "the same message is not posted twice"
+    assert failure_events([], loading.conditions) == [], "loading is no failure"

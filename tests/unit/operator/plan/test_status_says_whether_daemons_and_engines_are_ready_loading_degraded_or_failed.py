@@ -12,6 +12,7 @@ from weightcache_operator.render import (
     SPEC_HASH_ANNOTATION,
     daemon_spec_hash,
 )
+from weightcache_operator.spec import WeightCacheStatus
 
 
 def conditions(status: dict[str, Any]) -> dict[str, tuple[str, str]]:
@@ -45,7 +46,8 @@ def test_status_ready_loading_and_transition_times() -> None:
     # A daemon of an older spec does not count, and the DaemonsReady transition is stamped now.
     later = datetime(2026, 11, 29, 10, 5, tzinfo=UTC)
     stale = daemon("tiny-daemon-x", ready=True, spec_hash="old")
-    status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, status["conditions"]).wire()
+    previous = WeightCacheStatus.model_validate(status).conditions
+    status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, previous).wire()
     by_type = {c["type"]: c for c in status2["conditions"]}
     assert status2["phase"] == "Loading" and status2["readyNodes"] == "0/1"
     assert by_type["DaemonsReady"]["lastTransitionTime"] == "2026-11-29T10:05:00Z"

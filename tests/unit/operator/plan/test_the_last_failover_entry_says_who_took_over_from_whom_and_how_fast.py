@@ -20,7 +20,7 @@ def test_last_failover_entry_and_metrics() -> None:
     assert plan.promotion is not None
     noticed = NOW + timedelta(seconds=60, milliseconds=250)
     seen = noticed - timedelta(milliseconds=3)
-    entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12), seen)
+    entry = failover_status(plan.promotion, noticed, noticed + timedelta(milliseconds=12), seen).wire()
     assert entry == {
         "time": "2026-11-29T10:01:00.250000Z",
         "replica": 0,
@@ -51,5 +51,5 @@ def test_last_failover_entry_and_metrics() -> None:
 
 def test_a_promotion_without_a_failed_pod_has_no_from() -> None:
     promotion = Promotion(2, running_engine("s", role="standby"), None, None)
-    entry = failover_status(promotion, NOW, NOW, None)
+    entry = failover_status(promotion, NOW, NOW, None).wire()
     assert "from" not in entry and "signal" not in entry and entry["to"] == "s" and entry["promotionMs"] == 0.0

@@ -55,9 +55,9 @@ def _watched(world: World, monkeypatch: pytest.MonkeyPatch) -> Seen:
         seen.completed.append((done, done.wire()))
         return done
 
-    def writing(body: Any, typed: WeightCacheStatus) -> None:
+    def writing(body: Any, typed: WeightCacheStatus, previous: WeightCacheStatus) -> None:
         seen.written.append(typed)
-        write_status(body, typed)
+        write_status(body, typed, previous)
 
     monkeypatch.setattr(reconcile, "aggregate", aggregating)
     monkeypatch.setattr(reconcile, "completed", completing)
