@@ -181,12 +181,16 @@ def argv(value: Any, *, always: Iterable[str] = (), every: bool = False) -> list
     for option, flag, current in _written(value, always, every):
         if option.kind == "switch":
             out += [flag] if current else []
-        elif option.kind == "append":
-            for item in current:
-                out += [flag, option.text(item)]
         else:
-            out += [flag, option.text(current)]
+            for item in current if option.kind == "append" else (current,):
+                out += _pair(flag, option.text(item))
     return out
+
+
+def _pair(flag: str, text: str) -> list[str]:
+    # argparse reads a separate word that starts with "-" as a flag of its own ("--revision -rc1"
+    # is refused as a missing value): such a value goes in the flag's own word.
+    return [f"{flag}={text}"] if text.startswith("-") else [flag, text]
 
 
 def environment(value: Any, name: Callable[[str], str], *, always: Iterable[str] = ()) -> dict[str, str]:

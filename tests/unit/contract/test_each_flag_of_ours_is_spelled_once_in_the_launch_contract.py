@@ -110,3 +110,15 @@ def test_every_option_of_a_command_round_trips_through_its_own_parser(command: t
     parser = argparse.ArgumentParser()
     add_options(parser, command)
     assert command.from_namespace(parser.parse_args(value.to_argv())) == value
+
+
+def test_a_value_that_starts_with_a_dash_reaches_the_receiving_parser_as_a_value() -> None:
+    value = DaemonArgs(model="-weights", name="c", socket_dir="/s", revision="-rc1", vllm_args=("-tp", "2"))
+    parser = argparse.ArgumentParser()
+    add_options(parser, DaemonArgs)
+    assert "--revision=-rc1" in value.to_argv() and "--model=-weights" in value.to_argv()
+    assert DaemonArgs.from_namespace(parser.parse_args(value.to_argv())) == value
+    engine = EngineArgs(model="/m", revision="-rc1", tp_rank=1)
+    engine_parser = argparse.ArgumentParser()
+    add_options(engine_parser, EngineArgs)
+    assert EngineArgs.from_namespace(engine_parser.parse_args(engine.to_argv())) == engine
