@@ -22,7 +22,7 @@ import argparse
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.options import Option, add_options, argv, environment, from_namespace, options_of, takes
@@ -225,11 +225,33 @@ def add_cache_args(p: argparse.ArgumentParser, socket_dir: str, required: bool) 
     ]
 
 
+class Launch:
+    """One command line of ours, typed: a frozen dataclass whose fields take ``Option``s. ``ALWAYS``
+    names fields written even at their defaults (what every such command line names)."""
+
+    ALWAYS: ClassVar[tuple[str, ...]] = ()
+
+    def to_argv(self) -> list[str]:
+        return argv(self, always=self.ALWAYS)
+
+    def but(self: L, **changes: Any) -> L:
+        """A copy with ``changes`` (another rank's, a child's)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    @classmethod
+    def from_namespace(cls: type[L], args: argparse.Namespace, **overrides: Any) -> L:
+        """The typed values of a parse of this command (``overrides``: fields given instead)."""
+        return from_namespace(cls, args, **overrides)
+
+
+L = TypeVar("L", bound=Launch)
+
+
 # --- weightcache daemon ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, kw_only=True)
-class DaemonArgs:
+class DaemonArgs(Launch):
     """``weightcache daemon``'s flags, typed, in the order its command line lists them.
 
     ``to_argv`` writes what is set and not at the parser's default, plus the flags every daemon
@@ -280,13 +302,8 @@ class DaemonArgs:
         always = self.ALWAYS + (("dtype", "quantization") if self.profile == REFERENCE_PROFILE else ())
         return argv(self, always=always)
 
-    def but(self, **changes: Any) -> DaemonArgs:
-        """A copy with ``changes`` (another rank's, a launcher's child's)."""
-        return dataclasses.replace(self, **changes)
-
     @classmethod
     def from_namespace(cls, args: argparse.Namespace, **overrides: Any) -> DaemonArgs:
-        """The typed values of a parsed ``daemon`` command (``overrides``: fields given instead)."""
         if "artifact_max_bytes" not in overrides and getattr(args, "artifact_dir", None) is None:
             overrides["artifact_max_bytes"] = None
         return from_namespace(cls, args, **overrides)
@@ -302,19 +319,12 @@ def add_daemon_arguments(d: argparse.ArgumentParser, socket_dir: str) -> list[ar
 
 
 @dataclass(frozen=True, kw_only=True)
-class KeeperArgs:
+class KeeperArgs(Launch):
     """``weightcache keeper``'s flags (``--socket-dir`` left out: the data plane's default)."""
 
     socket_dir: str | None = takes(SOCKET_DIR)
     allow_uid: tuple[int, ...] = takes(ALLOW_UID)
     allow_gid: tuple[int, ...] = takes(ALLOW_GID)
-
-    def to_argv(self) -> list[str]:
-        return argv(self)
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace) -> KeeperArgs:
-        return from_namespace(cls, args)
 
 
 def add_keeper_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
@@ -325,7 +335,7 @@ def add_keeper_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PlanArgs:
+class PlanArgs(Launch):
     """``weightcache plan``: the daemon's planner over a whole world, without loading. The layout
     flags are spelled short here (``--tp-size`` etc. still parse), as people type them at a prompt
     and as the operator's daemon pods have always run them."""
@@ -361,13 +371,6 @@ class PlanArgs:
 
     ALWAYS = ("model", "dtype", "quantization", "tp_size", "pp_size", "ep_size")
 
-    def to_argv(self) -> list[str]:
-        return argv(self, always=self.ALWAYS)
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace) -> PlanArgs:
-        return from_namespace(cls, args)
-
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return add_options(p, PlanArgs)
@@ -377,7 +380,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
 
 
 @dataclass(frozen=True, kw_only=True)
-class EngineArgs:
+class EngineArgs(Launch):
     """``weightcache engine``'s flags. Each can also come from the environment, as
     ``engine_env_name`` of its flag (``--tp-size`` → ``WEIGHTCACHE_ENGINE_TP_SIZE``); the operator
     renders engine pods' settings that way (``to_env``), and a launcher its ranks' command lines
@@ -519,13 +522,6 @@ class EngineArgs:
     def to_argv(self) -> list[str]:
         """Every value as a flag: the child's environment must not override what its launcher parsed."""
         return argv(self, every=True)
-
-    def but(self, **changes: Any) -> EngineArgs:
-        return dataclasses.replace(self, **changes)
-
-    @classmethod
-    def from_namespace(cls, args: argparse.Namespace, **overrides: Any) -> EngineArgs:
-        return from_namespace(cls, args, **overrides)
 
 
 def add_engine_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
