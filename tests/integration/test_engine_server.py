@@ -152,7 +152,7 @@ def test_client_mode_serves_what_off_mode_serves_and_survives_the_daemon(llama, 
     assert first.wait(30)
     kill_daemon_group(daemon)  # the mapped memory stays valid for the engines
     assert not any(f.lock_is_held() for f in daemon.files)
-    assert reader.isalive(), "the stream ended before the daemon died: nothing was tested mid-stream"
+    assert reader.is_alive(), "the stream ended before the daemon died: nothing was tested mid-stream"
     reader.join(timeout=120)
     assert stream_text(streamed["events"])[1] == long_want
     for prompt in PROMPTS:
