@@ -8,7 +8,8 @@ processes gives another is a typed dataclass whose fields take those options (``
 - ``KeeperArgs``: ``weightcache keeper`` — the daemon pod's keeper sidecar;
 - ``PlanArgs``: ``weightcache plan`` — the daemon pod's planning init container;
 - ``EngineArgs``: ``weightcache engine`` (the reference engine) — the operator's engine pods, as
-  ``WEIGHTCACHE_ENGINE_*`` variables, and the engine launcher's ranks.
+  ``WEIGHTCACHE_ENGINE_*`` variables, and the engine launcher's ranks;
+- ``WarmArgs``: ``weightcache warm`` — the engine pod's warm sidecar.
 
 The receiving process builds its parser from the dataclass (``add_options``), the producer renders
 from that same parser (``to_argv``, ``to_env``), and ``from_namespace`` reads the parse back: a flag
@@ -527,3 +528,47 @@ class EngineArgs(Launch):
 def add_engine_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
     """``weightcache engine``'s parser: every flag also read from its ``engine_env_name``."""
     return add_options(p, EngineArgs, env=engine_env_name)
+
+
+# --- weightcache warm ------------------------------------------------------------------------------
+
+WARM_ENGINE = Option(
+    "--engine-url", required=True, metavar="http://HOST:PORT", help="the engine this sidecar warms (its pod's own)"
+)
+WARM_HEALTH_PATH = Option("--health-path", default="/health", help="the engine's readiness path (GET, 200 when up)")
+WARM_REQUEST_PATH = Option("--request-path", default="/v1/completions", help="where the warm request goes (POST)")
+WARM_REQUEST = Option(
+    "--request",
+    default='{"prompt": "warm", "max_tokens": 1, "temperature": 0}',
+    help="the warm request's JSON body: what a client sends, one generated token",
+)
+WARM_HOST = Option("--host", default="127.0.0.1", help="address the sidecar's /ready listens on (the pod's IP)")
+WARM_PORT = Option("--port", type=int, default=8009, help="port of the sidecar's /ready")
+WARM_EVERY = Option(
+    "--every",
+    type=float,
+    default=30.0,
+    help="seconds between keep-warm requests once warm (0: warm once per engine start)",
+)
+WARM_TIMEOUT = Option("--timeout", type=float, default=60.0, help="seconds one warm request may take")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmArgs(Launch):
+    """``weightcache warm``: the engine pod's sidecar whose readiness (the pod's, with the engine's
+    own) says the engine has answered a real request since it last came up, then keeps it so."""
+
+    engine_url: str = takes(WARM_ENGINE)
+    health_path: str = takes(WARM_HEALTH_PATH)
+    request_path: str = takes(WARM_REQUEST_PATH)
+    request: str = takes(WARM_REQUEST)
+    host: str = takes(WARM_HOST)
+    port: int = takes(WARM_PORT)
+    every: float = takes(WARM_EVERY)
+    timeout: float = takes(WARM_TIMEOUT)
+
+    ALWAYS = ("engine_url", "host", "port")
+
+
+def add_warm_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return add_options(p, WarmArgs)

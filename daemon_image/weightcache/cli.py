@@ -104,6 +104,12 @@ COMMANDS: tuple[Command, ...] = (
         "weightcache.artifacts.engine:run",
     ),
     Command(
+        "warm",
+        "an engine pod's sidecar: ready once the engine has served a request, and kept warm",
+        "weightcache.warm:add_arguments",
+        "weightcache.warm:run",
+    ),
+    Command(
         "engine",
         "the reference engine: a tensor-parallel OpenAI-compatible server",
         "weightcache.engine.command:add_arguments",

@@ -108,8 +108,10 @@ class EngineFactory:
         self.log_dir = log_dir
         self.engines: list[Engine] = []
 
-    def __call__(self, model: Path, *args: str, wait: bool = True, env: dict[str, str] | None = None) -> Engine:
-        port = free_port()
+    def __call__(
+        self, model: Path, *args: str, wait: bool = True, env: dict[str, str] | None = None, port: int | None = None
+    ) -> Engine:
+        port = port or free_port()
         log = self.log_dir / f"engine-{len(self.engines)}-{port}.log"
         argv = [sys.executable, "-m", "weightcache", "engine", "--model", str(model), "--port", str(port), *args]
         proc = subprocess.Popen(

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from weightcache_operator.spec import WeightCache
-from weightcache_operator.vocabulary import ARTIFACT_MOUNT, CLI
+from weightcache_operator.vocabulary import ARTIFACT_MOUNT, CLI, served_model_name
 
 
 class EngineProfile:
@@ -88,6 +88,12 @@ class EngineProfile:
         """Probes of the serving (leader) engine container; the template's own win. The readiness
         probe's ``httpGet`` is also what the operator polls for hangs (responsiveness.py)."""
         return {}
+
+    def warm_request(self, cache: WeightCache) -> tuple[str, dict[str, Any]]:
+        """The request the warm sidecar sends the engine (render/warm.py): its path and JSON body,
+        what a client sends, one generated token. Every engine of ours speaks OpenAI completions."""
+        body = {"model": served_model_name(cache), "prompt": "warm", "max_tokens": 1, "temperature": 0}
+        return "/v1/completions", body
 
 
 def artifacts_run(health_url: str) -> list[str]:

@@ -27,6 +27,7 @@ from weightcache_operator.render.layout import (
     socket_volume,
 )
 from weightcache_operator.render.security import container_security, with_defaults
+from weightcache_operator.render.warm import warm_container
 from weightcache_operator.spec import PRE_STOP_SLEEP_DEFAULT_S, STOP_GRACE_S, WeightCache
 from weightcache_operator.vocabulary import (
     CLAIM_ANNOTATION,
@@ -167,6 +168,10 @@ def engine_pod(
         for probe, value in profile.engine_probes(cache).items():
             main.setdefault(probe, value)
         main.setdefault("ports", [{"name": "http", "containerPort": spec.engine.port}])
+        warm = warm_container(cache, main, pod_spec["containers"])
+        if warm is not None:
+            warm["securityContext"] = with_defaults(None, pod_spec.get("securityContext"), container_security(True))
+            pod_spec["containers"].append(warm)
     else:
         # A follower serves no HTTP: its ranks mirror the leader's steps. The group is Ready when
         # the leader is, whose readiness waits for every rank (remote ones included) to load and warm up.

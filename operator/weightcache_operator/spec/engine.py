@@ -86,6 +86,18 @@ class EngineFailover(ApiModel):
         " Set it above the slowest answer a healthy, loaded engine gives (at least 100).",
     )
 
+    keep_warm_seconds: int = Field(
+        default=30,
+        ge=0,
+        le=86400,
+        description="Every serving engine pod runs a warm sidecar: the pod is Ready only once the engine"
+        " has answered a real request through its own API (one generated token) since it last came up,"
+        " so a standby that counts as ready to take over has served, and answers the first client"
+        " request after a failover as fast as a serving active. Every this many seconds after that it"
+        " sends the request again, so an idle standby stays hot: one token per interval per engine."
+        " 0: warm once per engine start, never again. Applies to engine pods created after a change.",
+    )
+
     @model_validator(mode="after")
     def _unresponsive_floor(self) -> EngineFailover:
         if 0 < self.unresponsive_after_milliseconds < 100:

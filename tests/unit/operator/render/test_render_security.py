@@ -92,7 +92,7 @@ def test_an_engine_templates_security_context_wins_field_by_field() -> None:
         {"name": "sidecar", "image": "s:1", "command": ["sleep"], "securityContext": {"runAsUser": 2000}},
     ]
     spec = pod_spec(engine_pod(make(**{"engine.template.spec.containers": template}), 0, "active"))
-    engine, sidecar = spec["containers"]
+    engine, sidecar, _warm = spec["containers"]
     assert engine["securityContext"] == {
         **RESTRICTED,
         "readOnlyRootFilesystem": True,
