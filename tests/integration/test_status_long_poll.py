@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
+import shutil
+import socket
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 from weightcache.daemon.status_endpoint import MAX_WAIT_S, MAX_WAITERS, status_endpoint
@@ -164,3 +168,48 @@ def test_nobody_waiting_means_nobody_asks_the_ranks(address: tuple[str, int], da
     asked = daemon.asked
     time.sleep(1.0)
     assert daemon.asked == asked
+
+
+def test_a_real_daemons_long_poll_answers_a_checkpoint_resync_within_a_second_of_its_verdicts(
+    llama: Path, tmp_path: Path, start_daemon
+) -> None:
+    """A real launcher and rank, the checkpoint watch at its default poll: the long poll returns
+    ``verifying`` within a second of the re-sync (inotify), then ``changed`` at the watch's second look."""
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(llama, ckpt)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    running = start_daemon(ckpt, keeper="off", status_addr=f"127.0.0.1:{port}", ranks=[0])
+    address = ("127.0.0.1", port)
+    deadline = time.monotonic() + 120
+    while True:
+        assert running.proc.poll() is None and time.monotonic() < deadline, "the daemon never got ready"
+        try:
+            code, headers, body = get(address, "/status", timeout=5)
+            if code == 200 and DaemonReport.model_validate_json(body).ready:
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+
+    shard = sorted(ckpt.glob("*.safetensors"))[-1]
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # new bytes, same size and header: the watch must re-read to tell
+    staged = shard.with_name(".resync")
+    staged.write_bytes(data)
+    os.replace(staged, shard)
+    written = time.monotonic()
+    states: list[tuple[str, float]] = []
+    after = etag(headers)
+    while not states or states[-1][0] != "changed":
+        assert time.monotonic() - written < 30, states
+        code, headers, body = get(address, f"/status?wait=20&after={after}")
+        assert code == 200, body
+        after = etag(headers)
+        watch = DaemonReport.model_validate_json(body).ranks[0].checkpoint
+        assert watch is not None
+        states.append((watch.state, round(time.monotonic() - written, 3)))
+    print(f"long poll answers after the re-sync (state, seconds): {states}")
+    assert states[0][0] == "verifying" and states[0][1] < 1.5, states
+    assert states[-1][1] < 8, states
