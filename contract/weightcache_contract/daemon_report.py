@@ -8,6 +8,7 @@ none (tests/unit/structure/test_package_boundaries.py checks).
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -138,6 +139,31 @@ def node_fingerprint(ranks: list[RankReport]) -> str | None:
         return None
     text = "".join(f"{r.rank}:{r.fingerprint}\n" for r in sorted(ranks, key=lambda r: r.rank))
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+VOLATILE_RANK_FIELDS = frozenset({"uptime_seconds", "connections_total", "maps_served"})
+"""Counters that move with every request or second: no news for whoever waits on a report."""
+VOLATILE_CHECKPOINT_FIELDS = frozenset({"verify_bytes", "verified_bytes", "verify_seconds"})
+"""A re-read's progress: the verdict (``state``, ``changed_files``, ``detail``) is the news."""
+
+
+def report_digest(report: DaemonReport) -> str:
+    """What ``GET /status``'s ``ETag`` carries and ``?after=`` compares: a digest of the report
+    without its memory, artifact counts, counters and re-read progress, so it changes when what
+    the report says about the ranks (readiness, problems, fingerprints, the checkpoint watch's
+    verdict) does, not with every request. Both sides compute it from the report alone: the
+    operator knows the digest of a report it read without having kept any header."""
+    ranks = [
+        {
+            **rank.model_dump(exclude=set(VOLATILE_RANK_FIELDS | {"checkpoint"})),
+            "checkpoint": None
+            if rank.checkpoint is None
+            else rank.checkpoint.model_dump(exclude=set(VOLATILE_CHECKPOINT_FIELDS)),
+        }
+        for rank in report.ranks
+    ]
+    said = {**report.model_dump(include={"version", "cache", "ready", "fingerprint"}), "ranks": ranks}
+    return hashlib.sha256(json.dumps(said, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def report_metrics(report: DaemonReport) -> Metrics:

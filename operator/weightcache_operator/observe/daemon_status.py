@@ -11,7 +11,9 @@ or waiting daemon says (status_note.py) changes while its pod does not, and one 
 is being verified or has changed. A ready report is read again after ``RECHECK_READY_S``: the
 checkpoint can change under a Ready daemon, and its report is the one place that says so
 (checkpoint_watch.py); with passes at least every resync period, that is about one request per
-daemon pod per ``RECHECK_READY_S``.
+daemon pod per ``RECHECK_READY_S``. That re-read is the safety net: a Ready daemon pod's report
+changing is heard within about a second by its long poll (daemon_changes.py), which marks the
+pod's report stale here (``invalidate``) and wakes a pass.
 
 The parallel reads of every pass share one pool of ``MAX_CONCURRENT_READS`` threads, whatever the
 number of caches and of passes running at once: a fleet of hundreds of daemons, or many of them
@@ -46,7 +48,7 @@ Fetch = Callable[[str, float], DaemonReport]
 
 # Pod IPs are reached directly: an HTTP(S)_PROXY in the operator's environment must not route
 # (or log) in-cluster status requests.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def status_url(pod: dict[str, Any]) -> str | None:
@@ -61,7 +63,7 @@ def status_url(pod: dict[str, Any]) -> str | None:
 
 
 def http_fetch(url: str, timeout_s: float) -> DaemonReport:
-    with _OPENER.open(url, timeout=timeout_s) as response:
+    with DIRECT.open(url, timeout=timeout_s) as response:
         return DaemonReport.model_validate_json(response.read(MAX_REPORT_BYTES + 1)[:MAX_REPORT_BYTES])
 
 
@@ -92,11 +94,16 @@ class DaemonStatusReader:
         """The most reads that were ever in flight at once (never above ``max_concurrent``)."""
         # cache → pod uid → (pod version, when read, what was read)
         self._memo: dict[tuple[str, str], dict[str, tuple[tuple[str, str], float, Fetched]]] = {}
+        # cache → pod uids whose report changed since the last read began (``invalidate``): taken
+        # when a read begins, so one landing while that read is out is kept for the next.
+        self._stale: dict[tuple[str, str], set[str]] = {}
 
     def read(self, cache: tuple[str, str], pods: list[dict[str, Any]], refresh: bool = False) -> dict[str, Fetched]:
         """Pod name → report (or the reason there is none) for each of ``cache``'s daemon pods;
         ``refresh`` reads every pod again (free memory changes without the pod changing)."""
         before = {} if refresh else self._memo.get(cache, {})
+        with self._lock:
+            stale = self._stale.pop(cache, set())
         now = self._clock()
         kept: dict[str, tuple[tuple[str, str], float, Fetched]] = {}
         todo: list[tuple[str, tuple[str, str], str]] = []
@@ -105,7 +112,7 @@ class DaemonStatusReader:
             meta = pod["metadata"]
             uid, version = meta.get("uid", meta["name"]), (meta.get("resourceVersion", ""), meta["name"])
             names[uid] = meta["name"]
-            if uid in before and before[uid][0] == version:
+            if uid in before and before[uid][0] == version and uid not in stale:
                 _version, read_at, fetched = before[uid]
                 settled = isinstance(fetched, DaemonReport) and fetched.ready and not _checkpoint_moving(fetched)
                 if now - read_at < (RECHECK_READY_S if settled else RETRY_FAILED_S):
@@ -123,8 +130,15 @@ class DaemonStatusReader:
         self._memo[cache] = kept  # pods that are gone are dropped with the old map
         return {names[uid]: fetched for uid, (_version, _at, fetched) in kept.items()}
 
+    def invalidate(self, cache: tuple[str, str], uid: str) -> None:
+        """The pod's report is known to have changed: the next ``read`` asks it again."""
+        with self._lock:
+            self._stale.setdefault(cache, set()).add(uid)
+
     def forget(self, cache: tuple[str, str]) -> None:
         self._memo.pop(cache, None)
+        with self._lock:
+            self._stale.pop(cache, None)
 
     def _one(self, url: str) -> Fetched:
         with self._lock:

@@ -34,6 +34,7 @@ from weightcache_operator.act.metrics import OperatorMetrics
 from weightcache_operator.act.report import Reporter, strategy_decision
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import PodView
+from weightcache_operator.observe.daemon_changes import DaemonChanges
 from weightcache_operator.observe.daemon_status import DaemonStatusReader
 from weightcache_operator.observe.engine_nodes import EngineNodes
 from weightcache_operator.observe.engine_start import StartWatch
@@ -119,6 +120,9 @@ class Reconciler:
         self.daemon_status = self.memory.holds(
             daemon_status or DaemonStatusReader(counted=self.metrics.daemon_status_reads)
         )
+        self.daemon_changes = self.memory.holds(DaemonChanges(self.daemon_status, self._heard))
+        """Long polls of the Ready daemon pods: a report that changes (a checkpoint re-synced
+        under a daemon) wakes a pass within about a second (daemon_changes.py)."""
         self.events = EventSink(
             lambda namespace, event: api.create(f"/api/v1/namespaces/{namespace}/events", event),
             counted=self.metrics.event,
@@ -198,6 +202,7 @@ class Reconciler:
         if not on:
             self.alarms.cancel(key)
             self.responsiveness.forget(key)
+            self.daemon_changes.forget(key)
             self.sightings.forget(key)  # events are not handled while paused: what we saw may be stale
             self.starts.forget(key)
 
@@ -262,7 +267,14 @@ class Reconciler:
     def _woken(self, key: Hashable) -> None:
         """An alarm is due (or a probe heard an engine fall silent): one pass, as a pod event
         would run it — only while this replica acts for the cache."""
-        namespace, name = cast(CacheKey, key)  # Alarms and probes keep our keys opaque
+        self._wake(cast(CacheKey, key), "alarm")  # Alarms and probes keep our keys opaque
+
+    def _heard(self, key: CacheKey) -> None:
+        """A daemon's report changed (daemon_changes.py): one pass, as for an alarm."""
+        self._wake(key, "daemon report changed")
+
+    def _wake(self, key: CacheKey, why: str) -> None:
+        namespace, name = key
         with self._guard:
             acting = key in self._acting
         if not acting:
@@ -271,11 +283,11 @@ class Reconciler:
                 extra={"cache": name, "namespace": namespace},
             )
             return
-        log.info("alarm", extra={"cache": name, "namespace": namespace})
+        log.info(why, extra={"cache": name, "namespace": namespace})
         try:
             self.reconcile(namespace, name, apply=False)
         except ApiError as error:  # the next event or the resync timer will run a pass
-            log.warning("pass after alarm failed", extra={"cache": name, "namespace": namespace, "error": str(error)})
+            log.warning(f"pass after {why} failed", extra={"cache": name, "namespace": namespace, "error": str(error)})
 
     # --- one pass --------------------------------------------------------------------------------
 
@@ -353,6 +365,7 @@ class Reconciler:
 
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
+        self.daemon_changes.watch(key, snapshot.daemon_pods, reports)
         lap("daemon-status")
         observed = Observed(
             snapshot.daemon_pods,
