@@ -1,6 +1,8 @@
 """Failover benchmark: the active engine killed again and again under steady load, on the real
-control plane and the process kubelet (cpu-shm backend, reference engine, the README sample:
-one replica with one hot standby).
+control plane and the process kubelet (cpu-shm backend, one replica with one hot standby), for
+one engine profile: ``--engine reference`` runs the README sample (examples/weightcache-cpu.yaml,
+the reference engine), ``--engine vllm`` examples/weightcache-vllm-cpu.yaml (``vllm serve`` with
+the weightcache plug-in; needs vLLM in the environment, as ``make demo ENGINE=vllm``).
 
 An open-loop client starts a request every ``--interval`` seconds through a kube-proxy-like proxy
 of the Service (testcluster.serviceproxy), each on its own thread with its own ``--timeout``,
@@ -26,14 +28,15 @@ active is retired). Per kill:
   the kill that succeeded.
 
 Between kills, while the new active serves and nothing is being killed, a prober also GETs the
-active engine's ``/ready`` directly every 100 ms: the latency a healthy, loaded engine answers its
-readiness with is what ``--unresponsive-ms`` must stay above; the Failover events counted at the
+active engine's readiness path (its probe's: ``/ready``, vLLM's ``/health``) directly every 100
+ms: the latency a healthy, loaded engine answers its readiness with is what ``--unresponsive-ms`` must stay above; the Failover events counted at the
 end against the kills show whether a healthy active was ever judged silent.
 
 It is a script, not a test: it prints a table and asserts nothing. Needs the e2e cluster build
 (tests/cluster/build.sh, cached) and runs as root like the e2e tests.
 
     PYTHONPATH=contract:daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --kills 21 --daemon-kills 9
+    PYTHONPATH=contract:daemon_image:operator:tests/cluster .venv/bin/python benchmarks/failover.py --engine vllm --kills 9 --daemon-kills 3
 """
 
 from __future__ import annotations
@@ -52,23 +55,54 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sample_cluster import DAEMONS, ENGINES, NS, WC, sample, sample_cluster
+from sample_cluster import NS, sample, sample_cluster
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import OpenLoopLoad as Load
 from testcluster.rest import Kube
+from testcluster.sample import SAMPLE, VLLM_SAMPLE, daemons_of, engines_of
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
-PROMPT = {"prompt": "The weight cache", "max_tokens": 2, "temperature": 0}
+EXAMPLES = {"reference": SAMPLE, "vllm": VLLM_SAMPLE}
+"""The example each engine profile's run applies."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The cache under test, by the example its run applies."""
+
+    name: str
+    port: int
+
+    @classmethod
+    def of(cls, body: dict) -> Target:
+        return cls(body["metadata"]["name"], int(body["spec"]["engine"].get("port", 8000)))
+
+    @property
+    def path(self) -> str:
+        return f"/apis/weightcache.io/v1alpha1/namespaces/{NS}/weightcaches/{self.name}"
+
+    @property
+    def engines(self) -> str:
+        return engines_of(self.name)
+
+    @property
+    def daemons(self) -> str:
+        return daemons_of(self.name)
+
+    def prompt(self) -> dict:
+        """What a client sends: the served name (the cache's), a short prompt, two tokens."""
+        return {"model": self.name, "prompt": "The weight cache", "max_tokens": 2, "temperature": 0}
 
 
 @dataclass
 class ReadyProber:
-    """GETs the serving engine's ``/ready`` directly every ``interval`` s; keeps (start, latency s
-    or None for a failure) per sample. Only samples inside ``windows`` (a healthy active, nothing
+    """GETs the serving engine's readiness ``path`` directly every ``interval`` s; keeps (start,
+    latency s or None for a failure) per sample. Only samples inside ``windows`` (a healthy active, nothing
     being killed) are reported."""
 
     proxy: ServiceProxy
+    path: str = "/ready"
     interval: float = 0.1
     timeout: float = 5.0
     samples: list[tuple[float, float | None]] = field(default_factory=list)
@@ -96,7 +130,7 @@ class ReadyProber:
                 continue
             started = time.time()
             try:
-                with urllib.request.urlopen(f"http://{endpoints[0]}/ready", timeout=self.timeout) as response:
+                with urllib.request.urlopen(f"http://{endpoints[0]}{self.path}", timeout=self.timeout) as response:
                     latency: float | None = time.time() - started if response.status == 200 else None
             except Exception:  # noqa: BLE001 - a failed probe is a sample too
                 latency = None
@@ -118,6 +152,7 @@ class Kill:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--engine", choices=sorted(EXAMPLES), default="reference", help="the engine profile to run")
     parser.add_argument("--kills", type=int, default=21, help="kills of the active engine alone")
     parser.add_argument("--daemon-kills", type=int, default=9, help="kills of the active engine and its node's daemon")
     parser.add_argument(
@@ -136,17 +171,19 @@ def main() -> None:
     )
     options = parser.parse_args()
 
-    with sample_cluster("weightcache-failover-bench-") as cluster:
-        body = sample()
+    example = EXAMPLES[options.engine]
+    with sample_cluster("weightcache-failover-bench-", example=example) as cluster:
+        body = sample(example)
+        target = Target.of(body)
         body["spec"]["engine"].setdefault("failover", {})["unresponsiveAfterMilliseconds"] = options.unresponsive_ms
         cluster.apply(body)
-        wait_whole(cluster.kube, cluster.operator, 600)
-        proxy = ServiceProxy(cluster.kube, NS, "tiny-llama", 8000).start()
+        wait_whole(cluster.kube, target, cluster.operator, 900)
+        proxy = ServiceProxy(cluster.kube, NS, target.name, target.port).start()
         load = prober = None
         try:
             proxy.wait_for_ready(1)
-            load = Load(proxy.address, options.interval, options.retry_delay, options.timeout, PROMPT).start()
-            prober = ReadyProber(proxy).start()
+            load = Load(proxy.address, options.interval, options.retry_delay, options.timeout, target.prompt()).start()
+            prober = ReadyProber(proxy, readiness_path(cluster.kube, target)).start()
             time.sleep(2)
             kinds = itertools.cycle(["SIGKILL", "delete", "readiness"])
             kills: list[Kill] = []
@@ -155,10 +192,19 @@ def main() -> None:
                 for _ in range(count):
                     kills.append(
                         one_kill(
-                            cluster.kube, cluster.kubelet, proxy, load, prober, cluster.operator, next(kinds), daemon
+                            cluster.kube,
+                            target,
+                            cluster.kubelet,
+                            proxy,
+                            load,
+                            prober,
+                            cluster.operator,
+                            next(kinds),
+                            daemon,
                         )
                     )
                     print(f"{len(kills):3d} {kills[-1]}", flush=True)
+            print(f"engine profile: {options.engine} ({example.name})")
             report(kills, load, prober, options)
             recorded = failover_events(cluster.kube)
             print(
@@ -180,17 +226,26 @@ def failover_events(kube: Kube) -> int:
     return sum(e.get("count", 1) for e in events if e.get("reason") == "Failover")
 
 
-def wait_whole(kube: Kube, operator: subprocess.Popen, timeout: float = 300) -> dict:
+def wait_whole(kube: Kube, target: Target, operator: subprocess.Popen, timeout: float = 300) -> dict:
     """The cache Ready with its active and one Ready standby; returns the status."""
 
     def ready() -> dict | None:
         assert operator.poll() is None, "the operator exited"
-        status = kube.get(WC).get("status") or {}
+        status = kube.get(target.path).get("status") or {}
         engines = status.get("engines") or [{}]
         ok = status.get("phase") == "Ready" and len(engines[0].get("standbys") or []) == 1
         return status if ok else None
 
-    return wait_for(ready, timeout, interval=0.2, describe=lambda: json.dumps(kube.get(WC).get("status"))[-2000:])
+    return wait_for(
+        ready, timeout, interval=0.2, describe=lambda: json.dumps(kube.get(target.path).get("status"))[-2000:]
+    )
+
+
+def readiness_path(kube: Kube, target: Target) -> str:
+    """The path of the engine container's readinessProbe (``/ready``, vLLM's ``/health``)."""
+    pod = kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=target.engines)["items"][0]
+    engine = next(c for c in pod["spec"]["containers"] if c["name"] == "engine")
+    return str(engine["readinessProbe"]["httpGet"]["path"])
 
 
 def container_pgid(kubelet: ProcessKubelet, pod: str, container: str | None = None) -> int:
@@ -203,6 +258,7 @@ def container_pgid(kubelet: ProcessKubelet, pod: str, container: str | None = No
 
 def one_kill(
     kube: Kube,
+    target: Target,
     kubelet: ProcessKubelet,
     proxy: ServiceProxy,
     load: Load,
@@ -211,22 +267,25 @@ def one_kill(
     kind: str,
     daemon: bool,
 ) -> Kill:
-    status = wait_whole(kube, operator)
+    status = wait_whole(kube, target, operator, 600)
     wait_for(lambda: len(proxy.ready_endpoints) == 1, 30)
     time.sleep(1.0)  # steady state: the load is served by the active before the kill
     active, standby = status["engines"][0]["active"], status["engines"][0]["standbys"][0]
-    pods = {p["metadata"]["name"]: p for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=ENGINES)["items"]}
+    pods = {
+        p["metadata"]["name"]: p
+        for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=target.engines)["items"]
+    }
     node = pods[active]["spec"]["nodeName"]
     standby_ip = pods[standby]["status"]["podIP"]
     daemon_pgid = None
     if daemon:
         daemon_pod = next(
             p
-            for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=DAEMONS)["items"]
+            for p in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=target.daemons)["items"]
             if p["spec"]["nodeName"] == node
         )
         daemon_pgid = container_pgid(kubelet, daemon_pod["metadata"]["name"], "daemon")
-    pgid = container_pgid(kubelet, active)
+    pgid = container_pgid(kubelet, active, "engine")
     previous = (status.get("lastFailover") or {}).get("time")
     kill = Kill(kind, daemon, time.time(), pods[standby]["spec"]["nodeName"] == node)
     if prober.windows and prober.windows[-1][1] == float("inf"):
@@ -241,14 +300,18 @@ def one_kill(
         os.killpg(pgid, signal.SIGSTOP)
     try:
         last = wait_for(
-            lambda: (f := kube.get(WC).get("status", {}).get("lastFailover")) and f["time"] != previous and f,
+            lambda: (f := kube.get(target.path).get("status", {}).get("lastFailover")) and f["time"] != previous and f,
             120,
             interval=0.05,
             describe="no failover recorded",
         )
-        wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:8000",), 120, interval=0.01)
+        wait_for(lambda: proxy.ready_endpoints == (f"{standby_ip}:{target.port}",), 120, interval=0.01)
         switched = next(
-            (c.observed_at for c in proxy.changes if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:8000",)),
+            (
+                c.observed_at
+                for c in proxy.changes
+                if c.observed_at >= kill.at and c.ready == (f"{standby_ip}:{target.port}",)
+            ),
             None,
         )
         wait_for(lambda: any(a.ok and a.started >= kill.at for a in load.done()), 120, interval=0.02)

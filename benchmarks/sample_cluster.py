@@ -30,6 +30,7 @@ from testcluster.sample import (
     DAEMONS,
     ENGINES,
     REPO,
+    SAMPLE,
     daemon_facts,
     generate_checkpoint,
     node_labels,
@@ -81,9 +82,11 @@ def sample_cluster(
     operator_env: dict[str, str] | None = None,
     node_monitor_grace_period: float = 6.0,
     nodes: int = len(NODES),
+    example: Path = SAMPLE,
 ) -> Iterator[SampleCluster]:
-    """Starts everything (on the first ``nodes`` of ``NODES``), yields it, and stops it all
-    (operator, kubelet with its pods, control plane) however the benchmark ends."""
+    """Starts everything (on the first ``nodes`` of ``NODES``, labelled and with the checkpoint of
+    ``example``), yields it, and stops it all (operator, kubelet with its pods, control plane)
+    however the benchmark ends."""
     control_plane_binary()
     client_tools()
     work = Path(tempfile.mkdtemp(prefix=prefix))
@@ -94,7 +97,7 @@ def sample_cluster(
     plane.start()
     kube = Kube.from_kubeconfig(plane.kubeconfig)
     names = NODES[:nodes]
-    specs = [NodeSpec(name, labels=node_labels()) for name in names]
+    specs = [NodeSpec(name, labels=node_labels(example)) for name in names]
     kubelet = ProcessKubelet(
         kube,
         plane.port,
@@ -112,7 +115,8 @@ def sample_cluster(
     try:
         kubelet.start()
         _install(plane, kube)
-        place_checkpoint(generate_checkpoint(work / "tiny-llama"), [kubelet.node_root(node) for node in names])
+        made = generate_checkpoint(work / "checkpoint", example)
+        place_checkpoint(made, [kubelet.node_root(node) for node in names], example)
         env = {
             **os.environ,
             "KUBECONFIG": str(plane.kubeconfig),
