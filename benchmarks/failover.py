@@ -62,6 +62,7 @@ from testcluster.rest import Kube
 from testcluster.sample import SAMPLE, VLLM_SAMPLE, daemons_of, engines_of
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
+from weightcache_operator.render.warm import WARM_CONTAINER
 
 EXAMPLES = {"reference": SAMPLE, "vllm": VLLM_SAMPLE}
 """The example each engine profile's run applies."""
@@ -147,6 +148,9 @@ class Kill:
     promotion_s: float | None = None
     endpoint_s: float | None = None
     first_ok_s: float | None = None
+    first_served_s: float | None = None
+    """How long the new active took over the first request sent to it after the switch that it
+    answered: the "hot" in hot standby, against the steady latency line."""
     signal: str | None = None
 
 
@@ -206,6 +210,7 @@ def main() -> None:
                     print(f"{len(kills):3d} {kills[-1]}", flush=True)
             print(f"engine profile: {options.engine} ({example.name})")
             report(kills, load, prober, options)
+            keep_warm(cluster.kube, target)
             recorded = failover_events(cluster.kube)
             print(
                 f"failovers recorded (Failover events): {recorded} for {len(kills)} kills; "
@@ -217,6 +222,23 @@ def main() -> None:
             if load:
                 load.stop()
             proxy.stop()
+
+
+def keep_warm(kube: Kube, target: Target) -> None:
+    """What the warm sidecars say: requests sent and how long the engine took over the last one,
+    the engine time keep-warm costs per interval."""
+    for pod in kube.get(f"/api/v1/namespaces/{NS}/pods", labelSelector=target.engines)["items"]:
+        warm = next((c for c in pod["spec"]["containers"] if c["name"] == WARM_CONTAINER), None)
+        if warm is None or not pod["status"].get("podIP"):
+            continue
+        url = f"http://{pod['status']['podIP']}:{warm['ports'][0]['containerPort']}/status"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            said = json.loads(response.read())
+        role = pod["metadata"]["labels"].get("weightcache.io/role")
+        print(
+            f"warm sidecar of {pod['metadata']['name']} ({role}): {said['warmed']} requests served, "
+            f"{said['failures']} failed, last took {said['lastSeconds']:.3f} s"
+        )
 
 
 def failover_events(kube: Kube) -> int:
@@ -331,6 +353,10 @@ def one_kill(
     kill.promotion_s = last["promotionMs"] / 1000
     kill.endpoint_s = None if switched is None else switched - kill.at
     kill.first_ok_s = first.ended - kill.at
+    after = [a for a in load.done() if a.ok and switched is not None and a.started >= switched]
+    if after:
+        earliest = min(after, key=lambda a: a.started)
+        kill.first_served_s = earliest.ended - earliest.started
     return kill
 
 
@@ -349,7 +375,7 @@ def report(kills: list[Kill], load: Load, prober: ReadyProber, options: argparse
     ):
         if not group:
             continue
-        for metric in ("detection_s", "promotion_s", "endpoint_s", "first_ok_s"):
+        for metric in ("detection_s", "promotion_s", "endpoint_s", "first_ok_s", "first_served_s"):
             values = [getattr(k, metric) * 1000 for k in group if getattr(k, metric) is not None]
             if values:
                 print(
