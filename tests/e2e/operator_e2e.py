@@ -18,6 +18,7 @@ from testcluster.controlplane import ControlPlane
 from testcluster.rest import Kube
 from testcluster.sample import ENGINES, NAME, SAMPLE, pods
 from testcluster.waiting import wait_for
+from weightcache_operator.render.warm import WARM_CONTAINER
 
 REPO = Path(__file__).resolve().parents[2]
 GATE = "weightcache.io/daemon-ready"
@@ -48,6 +49,17 @@ def metric(text: str, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no {name}{labels} in:\n{text}")
+
+
+def total(text: str, name: str) -> float:
+    """The sum of every series of ``name`` (with labels or without) in a Prometheus text page."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith((name + "{", name + " ")))
+
+
+def warm_status(pod: dict) -> dict:
+    """What the pod's warm sidecar says (render/warm.py): warm, requests served, failures."""
+    warm = next(c for c in pod["spec"]["containers"] if c["name"] == WARM_CONTAINER)
+    return http_json(f"http://{pod['status']['podIP']}:{warm['ports'][0]['containerPort']}/status")
 
 
 def stop_operator(proc: subprocess.Popen) -> None:

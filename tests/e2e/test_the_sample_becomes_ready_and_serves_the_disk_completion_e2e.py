@@ -1,6 +1,7 @@
 """The operator as a real process against the real control plane and the process kubelet:
-examples/weightcache-cpu.yaml → daemons Ready → engines Ready (gated on their node's daemon) →
-a completion through the Service equal to an engine that read the checkpoint from disk."""
+examples/weightcache-cpu.yaml → daemons Ready → engines Ready (gated on their node's daemon, and
+only once each has served its warm sidecar's request) → a completion through the Service equal to
+an engine that read the checkpoint from disk."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from operator_e2e import PROMPT, gate, http_json, is_ready
+from operator_e2e import PROMPT, gate, http_json, http_text, is_ready, total, warm_status
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
@@ -47,6 +48,11 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     assert roles == ["active", "standby"] and all(map(is_ready, engines)) and all(gate(p) == "True" for p in engines)
     for engine in engines:
         assert engine["metadata"]["ownerReferences"][0]["kind"] == "WeightCache"
+        # Hot means it has served: before any client asked, each Ready engine (the standby too)
+        # generated a token for its warm sidecar's request, through its own API.
+        assert warm_status(engine)["warmed"] >= 1, warm_status(engine)
+        page = http_text(f"http://{engine['status']['podIP']}:8000/metrics")
+        assert total(page, "weightcache_engine_generated_tokens_total") >= 1, page
 
     status = kube.get(wc)["status"]
     assert (status["readyNodes"], status["activeEngines"], status["standbyEngines"]) == ("2/2", 1, 1)

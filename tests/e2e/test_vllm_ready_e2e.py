@@ -1,5 +1,6 @@
 """examples/weightcache-vllm-cpu.yaml applied as written on the real control plane: its daemons
-(profile vllm) and its vLLM engines (``vllm serve --load-format weightcache``) become Ready, the
+(profile vllm) and its vLLM engines (``vllm serve --load-format weightcache``) become Ready (each
+only once it has served its warm sidecar's request), the
 engines map the daemon's arena (the daemon served one map per engine, no engine fell back to disk), and a greedy completion through the Service, asked for by the
 cache's name, equals vLLM's own from disk on the same checkpoint."""
 
@@ -9,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from operator_e2e import http_json, is_ready, wait_phase
+from operator_e2e import http_json, http_text, is_ready, total, wait_phase, warm_status
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
@@ -57,6 +58,11 @@ def test_vllm_example_becomes_ready_maps_the_cache_and_answers_as_vllm_from_disk
         assert is_ready(engine)
         name = engine["metadata"]["name"]
         assert not read_from_disk(kubelet, namespace, name), engine_log(kubelet, namespace, name)[-4000:]
+        # Hot means it has served: before any client asked, vLLM itself counts a finished request
+        # in each Ready engine (the standby too), its warm sidecar's.
+        assert warm_status(engine)["warmed"] >= 1, warm_status(engine)
+        page = http_text(f"http://{engine['status']['podIP']}:8000/metrics")
+        assert total(page, "vllm:request_success_total") >= 1, page
     assert maps_served(kube, namespace) == len(engines), "each engine mapped the daemon's arena once"
 
     proxy = service_proxy(namespace, NAME, 8000)
