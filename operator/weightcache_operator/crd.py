@@ -34,6 +34,8 @@ _VALIDATIONS = "x-kubernetes-validations"
 
 PRINTER_COLUMNS: list[Schema] = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    # Next to the phase: a Ready cache whose daemons move to a new generation says how.
+    {"name": "Change", "type": "string", "jsonPath": ".status.generationChange"},
     {"name": "Ready Nodes", "type": "string", "jsonPath": ".status.readyNodes"},
     {"name": "Active", "type": "integer", "jsonPath": ".status.activeEngines"},
     {"name": "Standby", "type": "integer", "jsonPath": ".status.standbyEngines"},

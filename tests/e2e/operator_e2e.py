@@ -1,5 +1,6 @@
 """What the operator e2e scenarios share: the README sample (examples/weightcache-cpu.yaml) with
-spec fields changed, waiting on its status phase, engine pods by role, the daemon-ready gate, and
+spec fields changed, waiting on its status phase, every status the API server shows (StatusRecorder),
+engine pods by role, the daemon-ready gate, and
 plain HTTP to engines and to the operator's metrics. Fixtures (the operator, the checkpoint) are
 in conftest.py."""
 
@@ -9,13 +10,14 @@ import json
 import signal
 import socket
 import subprocess
+import threading
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import yaml
 from testcluster.controlplane import ControlPlane
-from testcluster.rest import Kube
+from testcluster.rest import ApiError, Kube
 from testcluster.sample import ENGINES, NAME, SAMPLE, pods
 from testcluster.waiting import wait_for
 from weightcache_operator.render.warm import WARM_CONTAINER
@@ -115,6 +117,52 @@ def wait_phase(
         return found if found.get("phase") == want and also(found) else None
 
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
+
+
+class StatusRecorder:
+    """Every status of the WeightCache ``name`` the API server shows from ``start`` to ``stop``,
+    in order, from a watch (resumed from its last resourceVersion): each write the operator made,
+    not what a poll happened to sample."""
+
+    def __init__(self, kube: Kube, namespace: str, name: str = NAME) -> None:
+        self.kube, self.name = kube, name
+        self.path = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches"
+        self.statuses: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def start(self) -> StatusRecorder:
+        listing = self.kube.get(self.path, fieldSelector=f"metadata.name={self.name}")
+        self.statuses += [item.get("status") or {} for item in listing["items"]]
+        self._version = listing["metadata"]["resourceVersion"]
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[dict]:
+        self._stop.set()
+        self._thread.join()
+        return self.statuses
+
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                # Short watches: stop() waits at most one of them out.
+                for kind, found in self.kube.watch(
+                    self.path,
+                    resource_version=self._version,
+                    fieldSelector=f"metadata.name={self.name}",
+                    timeout_seconds=2,
+                ):
+                    self._version = found["metadata"]["resourceVersion"]
+                    if kind in ("ADDED", "MODIFIED"):
+                        self.statuses.append(found.get("status") or {})
+            except ApiError as error:
+                raise AssertionError(f"the status watch ended: {error}") from error
+
+
+def condition_of(status: dict, kind: str) -> dict:
+    """The condition ``kind`` of ``status``, or {} when it has none."""
+    return next((c for c in status.get("conditions") or [] if c["type"] == kind), {})
 
 
 def by_role(kube: Kube, namespace: str, engines: str = ENGINES) -> dict[str, list[str]]:

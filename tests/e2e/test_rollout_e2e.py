@@ -2,7 +2,7 @@
 an engine template change rolls through under load without a failed request, a daemon restart
 or a weight byte read from disk; a broken new version stalls and keeps the old one serving until
 the spec is changed back; a daemon generation change never puts two fingerprints behind the
-Service."""
+Service, and the cache's phase stays Ready through it while it serves."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from operator_e2e import http_json, http_text, is_ready, metric, sample, wait_phase
+from operator_e2e import StatusRecorder, condition_of, http_json, http_text, is_ready, metric, sample, wait_phase
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import SteadyLoad
@@ -347,6 +347,7 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
 
     watcher = threading.Thread(target=watch_pods, daemon=True)
     watcher.start()
+    recorder = StatusRecorder(kube, namespace).start()
     load = SteadyLoad(*proxy.address).start()
     try:
         apply(cluster, namespace, sample(model__revision="seed-1", daemon__generationChange=requested))
@@ -366,7 +367,24 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
         result = load.stop()
         stop.set()
         watcher.join()
+        statuses = recorder.stop()
     print(f"load during the generation change: {result}")
+    # The phase is honest through the change: Ready whenever every replica has a Ready active
+    # (Available), whichever generation it is of; GenerationChange and the CHANGE column say what moves.
+    phases = [
+        (
+            s.get("phase"),
+            condition_of(s, "Available").get("status"),
+            s.get("generationChange"),
+            condition_of(s, "GenerationChange").get("status"),
+        )
+        for s in statuses
+    ]
+    print(f"{len(phases)} statuses written during the change (phase, Available, generationChange, GenerationChange):")
+    print(phases)
+    assert all(phase == "Ready" for phase, available, _, _ in phases if available == "True"), phases
+    assert (strategy, "True") in {(column, changing) for _, _, column, changing in phases}, phases
+    assert phases[-1][2:] == (None, "False"), "the change ended: no column, GenerationChange False"
     assert after["rollout"]["mode"] == "Generation" and len({n["fingerprint"] for n in after["nodes"]}) == 1
     seen = [{generation_of.get(e.rsplit(":", 1)[0], "?") for e in change.ready} for change in proxy.changes]
     print("generations behind the Service, change by change:", seen)
@@ -389,6 +407,7 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
             f"blue/green keeps Ready engines behind the Service: {result}"
         )
         assert not [c for c in proxy.changes if not c.ready], "the Service never had no Ready endpoint"
+        assert {phase for phase, *_ in phases} == {"Ready"}, f"blue/green serves throughout: {phases}"
     condition = next(c for c in after["conditions"] if c["type"] == "GenerationChange")
     assert (condition["status"], condition["reason"]) == ("False", "Converged")
     assert result.ok > 0

@@ -122,7 +122,7 @@ class Reporter:
             # replaces the previous rollout's.
             rollout = rollout.model_copy(update={"replicas": replica_timings(before, steps, want, engines, now)})
         strategy = decision if steps.mode == "Generation" else None
-        extra = rollout_conditions(steps, strategy, now, previous.conditions, body["metadata"].get("generation"))
+        extra = rollout_conditions(steps, now, previous.conditions, body["metadata"].get("generation"))
         if rollout is not None and (before.phase if before is not None else None) != rollout.phase:
             kind = "Warning" if rollout.phase == "Stalled" else "Normal"
             message = rollout.message or f"{rollout.mode} rollout: {rollout.current_step}"

@@ -39,6 +39,7 @@ from weightcache_operator.spec import (
 from weightcache_operator.vocabulary import SLOT_LABEL, local_ranks, served_model_name
 
 __all__ = [
+    "ChangeUnderWay",
     "Observed",
     "aggregate",
     "crash_looping",
@@ -64,6 +65,24 @@ def crash_looping(pod: Object) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ChangeUnderWay:
+    """A daemon generation change the rollout reports under way (``rollout.status.change_under_way``):
+    from the Service's first new-generation engine to the last replica whole again on the new one."""
+
+    strategy: str
+    """``BlueGreen`` or ``NodeByNode`` as recorded on the new generation's DaemonSet; ``Unrecorded``
+    when none records one."""
+    why: str
+    """Why that strategy (the DaemonSet's reason annotation)."""
+    step: str
+    """The rollout's current step."""
+    updated: int
+    total: int
+    stalled: str | None = None
+    """Why the change stalled, when it did."""
+
+
 @dataclass
 class Observed:
     """What the operator saw in one pass."""
@@ -80,6 +99,9 @@ class Observed:
     """Replicas whose active engine failed with no Ready standby to take over (failover.py)."""
     holder_pods: list[Object] = field(default_factory=list)
     """The cache's GPU holder pods (GPU backends): a holder that exited is why its node's daemon waits."""
+    change: ChangeUnderWay | None = None
+    """The daemon generation change under way, if any: while engines serve through it the cache
+    is Ready, and ``GenerationChange`` says what changes."""
 
 
 def status_condition(
@@ -205,12 +227,17 @@ def aggregate(
     engines_reason = "AllEnginesReady" if engines_ok else "EnginesFailing" if failing_engines else "EnginesStarting"
     engines_detail = engines_msg + (f"; {grouped(failing_engines)}" if failing_engines else "")
 
+    # A generation change loads new daemons and engines next to the serving ones, which is not
+    # ready in the DaemonsReady/EnginesReady sense for most of it: while the Service has a Ready
+    # active for every replica the cache serves, and GenerationChange (not the phase) says what
+    # moves. Failures of the change still make it Degraded or Failed below.
+    serving_through_change = observed.change is not None and available
     phase: Phase
     if refused and not available:
         phase = "Failed"
     elif refused or looping or observed.stranded:
         phase = "Degraded"
-    elif daemons_ok and engines_ok:
+    elif (daemons_ok and engines_ok) or serving_through_change:
         phase = "Ready"
     elif observed.daemon_pods or observed.engine_pods:
         phase = "Loading"
@@ -223,19 +250,24 @@ def aggregate(
     watched = checkpoint_watch.observe(current_reports)
     reload = checkpoint_watch.reload_record(watched, cache.spec.model.on_change, record_before, now)
     changed = checkpoint_watch.condition_fields(watched, cache.spec.model.on_change, reload)
+    change_condition = _generation_change(observed, spec_hash, previous)
     return base.model_copy(
         update={
             "phase": phase,
             # One line for `kubectl get wc`: what is wrong, else what the daemons are waiting for.
             "message": degraded[1]
             if degraded[0] != "Healthy"
-            else grouped(reasons) or (changed[2] if changed[0] == "True" else None),
+            else grouped(reasons)
+            or (changed[2] if changed[0] == "True" else None)
+            or (change_condition[2] if change_condition and change_condition[0] else None),
             "nodes": nodes,
             # Always written: null (a merge patch's delete) until the current generation's plan passed.
             "plan": plan,
             # Kept once written: it is part of the generation (layout.daemon_spec_hash).
             **({"checkpoint_reload": CheckpointReloadStatus.model_validate(reload)} if reload is not None else {}),
             "engines": engines,
+            # Always written: null (a merge patch's delete) once no change is under way.
+            "generation_change": observed.change.strategy if observed.change is not None else None,
             "ready_nodes": f"{ready_nodes}/{desired}",
             "active_engines": active_ready,
             "standby_engines": standby_ready,
@@ -251,9 +283,34 @@ def aggregate(
                 ),
                 condition("Degraded", degraded[0] != "Healthy", *degraded),
                 condition(checkpoint_watch.CONDITION, *changed),
+                *([condition("GenerationChange", *change_condition)] if change_condition else []),
             ],
         }
     )
+
+
+def _generation_change(
+    observed: Observed, spec_hash: str, previous: Sequence[Condition] | None
+) -> tuple[bool, str, str] | None:
+    """(status, reason, message) of ``GenerationChange``: True with the strategy as reason while a
+    change is under way, its message the old → new generations and how far the replicas are;
+    False (``Converged``) after one; None before the first (the condition appears with it)."""
+    change = observed.change
+    if change is None:
+        if any(c.type == "GenerationChange" for c in previous or ()):
+            return False, "Converged", "every daemon and engine is of the current generation"
+        return None
+    old = sorted(
+        {h for p in [*observed.daemon_pods, *observed.engine_pods] if (h := PodView(p).spec_hash) and h != spec_hash}
+    )
+    origin = ", ".join(h[:10] for h in old) if old else "the previous generation (gone)"
+    message = (
+        f"daemon generation {origin} -> {spec_hash[:10]}: {change.updated}/{change.total} replicas whole on the new "
+        f"one; {change.step or 'starting'}"
+        + (f"; stalled: {change.stalled}" if change.stalled else "")
+        + (f" ({change.strategy}: {change.why})" if change.why else "")
+    )
+    return True, change.strategy, message[:32768]
 
 
 def plan_status(daemon_pods: list[Object]) -> PlanStatus | None:
@@ -364,6 +421,7 @@ def invalid_status(
                 ("Degraded", True),
             )
         ],
+        generation_change=None,
         ready_nodes="0/0",
         active_engines=0,
         standby_engines=0,

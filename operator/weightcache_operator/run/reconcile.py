@@ -49,6 +49,7 @@ from weightcache_operator.plan.pass_plan import plan_pass
 from weightcache_operator.plan.podsecurity import REASON as POD_SECURITY_REASON
 from weightcache_operator.plan.podsecurity import pod_security_problem
 from weightcache_operator.plan.rollout.generation import SWITCH_SETTLE_SECONDS
+from weightcache_operator.plan.rollout.status import change_under_way
 from weightcache_operator.plan.status import Observed, aggregate, invalid_status
 from weightcache_operator.plan.status_reports import StatusReports, completed
 from weightcache_operator.render.gpu_holder import uses_gpu_holder
@@ -367,6 +368,9 @@ class Reconciler:
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
         self.daemon_changes.watch(key, snapshot.daemon_pods, reports)
         lap("daemon-status")
+        # As the pass leaves the DaemonSets: the pass that starts a change records its strategy
+        # on the new DaemonSet it applies, which the snapshot it read does not hold yet.
+        decision = strategy_decision(plan.view.daemonsets_of(want.daemon_hash))
         observed = Observed(
             snapshot.daemon_pods,
             snapshot.engine_pods,
@@ -374,6 +378,7 @@ class Reconciler:
             daemon_reports=reports,
             stranded=plan.engines.stranded,
             holder_pods=snapshot.holder_pods if uses_gpu_holder(cache) else [],
+            change=change_under_way(plan.engines.rollout, want, decision),
         )
         status = aggregate(cache, observed, self.clock(), snapshot.previous.conditions)
         rollout = self.reporter.rollout(
@@ -381,7 +386,7 @@ class Reconciler:
             snapshot.previous,
             plan.engines.rollout,
             want,
-            strategy_decision(snapshot.daemonsets_of(want.daemon_hash)),
+            decision,
             snapshot.engine_pods,
         )
         starts = self.starts.new_starts(key, snapshot.engine_pods)

@@ -45,7 +45,7 @@ MicrosecondTimestamp = Annotated[datetime, PlainSerializer(_microseconds, return
 
 class Condition(ApiModel):
     """The Kubernetes condition convention (metav1.Condition): DaemonsReady, EnginesReady,
-    Available, Progressing, Degraded, CheckpointChanged, InferencePoolReady."""
+    Available, Progressing, Degraded, GenerationChange, CheckpointChanged, InferencePoolReady."""
 
     type: str = Field(min_length=1, max_length=316)
     status: ConditionStatus
@@ -257,8 +257,8 @@ class InferencePoolStatus(ApiModel):
 class WeightCacheStatus(ApiModel):
     """Written only by the operator, through the status subresource.
 
-    ``readyNodes``, ``activeEngines``, ``standbyEngines`` and ``model`` are summaries for the
-    printer columns, which can only show a field, not count or choose between fields."""
+    ``readyNodes``, ``activeEngines``, ``standbyEngines``, ``generationChange`` and ``model`` are
+    summaries for the printer columns, which can only show a field, not count or choose between fields."""
 
     # Frozen: a pass adds to the status only through copies (``merged``, ``with_conditions``,
     # plan/status_reports.py), so the status one step hands on is the one the next step reads.
@@ -284,6 +284,11 @@ class WeightCacheStatus(ApiModel):
     )
     checkpoint_reload: CheckpointReloadStatus | None = None
     rollout: RolloutStatus | None = None
+    generation_change: str | None = Field(
+        default=None,
+        description="How the daemon generation change under way goes (the GenerationChange condition's reason: "
+        "BlueGreen or NodeByNode); unset when none is. The phase stays Ready through a change while engines serve.",
+    )
     ready_nodes: str | None = Field(default=None, description='Nodes whose daemons are ready, as "ready/desired".')
     active_engines: int | None = Field(default=None, ge=0)
     standby_engines: int | None = Field(default=None, ge=0)

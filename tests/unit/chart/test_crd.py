@@ -203,6 +203,7 @@ def test_resource_names_columns_and_subresources() -> None:
     columns = [(c["name"].upper(), c["jsonPath"]) for c in version["additionalPrinterColumns"]]
     assert columns == [
         ("PHASE", ".status.phase"),
+        ("CHANGE", ".status.generationChange"),
         ("READY NODES", ".status.readyNodes"),
         ("ACTIVE", ".status.activeEngines"),
         ("STANDBY", ".status.standbyEngines"),

@@ -61,7 +61,8 @@ def plan(
     result.actions = in_order(result.actions)
     result.units = units(_after(engines, result, now), size, held=held)
     undone = next((r for r in range(want.replicas) if not replica_done(want, pods, r)), None)
-    settle_phase(result, previous, undone)
+    loading = len(nodes) < desired_nodes or any(not d.ready for d in nodes)
+    settle_phase(result, previous, undone, daemons_loading=loading)
     return result
 
 
@@ -95,18 +96,28 @@ def _change(
     return None
 
 
-def settle_phase(result: Plan, previous: RolloutStatus | None, undone: int | None) -> None:
+def settle_phase(
+    result: Plan, previous: RolloutStatus | None, undone: int | None, *, daemons_loading: bool = False
+) -> None:
     """``result.phase`` (and, after a rollout, its mode and step): Stalled or Progressing while a
     rollout ``result.mode`` is under way; once nothing outdated is left, Progressing until every
-    replica is whole again (``undone``: the first that is not), then Complete, which stays until
-    the next rollout."""
+    replica is whole again (``undone``: the first that is not) and, after a generation change,
+    until every node's new daemon is Ready (``daemons_loading``: node by node replaces the last
+    node's daemon after its engines moved), then Complete, which stays until the next rollout."""
     was = previous.phase if previous is not None else None
     mode = previous.mode if previous is not None else None
     if result.mode is not None:
         result.phase = "Stalled" if result.stalled else "Progressing"
     elif was in ("Progressing", "Stalled"):
-        result.phase = "Progressing" if undone is not None else "Complete"
-        result.step = f"replica {undone}: restoring Ready engines" if undone is not None else "every replica updated"
+        loading = mode == "Generation" and daemons_loading
+        result.phase = "Progressing" if undone is not None or loading else "Complete"
+        result.step = (
+            f"replica {undone}: restoring Ready engines"
+            if undone is not None
+            else "waiting for the new generation's daemons to load on every node"
+            if loading
+            else "every replica updated"
+        )
         result.mode = mode
     elif was == "Complete":
         result.phase, result.mode, result.step = "Complete", mode, "every replica updated"

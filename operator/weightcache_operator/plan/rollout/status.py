@@ -10,7 +10,7 @@ from weightcache_operator.objects import truncated
 from weightcache_operator.plan.rollout.decisions import Plan
 from weightcache_operator.plan.rollout.strategy import Strategy
 from weightcache_operator.plan.rollout.views import Desired
-from weightcache_operator.plan.status import status_condition
+from weightcache_operator.plan.status import ChangeUnderWay, status_condition
 from weightcache_operator.spec import Condition, RolloutStatus
 
 
@@ -46,27 +46,31 @@ def rollout_status(result: Plan, want: Desired, now: datetime, previous: Rollout
 
 
 def rollout_conditions(
-    result: Plan,
-    strategy: tuple[Strategy, str] | None,
-    now: datetime,
-    previous: Sequence[Condition],
-    observed_generation: int | None,
+    result: Plan, now: datetime, previous: Sequence[Condition], observed_generation: int | None
 ) -> list[Condition]:
-    """Conditions that replace or join ``aggregate``'s: ``Progressing`` False with reason
+    """The ``Progressing`` condition that replaces ``aggregate``'s: False with reason
     ``RolloutStalled`` (as a Deployment's ``ProgressDeadlineExceeded``) when stalled, True while
-    rolling; ``GenerationChange`` saying node by node or blue/green, and why. ``previous``: the
-    conditions the pass read, which keep their transition times."""
+    rolling. ``previous``: the conditions the pass read, which keep their transition times.
+    (``GenerationChange`` is ``aggregate``'s, from ``change_under_way``: the phase depends on it.)"""
 
     def make(kind: str, ok: bool, reason: str, message: str) -> Condition:
         return status_condition(kind, ok, reason, message[:32768], now, previous, observed_generation)
 
-    out = []
     if result.stalled:
-        out.append(make("Progressing", False, "RolloutStalled", result.stalled))
-    elif result.phase == "Progressing":
-        out.append(make("Progressing", True, f"{result.mode}Rollout", result.step))
-    if result.mode == "Generation" and result.phase in ("Progressing", "Stalled") and strategy is not None:
-        out.append(make("GenerationChange", True, strategy[0], strategy[1]))
-    elif any(c.type == "GenerationChange" for c in previous):
-        out.append(make("GenerationChange", False, "Converged", "every daemon holds the current generation"))
-    return out
+        return [make("Progressing", False, "RolloutStalled", result.stalled)]
+    if result.phase == "Progressing":
+        return [make("Progressing", True, f"{result.mode}Rollout", result.step)]
+    return []
+
+
+def change_under_way(result: Plan, want: Desired, strategy: tuple[Strategy, str] | None) -> ChangeUnderWay | None:
+    """The daemon generation change ``result`` reports under way, or None. Under way from the
+    pass that first sees a daemon or engine of another generation until the rollout completes:
+    through the old generation's last drain and the new generation's standbys turning Ready
+    (``settle_phase`` keeps the mode and ``Progressing`` until every replica is whole), so the
+    change does not end, and the phase flip, while standbys start. ``strategy``: how it was decided
+    (``act.report.strategy_decision``), None when no DaemonSet records it."""
+    if result.mode != "Generation" or result.phase not in ("Progressing", "Stalled"):
+        return None
+    kind, why = strategy if strategy is not None else ("Unrecorded", "")
+    return ChangeUnderWay(kind, why, result.step, result.updated, want.replicas, result.stalled)

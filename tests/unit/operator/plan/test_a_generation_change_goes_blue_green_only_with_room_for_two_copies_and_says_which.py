@@ -1,6 +1,6 @@
 """The generation strategy (rollout.strategy): blue/green only where every node has room for a second copy
 of the weights, in host memory or on every GPU, by what the daemons report; what it could not read is said;
-the condition names the strategy and clears afterwards."""
+the change is under way with its strategy until the rollout completes."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from builders import NOW
 from rollout_pods import GEN, daemon, engine
 from weightcache_contract.daemon_report import DaemonReport, DeviceMemory, RankReport
 from weightcache_operator.plan.rollout.planner import plan
-from weightcache_operator.plan.rollout.status import rollout_conditions
+from weightcache_operator.plan.rollout.status import change_under_way, rollout_conditions
 from weightcache_operator.plan.rollout.strategy import generation_strategy
 from weightcache_operator.spec import RolloutStatus
 
@@ -88,16 +88,11 @@ def test_generation_strategy_on_gpus_says_what_it_could_not_read() -> None:
     assert mode == "NodeByNode" and "no free memory for GPU-a" in why and "NVML" in why
 
 
-def test_generation_condition_says_which_strategy_and_clears_afterwards() -> None:
+def test_a_generation_change_is_under_way_with_its_strategy_until_the_rollout_completes() -> None:
     result = plan(GEN, [engine("a0", 0, "active", "old", "g1")], [daemon("d1", "node-1", "g1")], "g1", NOW, None, 1)
-    conditions = rollout_conditions(result, ("NodeByNode", "no room"), NOW, [], 7)
-    change = next(c.wire() for c in conditions if c.type == "GenerationChange")
-    assert (change["status"], change["reason"], change["message"], change["observedGeneration"]) == (
-        "True",
-        "NodeByNode",
-        "no room",
-        7,
-    )
+    change = change_under_way(result, GEN, ("NodeByNode", "no room"))
+    assert change is not None and (change.strategy, change.why, change.total) == ("NodeByNode", "no room", 1)
+    # Only Progressing stays a rollout's condition; GenerationChange is the aggregate's (the phase needs it).
+    assert [c.type for c in rollout_conditions(result, NOW, [], 7)] == ["Progressing"]
     finished = plan(GEN, [], [], "g2", NOW, RolloutStatus(phase="Complete"), 0)
-    cleared = rollout_conditions(finished, None, NOW, conditions, 8)
-    assert [(c.type, c.status) for c in cleared] == [("GenerationChange", "False")]
+    assert change_under_way(finished, GEN, None) is None

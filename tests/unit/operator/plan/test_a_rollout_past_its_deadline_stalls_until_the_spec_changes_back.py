@@ -19,7 +19,7 @@ def test_a_new_version_not_ready_by_the_deadline_stalls_and_keeps_the_old_servin
     assert "readyDeadlineSeconds" in result.stalled and "change it back" in result.stalled
     assert (result.create, promoted(result), retired(result)) == ([], [], [])
     assert held(result) == {"n0"}, "kept for its logs, not counted as a standby"
-    conditions = rollout_conditions(result, None, NOW, [], 4)
+    conditions = rollout_conditions(result, NOW, [], 4)
     assert [(c.type, c.status, c.reason) for c in conditions] == [("Progressing", "False", "RolloutStalled")]
     status = rollout_status(result, WANT, NOW, None)
     assert status is not None and status.phase == "Stalled" and status.message == result.stalled

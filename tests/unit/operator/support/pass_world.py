@@ -87,10 +87,11 @@ class World:
         body["status"] = self.body.get("status")
         self.api.put("WeightCache", body)
 
-    def daemons_run(self) -> None:
+    def daemons_run(self, *, ready: bool = True) -> None:
         """The DaemonSet controller: each of the cache's DaemonSets counts every node and runs a
-        Ready daemon pod of its spec on each (an OnDelete DaemonSet keeps a pod that exists); and
-        the garbage collector: the pods of a deleted DaemonSet go."""
+        daemon pod of its spec on each (an OnDelete DaemonSet keeps a pod that exists), Ready at
+        once unless ``ready`` is False (still loading: ``loaded`` turns it Ready); and the garbage
+        collector: the pods of a deleted DaemonSet go."""
         cache = cache_of(self.body)
         for name in self.api.names("Pod"):
             owners = self.api.stored("Pod", name)["metadata"].get("ownerReferences") or []
@@ -110,7 +111,7 @@ class World:
                     node=name,
                     spec_hash=PodView(ds).spec_hash or daemon_spec_hash(cache),
                     uid=f"uid-{pod_name}-{self._started(pod_name)}",
-                    ready=True,
+                    ready=ready,
                     phase="Running",
                     ip=f"10.0.2.{name[-1]}" if self.roomy else None,
                 )
@@ -172,6 +173,12 @@ class World:
             if self.api.stored("Pod", n)["metadata"]["labels"].get(COMPONENT_LABEL) == "engine"
             and not self._deleting(n)
         ]
+
+    def loaded(self) -> None:
+        """Every live pod that is not Ready yet (a daemon loading, an engine starting) turns Ready."""
+        for name in self.api.names("Pod"):
+            if not self._deleting(name) and not PodView(self.api.stored("Pod", name)).ready:
+                self.ready(name)
 
     def role(self, name: str) -> str | None:
         return PodView(self.api.stored("Pod", name)).role
