@@ -702,10 +702,11 @@ def blame(error: Exception, cluster: LocalCluster | None, logs: Path) -> Suspect
     if not operators:
         return Suspect(CLUSTER_COMPONENT, "no operator pod was created", logs / "cluster.log")
     operator = operators[0]
+    operator_runs = runs(operator, "operator")
     return Suspect(
         f"operator (pod {OPERATOR_NAMESPACE}/{operator['metadata']['name']})",
         "every container runs and is ready; the operator decides what happens next",
-        (runs(operator, "operator") or [None])[-1],
+        operator_runs[-1] if operator_runs else None,
     )
 
 
