@@ -9,6 +9,11 @@ engine rolling upgrade (no failed request, no weight byte read from disk). Each 
 it runs, as README's "Try it locally" lists them, so any step can be repeated by hand. Ends with a
 teardown, or with the cluster left running (``--keep``) and how to reach it.
 
+The terminal shows the narration only: every component (the cluster, the operator, daemons and
+engines, vLLM from disk, this process's own warnings) writes to a log file that the demo names at
+the end; on a failure it names the component that failed and shows the tail of its log
+(``demologs.py``).
+
 ``--report FILE`` writes what the demo measured, with every client request, as JSON: the e2e test
 checks the printed claims against it and against the cluster.
 """
@@ -16,13 +21,13 @@ checks the printed claims against it and against the cluster.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shlex
 import signal
 import subprocess
 import threading
 import time
-import traceback
 import urllib.request
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -30,8 +35,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from .demologs import ComponentFailed, Suspect, fresh_logs, quiet, suspect, tail
 from .load import PROMPT, Attempt, OpenLoopLoad
-from .local import DEFAULT_DIR, LocalCluster, running, start_detached, stop
+from .local import DEFAULT_DIR, LocalCluster, LocalClusterError, kept_log, pod_log, running, start_detached, stop
 from .rest import Kube
 from .sample import (
     CHART,
@@ -57,6 +63,10 @@ from .waiting import wait_for
 NAMESPACE = "default"
 RELEASE = "weightcache"
 OPERATOR_NAMESPACE = "weightcache-system"
+CLUSTER_COMPONENT = "local cluster (control plane, process kubelet)"
+FAILURE_LINES = 6
+"""The lines of a failure's error shown; all of it, with its traceback, is in demo.log."""
+log = logging.getLogger(__name__)
 HELM_INSTALL = [
     "install",
     RELEASE,
@@ -193,12 +203,14 @@ class Narrator:
         self.started = time.monotonic()
         self.steps = steps
         self.step = 0
+        self.current = ""
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
     def title(self, text: str) -> None:
         self.step += 1
+        self.current = text
         print(f"\n[{self.step}/{self.steps}] {text}   (at {self.elapsed():.0f}s)", flush=True)
 
     def command(self, words: list[str] | str) -> None:
@@ -232,22 +244,28 @@ def tool(
     return result
 
 
-def start_cluster(directory: Path, narrator: Narrator) -> LocalCluster:
+def start_cluster(directory: Path, narrator: Narrator, logs: Path) -> LocalCluster:
     narrator.command("python -m testcluster up --detach" + ("" if directory == DEFAULT_DIR else f" --dir {directory}"))
-    cluster = start_detached(directory, say=narrator.say)
-    narrator.say(f"local cluster up (pid {cluster.pid}): nodes {', '.join(cluster.nodes)}; logs in {directory}/up.log")
+    try:
+        cluster = start_detached(directory, say=narrator.say, log=logs / "cluster.log")
+    except LocalClusterError as error:
+        raise ComponentFailed(CLUSTER_COMPONENT, logs / "cluster.log", str(error).splitlines()[0]) from error
+    narrator.say(f"local cluster up (pid {cluster.pid}): nodes {', '.join(cluster.nodes)}; logs in {logs}")
     return cluster
 
 
-def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None, example: Path = SAMPLE) -> Path:
+def prepare_sample(
+    cluster: LocalCluster, narrator: Narrator | None = None, example: Path = SAMPLE, logs: Path | None = None
+) -> Path:
     """The operator installed with helm, the nodes labelled as the example selects, and its checkpoint
     at its hostPath on every node: what ``make cluster`` adds to a started cluster. Returns where the
-    checkpoint was generated."""
+    checkpoint was generated. The generator's output goes to ``logs/gen-checkpoint.log`` if given."""
     narrator = narrator or Narrator(0)
     made = Path(cluster.dir) / "checkpoint" / str(sample(example)["metadata"]["name"])
+    generator_log = logs / "gen-checkpoint.log" if logs is not None else None
     with ThreadPoolExecutor(1) as background:
         # Generating imports torch (seconds): done while helm installs.
-        generated = background.submit(generate_checkpoint, made, example)
+        generated = background.submit(generate_checkpoint, made, example, generator_log)
         tool(cluster, "helm", HELM_INSTALL, narrator, show=False)
         narrator.say(f"operator Deployment {RELEASE}-operator Ready in namespace {OPERATOR_NAMESPACE}")
         labels = [f"{k}={v}" for k, v in node_labels(example).items()]
@@ -260,7 +278,14 @@ def prepare_sample(cluster: LocalCluster, narrator: Narrator | None = None, exam
             narrator,
         )
         narrator.command(f"python -m weightcache gen-checkpoint {made}")
-        generated.result()
+        try:
+            generated.result()
+        except subprocess.CalledProcessError as error:
+            if generator_log is None:
+                raise
+            raise ComponentFailed(
+                "checkpoint generator (weightcache gen-checkpoint)", generator_log, str(error)
+            ) from error
     roots = [cluster.node_root(node) for node in cluster.nodes]
     for copy in place_checkpoint(made, roots, example):
         narrator.command(f"cp -r {made} {copy}")
@@ -519,15 +544,22 @@ def keep_message(cluster: LocalCluster, variant: Variant) -> str:
 
 
 def run_demo(directory: Path, keep: bool = False, report_path: Path | None = None, engine: str = "reference") -> int:
-    variant = VARIANTS[engine]
-    example = str(variant.example.relative_to(REPO))
-    make = "make demo" + ("" if engine == "reference" else f" ENGINE={engine}")
     if running(directory) is not None:
         print(
             f"error: a local cluster is already running from {directory} (make cluster, make demo KEEP=1); "
             "stop it first: make cluster-down"
         )
         return 1
+    logs = fresh_logs(directory)
+    with quiet(logs / "demo.log"):
+        return narrate(directory, logs, keep, report_path, engine)
+
+
+def narrate(directory: Path, logs: Path, keep: bool, report_path: Path | None, engine: str) -> int:
+    """The demo itself, with this process's stderr going to ``logs/demo.log``: it prints only its narration."""
+    variant = VARIANTS[engine]
+    example = str(variant.example.relative_to(REPO))
+    make = "make demo" + ("" if engine == "reference" else f" ENGINE={engine}")
     narrator = Narrator(steps=7)
     report = DemoReport()
     print(
@@ -541,19 +573,20 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
     background = ThreadPoolExecutor(1)
     disk: Future[list[int]] | None = None
     ok = False
+    failure: tuple[str, Suspect] | None = None
     try:
         narrator.title("Start the control plane and the process kubelet (built once, then cached)")
-        cluster = start_cluster(directory, narrator)
+        cluster = start_cluster(directory, narrator, logs)
         report.cluster_seconds = round(narrator.elapsed(), 1)
         kube = cluster.kube()
         narrator.title(f"Install the operator with helm; prepare the nodes for {example}")
-        made = prepare_sample(cluster, narrator, variant.example)
+        made = prepare_sample(cluster, narrator, variant.example, logs)
         if engine == "vllm":
             narrator.say(
                 "vLLM from disk on the same checkpoint, for the reference tokens, in the background "
                 "(tests/vllm_engine/engine_process.py: vLLM's default loader, the arguments the operator renders)"
             )
-            disk = background.submit(vllm_disk_token_ids, made, variant.example)
+            disk = background.submit(vllm_from_disk, made, variant.example, logs / "vllm-from-disk.log")
         narrator.title("Apply the sample WeightCache and watch it become Ready")
         tool(cluster, "kubectl", ["apply", "-f", example], narrator)
         watch_until_ready(cluster, narrator, report, variant)
@@ -580,10 +613,14 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
         narrator.title("Roll out a new engine version under the same client")
         rolling_upgrade(cluster, kube, load, narrator, report, variant)
         ok = True
-    except Exception:  # noqa: BLE001 - shown, then the cluster is torn down or kept as asked
-        traceback.print_exc()
-        if not keep:
-            print(f"({make} KEEP=1 keeps the cluster after a failure, for kubectl describe and the logs)")
+    # SystemExit: a stalled rollout ends the wait from inside its condition.
+    except (Exception, SystemExit) as error:  # noqa: BLE001 - shown, then the cluster is torn down or kept as asked
+        log.exception("the demo failed at step %d/%d (%s)", narrator.step, narrator.steps, narrator.current)
+        lines = str(error).splitlines() or [repr(error)]
+        message = f"[{narrator.step}/{narrator.steps}] {narrator.current}: " + "\n".join(lines[:FAILURE_LINES])
+        if len(lines) > FAILURE_LINES:
+            message += f"\n(the whole error: {logs / 'demo.log'})"
+        failure = (message, blame(error if isinstance(error, Exception) else RuntimeError(error), cluster, logs))
     finally:
         # A reference engine still loading is waited for (it stops itself once done), not left behind.
         background.shutdown(wait=True, cancel_futures=True)
@@ -605,14 +642,22 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
                     check=False,
                 )
             narrator.command("python -m testcluster down")
-            left = stop(directory)
+            left = stop(directory, keep_logs=logs)
             narrator.say(
-                f"control plane, kubelet and every pod stopped; {directory} removed"
+                f"control plane, kubelet and every pod stopped; their logs copied to {logs}; {directory} removed"
                 + (f"; had to kill {len(left)} leftover processes: {left}" if left else "; no process left")
             )
         report.total_seconds = round(narrator.elapsed(), 1)
         if report_path is not None:
             report_path.write_text(json.dumps(asdict(report), indent=1))
+    if failure is not None:
+        message, culprit = failure
+        if culprit.log is not None and cluster is not None and not keep and culprit.log.is_relative_to(cluster.dir):
+            culprit = Suspect(culprit.component, culprit.why, kept_log(culprit.log, Path(cluster.dir), logs))
+        show_failure(message, culprit, logs)
+        if not keep:
+            print(f"({make} KEEP=1 keeps the cluster after a failure, for kubectl describe and kubectl logs)")
+    print_logs(logs, cluster if keep else None)
     print(
         f"\n{'vLLM ' if engine == 'vllm' else ''}demo {'done' if ok else 'FAILED'} in "
         f"{int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
@@ -621,3 +666,82 @@ def run_demo(directory: Path, keep: bool = False, report_path: Path | None = Non
         + f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)"
     )
     return 0 if ok else 1
+
+
+def vllm_from_disk(checkpoint: Path, example: Path, log: Path) -> list[int]:
+    """``vllm_disk_token_ids`` logging to ``log``; its failure names vLLM from disk."""
+    try:
+        return vllm_disk_token_ids(checkpoint, example, log)
+    except Exception as error:
+        raise ComponentFailed(
+            "vLLM from disk", log, str(error).splitlines()[0] if str(error) else repr(error)
+        ) from error
+
+
+def blame(error: Exception, cluster: LocalCluster | None, logs: Path) -> Suspect:
+    """The component a failure is put down to, while the cluster still runs: the one named by the
+    error, else the container that crashed, restarted or is not ready, else the operator (which
+    decides what every pod does next)."""
+    if isinstance(error, ComponentFailed):
+        return Suspect(error.component, "", error.log)
+    if cluster is None:
+        return Suspect(CLUSTER_COMPONENT, "", logs / "cluster.log")
+    directory = Path(cluster.dir)
+    try:
+        everything = list(cluster.kube().get("/api/v1/pods")["items"])
+    except Exception as unreachable:  # noqa: BLE001 - a cluster that does not answer is the culprit
+        return Suspect(CLUSTER_COMPONENT, f"its API server does not answer ({unreachable})", logs / "cluster.log")
+
+    def runs(pod: dict[str, Any], container: str) -> list[Path]:
+        metadata = pod["metadata"]
+        return pod_log(directory, metadata["namespace"], metadata["name"], metadata["uid"], container)
+
+    if (found := suspect(everything, runs)) is not None:
+        return found
+    operators = [p for p in everything if p["metadata"]["namespace"] == OPERATOR_NAMESPACE]
+    if not operators:
+        return Suspect(CLUSTER_COMPONENT, "no operator pod was created", logs / "cluster.log")
+    operator = operators[0]
+    operator_runs = runs(operator, "operator")
+    return Suspect(
+        f"operator (pod {OPERATOR_NAMESPACE}/{operator['metadata']['name']})",
+        "every container runs and is ready; the operator decides what happens next",
+        operator_runs[-1] if operator_runs else None,
+    )
+
+
+def show_failure(message: str, culprit: Suspect, logs: Path) -> None:
+    """What failed, the component it is put down to, and the tail of that component's log."""
+    print(f"\nFAILED at {message}")
+    print(f"failing component: {culprit.component}" + (f": {culprit.why}" if culprit.why else ""))
+    lines = tail(culprit.log) if culprit.log is not None else []
+    if culprit.log is None or not lines:
+        print(f"(no log of it{'' if culprit.log is None else f' in {culprit.log}'})")
+    else:
+        print(f"the last {len(lines)} lines of {culprit.log}:")
+        for line in lines:
+            print(f"    | {line}")
+    print(f"(the traceback: {logs / 'demo.log'})")
+
+
+LOG_FILES = [
+    ("cluster.log", "the local cluster's process: the process kubelet"),
+    ("control-plane/", "kube-apiserver, etcd, kube-controller-manager, kube-scheduler"),
+    ("pods/", "every container, as pods/<namespace>/<pod>/<container>/<restart>.log: the operator, daemons, engines"),
+    ("gen-checkpoint.log", "the checkpoint generator"),
+    ("vllm-from-disk.log", "vLLM from disk on the same checkpoint"),
+    ("demo.log", "this process's warnings, and a failure's traceback"),
+]
+
+
+def print_logs(logs: Path, kept: LocalCluster | None) -> None:
+    """Where every component's output went (the terminal shows only the narration)."""
+    print(f"\nLogs, in {logs}/ (the terminal shows only the narration):")
+    for name, what in LOG_FILES:
+        if (logs / name).exists():
+            print(f"  {name:<20} {what}")
+    if kept is not None:
+        print(
+            f"  (the control plane's and the pods' logs stay in {kept.dir} while the cluster runs: "
+            "kubectl logs <pod> -c <container>)"
+        )

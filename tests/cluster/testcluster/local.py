@@ -74,9 +74,15 @@ def running(directory: Path = DEFAULT_DIR) -> LocalCluster | None:
 
 
 def start_detached(
-    directory: Path = DEFAULT_DIR, nodes: int = 2, timeout: float = 120.0, say: Callable[[str], None] = print
+    directory: Path = DEFAULT_DIR,
+    nodes: int = 2,
+    timeout: float = 120.0,
+    say: Callable[[str], None] = print,
+    log: Path | None = None,
 ) -> LocalCluster:
-    """Starts a cluster in ``directory`` that keeps running after this process exits."""
+    """Starts a cluster in ``directory`` that keeps running after this process exits. Its process
+    (the process kubelet among it) writes to ``log``, ``directory/up.log`` unless given: the demo
+    keeps it outside ``directory``, which a failed start removes."""
     if os.geteuid() != 0:
         raise LocalClusterError(
             "the local cluster needs root: pods get IPs from 198.18.0.0/16, made local with `ip route`, and see "
@@ -95,17 +101,18 @@ def start_detached(
     )
     _remove(directory)
     directory.mkdir(parents=True)
+    log = log or directory / "up.log"
     session = new_session_id()
     environment = {
         **os.environ,
         MARKER: session,
         "PYTHONPATH": os.pathsep.join([str(CLUSTER_SOURCES), *filter(None, [os.environ.get("PYTHONPATH")])]),
     }
-    with open(directory / "up.log", "w") as log:
+    with open(log, "w") as sink:
         process = subprocess.Popen(
             [sys.executable, "-m", "testcluster", "up", "--dir", str(directory), "--nodes", str(nodes)],
             stdin=subprocess.DEVNULL,
-            stdout=log,
+            stdout=sink,
             stderr=subprocess.STDOUT,
             env=environment,
             start_new_session=True,
@@ -113,7 +120,7 @@ def start_detached(
     # Reaped by a thread, so a stop() from this process sees the exit instead of a zombie.
     threading.Thread(target=process.wait, daemon=True, name="local-cluster-reaper").start()
     try:
-        return wait_for(lambda: _ready_or_raise(directory, process), timeout, interval=0.2)
+        return wait_for(lambda: _ready_or_raise(directory, process, log), timeout, interval=0.2)
     except BaseException:
         if process.poll() is None:
             process.terminate()
@@ -126,16 +133,17 @@ def start_detached(
         raise
 
 
-def _ready_or_raise(directory: Path, process: subprocess.Popen[bytes]) -> LocalCluster | None:
+def _ready_or_raise(directory: Path, process: subprocess.Popen[bytes], log: Path) -> LocalCluster | None:
     if process.poll() is not None:
-        tail = (directory / "up.log").read_text(errors="replace")[-3000:]
+        tail = log.read_text(errors="replace")[-3000:]
         raise LocalClusterError(f"the local cluster exited with {process.returncode}:\n{tail}")
     return running(directory)
 
 
-def stop(directory: Path = DEFAULT_DIR, timeout: float = 60.0) -> dict[int, str]:
-    """Stops the cluster recorded in ``directory`` and removes the directory. Returns the
-    processes that were still alive after a clean stop and had to be killed (none, normally)."""
+def stop(directory: Path = DEFAULT_DIR, timeout: float = 60.0, keep_logs: Path | None = None) -> dict[int, str]:
+    """Stops the cluster recorded in ``directory`` and removes the directory, first copying its
+    logs to ``keep_logs`` if given (``copy_logs``). Returns the processes that were still alive
+    after a clean stop and had to be killed (none, normally)."""
     try:
         cluster = LocalCluster(**json.loads((directory / INFO).read_text()))
     except (OSError, ValueError, TypeError):
@@ -154,8 +162,46 @@ def stop(directory: Path = DEFAULT_DIR, timeout: float = 60.0) -> dict[int, str]
         while (leftovers := marked_processes(cluster.session)) and time.monotonic() < deadline:
             time.sleep(0.1)
         kill_all(leftovers)
+    if keep_logs is not None:
+        copy_logs(directory, keep_logs)
     _remove(directory)
     return leftovers
+
+
+def pod_log(directory: Path, namespace: str, name: str, uid: str, container: str) -> list[Path]:
+    """A container's log files in a cluster's ``directory``, one per run (restart), oldest first:
+    the files the process kubelet writes the container's output to and ``kubectl logs`` reads."""
+    logs = directory / "kubelet" / "pods" / f"{namespace}_{name}_{uid}" / "logs" / container
+    return sorted(logs.glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else -1)
+
+
+def kept_log(log: Path, directory: Path, target: Path) -> Path:
+    """Where ``copy_logs(directory, target)`` puts ``log``, a log file in ``directory``."""
+    parts = log.relative_to(directory).parts
+    if parts[:2] == ("kubelet", "pods"):
+        namespace, name, _uid = parts[2].split("_")
+        return target.joinpath("pods", namespace, name, *parts[4:])
+    if parts[:1] == ("cluster",):
+        return target.joinpath("control-plane", *parts[1:])
+    return target.joinpath(*parts)
+
+
+def copy_logs(directory: Path, target: Path) -> list[Path]:
+    """Copies a stopped cluster's logs out of ``directory``: the control plane's (``cluster/up.log``,
+    ``cluster/logs/``) to ``target/control-plane/`` and every container's output to
+    ``target/pods/<namespace>/<pod>/<container>/<restart>.log``. Returns the copies."""
+    logs = [
+        *(directory / "cluster").glob("up.log"),
+        *(directory / "cluster" / "logs").glob("*.log"),
+        *(directory / "kubelet" / "pods").glob("*/logs/*/*.log"),
+    ]
+    copies = []
+    for log in logs:
+        copy = kept_log(log, directory, target)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(log, copy)
+        copies.append(copy)
+    return copies
 
 
 def serve(directory: Path, nodes: int, node_grace: float) -> None:

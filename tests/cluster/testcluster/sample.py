@@ -72,20 +72,21 @@ def checkpoint_path(example: Path = SAMPLE) -> str:
     return str(sample(example)["spec"]["model"]["source"]["hostPath"]["path"])
 
 
-def generate_checkpoint(target: Path, example: Path = SAMPLE) -> Path:
-    """The example's checkpoint (seeded random weights, so the same every time) written to ``target``."""
+def generate_checkpoint(target: Path, example: Path = SAMPLE, log: Path | None = None) -> Path:
+    """The example's checkpoint (seeded random weights, so the same every time) written to
+    ``target``; what the generator prints goes to ``log`` if given."""
     environment = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(
             [str(REPO / "contract"), str(REPO / "daemon_image"), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
-    subprocess.run(
-        [sys.executable, "-m", "weightcache", "gen-checkpoint", str(target), *CHECKPOINT_ARGS[example]],
-        check=True,
-        capture_output=True,
-        env=environment,
-    )
+    command = [sys.executable, "-m", "weightcache", "gen-checkpoint", str(target), *CHECKPOINT_ARGS[example]]
+    if log is None:
+        subprocess.run(command, check=True, capture_output=True, env=environment)
+    else:
+        with open(log, "w") as sink:
+            subprocess.run(command, check=True, stdout=sink, stderr=subprocess.STDOUT, env=environment)
     return target
 
 
@@ -184,15 +185,16 @@ def rendered_vllm_args(example: Path = VLLM_SAMPLE) -> list[str]:
     return vllm_args(cache)
 
 
-def vllm_disk_token_ids(checkpoint: Path, example: Path = VLLM_SAMPLE) -> list[int]:
+def vllm_disk_token_ids(checkpoint: Path, example: Path = VLLM_SAMPLE, log: Path | None = None) -> list[int]:
     """vLLM's greedy ids for VLLM_PROMPT_IDS with its default loader (``--load-format auto``) on
     ``checkpoint`` and the vLLM arguments the example's engines get (a small KV cache: engine-only),
-    in a process of its own (tests/vllm_engine/engine_process.py)."""
+    in a process of its own (tests/vllm_engine/engine_process.py) that logs to ``log`` if given
+    (else to this process's stderr)."""
     sys.path.insert(0, str(REPO / "tests" / "vllm_engine"))
     from vllm_harness import Engine
 
     args = [*rendered_vllm_args(example), "--kv-cache-memory-bytes", str(64 * 2**20)]
-    with Engine(checkpoint, args) as engine:
+    with Engine(checkpoint, args, log=log) as engine:
         modes = [r["mode"] for r in engine.report()]
         if modes != ["disk"]:
             raise RuntimeError(f"the reference engine was to load from disk, it reports {modes}")
