@@ -21,8 +21,8 @@ from weightcache_operator.vocabulary import CLI
 
 WARM_CONTAINER = "weightcache-warm"
 WARM_READY_PATH = "/ready"
-RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-"""A standard-library HTTP loop: about 20 MiB resident, CPU only for a probe a second and the
+RESOURCES = {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
+"""A standard-library HTTP loop: 35 MiB resident, CPU only for a probe a second and the
 keep-warm request (the engine's cost of one token is the engine's)."""
 
 
