@@ -42,7 +42,7 @@ def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_withou
         # vLLM's output went to the log files, not the terminal: vLLM from disk's and the engines'.
         assert "  vllm-from-disk.log " in out
         assert "Loading safetensors checkpoint shards" in (demo.logs / "vllm-from-disk.log").read_text()
-        assert all("vLLM server version" in text for text in engine_logs(demo, VLLM.engines))
+        assert all("Starting vLLM server on" in text for text in engine_logs(demo, VLLM.engines))
 
         # The completion: asked under the name the cache serves, the same greedy tokens as vLLM from disk.
         assert report["served_model"] == status["servedModelName"] == VLLM.name, (report["served_model"], status)
