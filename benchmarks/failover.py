@@ -59,7 +59,7 @@ from sample_cluster import NS, sample, sample_cluster
 from testcluster.kubelet import ProcessKubelet
 from testcluster.load import OpenLoopLoad as Load
 from testcluster.rest import Kube
-from testcluster.sample import SAMPLE, VLLM_SAMPLE, daemons_of, engines_of
+from testcluster.sample import SAMPLE, VLLM_SAMPLE, converged, daemons_of, engines_of
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 from weightcache_operator.render.warm import WARM_CONTAINER
@@ -255,7 +255,7 @@ def wait_whole(kube: Kube, target: Target, operator: subprocess.Popen, timeout: 
         assert operator.poll() is None, "the operator exited"
         status = kube.get(target.path).get("status") or {}
         engines = status.get("engines") or [{}]
-        ok = status.get("phase") == "Ready" and len(engines[0].get("standbys") or []) == 1
+        ok = converged(status) and len(engines[0].get("standbys") or []) == 1
         return status if ok else None
 
     return wait_for(

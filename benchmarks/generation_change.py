@@ -25,6 +25,7 @@ from collections import Counter
 
 from sample_cluster import DAEMONS, NS, WC, SampleCluster, sample, sample_cluster
 from testcluster.load import SteadyLoad
+from testcluster.sample import converged
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
@@ -36,7 +37,7 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
     cluster.apply(body)
     wait_for(
         lambda: (
-            cluster.status().get("phase") == "Ready"
+            converged(cluster.status())
             and len(cluster.status().get("nodes", [])) == nodes
             and all(n.get("fingerprint") for n in cluster.status()["nodes"])
         ),
@@ -74,7 +75,7 @@ def one_change(cluster: SampleCluster, requested: str, timeout: float, nodes: in
             return (
                 status.get("daemonSpecHash") != old_hash
                 and (status.get("rollout") or {}).get("phase") == "Complete"
-                and status.get("phase") == "Ready"
+                and converged(status)
                 and len(daemons) == nodes
                 and all(
                     p["metadata"]["annotations"]["weightcache.io/daemon-spec-hash"] == status["daemonSpecHash"]

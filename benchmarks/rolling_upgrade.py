@@ -25,6 +25,7 @@ from typing import Any
 
 from sample_cluster import ENGINES, NS, SampleCluster, print_table, sample, sample_cluster
 from testcluster.load import SteadyLoad
+from testcluster.sample import converged
 from testcluster.serviceproxy import ServiceProxy
 from testcluster.waiting import wait_for
 
@@ -108,7 +109,7 @@ def main() -> None:
         cluster.apply(body)
         wait_for(
             lambda: (
-                cluster.status().get("phase") == "Ready"
+                converged(cluster.status())
                 and engines_ready_on(cluster, "1", 2 * args.replicas)
                 and all(n.get("fingerprint") for n in cluster.status().get("nodes", []))
             ),

@@ -58,6 +58,7 @@ from testcluster.kubelet.hollow import HollowFleet
 from testcluster.kubelet.hollowdaemons import HollowDaemonState
 from testcluster.kubelet.nodes import NodeSpec
 from testcluster.rest import Kube
+from testcluster.sample import converged
 from testcluster.waiting import wait_for
 from weightcache_operator.act.metrics import PASS_STEPS
 from weightcache_operator.run.reconcile import SLOW_PASS_SECONDS
@@ -357,7 +358,7 @@ def main() -> None:
             def all_ready() -> bool:
                 for item in cluster.kube.get(CACHES)["items"]:
                     name = item["metadata"]["name"]
-                    if name in applied and name not in ready_at and (item.get("status") or {}).get("phase") == "Ready":
+                    if name in applied and name not in ready_at and converged(item.get("status") or {}):
                         ready_at[name] = time.monotonic()
                 return len(ready_at) == len(applied)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 from testcluster.controlplane import ControlPlane
 from testcluster.rest import ApiError, Kube
-from testcluster.sample import ENGINES, NAME, SAMPLE, pods
+from testcluster.sample import ENGINES, NAME, SAMPLE, converged, pods
 from testcluster.waiting import wait_for
 from weightcache_operator.render.warm import WARM_CONTAINER
 
@@ -108,13 +108,15 @@ def wait_phase(
     name: str = NAME,
 ) -> dict:
     """Waits for ``status.phase == want`` (and ``also(status)``) of the WeightCache ``name``: the
-    status written after a change, not a stale one from before it."""
+    status written after a change, not a stale one from before it. ``Ready`` waits for the cache
+    converged (``sample.converged``: every daemon and engine Ready too), not only serving."""
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/{name}"
 
     def status() -> dict | None:
         assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
         found = kube.get(wc).get("status") or {}
-        return found if found.get("phase") == want and also(found) else None
+        wanted = converged(found) if want == "Ready" else found.get("phase") == want
+        return found if wanted and also(found) else None
 
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
 

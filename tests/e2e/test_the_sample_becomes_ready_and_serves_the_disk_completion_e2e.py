@@ -14,7 +14,7 @@ from operator_e2e import PROMPT, gate, http_json, http_text, is_ready, total, wa
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
-from testcluster.sample import SAMPLE, pods
+from testcluster.sample import SAMPLE, converged, pods
 from testcluster.waiting import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -33,13 +33,11 @@ def test_sample_becomes_ready_and_serves_the_disk_completion(
     cluster.kubectl("apply", "-n", namespace, "-f", str(SAMPLE))
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/tiny-llama"
 
-    def phase() -> str | None:
+    def whole() -> bool:
         assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
-        return (kube.get(wc).get("status") or {}).get("phase")
+        return converged(kube.get(wc).get("status") or {})
 
-    wait_for(
-        lambda: phase() == "Ready", 300, interval=0.5, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1)
-    )
+    wait_for(whole, 300, interval=0.5, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))
 
     daemons = pods(kube, namespace, "weightcache.io/cache=tiny-llama,weightcache.io/component=daemon")
     assert sorted(p["spec"]["nodeName"] for p in daemons) == ["node-1", "node-2"] and all(map(is_ready, daemons))

@@ -227,17 +227,17 @@ def aggregate(
     engines_reason = "AllEnginesReady" if engines_ok else "EnginesFailing" if failing_engines else "EnginesStarting"
     engines_detail = engines_msg + (f"; {grouped(failing_engines)}" if failing_engines else "")
 
-    # A generation change loads new daemons and engines next to the serving ones, which is not
-    # ready in the DaemonsReady/EnginesReady sense for most of it: while the Service has a Ready
-    # active for every replica the cache serves, and GenerationChange (not the phase) says what
-    # moves. Failures of the change still make it Degraded or Failed below.
-    serving_through_change = observed.change is not None and available
+    # The phase says whether the cache serves: while the Service has a Ready active for every
+    # replica it is Ready, whatever else moves (new daemons and engines of a generation change next
+    # to the serving ones, a standby replacing one promoted by a failover, an engine rollout's
+    # surge): DaemonsReady, EnginesReady and GenerationChange say what. Failures still make it
+    # Degraded or Failed below.
     phase: Phase
     if refused and not available:
         phase = "Failed"
     elif refused or looping or observed.stranded:
         phase = "Degraded"
-    elif (daemons_ok and engines_ok) or serving_through_change:
+    elif (daemons_ok and engines_ok) or available:
         phase = "Ready"
     elif observed.daemon_pods or observed.engine_pods:
         phase = "Loading"

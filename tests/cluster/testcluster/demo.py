@@ -46,6 +46,7 @@ from .sample import (
     VLLM_SAMPLE,
     checkpoint_path,
     container_pid,
+    converged,
     daemon_facts,
     daemons_of,
     engines_of,
@@ -295,7 +296,7 @@ def prepare_sample(
 
 def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoReport, variant: Variant) -> None:
     """`kubectl get wc -w`, printed as it comes (repeats dropped, AGE left out), until the sample
-    is Ready."""
+    is Ready with its standby (the phase turns Ready once the active serves)."""
     narrator.command(["kubectl", "get", "wc", "-w"])
     applied = time.monotonic()
     watch = subprocess.Popen(
@@ -310,6 +311,7 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
         assert watch.stdout is not None
         shown: list[str] | None = None
         column: int | None = None
+        standby: int | None = None
         for line in watch.stdout:
             row = line.split()
             if not row or row[:-1] == shown:
@@ -318,6 +320,7 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
             if row[0] == "NAME":
                 # The phase is read by column: a row written before the first status has none.
                 column = line.index("PHASE")
+                standby = line.index("STANDBY")
                 print(f"            {line.rstrip()}", flush=True)
                 continue
             at = time.monotonic() - applied
@@ -326,7 +329,8 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
             phase = rest.split()[0] if rest[:1].strip() else ""
             if phase and (not report.phases or report.phases[-1][1] != phase):
                 report.phases.append((round(at, 2), phase))
-            if phase == "Ready":
+            standbys = line[standby:].split()[0] if standby is not None and line[standby:][:1].strip() else ""
+            if phase == "Ready" and standbys == "1":
                 report.ready_seconds = round(at, 2)
                 ready.set()
 
@@ -350,7 +354,7 @@ def whole(kube: Kube, variant: Variant) -> dict[str, Any] | None:
     engines = status.get("engines") or [{}]
     return (
         status
-        if status.get("phase") == "Ready" and engines[0].get("active") and len(engines[0].get("standbys") or []) == 1
+        if converged(status) and engines[0].get("active") and len(engines[0].get("standbys") or []) == 1
         else None
     )
 

@@ -103,6 +103,18 @@ def place_checkpoint(made: Path, node_roots: Iterable[Path], example: Path = SAM
     return copies
 
 
+def converged(status: dict[str, Any]) -> bool:
+    """A WeightCache status that says the cache serves (phase ``Ready``) with every daemon and every
+    active and standby engine Ready (``DaemonsReady`` and ``EnginesReady`` True): what a scenario
+    waits for before it breaks something. The phase alone says only that the cache serves."""
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    return (
+        status.get("phase") == "Ready"
+        and conditions.get("DaemonsReady") == "True"
+        and conditions.get("EnginesReady") == "True"
+    )
+
+
 def pods(kube: Kube, namespace: str, selector: str) -> list[dict[str, Any]]:
     return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector)["items"])
 

@@ -25,7 +25,9 @@ def test_status_counts_groups_and_lists_slot_ranks() -> None:
         [{"rank": 2, "ready": True}, {"rank": 3, "ready": True}],
     ]
     assert status["engines"] == [{"replica": 0, "active": "tiny-0-ga-0", "standbys": ["tiny-0-gb-0"]}]
-    assert (status["activeEngines"], status["standbyEngines"], status["phase"]) == (1, 0, "Loading")
+    # The active group serves (Ready) while the standby's group is not whole (EnginesReady False).
+    assert (status["activeEngines"], status["standbyEngines"], status["phase"]) == (1, 0, "Ready")
+    assert next(c for c in status["conditions"] if c["type"] == "EnginesReady")["status"] == "False"
     # A group missing its follower is not a ready engine, even with a Ready leader.
     lone = [p for p in complete_groups(cache) if p["metadata"]["name"] != "tiny-0-gb-1"]
     assert aggregate(cache, Observed(daemons, lone, 2), NOW).wire()["standbyEngines"] == 0

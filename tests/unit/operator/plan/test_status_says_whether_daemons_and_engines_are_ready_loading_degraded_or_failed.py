@@ -49,7 +49,9 @@ def test_status_ready_loading_and_transition_times() -> None:
     previous = WeightCacheStatus.model_validate(status).conditions
     status2 = aggregate(cache, Observed([stale], seen.engine_pods, 1), later, previous).wire()
     by_type = {c["type"]: c for c in status2["conditions"]}
-    assert status2["phase"] == "Loading" and status2["readyNodes"] == "0/1"
+    # The engines still serve, so the phase stays Ready; DaemonsReady says what is missing.
+    assert status2["phase"] == "Ready" and status2["readyNodes"] == "0/1"
+    assert by_type["DaemonsReady"]["status"] == "False"
     assert by_type["DaemonsReady"]["lastTransitionTime"] == "2026-11-29T10:05:00Z"
     assert by_type["Available"]["lastTransitionTime"] == "2026-11-29T10:00:00Z", "unchanged status keeps its time"
 

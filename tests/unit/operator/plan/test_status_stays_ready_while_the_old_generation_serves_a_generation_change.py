@@ -48,10 +48,11 @@ def test_a_cache_whose_old_generation_serves_while_the_new_one_loads_is_ready_an
     assert message.endswith("(BlueGreen: every daemon has room for a second copy)")
 
 
-def test_without_a_change_under_way_the_same_pods_say_loading_as_before() -> None:
+def test_without_a_change_under_way_the_same_pods_say_ready_with_no_change_named() -> None:
     loading = daemon("tiny-daemon-new", node="node-1", ready=False, spec_hash=NEW)
     status = aggregate(CACHE, observed(*old_generation_serving(), loading, change=None), NOW).wire()
-    assert status["phase"] == "Loading" and status["generationChange"] is None
+    assert status["phase"] == "Ready" and status["generationChange"] is None
+    assert condition(status, "DaemonsReady")[0] == "False"
     assert "GenerationChange" not in {c["type"] for c in status["conditions"]}, "none before the first change"
 
 

@@ -20,7 +20,7 @@ def test_the_standby_is_promoted_before_the_failed_active_is_deleted_and_a_new_s
         ("patch", "Pod", "tiny-0-00002", ("metadata.labels.weightcache.io/role=active",)),
         ("delete", "Pod", "tiny-0-00001", ()),
         ("create", "Pod", "tiny-0-00003", ()),
-        ("patch", "WeightCache", "tiny/status", ("status.phase=Loading",)),
+        ("patch", "WeightCache", "tiny/status", ("status.phase=Ready",)),
     ]
     assert world.role("tiny-0-00003") == "standby"
     failover = world.body["status"]["lastFailover"]
