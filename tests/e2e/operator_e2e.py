@@ -7,6 +7,7 @@ in conftest.py."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -72,6 +73,16 @@ def stop_operator(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def resync(shard: Path) -> None:
+    """The shard with one weight byte changed (same size, same safetensors header), written to a
+    temporary file and renamed over it, as rsync does."""
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0xFF  # the last byte of the last tensor's data: past the header
+    staged = shard.with_name(f".{shard.name}.resync")
+    staged.write_bytes(data)
+    os.replace(staged, shard)
 
 
 def is_ready(pod: dict) -> bool:

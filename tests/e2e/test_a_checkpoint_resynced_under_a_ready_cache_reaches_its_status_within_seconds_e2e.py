@@ -6,12 +6,11 @@ polls (observe/daemon_changes.py) rather than at its next re-read of a Ready dae
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
+from operator_e2e import resync
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
 from testcluster.sample import NAME, checkpoint_path
@@ -19,15 +18,6 @@ from testcluster.sample import NAME, checkpoint_path
 pytestmark = pytest.mark.e2e
 
 WITHIN_S = 10.0
-
-
-def resync(shard: Path) -> None:
-    """The shard with one weight byte changed (same size, same safetensors header), renamed over it."""
-    data = bytearray(shard.read_bytes())
-    data[-1] ^= 0xFF  # the last byte of the last tensor's data: past the header
-    staged = shard.with_name(f".{shard.name}.resync")
-    staged.write_bytes(data)
-    os.replace(staged, shard)
 
 
 def test_a_checkpoint_resynced_under_a_ready_cache_reaches_its_status_and_event_within_seconds(

@@ -50,12 +50,14 @@ def warm_container(cache: WeightCache, main: dict[str, Any], containers: list[di
         "command": [*CLI, "warm", *args.to_argv()],
         "env": [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}],
         "ports": [{"name": "warm", "containerPort": listen}],
-        # One second to Ready once warm; one failed probe is a cold engine (the sidecar itself
-        # already waited out the engine's warm request).
+        # One second to Ready once warm. Unready only after three failed probes of 2 s: a sidecar
+        # slow to answer on a loaded node must not fail over a healthy active (the engine's own
+        # probe judges the engine; this one only gates on having served).
         "readinessProbe": {
             "httpGet": {"path": WARM_READY_PATH, "port": listen},
             "periodSeconds": 1,
-            "failureThreshold": 1,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
         },
         "resources": RESOURCES,
     }
