@@ -78,6 +78,7 @@ def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str
     assert header == [
         "NAME",
         "PHASE",
+        "CHANGE",
         "READY",
         "NODES",
         "ACTIVE",
@@ -104,6 +105,11 @@ def test_printer_columns(cluster: ControlPlane, kube: Kube, weightcache_crd: str
     )
     row = cluster.kubectl("get", "wc", "tiny-llama", "-n", namespace, "--no-headers").stdout.split()
     assert row[:7] == ["tiny-llama", "Ready", "1/1", "1", "1", "tiny-llama", "/models/tiny-llama@seed-0"]
+    kube.patch(
+        f"{collection(namespace)}/tiny-llama/status", {"status": {"generationChange": "BlueGreen"}}, content_type=MERGE
+    )
+    row = cluster.kubectl("get", "wc", "tiny-llama", "-n", namespace, "--no-headers").stdout.split()
+    assert row[:3] == ["tiny-llama", "Ready", "BlueGreen"], row
 
 
 GPU_VARIANT = {
