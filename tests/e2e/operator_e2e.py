@@ -117,16 +117,18 @@ def wait_phase(
     timeout: float = 300,
     also: Callable[[dict], bool] = lambda status: True,
     name: str = NAME,
+    whole: bool = True,
 ) -> dict:
     """Waits for ``status.phase == want`` (and ``also(status)``) of the WeightCache ``name``: the
     status written after a change, not a stale one from before it. ``Ready`` waits for the cache
-    converged (``sample.converged``: every daemon and engine Ready too), not only serving."""
+    converged (``sample.converged``: every daemon and engine Ready too), not only serving, unless
+    ``whole`` is False."""
     wc = f"/apis/weightcache.io/v1alpha1/namespaces/{namespace}/weightcaches/{name}"
 
     def status() -> dict | None:
         assert operator.poll() is None, operator.log.read_text()[-4000:]  # type: ignore[attr-defined]
         found = kube.get(wc).get("status") or {}
-        wanted = converged(found) if want == "Ready" else found.get("phase") == want
+        wanted = converged(found) if want == "Ready" and whole else found.get("phase") == want
         return found if wanted and also(found) else None
 
     return wait_for(status, timeout, interval=0.3, describe=lambda: json.dumps(kube.get(wc).get("status"), indent=1))

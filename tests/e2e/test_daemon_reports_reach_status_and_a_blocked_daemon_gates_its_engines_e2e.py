@@ -122,8 +122,19 @@ def test_daemon_reports_reach_status_and_a_blocked_daemon_gates_its_engines(
         own = http_json(f"http://{daemons[node]['status']['podIP']}:9400/status", timeout=10)
         assert [r["ready"] for r in own["ranks"]] == [False, True] and not own["ready"], own
         assert "socket does not answer" in own["ranks"][0]["problem"]
-        # The active shares the frozen node: no Ready standby can take over, so Degraded.
-        blocked = wait_phase(kube, namespace, operator, "Degraded" if active_node == node else "Loading")
+        # The active shares the frozen node: no Ready standby can take over, so Degraded. Else the
+        # active on the other node serves: Ready, with DaemonsReady saying what is missing.
+        if active_node == node:
+            blocked = wait_phase(kube, namespace, operator, "Degraded")
+        else:
+            blocked = wait_phase(
+                kube,
+                namespace,
+                operator,
+                "Ready",
+                whole=False,
+                also=lambda s: any(c["type"] == "DaemonsReady" and c["status"] == "False" for c in s["conditions"]),
+            )
         entry = next(n for n in blocked["nodes"] if n["node"] == node)
         assert [r["ready"] for r in entry["ranks"]] == [False, False], entry
     finally:
