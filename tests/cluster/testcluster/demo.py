@@ -311,7 +311,6 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
         assert watch.stdout is not None
         shown: list[str] | None = None
         column: int | None = None
-        standby: int | None = None
         for line in watch.stdout:
             row = line.split()
             if not row or row[:-1] == shown:
@@ -320,7 +319,6 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
             if row[0] == "NAME":
                 # The phase is read by column: a row written before the first status has none.
                 column = line.index("PHASE")
-                standby = line.index("STANDBY")
                 print(f"            {line.rstrip()}", flush=True)
                 continue
             at = time.monotonic() - applied
@@ -329,15 +327,22 @@ def watch_until_ready(cluster: LocalCluster, narrator: Narrator, report: DemoRep
             phase = rest.split()[0] if rest[:1].strip() else ""
             if phase and (not report.phases or report.phases[-1][1] != phase):
                 report.phases.append((round(at, 2), phase))
-            standbys = line[standby:].split()[0] if standby is not None and line[standby:][:1].strip() else ""
-            if phase == "Ready" and standbys == "1":
+            if phase == "Ready" and converged(cluster.kube().get(variant.wc).get("status") or {}):
                 report.ready_seconds = round(at, 2)
                 ready.set()
 
     reader = threading.Thread(target=follow, daemon=True)
     reader.start()
     try:
-        if not ready.wait(variant.ready_timeout):
+        # The phase turns Ready once the active serves; the standby may come a moment later, in a
+        # status write the watch prints too, or in none if both were Ready at once: ask the API.
+        deadline = time.monotonic() + variant.ready_timeout
+        while not ready.is_set() and time.monotonic() < deadline:
+            if report.phases and report.phases[-1][1] == "Ready" and whole(cluster.kube(), variant):
+                report.ready_seconds = report.ready_seconds or round(time.monotonic() - applied, 2)
+                ready.set()
+            ready.wait(0.5)
+        if not ready.is_set():
             raise RuntimeError(
                 f"{variant.name} not Ready within {variant.ready_timeout:.0f}s; "
                 f"status: {cluster.kube().get(variant.wc).get('status')}"
