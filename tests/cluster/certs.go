@@ -26,7 +26,7 @@ type pki struct {
 	KubeletCert, KubeletKey string
 }
 
-func newPKI(dir string) (*pki, error) {
+func newPKI(dir string, address net.IP) (*pki, error) {
 	p := &pki{
 		CACert:            filepath.Join(dir, "ca.crt"),
 		ServingCert:       filepath.Join(dir, "apiserver.crt"),
@@ -57,9 +57,9 @@ func newPKI(dir string) (*pki, error) {
 
 	serving := certificateTemplate("kube-apiserver")
 	serving.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
-	// Pods reach the API server on 127.0.0.1 (in-cluster config) and clients may use the
+	// Pods reach the API server on its address (in-cluster config) and clients may use the
 	// Service names or the first Service IP, so all of them must verify.
-	serving.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP(serviceIP)}
+	serving.IPAddresses = []net.IP{net.ParseIP("127.0.0.1"), address, net.ParseIP(serviceIP)}
 	serving.DNSNames = []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}
 	if err := signLeaf(p.ServingCert, p.ServingKey, serving, caCert, caKey); err != nil {
 		return nil, err

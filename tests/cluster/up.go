@@ -33,6 +33,7 @@ const (
 // upOptions are the few knobs tests need; everything else is fixed so every run is alike.
 type upOptions struct {
 	dir                    string
+	address                string
 	nodeMonitorGracePeriod time.Duration
 	verbosity              int
 }
@@ -44,11 +45,13 @@ func runUp(args []string) int {
 	var opts upOptions
 	flags := flag.NewFlagSet("up", flag.ContinueOnError)
 	flags.StringVar(&opts.dir, "dir", "", "state directory (certificates, etcd data, logs, kubeconfig)")
+	flags.StringVar(&opts.address, "address", "127.0.0.1",
+		"the API server's address: 127.0.0.1, or the host's address on the nodes' bridge when nodes have networks of their own")
 	flags.DurationVar(&opts.nodeMonitorGracePeriod, "node-monitor-grace-period", 6*time.Second,
 		"how long a node may miss heartbeats before it turns NotReady")
 	flags.IntVar(&opts.verbosity, "v", 1, "klog verbosity of the components")
-	if err := flags.Parse(args); err != nil || opts.dir == "" {
-		fmt.Fprintln(os.Stderr, "usage: kcluster up --dir DIR [--node-monitor-grace-period 6s] [--v N]")
+	if err := flags.Parse(args); err != nil || opts.dir == "" || net.ParseIP(opts.address) == nil {
+		fmt.Fprintln(os.Stderr, "usage: kcluster up --dir DIR [--address IP] [--node-monitor-grace-period 6s] [--v N]")
 		return 2
 	}
 	if err := up(opts); err != nil {
@@ -69,7 +72,7 @@ func up(opts upOptions) error {
 			return err
 		}
 	}
-	certs, err := newPKI(filepath.Join(dir, "pki"))
+	certs, err := newPKI(filepath.Join(dir, "pki"), net.ParseIP(opts.address))
 	if err != nil {
 		return fmt.Errorf("certificates: %w", err)
 	}
@@ -85,7 +88,7 @@ func up(opts upOptions) error {
 	}
 	defer etcd.Close()
 
-	server := fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	server := fmt.Sprintf("https://%s:%d", opts.address, apiPort)
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, server, certs); err != nil {
 		return err
@@ -105,10 +108,10 @@ func up(opts upOptions) error {
 		{name: "kube-apiserver", args: []string{
 			fmt.Sprintf("--etcd-servers=http://127.0.0.1:%d", etcdClientPort),
 			fmt.Sprintf("--secure-port=%d", apiPort),
-			"--bind-address=127.0.0.1",
-			"--advertise-address=127.0.0.1",
+			"--bind-address=" + opts.address,
+			"--advertise-address=" + opts.address,
 			// Endpoints may not hold loopback addresses, so the "kubernetes" Service gets
-			// none; pods find the API server through KUBERNETES_SERVICE_HOST=127.0.0.1.
+			// none; pods find the API server through KUBERNETES_SERVICE_HOST (the address).
 			"--endpoint-reconciler-type=none",
 			"--tls-cert-file=" + certs.ServingCert,
 			"--tls-private-key-file=" + certs.ServingKey,

@@ -17,6 +17,7 @@ import kubernetes.client
 import kubernetes.config
 
 from .binaries import ClientTools, client_tools, control_plane_binary
+from .kubelet.podnetwork import api_address
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +41,17 @@ class ControlPlane:
     """
 
     def __init__(
-        self, state_dir: Path, *, node_monitor_grace_period: float = 6.0, environment: dict[str, str] | None = None
+        self,
+        state_dir: Path,
+        *,
+        node_monitor_grace_period: float = 6.0,
+        environment: dict[str, str] | None = None,
+        address: str | None = None,
     ) -> None:
+        """``address``: where the API server listens; by default on the nodes' bridge when
+        nodes can have networks of their own, else 127.0.0.1 (``podnetwork.api_address``)."""
         self.state_dir = state_dir
+        self.address = address
         self.node_monitor_grace_period = node_monitor_grace_period
         self._environment = environment or {}
         self._process: subprocess.Popen[str] | None = None
@@ -57,6 +66,8 @@ class ControlPlane:
         ``kcluster up`` picks free ports and another process may take one before it binds."""
         binary = control_plane_binary()
         self._tools = client_tools()
+        if self.address is None:
+            self.address = api_address()
         for attempt in range(1, attempts + 1):
             try:
                 self._start_once(binary, timeout)
@@ -76,6 +87,7 @@ class ControlPlane:
             "--dir",
             str(self.state_dir),
             f"--node-monitor-grace-period={self.node_monitor_grace_period}s",
+            f"--address={self.address}",
         ]
         setpriv = shutil.which("setpriv")
         if setpriv:

@@ -23,6 +23,7 @@ def follow(
     what: str,
     resource_version: str | None = None,
     retry_s: float = 0.2,
+    watch_seconds: int = 60,
     **params: Any,
 ) -> None:
     """Hands every event of ``path`` but bookmarks to ``on_event`` until ``stopped`` is set.
@@ -30,12 +31,15 @@ def follow(
     ``relist`` lists afresh, brings the caller's state in line with the listing (objects deleted
     while no watch was open send no DELETED) and returns the listing's resourceVersion; it runs
     first when no ``resource_version`` is given, and after every failed watch (410 Gone, a lost
-    connection). ``params`` (a labelSelector, say) go with every watch."""
+    connection). ``params`` (a labelSelector, say) go with every watch, each of which the server
+    ends after ``watch_seconds`` (a silent stream is given up 10 s after that)."""
     while not stopped.is_set():
         try:
             if resource_version is None:
                 resource_version = relist()
-            for kind, obj in kube.watch(path, resource_version=resource_version, timeout_seconds=60, **params):
+            for kind, obj in kube.watch(
+                path, resource_version=resource_version, timeout_seconds=watch_seconds, **params
+            ):
                 if stopped.is_set():
                     return
                 if kind == "ERROR":

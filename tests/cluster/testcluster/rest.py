@@ -17,6 +17,8 @@ from typing import Any
 import urllib3
 import yaml
 
+from .netns import entered
+
 Object = dict[str, Any]
 
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
@@ -44,8 +46,10 @@ class Kube:
         cert_file: Path | None = None,
         key_file: Path | None = None,
         token: str | None = None,
+        netns: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
+        self._credentials = (ca_file, cert_file, key_file, token)
         context = ssl.create_default_context(cafile=str(ca_file))
         if cert_file and key_file:
             context.load_cert_chain(str(cert_file), str(key_file))
@@ -53,6 +57,21 @@ class Kube:
         if token:
             self._headers["Authorization"] = f"Bearer {token}"
         self._pool = urllib3.PoolManager(ssl_context=context, maxsize=16, retries=False)
+        if netns is not None:
+            self._pool.pool_classes_by_scheme = {"https": _pool_in(netns)}  # type: ignore[assignment]
+
+    def from_namespace(self, netns: str | None) -> Kube:
+        """The same identity, its connections made inside network namespace ``netns``: what a
+        node's kubelet uses, so a cut link cuts it off (``testcluster.kubelet.nodenetwork``)."""
+        if netns is None:
+            return self
+        ca_file, cert_file, key_file, token = self._credentials
+        return Kube(self.server, ca_file, cert_file=cert_file, key_file=key_file, token=token, netns=netns)
+
+    @property
+    def host(self) -> str:
+        """The API server's address, as pods are told it (KUBERNETES_SERVICE_HOST)."""
+        return str(urllib.parse.urlsplit(self.server).hostname)
 
     @classmethod
     def from_kubeconfig(cls, path: Path) -> Kube:
@@ -148,3 +167,17 @@ class Kube:
             # half-read connection to the next request.
             response.close()
             response.release_conn()
+
+
+def _pool_in(netns: str) -> type[urllib3.HTTPSConnectionPool]:
+    """A connection pool whose new connections are made inside network namespace ``netns``."""
+
+    class Connection(urllib3.connection.HTTPSConnection):
+        def _new_conn(self) -> Any:
+            with entered(netns):
+                return super()._new_conn()
+
+    class Pool(urllib3.HTTPSConnectionPool):
+        ConnectionCls = Connection
+
+    return Pool

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..netns import entered
 from ..rest import Object
 from . import termination
 from .environment import expand
@@ -35,6 +36,10 @@ class LaunchSpec:
     log_dir: Path
     pod_ip: str
     isolated: bool
+    netns: str | None = None
+    """The node's network namespace, where the process starts and probes connect; None: the host's."""
+    hostname: str | None = None
+    """The pod's hostname (a UTS namespace of its own); None: the host's (hostNetwork)."""
     termination_dir: Path | None = None
     """Where each start's termination-message file lives on the host (termination.py); None: no file."""
     message_limit: int = termination.MAX_BYTES
@@ -157,14 +162,16 @@ class ContainerRunner:
             mounts.append(Mount(message_file, termination.message_path(self.spec)))
         with open(log_path, "ab") as log_file:
             try:
-                process = start_process(
-                    argv,
-                    self.launch.environment,
-                    self.launch.working_dir,
-                    mounts,
-                    log_file,
-                    self.launch.isolated,
-                )
+                with entered(self.launch.netns):
+                    process = start_process(
+                        argv,
+                        self.launch.environment,
+                        self.launch.working_dir,
+                        mounts,
+                        log_file,
+                        self.launch.isolated,
+                        self.launch.hostname,
+                    )
             except OSError as error:
                 self._terminate_state(128, "StartError", str(error))
                 return 128
@@ -214,7 +221,9 @@ class ContainerRunner:
 
     def _start_probes(self, pid: int) -> None:
         ports = {p["name"]: int(p["containerPort"]) for p in self.spec.get("ports", []) or [] if p.get("name")}
-        target = ProbeTarget(self.launch.pod_ip, ports, pid, self.launch.environment, self.launch.isolated)
+        target = ProbeTarget(
+            self.launch.pod_ip, ports, pid, self.launch.environment, self.launch.isolated, self.launch.netns
+        )
         self._target = target
         if "startupProbe" in self.spec:
             self._probes.append(

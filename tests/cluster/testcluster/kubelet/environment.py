@@ -28,7 +28,7 @@ class MissingReference(Exception):
 
 
 def container_environment(
-    kube: Kube, pod: Object, container: Object, base: Mapping[str, str], api_port: int
+    kube: Kube, pod: Object, container: Object, base: Mapping[str, str], api_host: str, api_port: int
 ) -> dict[str, str]:
     namespace = pod["metadata"]["namespace"]
     cache: dict[str, Object | None] = {}
@@ -49,11 +49,11 @@ def container_environment(
         {
             "HOSTNAME": pod["metadata"]["name"],
             # The Service IP of "kubernetes" is not routed here; in-cluster clients go straight to
-            # the API server, whose certificate is valid for 127.0.0.1.
-            "KUBERNETES_SERVICE_HOST": "127.0.0.1",
+            # the API server, whose certificate is valid for its address.
+            "KUBERNETES_SERVICE_HOST": api_host,
             "KUBERNETES_SERVICE_PORT": str(api_port),
             "KUBERNETES_SERVICE_PORT_HTTPS": str(api_port),
-            "KUBERNETES_PORT": f"tcp://127.0.0.1:{api_port}",
+            "KUBERNETES_PORT": f"tcp://{api_host}:{api_port}",
         }
     )
     for source in container.get("envFrom", []) or []:

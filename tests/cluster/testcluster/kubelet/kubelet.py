@@ -10,10 +10,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..netns import entered
 from ..reflector import follow
 from ..rest import Kube, Object
 from .devices import GPU_RESOURCE, GpuPool
 from .logserver import KUBELET_PORT, LogServer
+from .nodenetwork import HOST_ADDRESS, NodeNetwork
 from .nodes import NodeAgent, NodeSpec
 from .podnetwork import NodeAddresses, ensure_pod_network
 from .pods import PodContext, PodWorker, delete_pod_object
@@ -52,9 +54,13 @@ class ProcessKubelet:
         self._failed_nodes: set[str] = set()
         self._lock = threading.RLock()
         self._stop = threading.Event()
-        self._watch_thread: threading.Thread | None = None
+        self._watch_threads: list[threading.Thread] = []
         self.isolated = mount_namespaces_available()
-        self.writer = StatusWriter(kube, self._may_report)
+        # A node's own traffic with the API server (heartbeats, its pod watch, status writes,
+        # what its pods' volumes and environment read) goes through its network, as a real
+        # kubelet's does, so cutting the node's link cuts that too.
+        self.node_kube: dict[str, Kube] = {}
+        self.writers: dict[str, StatusWriter] = {}
         self.log_servers: list[LogServer] = []
         self.gpu_pools: dict[str, GpuPool] = {}
 
@@ -62,25 +68,33 @@ class ProcessKubelet:
 
     def start(self) -> None:
         routable = ensure_pod_network()
+        # Nodes can have networks of their own only when they can reach the API server over
+        # them: it listens on the bridge (``testcluster.kubelet.podnetwork.api_address``).
+        own_networks = routable and self.kube.host == HOST_ADDRESS
         for spec in self.config.nodes:
-            self.addresses[spec.name] = NodeAddresses(routable)
+            self.addresses[spec.name] = NodeAddresses(routable, own_network=own_networks, on_interface=True)
             node_ip = self.addresses[spec.name].node_ip
+            kube = self.node_kube[spec.name] = self.kube.from_namespace(self.netns(spec.name))
             port = 0
             if self.config.serving_cert:
                 cert, key = self.config.serving_cert
-                self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
+                with entered(self.netns(spec.name)):
+                    self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
                 port = KUBELET_PORT
-            agent = NodeAgent(self.kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
+            agent = NodeAgent(kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
             agent.register()
             self.agents[spec.name] = agent
             self.gpu_pools[spec.name] = GpuPool(spec.name, int(spec.capacity.get(GPU_RESOURCE, "0")))
+            self.writers[spec.name] = StatusWriter(kube, self._may_report)
             (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
-        self.writer.start()
-        resource_version = self._resync()
-        self._watch_thread = threading.Thread(
-            target=self._watch, args=(resource_version,), daemon=True, name="kubelet-pod-watch"
-        )
-        self._watch_thread.start()
+        for name, writer in self.writers.items():
+            writer.start()
+            resource_version = self._resync(name)
+            thread = threading.Thread(
+                target=self._watch, args=(name, resource_version), daemon=True, name=f"kubelet-pod-watch-{name}"
+            )
+            thread.start()
+            self._watch_threads.append(thread)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stops every pod (SIGTERM, then SIGKILL after ``grace``) and the heartbeats."""
@@ -94,7 +108,8 @@ class ProcessKubelet:
             for runner in [*worker.runners, *worker.init_runners]:
                 runner.finished.wait(max(0.0, deadline - time.monotonic()))
             worker.kill()
-        self.writer.stop()
+        for writer in self.writers.values():
+            writer.stop()
         for agent in self.agents.values():
             agent.stop()
         for server in self.log_servers:
@@ -108,6 +123,32 @@ class ProcessKubelet:
     def node_root(self, node: str) -> Path:
         """The directory that plays the node's "/" for hostPath volumes."""
         return self.config.root / "nodes" / node / "root"
+
+    def network(self, node: str) -> NodeNetwork:
+        """The node's network namespace and link, where faults are made (``cut``, ``shape``,
+        ``heal``); an error if the nodes share the host's network."""
+        network = self.addresses[node].network
+        if network is None:
+            raise RuntimeError(
+                f"{node} shares the host's network (not root, no iptables, or the API server on 127.0.0.1): "
+                "network faults need nodes with networks of their own"
+            )
+        return network
+
+    def cut(self, node: str, only_api: bool = False) -> None:
+        """Cuts ``node`` off: from everything, or (``only_api``) from the API server alone."""
+        if only_api:
+            self.network(node).cut_from_api(self.api_port)
+        else:
+            self.network(node).cut()
+
+    def heal(self, node: str) -> None:
+        self.network(node).heal()
+
+    def netns(self, node: str) -> str | None:
+        """The node's network namespace, or None where nodes share the host's network."""
+        network = self.addresses[node].network
+        return network.namespace if network is not None else None
 
     def fail_node(self, node: str) -> None:
         """Simulates a dead node: heartbeats stop and its pods' processes are SIGKILLed at once.
@@ -131,7 +172,7 @@ class ProcessKubelet:
         with self._lock:
             self._failed_nodes.discard(node)
         self.agents[node].recover()
-        self._resync()
+        self._resync(node)
 
     # -- pods ------------------------------------------------------------------------------------
 
@@ -191,42 +232,48 @@ class ProcessKubelet:
             **self.config.environment,
         }
         return PodContext(
-            kube=self.kube,
+            kube=self.node_kube[node],
             node_name=node,
             node_ip=self.addresses[node].node_ip,
+            netns=self.netns(node),
             node_root=self.node_root(node),
             pods_root=self.config.root / "pods",
+            api_host=self.kube.host,
             api_port=self.api_port,
             base_environment=base,
             isolated=self.isolated,
             backoff_base=self.config.backoff_base,
             backoff_cap=self.config.backoff_cap,
-            submit_status=self.writer.submit,
+            submit_status=self.writers[node].submit,
             release_ip=self.addresses[node].release,
             gpus=self.gpu_pools[node],
         )
 
-    def _resync(self) -> str:
-        listing = self.kube.get("/api/v1/pods")
+    def _resync(self, node: str) -> str:
+        """Lists the node's pods, as its kubelet does, and brings its workers in line."""
+        listing = self.node_kube[node].get("/api/v1/pods", fieldSelector=f"spec.nodeName={node}")
         listed = {pod["metadata"]["uid"] for pod in listing.get("items", [])}
         with self._lock:
             # Pods deleted while no watch was open never send DELETED: stop them here.
-            vanished = [w.pod for uid, w in self.workers.items() if uid not in listed]
+            vanished = [w.pod for uid, w in self.workers.items() if w.context.node_name == node and uid not in listed]
         for pod in vanished:
             self._handle("DELETED", pod)
         for pod in listing.get("items", []):
             self._handle("ADDED", pod)
         return listing["metadata"]["resourceVersion"]
 
-    def _watch(self, resource_version: str) -> None:
+    def _watch(self, node: str, resource_version: str) -> None:
         follow(
-            self.kube,
+            self.node_kube[node],
             "/api/v1/pods",
-            relist=self._resync,
+            relist=lambda: self._resync(node),
             on_event=self._handle,
             stopped=self._stop,
-            what="pod watch",
+            what=f"pod watch of {node}",
             resource_version=resource_version,
+            # A node cut off and healed finds out its stream is dead within this (+10 s).
+            watch_seconds=15,
+            fieldSelector=f"spec.nodeName={node}",
         )
 
     def _handle(self, kind: str, pod: Object) -> None:
@@ -249,14 +296,14 @@ class ProcessKubelet:
             if pod["metadata"].get("deletionTimestamp"):
                 if worker is None:
                     threading.Thread(
-                        target=delete_pod_object, args=(self.kube, namespace, name, uid), daemon=True
+                        target=delete_pod_object, args=(self.node_kube[node], namespace, name, uid), daemon=True
                     ).start()
                 elif not worker.terminating:
                     worker.pod = pod
                     grace = float(pod["metadata"].get("deletionGracePeriodSeconds", 30))
 
                     def remove(worker: PodWorker = worker) -> None:
-                        delete_pod_object(self.kube, worker.namespace, worker.name, worker.uid)
+                        delete_pod_object(self.node_kube[node], worker.namespace, worker.name, worker.uid)
 
                     worker.terminate(grace, then=remove)
                 return

@@ -1,18 +1,19 @@
 """Pod and node addresses that local processes can bind to and EndpointSlices accept.
 
-The issue asked for 127.0.x.y pod IPs, but the API server rejects loopback addresses in
-EndpointSlices (``ValidateEndpointIP``: "may not be in the loopback range"), so the
-EndpointSlice controller could never publish such pods. Instead the kubelet makes the
-benchmarking range 198.18.0.0/16 (RFC 2544, never routed on real networks) local with one
-``ip route add local 198.18.0.0/16 dev lo``: like 127.0.0.0/8, every address in it is then
-bindable on this host without configuring each one. Each node claims a free /24 in it
-(198.18.K.0/24, K from 1) by holding an flock on ``/tmp/weightcache-podnet/K.lock`` for the
-kubelet's lifetime, so two test sessions on one machine never hand out the same pod IP. The
-node itself is 198.18.K.1, its pods 198.18.K.2-254. The route is left in place: it is
-harmless, and other test sessions on the machine may be using it at the same time.
+The API server rejects loopback addresses in EndpointSlices (``ValidateEndpointIP``: "may not
+be in the loopback range"), so pods get addresses from the benchmarking range 198.18.0.0/16
+(RFC 2544, never routed on real networks). Each node claims a free /24 in it (198.18.K.0/24,
+K from 1) by holding an flock on ``/tmp/weightcache-podnet/K.lock`` for the kubelet's
+lifetime, so two test sessions on one machine never hand out the same pod IP. The node itself
+is 198.18.K.1, its pods 198.18.K.2-254.
 
-Without root the route cannot be added; pods then get 127.100.K.x addresses, which
-work for direct connections but never appear in EndpointSlices.
+Where the /24 lives: a process-kubelet node whose API server is on the nodes' bridge gets a
+network namespace of its own with the /24 local inside it (``nodenetwork``); a hollow node, or
+a node of a cluster whose API server is on 127.0.0.1, gets the /24 local on the host's
+loopback (``ip route add local 198.18.K.0/24 dev lo``), removed when the node closes.
+
+Without root no route can be added; pods then get 127.100.K.x addresses, which work for
+direct connections but never appear in EndpointSlices.
 """
 
 from __future__ import annotations
@@ -21,38 +22,48 @@ import fcntl
 import ipaddress
 import logging
 import os
-import subprocess
 import threading
 from pathlib import Path
 
-POD_NETWORK = ipaddress.ip_network("198.18.0.0/16")
+from . import nodenetwork
+from .nodenetwork import namespace_of
+
+POD_NETWORK = ipaddress.ip_network(nodenetwork.POD_NETWORK)
 LOOPBACK_FALLBACK_BASE = 100
 FALLBACK = "pod IPs fall back to 127.100.K.x and stay out of EndpointSlices"
 
 log = logging.getLogger(__name__)
 
 
+LOCK_DIR = Path("/tmp/weightcache-podnet")
+
+
 def ensure_pod_network() -> bool:
-    """Makes 198.18.0.0/16 local; returns False (loopback fallback) when that is impossible."""
+    """Makes 198.18.0.0/16 reachable from the host (the nodes' bridge, ``nodenetwork``);
+    returns False (loopback fallback) when that is impossible."""
     if os.geteuid() != 0:
         log.warning("not root: %s", FALLBACK)
         return False
     try:
-        result = subprocess.run(
-            ["ip", "route", "replace", "local", str(POD_NETWORK), "dev", "lo", "table", "local"],
-            capture_output=True,
-            text=True,
-        )
+        nodenetwork.ensure_bridge(LOCK_DIR)
     except FileNotFoundError:
         log.warning("no ip command (iproute2): %s", FALLBACK)
         return False
-    if result.returncode != 0:
-        log.warning("cannot route %s locally (%s): %s", POD_NETWORK, result.stderr.strip(), FALLBACK)
+    except nodenetwork.NodeNetworkError as error:
+        log.warning("cannot make the pod network (%s): %s", error, FALLBACK)
         return False
     return True
 
 
-LOCK_DIR = Path("/tmp/weightcache-podnet")
+def api_address() -> str:
+    """Where a new control plane's API server listens: on the nodes' bridge when nodes can have
+    networks of their own (so they reach it over their links), else on 127.0.0.1."""
+    if not ensure_pod_network():
+        return "127.0.0.1"
+    if (why := nodenetwork.available()) is not None:
+        log.warning("nodes share the host's network: %s", why)
+        return "127.0.0.1"
+    return nodenetwork.HOST_ADDRESS
 
 
 def claim_subnet(routable: bool) -> tuple[int, int]:
@@ -72,10 +83,28 @@ class NodeAddresses:
     """Hands out one node's pod IPs, reusing freed ones last so a new pod rarely gets the
     address a deleted pod's clients may still be talking to."""
 
-    def __init__(self, routable: bool) -> None:
+    def __init__(self, routable: bool, own_network: bool = False, on_interface: bool = False) -> None:
+        """``own_network``: the /24 lives in a network namespace of the node's own
+        (``self.network``); else, when ``routable``, on the host's loopback. ``on_interface``:
+        each allocated address is also put on an interface (the node's eth0, or the host's lo),
+        as a pod's IP is on its eth0: gloo, for one, binds only to an interface's address."""
         octet, self._lock_fd = claim_subnet(routable)
         first, second = (198, 18) if routable else (127, LOOPBACK_FALLBACK_BASE)
         third = octet
+        self.network: nodenetwork.NodeNetwork | None = None
+        self._local_route: list[str] = []
+        self._interface: list[str] = []
+        if routable and on_interface:
+            self._interface = ["-n", namespace_of(octet), "addr"] if own_network else ["addr"]
+        try:
+            if routable and own_network:
+                self.network = nodenetwork.NodeNetwork(octet).create()
+            elif routable:
+                self._local_route = ["local", f"198.18.{octet}.0/24", "dev", "lo", "table", "local"]
+                nodenetwork.run_ip("ip", "route", "replace", *self._local_route)
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
         self.node_ip = f"{first}.{second}.{third}.1"
         self._prefix = f"{first}.{second}.{third}."
         self._free = [f"{self._prefix}{host}" for host in range(2, 255)]
@@ -87,16 +116,39 @@ class NodeAddresses:
         with self._lock:
             if previous in self._free:
                 self._free.remove(previous)
-                return previous
-            if not self._free:
+                address = previous
+            elif not self._free:
                 raise RuntimeError(f"no pod IPs left on {self._prefix}0/24")
-            return self._free.pop(0)
+            else:
+                address = self._free.pop(0)
+        self._assign(address)
+        return address
 
     def close(self) -> None:
-        """Gives the subnet back (closing the fd drops the flock)."""
+        """Removes the node's network or route, then gives the subnet back (closing the fd drops
+        the flock)."""
+        if self.network is not None:
+            self.network.remove()
+        if self._local_route:
+            nodenetwork.run_ip("ip", "route", "del", *self._local_route, check=False)
+        if self._interface and self.network is None:
+            for host in range(2, 255):
+                if f"{self._prefix}{host}" not in self._free:
+                    nodenetwork.run_ip("ip", "addr", "del", f"{self._prefix}{host}/32", "dev", "lo", check=False)
         os.close(self._lock_fd)
 
     def release(self, address: str) -> None:
         with self._lock:
-            if address.startswith(self._prefix) and address not in self._free:
-                self._free.append(address)
+            if not address.startswith(self._prefix) or address in self._free:
+                return
+            self._free.append(address)
+        if self._interface:
+            nodenetwork.run_ip("ip", *self._interface, "del", f"{address}/32", "dev", self._device, check=False)
+
+    @property
+    def _device(self) -> str:
+        return "eth0" if self.network is not None else "lo"
+
+    def _assign(self, address: str) -> None:
+        if self._interface:
+            nodenetwork.run_ip("ip", *self._interface, "replace", f"{address}/32", "dev", self._device)

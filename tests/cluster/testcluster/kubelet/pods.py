@@ -34,8 +34,10 @@ class PodContext:
     kube: Kube
     node_name: str
     node_ip: str
+    netns: str | None
     node_root: Path
     pods_root: Path
+    api_host: str
     api_port: int
     base_environment: dict[str, str]
     isolated: bool
@@ -132,6 +134,17 @@ class PodWorker:
                 time.sleep(0.5)
         return None
 
+    def _hosts_file(self, hostname: str) -> Path:
+        hosts = self.pod_dir / "etc-hosts"
+        if not hosts.exists():
+            hosts.parent.mkdir(parents=True, exist_ok=True)
+            hosts.write_text(
+                "# Kubernetes-managed hosts file (the process kubelet).\n"
+                "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+                f"{self.pod_ip}\t{hostname}\n"
+            )
+        return hosts
+
     def _runner(self, spec: Object, volumes: dict[str, Path], *, init: bool) -> ContainerRunner:
         mounts = [
             Mount(
@@ -141,6 +154,13 @@ class PodWorker:
             )
             for m in spec.get("volumeMounts", []) or []
         ]
+        hostname = None
+        if not self.host_network:
+            # As a real kubelet does: the pod's hostname is its name (or spec.hostname) and its
+            # /etc/hosts says that name is the pod's IP, so a process that advertises its own
+            # address by hostname (gloo's rendezvous does) gives one its peers can reach.
+            hostname = (self.pod["spec"].get("hostname") or self.name)[:63]
+            mounts.append(Mount(self._hosts_file(hostname), "/etc/hosts", read_only=True))
         launch = LaunchSpec(
             argv=[],
             environment={},
@@ -149,6 +169,8 @@ class PodWorker:
             log_dir=self.pod_dir / "logs" / spec["name"],
             pod_ip=self.pod_ip,
             isolated=self.context.isolated,
+            netns=self.context.netns,
+            hostname=hostname,
             termination_dir=self.pod_dir / "containers" / spec["name"],
             message_limit=termination.budget(self.pod["spec"]),
         )
@@ -183,7 +205,12 @@ class PodWorker:
                     },
                 }
                 environment = container_environment(
-                    self.context.kube, pod, runner.spec, self.context.base_environment, self.context.api_port
+                    self.context.kube,
+                    pod,
+                    runner.spec,
+                    self.context.base_environment,
+                    self.context.api_host,
+                    self.context.api_port,
                 )
                 break
             except MissingReference as missing:

@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..netns import entered
 from ..rest import Object
 
 
@@ -22,9 +23,16 @@ class ProbeTarget:
     pid: int
     environment: dict[str, str]
     isolated: bool
+    netns: str | None = None
 
 
 def probe_once(probe: Object, target: ProbeTarget) -> tuple[bool, str]:
+    """Probes from the node's network, as the node's kubelet does."""
+    with entered(target.netns):
+        return _probe_once(probe, target)
+
+
+def _probe_once(probe: Object, target: ProbeTarget) -> tuple[bool, str]:
     timeout = float(probe.get("timeoutSeconds", 1))
     try:
         if "exec" in probe:

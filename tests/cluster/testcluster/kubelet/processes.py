@@ -55,12 +55,16 @@ def start_process(
     mounts: Sequence[Mount],
     log: IO[bytes],
     isolate: bool,
+    hostname: str | None = None,
 ) -> subprocess.Popen[bytes]:
     """Starts the container's command; the returned Popen's pid is the command itself
-    (unshare and the mount script exec into it), so waiting on it sees the real exit code."""
+    (unshare and the mount script exec into it), so waiting on it sees the real exit code.
+    ``hostname``: the container's, in a UTS namespace of its own (isolated only)."""
     if isolate:
         _remember_missing([Path(mount.target) for mount in mounts] + ([Path(working_dir)] if working_dir else []))
         lines = ["set -e"]
+        if hostname:
+            lines.append(f"echo {shlex.quote(hostname)} > /proc/sys/kernel/hostname")
         for mount in mounts:
             target = shlex.quote(mount.target)
             if mount.source.is_dir():
@@ -76,6 +80,7 @@ def start_process(
         command = [
             "unshare",
             "--mount",
+            *(["--uts"] if hostname else []),
             "--propagation",
             "private",
             "--",
