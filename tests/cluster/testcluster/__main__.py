@@ -9,6 +9,10 @@
   the nodes labelled and the checkpoint placed for examples/weightcache-cpu.yaml.
 - ``demo``: the operator's main job, narrated, on a fresh detached cluster (``make demo``;
   ``--engine vllm``: on examples/weightcache-vllm-cpu.yaml, ``make demo ENGINE=vllm``).
+- ``fault NODE cut|cut-api|slow|heal|show``: network faults on a detached cluster's node (its
+  network namespace): ``cut`` drops all its traffic but loopback, ``cut-api`` only its traffic
+  with the API server, ``slow --rate-kbit R --loss P`` limits and thins its link, ``heal``
+  removes them all, ``show`` lists what is in place (``testcluster.kubelet.nodenetwork``).
 - ``which helm|kubectl`` prints the path of the unpacked tool (unpacking it once), for the
   Makefile's ``manifests`` target; it starts nothing.
 """
@@ -22,13 +26,18 @@ import tempfile
 from pathlib import Path
 
 from .binaries import client_tools
+from .kubelet.nodenetwork import NodeNetworkError
 from .local import DEFAULT_DIR, LocalClusterError, running, serve, start_detached, stop
+
+FAULTS = ("cut", "cut-api", "slow", "heal", "show")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m testcluster")
-    parser.add_argument("command", choices=["up", "down", "sample", "demo", "which"])
-    parser.add_argument("tool", nargs="?", choices=["helm", "kubectl"], help="for `which`")
+    parser.add_argument("command", choices=["up", "down", "sample", "demo", "which", "fault"])
+    parser.add_argument("words", nargs="*", help="which: helm or kubectl; fault: NODE and cut|cut-api|slow|heal|show")
+    parser.add_argument("--rate-kbit", type=int, default=None, help="fault slow: the link's rate each way")
+    parser.add_argument("--loss", type=float, default=0.0, help="fault slow: the share of packets dropped each way")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument(
         "--dir",
@@ -52,10 +61,12 @@ def main() -> int:
     # Progress lines must show as they happen when the output is a pipe (make, CI logs) too.
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     if options.command == "which":
-        if options.tool is None:
+        if options.words not in (["helm"], ["kubectl"]):
             parser.error("which: name the tool, helm or kubectl")
-        print(getattr(client_tools(), options.tool))
+        print(getattr(client_tools(), options.words[0]))
         return 0
+    if options.command == "fault" and (len(options.words) != 2 or options.words[1] not in FAULTS):
+        parser.error(f"fault: name the node and one of {', '.join(FAULTS)}, e.g. fault node-1 cut")
     directory = options.dir or DEFAULT_DIR
     try:
         if options.command == "up" and not options.detach:
@@ -87,11 +98,28 @@ def main() -> int:
                 f"The operator is installed and the nodes are ready for the sample. In a shell:\n{cluster.shell_setup()}\n"
                 "kubectl apply -f examples/weightcache-cpu.yaml && kubectl get wc -w   (README: Try it locally, step 4)"
             )
+        elif options.command == "fault":
+            cluster = running(directory)
+            if cluster is None:
+                raise LocalClusterError(f"no local cluster running from {directory}: start one with make cluster")
+            node, fault = options.words
+            network = cluster.network(node)
+            if fault == "cut":
+                network.cut()
+            elif fault == "cut-api":
+                network.cut_from_api(cluster.api_port)
+            elif fault == "slow":
+                if options.rate_kbit is None and not options.loss:
+                    parser.error("fault slow: give --rate-kbit, --loss or both")
+                network.shape(options.rate_kbit, options.loss)
+            elif fault == "heal":
+                network.heal()
+            print("\n".join(network.faults()) or f"{node}: no faults")
         else:
             from .demo import run_demo
 
             return run_demo(directory, keep=options.keep, report_path=options.report, engine=options.engine)
-    except LocalClusterError as error:
+    except (LocalClusterError, NodeNetworkError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

@@ -18,12 +18,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .binaries import CLUSTER_SOURCES, client_tools, control_plane_binary
 from .controlplane import ControlPlane
 from .kubelet import KubeletConfig, ProcessKubelet
+from .kubelet.nodenetwork import NodeNetwork
 from .kubelet.nodes import NodeSpec
 from .rest import Kube
 from .strays import MARKER, kill_all, marked_processes, new_session_id
@@ -51,6 +52,23 @@ class LocalCluster:
     kubectl: str
     helm: str
     nodes: list[str]
+    networks: dict[str, str] = field(default_factory=dict)
+    """Each node's network namespace (none where nodes share the host's network)."""
+
+    def network(self, node: str) -> NodeNetwork:
+        """Where faults are made on ``node`` (``python -m testcluster fault``)."""
+        if node not in self.nodes:
+            raise LocalClusterError(f"no node {node} in this cluster; its nodes: {', '.join(self.nodes)}")
+        if node not in self.networks:
+            raise LocalClusterError(
+                f"{node} shares the host's network (not root, no iptables, or the API server on 127.0.0.1): "
+                "network faults need nodes with networks of their own"
+            )
+        return NodeNetwork.of_namespace(self.networks[node])
+
+    @property
+    def api_port(self) -> int:
+        return int(self.server.rsplit(":", 1)[1])
 
     def node_root(self, node: str) -> Path:
         """The directory that plays the node's "/" for hostPath volumes."""
@@ -85,8 +103,9 @@ def start_detached(
     keeps it outside ``directory``, which a failed start removes."""
     if os.geteuid() != 0:
         raise LocalClusterError(
-            "the local cluster needs root: pods get IPs from 198.18.0.0/16, made local with `ip route`, and see "
-            "their volumes through mounts in private mount namespaces; run it as root (sudo make ...)"
+            "the local cluster needs root: each node is a network namespace on a bridge (`ip netns`, veth) whose "
+            "pods get IPs from 198.18.0.0/16, and pods see their volumes through mounts in private mount "
+            "namespaces; run it as root (sudo make ...)"
         )
     if (existing := running(directory)) is not None:
         raise LocalClusterError(
@@ -242,6 +261,7 @@ def serve(directory: Path, nodes: int, node_grace: float) -> None:
             str(plane.tools.kubectl),
             str(plane.tools.helm),
             names,
+            {name: ns for name in names if (ns := kubelet.netns(name)) is not None},
         )
         partial = directory / f"{INFO}.partial"
         partial.write_text(json.dumps(asdict(cluster)))
