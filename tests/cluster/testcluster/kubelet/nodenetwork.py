@@ -3,19 +3,18 @@
 A node's namespace is ``wc-node-K`` for the /24 it claimed (198.18.K.0/24, see ``podnetwork``).
 Its end of a veth pair is ``eth0`` with the node's address 198.18.K.1/16, and the whole /24 is
 local there (``ip route add local 198.18.K.0/24 dev lo``), so every pod IP of the node is
-bindable inside it and nowhere else. The host end, ``wc-K``, is a port of the bridge ``wc0``
+bindable inside it and nowhere else (each pod's IP is also put on ``eth0``, ``podnetwork``). The host end, ``wc-K``, is a port of the bridge ``wc0``
 in the host's namespace, which holds the host's address on that segment, 198.19.0.1/16: the
 API server listens there (``kcluster up --address``), and the host reaches every node's pods
 through ``198.18.0.0/16 dev wc0``. Nodes reach each other over the bridge, as hosts on one
 switch do; nothing is forwarded or routed beyond this machine.
 
 What runs "on" a node runs in its namespace: every container (``entered`` around the process
-start, ``testcluster.netns``), the probes, the node's log
-server, and the kubelet's own traffic for that node (heartbeats, its pod watch, status writes:
+start, ``testcluster.netns``), the probes, the node's log server, and the kubelet's own traffic for that node (heartbeats, its pod watch, status writes:
 a ``Kube`` whose connections are made inside the namespace). Cutting the node's link therefore
 cuts what a real node loses: its kubelet's view of the API server, its pods' reachability.
 
-Faults are made with the tools a real host has (``Faults``): iptables rules in the node's
+Faults are made with the tools a real host has (``NodeNetwork.cut`` and the rest): iptables rules in the node's
 namespace drop everything but loopback (``cut``) or only the API server's traffic
 (``cut_from_api``); ``tc`` token buckets limit the link's rate both ways and an iptables
 ``statistic`` rule drops a share of its packets (``shape``). This machine's kernel has no
@@ -46,7 +45,8 @@ class NodeNetworkError(RuntimeError):
     """A node's network could not be set up or changed; the message has the command's error."""
 
 
-def run_ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run_tool(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Runs ``ip``, ``tc`` or ``iptables``; a failure (with ``check``) raises with its message."""
     result = subprocess.run(list(args), capture_output=True, text=True)
     if check and result.returncode != 0:
         raise NodeNetworkError(f"`{' '.join(args)}` failed: {result.stderr.strip() or result.stdout.strip()}")
@@ -75,12 +75,12 @@ def ensure_bridge(lock_dir: Path) -> None:
     lock_dir.mkdir(exist_ok=True)
     with open(lock_dir / "bridge.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        run_ip("ip", "route", "del", "local", POD_NETWORK, "dev", "lo", "table", "local", check=False)
-        if run_ip("ip", "link", "show", BRIDGE, check=False).returncode != 0:
-            run_ip("ip", "link", "add", BRIDGE, "type", "bridge")
-        run_ip("ip", "link", "set", BRIDGE, "up")
-        run_ip("ip", "addr", "replace", f"{HOST_ADDRESS}/16", "dev", BRIDGE)
-        run_ip("ip", "route", "replace", POD_NETWORK, "dev", BRIDGE, "src", HOST_ADDRESS)
+        run_tool("ip", "route", "del", "local", POD_NETWORK, "dev", "lo", "table", "local", check=False)
+        if run_tool("ip", "link", "show", BRIDGE, check=False).returncode != 0:
+            run_tool("ip", "link", "add", BRIDGE, "type", "bridge")
+        run_tool("ip", "link", "set", BRIDGE, "up")
+        run_tool("ip", "addr", "replace", f"{HOST_ADDRESS}/16", "dev", BRIDGE)
+        run_tool("ip", "route", "replace", POD_NETWORK, "dev", BRIDGE, "src", HOST_ADDRESS)
 
 
 @dataclass(frozen=True)
@@ -112,18 +112,20 @@ class NodeNetwork:
         # The caller holds the /24's lock, so a namespace of that name is a dead session's.
         self.remove()
         ns = self.namespace
-        run_ip("ip", "netns", "add", ns)
+        run_tool("ip", "netns", "add", ns)
         try:
-            run_ip("ip", "link", "add", self.link, "type", "veth", "peer", "name", "eth0", "netns", ns)
-            run_ip("ip", "link", "set", self.link, "master", BRIDGE, "up")
-            run_ip("ip", "-n", ns, "link", "set", "lo", "up")
-            run_ip("ip", "-n", ns, "addr", "add", f"{self.address}/16", "dev", "eth0")
-            run_ip("ip", "-n", ns, "link", "set", "eth0", "up")
-            run_ip("ip", "-n", ns, "route", "add", "local", f"198.18.{self.octet}.0/24", "dev", "lo", "table", "local")
-            run_ip("ip", "-n", ns, "route", "add", HOST_NETWORK, "dev", "eth0", "src", self.address)
+            run_tool("ip", "link", "add", self.link, "type", "veth", "peer", "name", "eth0", "netns", ns)
+            run_tool("ip", "link", "set", self.link, "master", BRIDGE, "up")
+            run_tool("ip", "-n", ns, "link", "set", "lo", "up")
+            run_tool("ip", "-n", ns, "addr", "add", f"{self.address}/16", "dev", "eth0")
+            run_tool("ip", "-n", ns, "link", "set", "eth0", "up")
+            run_tool(
+                "ip", "-n", ns, "route", "add", "local", f"198.18.{self.octet}.0/24", "dev", "lo", "table", "local"
+            )
+            run_tool("ip", "-n", ns, "route", "add", HOST_NETWORK, "dev", "eth0", "src", self.address)
             for chain in ("INPUT", "OUTPUT"):
-                run_ip("ip", "netns", "exec", ns, "iptables", "-N", f"{FAULT_CHAIN}-{chain}")
-                run_ip("ip", "netns", "exec", ns, "iptables", "-A", chain, "-j", f"{FAULT_CHAIN}-{chain}")
+                run_tool("ip", "netns", "exec", ns, "iptables", "-N", f"{FAULT_CHAIN}-{chain}")
+                run_tool("ip", "netns", "exec", ns, "iptables", "-A", chain, "-j", f"{FAULT_CHAIN}-{chain}")
         except BaseException:
             self.remove()
             raise
@@ -131,13 +133,15 @@ class NodeNetwork:
 
     def remove(self) -> None:
         """Deletes the namespace; its veth pair, rules and shaping go with it."""
-        run_ip("ip", "netns", "del", self.namespace, check=False)
-        run_ip("ip", "link", "del", self.link, check=False)
+        run_tool("ip", "netns", "del", self.namespace, check=False)
+        run_tool("ip", "link", "del", self.link, check=False)
 
     # -- faults ----------------------------------------------------------------------------------
 
     def _rule(self, chain: str, *match: str) -> None:
-        run_ip("ip", "netns", "exec", self.namespace, "iptables", "-A", f"{FAULT_CHAIN}-{chain}", *match, "-j", "DROP")
+        run_tool(
+            "ip", "netns", "exec", self.namespace, "iptables", "-A", f"{FAULT_CHAIN}-{chain}", *match, "-j", "DROP"
+        )
 
     def cut(self) -> None:
         """Drops every packet in and out of the node but its own loopback: to the test client,
@@ -164,7 +168,7 @@ class NodeNetwork:
             burst = max(1600, rate_kbit * 1000 // 8 // 100)
             for ns, device in ((None, self.link), (self.namespace, "eth0")):
                 prefix = ["ip", "netns", "exec", ns] if ns else []
-                run_ip(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf",
+                run_tool(*prefix, "tc", "qdisc", "replace", "dev", device, "root", "tbf",
                        "rate", f"{rate_kbit}kbit", "burst", str(burst), "latency", "200ms")  # fmt: skip
         if loss > 0:
             for chain, side in (("INPUT", "-i"), ("OUTPUT", "-o")):
@@ -173,17 +177,17 @@ class NodeNetwork:
     def heal(self) -> None:
         """Removes every fault: the rules and the rate limits."""
         for chain in ("INPUT", "OUTPUT"):
-            run_ip("ip", "netns", "exec", self.namespace, "iptables", "-F", f"{FAULT_CHAIN}-{chain}")
+            run_tool("ip", "netns", "exec", self.namespace, "iptables", "-F", f"{FAULT_CHAIN}-{chain}")
         for ns, device in ((None, self.link), (self.namespace, "eth0")):
             prefix = ["ip", "netns", "exec", ns] if ns else []
-            run_ip(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
+            run_tool(*prefix, "tc", "qdisc", "del", "dev", device, "root", check=False)
 
     def faults(self) -> list[str]:
         """The fault rules in place, as iptables prints them, and the qdiscs (for reports)."""
         rules = []
         for chain in ("INPUT", "OUTPUT"):
-            listing = run_ip("ip", "netns", "exec", self.namespace, "iptables", "-S", f"{FAULT_CHAIN}-{chain}")
+            listing = run_tool("ip", "netns", "exec", self.namespace, "iptables", "-S", f"{FAULT_CHAIN}-{chain}")
             rules += [line for line in listing.stdout.splitlines() if line.startswith("-A")]
-        shaping = run_ip("tc", "qdisc", "show", "dev", self.link).stdout
+        shaping = run_tool("tc", "qdisc", "show", "dev", self.link).stdout
         rules += [line.strip() for line in shaping.splitlines() if " tbf " in line]
         return rules

@@ -101,7 +101,7 @@ class NodeAddresses:
                 self.network = nodenetwork.NodeNetwork(octet).create()
             elif routable:
                 self._local_route = ["local", f"198.18.{octet}.0/24", "dev", "lo", "table", "local"]
-                nodenetwork.run_ip("ip", "route", "replace", *self._local_route)
+                nodenetwork.run_tool("ip", "route", "replace", *self._local_route)
         except BaseException:
             os.close(self._lock_fd)
             raise
@@ -130,11 +130,11 @@ class NodeAddresses:
         if self.network is not None:
             self.network.remove()
         if self._local_route:
-            nodenetwork.run_ip("ip", "route", "del", *self._local_route, check=False)
+            nodenetwork.run_tool("ip", "route", "del", *self._local_route, check=False)
         if self._interface and self.network is None:
             for host in range(2, 255):
                 if f"{self._prefix}{host}" not in self._free:
-                    nodenetwork.run_ip("ip", "addr", "del", f"{self._prefix}{host}/32", "dev", "lo", check=False)
+                    nodenetwork.run_tool("ip", "addr", "del", f"{self._prefix}{host}/32", "dev", "lo", check=False)
         os.close(self._lock_fd)
 
     def release(self, address: str) -> None:
@@ -143,7 +143,7 @@ class NodeAddresses:
                 return
             self._free.append(address)
         if self._interface:
-            nodenetwork.run_ip("ip", *self._interface, "del", f"{address}/32", "dev", self._device, check=False)
+            nodenetwork.run_tool("ip", *self._interface, "del", f"{address}/32", "dev", self._device, check=False)
 
     @property
     def _device(self) -> str:
@@ -151,4 +151,4 @@ class NodeAddresses:
 
     def _assign(self, address: str) -> None:
         if self._interface:
-            nodenetwork.run_ip("ip", *self._interface, "replace", f"{address}/32", "dev", self._device)
+            nodenetwork.run_tool("ip", *self._interface, "replace", f"{address}/32", "dev", self._device)
