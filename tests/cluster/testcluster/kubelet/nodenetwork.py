@@ -109,8 +109,12 @@ class NodeNetwork:
         return f"198.18.{self.octet}.1"
 
     def create(self) -> NodeNetwork:
-        # The caller holds the /24's lock, so a namespace of that name is a dead session's.
+        # The caller holds the /24's lock, so a namespace of that name, or the /24 on the host's
+        # loopback (a hollow node's, a host-network node's), is a dead session's: it would keep
+        # the host's traffic for these pods on the host.
         self.remove()
+        run_tool("ip", "route", "del", "local", f"198.18.{self.octet}.0/24", "dev", "lo", "table", "local", check=False)
+        run_tool("ip", "-4", "addr", "flush", "dev", "lo", "to", f"198.18.{self.octet}.0/24", check=False)
         ns = self.namespace
         run_tool("ip", "netns", "add", ns)
         try:
