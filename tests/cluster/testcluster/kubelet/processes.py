@@ -5,9 +5,11 @@ volumes are bind-mounted at the container paths the pod spec names, so a command
 ``/var/run/secrets/kubernetes.io/serviceaccount/token`` or ``/models`` works unchanged. Mount
 points that do not exist are created (empty) on the host filesystem, as bind mounts need them.
 The kubelet remembers which of those it created and removes them at shutdown, once empty and
-no longer a mount point in any process's namespace. Without root there is no mount
-namespace: the command runs with the host's view, and volumes are only reachable at their host
-paths (a documented limitation; env and args are not rewritten).
+no longer a mount point in any process's namespace. A pod's containers (but hostNetwork
+ones) also get a UTS namespace whose hostname is the pod's, and its /etc/hosts (``pods.py``).
+Each starts in its node's network namespace (the caller's thread is in it, ``testcluster.netns``).
+Without root there is no mount namespace: the command runs with the host's view, and volumes
+are only reachable at their host paths (a documented limitation; env and args are not rewritten).
 
 Each container process leads its own session and process group, so stopping a container
 signals everything it started; processes that left the group (``setsid``, daemonizing) are
