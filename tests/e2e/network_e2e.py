@@ -119,8 +119,11 @@ class ServiceWatch:
             self.samples.append(Sample(time.time(), self.proxy.ready_endpoints, actives))
             self._stop.wait(self.every)
 
-    def most_actives(self) -> int:
-        return max(len(s.actives) for s in self.samples)
+    def most_actives(self, since: float = 0.0) -> int:
+        """The most engine pods labelled active at once in the samples taken from ``since`` on.
+        (In a failover's own pass the new active is labelled a moment before the old one is
+        deleted: count from when the failover was seen done.)"""
+        return max((len(s.actives) for s in self.samples if s.at >= since), default=0)
 
     def without_endpoint(self) -> list[Sample]:
         """The samples in which the Service offered no ready endpoint at all."""
