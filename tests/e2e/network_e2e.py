@@ -5,13 +5,14 @@ stopped. The faults are the nodes' own networks (testcluster/kubelet/nodenetwork
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from operator_e2e import by_role
+from operator_e2e import by_role, wait_phase
 from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import ApiError, Kube
 from testcluster.sample import NAME
@@ -52,6 +53,42 @@ def gone(kube: Kube, namespace: str, pod: str) -> bool:
     except ApiError as error:
         return error.status == 404
     return False
+
+
+def failover_to(kube: Kube, namespace: str, standby: str) -> dict:
+    """Waits for the status to record the failover to ``standby``; returns ``lastFailover``."""
+    return wait_for(
+        lambda: (f := kube.get(cache_path(namespace))["status"].get("lastFailover") or {}).get("to") == standby and f,
+        30,
+    )
+
+
+def rejoined(
+    kube: Kube, namespace: str, operator: subprocess.Popen, node: str, old: str, new: str
+) -> tuple[dict, float]:
+    """After a cut ``node`` heals: waits for it Ready, for the old active ``old`` to be retired
+    (its kubelet sees the deletion it missed) and for the cache whole again with ``new`` active
+    and one standby. Returns that status and the seconds from the node Ready to it."""
+    healed_at = wait_node(kube, node, ready=True)
+    wait_for(lambda: gone(kube, namespace, old), 120, describe=f"{old} was never retired")
+    status = wait_phase(
+        kube,
+        namespace,
+        operator,
+        "Ready",
+        also=lambda s: s["engines"][0]["active"] == new and len(s["engines"][0]["standbys"]) == 1,
+    )
+    return status, time.time() - healed_at
+
+
+def assert_one_active_after(
+    watch: ServiceWatch, changes: list[EndpointChange], switched: EndpointChange, old: str, promoted_at: float
+) -> None:
+    """Once the failover is done, no other engine is ever active again, and the Service never
+    offers the old endpoint ``old``, nor two at once, also after the node is back."""
+    assert watch.most_actives(since=promoted_at) == 1, [s for s in watch.samples if len(s.actives) > 1][:3]
+    after = changes[changes.index(switched) :]
+    assert all(old not in c.ready and len(c.ready) <= 1 for c in after), after
 
 
 def node_ready(kube: Kube, node: str) -> bool:

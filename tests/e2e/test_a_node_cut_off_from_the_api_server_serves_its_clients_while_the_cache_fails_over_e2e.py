@@ -14,8 +14,7 @@ import subprocess
 import time
 
 import pytest
-from network_e2e import ServiceWatch, cache_path, fault, gaps, gone, outside, wait_node
-from operator_e2e import wait_phase
+from network_e2e import ServiceWatch, assert_one_active_after, failover_to, fault, gaps, outside, rejoined, wait_node
 from test_failover_e2e import Cache, pod
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
@@ -54,37 +53,22 @@ def test_a_node_cut_off_from_the_api_server_serves_its_clients_while_the_cache_f
                     lambda: proxy.ready_endpoints == (f"{new_ip}:8000",), 90, describe=lambda: proxy.changes[settled:]
                 )
                 switched = next(c for c in proxy.changes[settled:] if c.ready == (f"{new_ip}:8000",))
-                last = wait_for(
-                    lambda: (
-                        (f := kube.get(cache_path(namespace))["status"].get("lastFailover") or {}).get("to") == standby
-                        and f
-                    ),
-                    30,
-                )
+                last = failover_to(kube, namespace, standby)
                 promoted_at = time.time()
                 # The old active keeps answering whoever reaches it for a while after the switch.
                 time.sleep(5)
             finally:
                 direct_result = direct.stop()
-        healed_at = wait_node(kube, node, ready=True)
-        wait_for(lambda: gone(kube, namespace, active), 120, describe=f"{active} was never retired")
-        status = wait_phase(
-            kube,
-            namespace,
-            operator,
-            "Ready",
-            also=lambda s: s["engines"][0]["active"] == standby and len(s["engines"][0]["standbys"]) == 1,
-        )
-        whole_at = time.time()
+        status, whole_s = rejoined(kube, namespace, operator, node, active, standby)
     finally:
         service_result = through_service.stop()
-        samples = watch.stop()
+        watch.stop()
 
     windows = gaps(proxy.changes[settled:])
     print(
         f"API cut -> Service on the standby: {switched.observed_at - cut_at:.1f} s; "
         f"Service without a ready endpoint: {[round(b - a, 3) for a, b in windows]} s; "
-        f"healed -> cache whole: {whole_at - healed_at:.1f} s; "
+        f"healed -> cache whole: {whole_s:.1f} s; "
         f"through the Service: {service_result}; straight to the old active while cut off: {direct_result}"
     )
     assert (last["from"], last["to"], last["signal"]) == (active, standby, "NodeNotReady"), last
@@ -93,8 +77,4 @@ def test_a_node_cut_off_from_the_api_server_serves_its_clients_while_the_cache_f
     # One window at most: the one between Kubernetes' drop and the operator's promotion landing.
     assert len(windows) <= 1 and all(b - a < 5 for a, b in windows), windows
     assert direct_result.ok > 0 and direct_result.failed == [] and direct_result.retried == 0, direct_result
-    # Once the failover is done, no other engine is ever active again, and the Service never offers
-    # the old one, nor two at once, also after the node is back.
-    assert watch.most_actives(since=promoted_at) == 1, [s for s in samples if len(s.actives) > 1][:3]
-    after = proxy.changes[proxy.changes.index(switched) :]
-    assert all(f"{old_ip}:8000" not in c.ready and len(c.ready) <= 1 for c in after), after
+    assert_one_active_after(watch, proxy.changes, switched, f"{old_ip}:8000", promoted_at)
