@@ -73,3 +73,12 @@ def test_a_loss_or_rate_out_of_range_is_refused_before_anything_changes() -> Non
             network.shape(rate_kbit=1000, loss=loss)
     with pytest.raises(NodeNetworkError, match="the rate is in kbit/s, at least 8"):
         network.shape(rate_kbit=0)
+
+
+def test_the_rate_and_loss_are_read_by_argparse_however_spelled(tmp_path: Path) -> None:
+    # A unique prefix and the --opt=value form are argparse's, not ours: both reach --rate-kbit.
+    for spelling in (["--rate", "fast"], ["--rate-kbit=fast"], ["--rate-k", "fast"]):
+        refused = fault("node-1", "slow", *spelling, directory=tmp_path)
+        assert refused.returncode == 2 and "argument --rate-kbit: invalid int value: 'fast'" in refused.stderr
+    spelled = fault("node-1", "slow", "--rate=2000", "--loss=0.01", directory=tmp_path)
+    assert spelled.returncode == 1 and "no local cluster running" in spelled.stderr
