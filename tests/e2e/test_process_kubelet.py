@@ -62,6 +62,19 @@ def condition(pod: dict, kind: str) -> str | None:
     return next((c["status"] for c in pod["status"].get("conditions", []) if c["type"] == kind), None)
 
 
+ARMED = "armed"
+"""What a test container prints once its TERM trap is set. A pod is Ready as soon as its processes
+exist, before a shell has run its first line; SIGTERM then would kill it without the trap."""
+
+
+def wait_armed(kubelet: ProcessKubelet, namespace: str, pod: str, containers: list[str]) -> None:
+    wait_for(
+        lambda: all(ARMED in kubelet.logs(namespace, pod, name) for name in containers),
+        30,
+        describe=lambda: {name: kubelet.logs(namespace, pod, name)[-200:] for name in containers},
+    )
+
+
 def test_probes_and_restarts(cluster: ControlPlane, kube: Kube, kubelet: ProcessKubelet, namespace: str) -> None:
     create_pod(
         kube,
@@ -275,17 +288,21 @@ def test_graceful_deletion(kube: Kube, kubelet: ProcessKubelet, namespace: str) 
                 {
                     "name": "polite",
                     "image": "busybox",
-                    "command": ["sh", "-c", "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done"],
+                    "command": [
+                        "sh",
+                        "-c",
+                        f"trap 'echo got TERM; exit 0' TERM; echo {ARMED}; while true; do sleep 0.1; done",
+                    ],
                 },
                 {
                     "name": "deaf",
                     "image": "busybox",
-                    "command": ["sh", "-c", "trap '' TERM; while true; do sleep 0.1; done"],
+                    "command": ["sh", "-c", f"trap '' TERM; echo {ARMED}; while true; do sleep 0.1; done"],
                 },
             ],
         },
     )
-    wait_for(lambda: condition(get_pod(kube, namespace, "stubborn"), "Ready") == "True", 30)
+    wait_armed(kubelet, namespace, "stubborn", ["polite", "deaf"])
     asked = time.monotonic()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/stubborn")
 
@@ -300,7 +317,8 @@ def test_pre_stop_hooks_run_before_the_stop_signal_within_the_grace_period(
 ) -> None:
     # Each container prints when SIGTERM came and what the exec hook left in the shared volume.
     on_term = (
-        "trap 'echo TERM $(date +%s.%N) $(cat /work/hook 2>/dev/null); exit 0' TERM; while true; do sleep 0.1; done"
+        "trap 'echo TERM $(date +%s.%N) $(cat /work/hook 2>/dev/null); exit 0' TERM; "
+        f"echo {ARMED}; while true; do sleep 0.1; done"
     )
     create_pod(
         kube,
@@ -325,7 +343,7 @@ def test_pre_stop_hooks_run_before_the_stop_signal_within_the_grace_period(
             ],
         },
     )
-    wait_for(lambda: condition(get_pod(kube, namespace, "hooked"), "Ready") == "True", 30)
+    wait_armed(kubelet, namespace, "hooked", ["sleeper", "runner", "overlong"])
     asked = time.time()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/hooked")
 
