@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .prometheus import Metrics
+from .seeding import SeedReport, SeedSource
 
 REPORT_VERSION = 1
 
@@ -64,8 +65,11 @@ class RankReport(_Report):
     gpu_uuid: str | None = None
     """The GPU holding the arena; null on cpu-shm."""
     load_seconds: float | None = Field(default=None, ge=0)
-    source: Literal["disk", "keeper"] | None = None
-    """disk: loaded from the checkpoint this life; keeper: re-adopted, no weight byte read."""
+    source: SeedSource | None = None
+    """disk: loaded from the checkpoint this life; keeper: re-adopted, no weight byte read; peer:
+    copied from another node's daemon (``seed`` says which), no weight byte read."""
+    seed: SeedReport | None = None
+    """Null unless the rank asked peers for its bytes (seeding on and a peer held them)."""
     fingerprint: str | None = None
     disk_bytes_read: int | None = Field(default=None, ge=0)
     """Checkpoint bytes the rank's loader actually read (0 after a keeper re-adoption)."""
@@ -187,6 +191,12 @@ def report_metrics(report: DaemonReport) -> Metrics:
         "gauge",
         "1 while the checkpoint on disk holds other bytes than the rank's arena (restart the daemon to load them)",
     )
+    m.describe("weightcache_daemon_seed_bytes_total", "counter", "bytes the rank copied from a peer daemon (verified)")
+    m.describe(
+        "weightcache_daemon_seed_fallbacks_total",
+        "counter",
+        "1 when the rank asked peers for its bytes and loaded from the disk after all (the report's seed.fallback says why)",
+    )
     m.describe("weightcache_artifacts_hits_total", "counter", "engines started from published compile artifacts")
     m.describe("weightcache_artifacts_misses_total", "counter", "engines that found no compile artifacts for their key")
     m.describe("weightcache_artifacts_bytes", "gauge", "bytes of the published compile-artifact entries")
@@ -208,6 +218,9 @@ def report_metrics(report: DaemonReport) -> Metrics:
             m.set("weightcache_daemon_load_seconds", rank.load_seconds, **labels)
         if rank.source is not None:
             m.set("weightcache_daemon_adopted", 1.0 if rank.source == "keeper" else 0.0, **labels)
+        if rank.seed is not None:
+            m.set("weightcache_daemon_seed_bytes_total", rank.seed.bytes, **labels)
+            m.set("weightcache_daemon_seed_fallbacks_total", 1.0 if rank.seed.fallback else 0.0, **labels)
         if rank.disk_bytes_read is not None:
             m.set("weightcache_daemon_disk_read_bytes_total", rank.disk_bytes_read, **labels)
         if rank.maps_served is not None:

@@ -202,6 +202,47 @@ LOCAL_INDEX = Option(
     help="this rank's position among the pod's local ranks, picking its GPU of --gpus-file (the --ranks "
     "launcher sets it)",
 )
+SEED_LISTEN = Option(
+    "--seed-listen",
+    metavar="HOST:PORT",
+    help="serve this daemon's ranks to starting peers of the same cache (local rank i on PORT+i); needs "
+    "--seed-credential-file; off unless given (the operator sets $(POD_IP):9410)",
+)
+SEED_PEERS_FILE = Option(
+    "--seed-peers-file",
+    metavar="FILE",
+    help="peers to copy this rank from before reading the disk (JSON, weightcache_contract.seeding.SeedPeers; "
+    "the operator mounts it from a ConfigMap); needs --seed-credential-file",
+)
+SEED_CREDENTIAL_FILE = Option(
+    "--seed-credential-file",
+    metavar="FILE",
+    help="the cache's seeding credential (at least 32 bytes; the operator mounts it from a Secret): only "
+    "holders may fetch from or serve to this daemon",
+)
+SEED_MAX_MIB_S = Option(
+    "--seed-max-mib-s",
+    type=float,
+    default=0.0,
+    help="cap on the bytes per second this daemon's ranks serve to peers, each (MiB/s; 0: no cap)",
+)
+SEED_MAX_CLIENTS = Option(
+    "--seed-max-clients", type=int, default=2, help="daemons one rank seeds at once; more are told to try later"
+)
+SEED_STREAMS = Option("--seed-streams", type=int, default=4, help="TCP connections one seed uses in parallel")
+SEED_STALL_SECONDS = Option(
+    "--seed-stall-seconds",
+    type=float,
+    default=10.0,
+    help="a peer that answers nothing for this long, or sends slower than --seed-min-mib-s over it, is given "
+    "up for the next peer or the disk",
+)
+SEED_MIN_MIB_S = Option(
+    "--seed-min-mib-s", type=float, default=1.0, help="the slowest a seeding peer may send (MiB/s) before it is given up"
+)
+NODE_NAME = Option(
+    "--node-name", metavar="NAME", help="this daemon's node: peers on it are not seeds (the operator sets $(NODE_NAME))"
+)
 VLLM_DIST_INIT = Option("--vllm-dist-init", metavar="tcp://HOST:PORT", hidden=True)
 """Set by the ``--ranks`` launcher: the local ``vllm``-profile ranks' gloo rendezvous."""
 HANDOFF_STATE = Option("--handoff-state", hidden=True)
@@ -293,6 +334,15 @@ class DaemonArgs(Launch):
     allow_uid: tuple[int, ...] = takes(ALLOW_UID)
     allow_gid: tuple[int, ...] = takes(ALLOW_GID)
     engine_access: str = takes(ENGINE_ACCESS)
+    seed_listen: str | None = takes(SEED_LISTEN)
+    seed_peers_file: str | None = takes(SEED_PEERS_FILE)
+    seed_credential_file: str | None = takes(SEED_CREDENTIAL_FILE)
+    seed_max_mib_s: float = takes(SEED_MAX_MIB_S)
+    seed_max_clients: int = takes(SEED_MAX_CLIENTS)
+    seed_streams: int = takes(SEED_STREAMS)
+    seed_stall_seconds: float = takes(SEED_STALL_SECONDS)
+    seed_min_mib_s: float = takes(SEED_MIN_MIB_S)
+    node_name: str | None = takes(NODE_NAME)
     vllm_dist_init: str | None = takes(VLLM_DIST_INIT)
     handoff_state: str | None = takes(HANDOFF_STATE)
 
