@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import threading
+from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import STATUS_ADDR, DaemonArgs, add_daemon_arguments
@@ -102,5 +103,42 @@ def run(args: argparse.Namespace) -> int:
         synthetic_fill=args.synthetic_fill,
         handoff_state=args.handoff_state,
         checkpoint_poll_s=args.checkpoint_poll_seconds,
+        **seeding_fields(args),
     )
     return run_rank(cfg)
+
+
+def seeding_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """``DaemonConfig``'s seeding fields from the flags; refuses a half-configured seeding."""
+    from weightcache_contract.errors import WeightCacheError
+    from weightcache_contract.launch import SEED_CREDENTIAL_FILE, SEED_LISTEN, SEED_PEERS_FILE
+    from weightcache_contract.readonly_http import parse_addr
+
+    from ..seeding.client import SeedSettings
+
+    wanted = [o.flag for o in (SEED_LISTEN, SEED_PEERS_FILE) if getattr(args, o.dest)]
+    if wanted and not args.seed_credential_file:
+        raise WeightCacheError(
+            f"{' and '.join(wanted)} need {SEED_CREDENTIAL_FILE.flag}: seeds are served and fetched only with the "
+            "cache's credential"
+        )
+    if args.seed_streams < 1 or args.seed_max_clients < 1 or args.seed_stall_seconds <= 0:
+        raise WeightCacheError("--seed-streams and --seed-max-clients must be at least 1, --seed-stall-seconds above 0")
+    fields: dict[str, Any] = {}
+    if args.seed_listen:
+        host, port = parse_addr(args.seed_listen, SEED_LISTEN.flag)
+        fields["seed_listen"] = (host, port + args.local_index)
+        fields["seed_max_clients"] = args.seed_max_clients
+        fields["seed_max_bytes_per_s"] = args.seed_max_mib_s * 2**20
+    if args.seed_credential_file:
+        fields["seed_credential_file"] = args.seed_credential_file
+    if args.seed_peers_file:
+        fields["seed"] = SeedSettings(
+            peers_file=args.seed_peers_file,
+            credential_file=args.seed_credential_file,
+            node_name=args.node_name,
+            streams=args.seed_streams,
+            stall_s=args.seed_stall_seconds,
+            min_bytes_per_s=args.seed_min_mib_s * 2**20,
+        )
+    return fields

@@ -49,6 +49,8 @@ from ..checkpoints.read_tasks import ReadTask
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
+from ..seeding.client import SeedResult, SeedSettings, candidates, seed_rank
+from ..seeding.server import SeedServer
 from ..wire.fingerprint import Fingerprint, compute
 from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit, Withdrawn
 from ..wire.rankfiles import RankFiles, ReadyInfo
@@ -90,6 +92,13 @@ class DaemonConfig:
     the sealed arena it filled or withdrew, under the fingerprint it computed."""
     checkpoint_poll_s: float = 5.0
     """How often the rank stats its checkpoint (watch.py); 0: no watch. inotify wakes it sooner."""
+    seed: SeedSettings | None = None
+    """Ask these peers for the arena before reading the disk (seeding/client.py); None: never."""
+    seed_listen: tuple[str, int] | None = None
+    """Serve the arena to starting peers here (seeding/server.py); None: never."""
+    seed_credential_file: str | None = None
+    seed_max_clients: int = 2
+    seed_max_bytes_per_s: float = 0.0
 
 
 def run(cfg: DaemonConfig) -> int:
@@ -133,6 +142,7 @@ def run(cfg: DaemonConfig) -> int:
     keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" and arena_fd_backend(cfg.backend) else None
     plan = None
     overlap = None
+    seeding = False
     if keeper_path is None or not _keeper_holds(keeper_path, cfg, fingerprint.digest):
         # Loading: torch's import and the CUDA context (seconds) start now, beside planning, and the
         # disk starts reading the plan's first bytes as soon as it exists (_Overlap).
@@ -141,7 +151,10 @@ def run(cfg: DaemonConfig) -> int:
         # no file behind. Skipped only when the keeper holds this fingerprint: the plan of an
         # adopted arena is its manifest, and planning 20,000 tensors would cost most of its second.
         checkpoint, plan = _plan(cfg, checkpoint, quant, dtype)
-        if not cfg.synthetic_fill:
+        # A peer that holds these weights is asked first; the disk is not touched meanwhile (no
+        # prefetch), so a seeded rank reads no checkpoint byte beyond the headers.
+        seeding = cfg.seed is not None and not cfg.synthetic_fill and bool(candidates(cfg.seed, rank, fingerprint))
+        if not cfg.synthetic_fill and not seeding:
             overlap.prefetch(read_ranges(checkpoint, plan))
 
     files.claim(dir_mode=0o750 if gid is not None else 0o700)
@@ -168,8 +181,26 @@ def run(cfg: DaemonConfig) -> int:
             else None
         )
         adopted = adopt_from_keeper(keeper_path, cfg, fingerprint.digest, fields, rebadge) if keeper_path else None
+        seeded: SeedResult | None = None
+        if adopted is None and seeding and plan is not None and cfg.seed is not None:
+            if overlap is not None:
+                overlap.wait_for_torch()
+            seeded = seed_rank(
+                cfg.seed,
+                rank,
+                fingerprint,
+                plan.entries,
+                plan.arena_bytes,
+                lambda size: create_arena(cfg.backend, size, f"{cfg.name}/rank-{rank}", cfg.device),
+                fields,
+            )
+            if seeded is not None and seeded.arena is None:
+                log.warning("seed fell back to the disk", extra={"fields": {**fields, "why": seeded.report.fallback}})
         if adopted is not None:
             arena, manifest, load_seconds = adopted
+            disk_bytes = 0
+        elif seeded is not None and seeded.arena is not None and seeded.manifest is not None:
+            arena, manifest, load_seconds = seeded.arena, seeded.manifest, seeded.report.seconds
             disk_bytes = 0
         else:
             if plan is None:  # the keeper let go of the arena between the look and the claim
@@ -226,6 +257,8 @@ def run(cfg: DaemonConfig) -> int:
             load_seconds=load_seconds,
             disk_bytes_read=disk_bytes,
             adopted=adopted is not None,
+            seed=seeded.report if seeded is not None else None,
+            chunk_digests=seeded.chunk_digests if seeded is not None else None,
         )
         return serve(cfg, files, gid, served, keeper_path, fields, _watch_plan(cfg, quant, dtype))
     except KeyboardInterrupt:
@@ -256,6 +289,7 @@ def serve(
     caller holds ``files``' lock and closes the arena."""
     link: KeeperLink | None = None
     watcher: CheckpointWatcher | None = None
+    seeds: SeedServer | None = None
     try:
         if keeper_path is not None:
             link = KeeperLink(keeper_path, served)
@@ -278,6 +312,15 @@ def serve(
         )
         signal.signal(signal.SIGTERM, lambda *_: server.stop())
         signal.signal(signal.SIGINT, lambda *_: server.stop())
+        if cfg.seed_listen is not None and cfg.seed_credential_file is not None:
+            seeds = SeedServer(
+                served,
+                cfg.seed_listen,
+                cfg.seed_credential_file,
+                max_clients=cfg.seed_max_clients,
+                max_bytes_per_s=cfg.seed_max_bytes_per_s,
+                fields=fields,
+            ).start()
         ready = ReadyInfo(
             pid=os.getpid(),
             name=cfg.name,
@@ -326,6 +369,8 @@ def serve(
         log.info("stopped", extra={"fields": fields})
         return 0
     finally:
+        if seeds is not None:
+            seeds.stop()
         if watcher is not None:
             watcher.stop()
         if link is not None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from weightcache_contract.daemon_report import CheckpointWatch
+from weightcache_contract.seeding import SeedReport
 
 from ..arenas.arena import Arena
 from ..checkpoints.manifest import Manifest
@@ -36,6 +37,10 @@ class Served:
     fetches_total: int = 0
     checkpoint: CheckpointWatch | None = None
     """What the checkpoint watch (watch.py) last saw; None when the rank does not watch."""
+    seed: SeedReport | None = None
+    """How the rank asked peers for its bytes (seeding/client.py); None when it did not."""
+    chunk_digests: list[str] | None = None
+    """The arena's chunk digests when a seed brought them (verified): serving seeds on needs no re-hash."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def identity(self) -> tuple[Fingerprint, Manifest]:
@@ -115,6 +120,7 @@ class DaemonService:
                         deposited=s.deposited,
                         weights_digest=fingerprint.weights_digest,
                         checkpoint=s.checkpoint,
+                        seed=s.seed,
                     )
                 )
         raise Reject("bad_message", f"{getattr(request, 'type', request)!r} is not a daemon request")

@@ -18,6 +18,7 @@ import msgpack
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from weightcache_contract.daemon_report import CheckpointWatch
 from weightcache_contract.errors import ProtocolError
+from weightcache_contract.seeding import SeedReport
 
 from ..checkpoints.manifest import Manifest
 from .fingerprint import Fingerprint
@@ -119,6 +120,7 @@ class StatusReply(_Message):
     deposited: bool = False  # the keeper holds this arena now
     weights_digest: str = ""  # Fingerprint.weights_digest: comparable across nodes (fingerprint_digest is not)
     checkpoint: CheckpointWatch | None = None  # the checkpoint on disk against the arena (daemon/watch.py)
+    seed: SeedReport | None = None  # how a peer served the arena, or why the disk did (seeding/client.py)
 
 
 class Pong(_Message):

@@ -79,7 +79,7 @@ DATA_PLANE_ORDER = [
     {"checkpoints", "gpu", "artifacts"},
     {"wire"},
     {"arenas"},
-    {"client"},
+    {"client", "seeding"},
     {"daemon"},
     {"engine"},
     {"tools"},
