@@ -118,9 +118,10 @@ def proofs_equal(expected: str, given: str) -> bool:
 
 def read_credential(path: str) -> bytes:
     """The cache's seeding credential, read anew at every handshake: a rotated Secret takes effect
-    without restarting the daemon. Refuses a key too short to be one."""
+    without restarting the daemon. Refuses a key too short to be one. The bytes are the key as
+    they are (no stripping: a random key may end in what looks like whitespace)."""
     try:
-        key = Path(path).read_bytes().strip()
+        key = Path(path).read_bytes()
     except OSError as exc:
         raise WeightCacheError(
             f"cannot read the seeding credential {path}: {exc.strerror}; mount the cache's seeding Secret there"

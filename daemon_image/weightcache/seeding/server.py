@@ -99,7 +99,8 @@ class SeedServer:
         self.max_clients = max(1, max_clients)
         self.bucket = TokenBucket(max_bytes_per_s)
         self.fields = fields or {}
-        self._sessions: dict[str, int] = {}
+        self._sessions: dict[str, float] = {}
+        """Open seed sessions → when a byte of theirs last moved (monotonic)."""
         self._connections: set[socket.socket] = set()
         self._lock = threading.Lock()
         self._digests: list[str] | None = None
@@ -243,11 +244,9 @@ class SeedServer:
 
     def _offer(self, connection: socket.socket, hello: SeedHello, server_nonce: str, key: bytes, where: str) -> None:
         with self._lock:
-            if hello.session not in self._sessions and len(self._sessions) >= self.max_clients:
-                busy = True
-            else:
-                busy = False
-                self._sessions[hello.session] = self._sessions.get(hello.session, 0) + 1
+            busy = len(self._sessions) >= self.max_clients
+            if not busy:
+                self._sessions[hello.session] = time.monotonic()
         if busy:
             send_frame(
                 connection,
@@ -267,10 +266,20 @@ class SeedServer:
             send_frame(connection, frame)
             send_frame(connection, SeedProof(proof=server_proof(key, hello, server_nonce, frame[4:])))
             log.info("seeding", extra={"fields": {**self.fields, "peer": where, "session": hello.session[:8]}})
-            # The session lasts as long as this connection: the client closes it when done (or dies).
-            connection.settimeout(None)
-            while connection.recv(1):
-                pass
+            # The session lasts while this connection is open and its chunks connections move bytes:
+            # a client that closes it is done (or dead); one that keeps it open without asking for
+            # bytes for RANGE_IDLE_S would hold a seeding slot for nothing, and loses it.
+            connection.settimeout(1.0)
+            while True:
+                try:
+                    if not connection.recv(1):
+                        break
+                except TimeoutError:
+                    with self._lock:
+                        idle = time.monotonic() - self._sessions.get(hello.session, 0.0)
+                    if idle > RANGE_IDLE_S:
+                        log.info("seed session idle; closed", extra={"fields": {**self.fields, "peer": where}})
+                        break
             self.seeds_served += 1
         finally:
             with self._lock:
@@ -299,4 +308,7 @@ class SeedServer:
                     block = data[start : start + block_bytes]
                     self.bucket.take(len(block))
                     connection.sendall(block)
-                    self.bytes_sent += len(block)
+                    with self._lock:
+                        self.bytes_sent += len(block)
+                        if hello.session in self._sessions:
+                            self._sessions[hello.session] = time.monotonic()

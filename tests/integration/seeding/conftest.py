@@ -4,6 +4,7 @@ both hold a real credential file. The peer serves on loopback TCP."""
 
 from __future__ import annotations
 
+import mmap
 import os
 import socket
 import time
@@ -12,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from weightcache.arenas.arena import CpuShmArena
 from weightcache.client.weights import DaemonConnection
+from weightcache.daemon.serving import Served
 from weightcache.wire.protocol import StatusReply
 from weightcache_contract.seeding import SeedPeer, SeedPeers
 
@@ -74,3 +77,17 @@ def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "con
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
     return value
+
+
+def served_copy(daemon: Any, name: str) -> Served:
+    """What a real daemon's rank 0 serves, copied into an arena of this process: its bytes, its
+    fingerprint and manifest. A seed server of the test's own can serve it (or lie about it)."""
+    with DaemonConnection(daemon.files[0].socket) as conn:
+        config = conn.query_config()
+        reply, fd = conn.fetch(config.fingerprint_digest)
+    assert fd is not None
+    arena = CpuShmArena(reply.manifest.arena_bytes, name)
+    with mmap.mmap(fd, reply.manifest.arena_bytes, prot=mmap.PROT_READ) as original:
+        arena.buffer().numpy()[:] = memoryview(original)
+    os.close(fd)
+    return Served(name, 0, arena, reply.manifest, config.fingerprint, 0.0, 0)

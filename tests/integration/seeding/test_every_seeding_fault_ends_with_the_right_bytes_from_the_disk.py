@@ -3,17 +3,13 @@ the right bytes, and its status says which peer failed and why. Never a served w
 
 from __future__ import annotations
 
-import mmap
-import os
 import signal
 
 import pytest
 import torch
-from conftest import free_port, peers_file, status, wait_for, weights_digests
-from weightcache.arenas.arena import CpuShmArena
+from conftest import free_port, peers_file, served_copy, status, wait_for, weights_digests
 from weightcache.checkpoints.sharding import Layout
-from weightcache.client.weights import DaemonConnection, expect, load_from_disk, load_weights
-from weightcache.daemon.serving import Served
+from weightcache.client.weights import expect, load_from_disk, load_weights
 from weightcache.seeding.arena_bytes import ArenaBytes
 from weightcache.seeding.messages import CHUNK_BYTES
 from weightcache.seeding.server import SeedServer
@@ -118,20 +114,12 @@ def lying_peer(llama, start_daemon, credential, tmp_path):
     arena, its real fingerprint and manifest."""
     key, port = credential(), free_port()
     source = start_daemon(llama, name="faults", dtype="bfloat16", keeper="off", socket_dir_override=str(tmp_path / "s"))
-    with DaemonConnection(source.files[0].socket) as conn:
-        config = conn.query_config()
-        reply, fd = conn.fetch(config.fingerprint_digest)
-    assert fd is not None
-    arena = CpuShmArena(reply.manifest.arena_bytes, "lying")
-    with mmap.mmap(fd, reply.manifest.arena_bytes, prot=mmap.PROT_READ) as original:
-        arena.buffer().numpy()[:] = memoryview(original)
-    os.close(fd)
-    digests = ArenaBytes(arena, arena.size).digests(CHUNK_BYTES)
-    middle = arena.size // 2
-    arena.buffer()[middle] ^= 0xFF
-    served = Served("faults", 0, arena, reply.manifest, config.fingerprint, 0.0, 0, chunk_digests=digests)
+    served = served_copy(source, "lying")
+    arena = served.arena
+    served.chunk_digests = ArenaBytes(arena, arena.size).digests(CHUNK_BYTES)
+    arena.buffer()[arena.size // 2] ^= 0xFF
     server = SeedServer(served, ("127.0.0.1", port), key).start()
-    yield key, peers_file(tmp_path / "peers.json", port, {0: config.fingerprint.weights_digest}), server
+    yield key, peers_file(tmp_path / "peers.json", port, {0: served.fingerprint.weights_digest}), server
     server.stop()
     source.stop()
 
