@@ -12,6 +12,7 @@ import pytest
 from testcluster.controlplane import ControlPlane
 from testcluster.kubelet import ProcessKubelet
 from testcluster.kubelet.devices import gpu_uuid
+from testcluster.kubelet.nodes import NodeSpec
 from testcluster.kubelet.processes import CONTAINER_MARKER
 from testcluster.rest import ApiError, Kube
 from testcluster.strays import processes_with_environment
@@ -485,3 +486,59 @@ def test_termination_messages_reach_the_container_status(kube: Kube, kubelet: Pr
     assert terminated("fallback")["message"].splitlines() == [f"line {i}" for i in range(21, 101)]
     assert "message" not in terminated("log-only"), "the default policy (File) never reads the log"
     assert terminated("long")["message"] == "x" * (12 * 1024 // 5)
+
+
+def test_a_configmap_volume_follows_its_object_while_the_pod_runs(
+    kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
+    def settings(mode: str) -> dict:
+        return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "live"}, "data": {"mode": mode}}
+
+    kube.create(f"/api/v1/namespaces/{namespace}/configmaps", settings("first"))
+    create_pod(
+        kube,
+        namespace,
+        "reader",
+        {
+            "volumes": [{"name": "live", "configMap": {"name": "live"}}],
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "command": ["sh", "-c", "while true; do cat /live/mode; echo; sleep 0.2; done"],
+                    "volumeMounts": [{"name": "live", "mountPath": "/live"}],
+                }
+            ],
+        },
+    )
+    wait_for(lambda: "first" in kubelet.logs(namespace, "reader", "main"), 30)
+    kube.patch(f"/api/v1/namespaces/{namespace}/configmaps/live", {"data": {"mode": "second"}})
+    wait_for(lambda: "second" in kubelet.logs(namespace, "reader", "main"), 15)
+
+
+def test_a_node_added_to_the_running_cluster_runs_its_pods_and_leaves_without_a_trace(
+    kube: Kube, kubelet: ProcessKubelet, namespace: str
+) -> None:
+    node = f"joined-{namespace[-5:]}"
+    kubelet.add_node(NodeSpec(node, labels={"joined": "true"}))
+    try:
+        wait_for(lambda: condition(kube.get(f"/api/v1/nodes/{node}"), "Ready") == "True", 30)
+        create_pod(
+            kube,
+            namespace,
+            "newcomer",
+            {
+                "nodeSelector": {"joined": "true"},
+                "containers": [{"name": "main", "image": "busybox", "command": ["sleep", "300"]}],
+            },
+        )
+        wait_for(lambda: condition(get_pod(kube, namespace, "newcomer"), "Ready") == "True", 30)
+        assert get_pod(kube, namespace, "newcomer")["spec"]["nodeName"] == node
+        pids = [r.process.pid for r in kubelet.pod_worker(namespace, "newcomer").runners]
+    finally:
+        kubelet.remove_node(node)
+    with pytest.raises(ApiError) as gone_node:
+        kube.get(f"/api/v1/nodes/{node}")
+    assert gone_node.value.status == 404
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), 10)
+    assert node not in kubelet.addresses and node not in kubelet.agents

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..netns import entered
 from ..reflector import follow
-from ..rest import Kube, Object
+from ..rest import ApiError, Kube, Object
 from .devices import GPU_RESOURCE, GpuPool
 from .logserver import KUBELET_PORT, LogServer
 from .nodenetwork import HOST_ADDRESS, NodeNetwork
@@ -63,6 +63,10 @@ class ProcessKubelet:
         self.writers: dict[str, StatusWriter] = {}
         self.log_servers: list[LogServer] = []
         self.gpu_pools: dict[str, GpuPool] = {}
+        self._node_stops: dict[str, threading.Event] = {}
+        """Set when the node is removed (``remove_node``) or the kubelet stops: its pod watch ends."""
+        self._routable = False
+        self._own_networks = False
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -70,35 +74,75 @@ class ProcessKubelet:
         routable = ensure_pod_network()
         # Nodes can have networks of their own only when they can reach the API server over
         # them: it listens on the bridge (``testcluster.kubelet.podnetwork.api_address``).
-        own_networks = routable and self.kube.host == HOST_ADDRESS
+        self._routable = routable
+        self._own_networks = routable and self.kube.host == HOST_ADDRESS
         for spec in self.config.nodes:
-            self.addresses[spec.name] = NodeAddresses(routable, own_network=own_networks, on_interface=True)
-            node_ip = self.addresses[spec.name].node_ip
-            kube = self.node_kube[spec.name] = self.kube.from_namespace(self.netns(spec.name))
-            port = 0
-            if self.config.serving_cert:
-                cert, key = self.config.serving_cert
-                with entered(self.netns(spec.name)):
-                    self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
-                port = KUBELET_PORT
-            agent = NodeAgent(kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
-            agent.register()
-            self.agents[spec.name] = agent
-            self.gpu_pools[spec.name] = GpuPool(spec.name, int(spec.capacity.get(GPU_RESOURCE, "0")))
-            self.writers[spec.name] = StatusWriter(kube, self._may_report)
-            (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
-        for name, writer in self.writers.items():
-            writer.start()
-            resource_version = self._resync(name)
-            thread = threading.Thread(
-                target=self._watch, args=(name, resource_version), daemon=True, name=f"kubelet-pod-watch-{name}"
-            )
-            thread.start()
-            self._watch_threads.append(thread)
+            self._register(spec)
+        for name in list(self.writers):
+            self._follow(name)
+
+    def add_node(self, spec: NodeSpec) -> None:
+        """A node joining the running cluster, as after a scale-out or a machine's replacement:
+        registered, heartbeating, and running the pods bound to it."""
+        with self._lock:
+            if spec.name in self.agents:
+                raise ValueError(f"{spec.name} is a node already")
+        self._register(spec)
+        self._follow(spec.name)
+
+    def remove_node(self, name: str) -> None:
+        """The node leaves for good: its pods' processes are killed, its Node object deleted, its
+        network and addresses released (what ``add_node`` made)."""
+        with self._lock:
+            self._node_stops[name].set()
+            doomed = [w for w in self.workers.values() if w.context.node_name == name]
+            for worker in doomed:
+                del self.workers[worker.uid]
+                self.finished_workers.append(worker)
+        for worker in doomed:
+            worker.kill()
+            worker.cleanup()
+        self.writers.pop(name).stop()
+        self.agents.pop(name).stop()
+        try:
+            self.kube.delete(f"/api/v1/nodes/{name}")
+        except ApiError as error:
+            if error.status != 404:
+                raise
+        self.addresses.pop(name).close()
+
+    def _register(self, spec: NodeSpec) -> None:
+        self.addresses[spec.name] = NodeAddresses(self._routable, own_network=self._own_networks, on_interface=True)
+        node_ip = self.addresses[spec.name].node_ip
+        kube = self.node_kube[spec.name] = self.kube.from_namespace(self.netns(spec.name))
+        port = 0
+        if self.config.serving_cert:
+            cert, key = self.config.serving_cert
+            with entered(self.netns(spec.name)):
+                self.log_servers.append(LogServer(node_ip, cert, key, self._find).start())
+            port = KUBELET_PORT
+        agent = NodeAgent(kube, spec, node_ip, self.config.heartbeat, kubelet_port=port)
+        agent.register()
+        self.agents[spec.name] = agent
+        self.gpu_pools[spec.name] = GpuPool(spec.name, int(spec.capacity.get(GPU_RESOURCE, "0")))
+        self.writers[spec.name] = StatusWriter(kube, self._may_report)
+        self._node_stops[spec.name] = threading.Event()
+        (self.config.root / "nodes" / spec.name / "root").mkdir(parents=True, exist_ok=True)
+
+    def _follow(self, name: str) -> None:
+        self.writers[name].start()
+        resource_version = self._resync(name)
+        thread = threading.Thread(
+            target=self._watch, args=(name, resource_version), daemon=True, name=f"kubelet-pod-watch-{name}"
+        )
+        thread.start()
+        self._watch_threads.append(thread)
 
     def stop(self, grace: float = 2.0) -> None:
         """Stops every pod (SIGTERM, then SIGKILL after ``grace``) and the heartbeats."""
         self._stop.set()
+        for node_stop in self._node_stops.values():
+            node_stop.set()
         with self._lock:
             workers = list(self.workers.values())
         for worker in workers:
@@ -268,7 +312,7 @@ class ProcessKubelet:
             "/api/v1/pods",
             relist=lambda: self._resync(node),
             on_event=self._handle,
-            stopped=self._stop,
+            stopped=self._node_stops[node],
             what=f"pod watch of {node}",
             resource_version=resource_version,
             # A node cut off and healed finds out its stream is dead within this (+10 s).
@@ -278,7 +322,7 @@ class ProcessKubelet:
 
     def _handle(self, kind: str, pod: Object) -> None:
         node = pod.get("spec", {}).get("nodeName")
-        if node not in self.agents:
+        if node not in self.agents or self._node_stops[node].is_set():
             return
         uid = pod["metadata"]["uid"]
         namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]

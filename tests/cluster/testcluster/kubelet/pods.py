@@ -18,13 +18,18 @@ from .devices import GpuPool, gpus_requested
 from .environment import MissingReference, container_environment
 from .nodes import now_rfc3339
 from .processes import Mount
-from .volumes import VolumeNotReady, prepare_volumes
+from .volumes import REFRESHED, VolumeNotReady, prepare_volumes, refresh_volumes
 
 log = logging.getLogger(__name__)
 
 # Conditions this kubelet owns; all others (PodScheduled, readiness gates, DisruptionTarget)
 # belong to someone else and survive our patches because conditions merge by type.
 OWNED_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready")
+
+
+VOLUME_SYNC_S = 2.0
+"""How often a running pod's configMap and secret volumes are brought in line with their objects
+(a kubelet's sync period, compressed as the back-off is)."""
 
 
 @dataclass
@@ -90,6 +95,8 @@ class PodWorker:
             if volumes is None:
                 return
             self.volumes_ready = True
+            if any(kind in volume for volume in self.pod["spec"].get("volumes") or [] for kind in REFRESHED):
+                threading.Thread(target=self._refresh_volumes, daemon=True, name=f"volumes-{self.name}").start()
             specs = self.pod["spec"]
             init_specs = specs.get("initContainers", []) or []
             self.init_runners = [self._runner(spec, volumes, init=True) for spec in init_specs]
@@ -133,6 +140,13 @@ class PodWorker:
                 log.debug("pod %s/%s: %s", self.namespace, self.name, waiting)
                 time.sleep(0.5)
         return None
+
+    def _refresh_volumes(self) -> None:
+        while not self.terminating and not self.finished.wait(VOLUME_SYNC_S):
+            try:
+                refresh_volumes(self.context.kube, self.pod, self.pod_dir)
+            except Exception as error:  # noqa: BLE001 - the API unreachable, an object gone: next round
+                log.debug("pod %s/%s: volumes not refreshed: %s", self.namespace, self.name, error)
 
     def _hosts_file(self, hostname: str) -> Path:
         hosts = self.pod_dir / "etc-hosts"

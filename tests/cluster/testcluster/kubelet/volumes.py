@@ -60,6 +60,24 @@ def prepare_volumes(kube: Kube, pod: Object, pod_dir: Path, node_root: Path) -> 
     return prepared
 
 
+REFRESHED = ("configMap", "secret")
+"""Volume kinds whose files follow their object while the pod runs, as a kubelet's sync loop
+keeps them (every minute or so there; every ``pods.VOLUME_SYNC_S`` here). Projected volumes are
+left as written: their tokens are not refreshed either (``request_token``)."""
+
+
+def refresh_volumes(kube: Kube, pod: Object, pod_dir: Path) -> None:
+    """Rewrites the files of the pod's configMap and secret volumes from the objects as they are now."""
+    for volume in pod["spec"].get("volumes", []) or []:
+        target = pod_dir / "volumes" / volume["name"]
+        if "configMap" in volume:
+            files = _config_map_files(kube, pod, volume["configMap"])
+            _write_files(target, files, volume["configMap"].get("defaultMode"))
+        elif "secret" in volume:
+            source = {**volume["secret"], "name": volume["secret"].get("secretName")}
+            _write_files(target, _secret_files(kube, pod, source), volume["secret"].get("defaultMode"))
+
+
 def _host_path(node_root: Path, source: Object) -> Path:
     path = node_host_path(node_root, source["path"])
     kind = source.get("type", "")
@@ -169,6 +187,8 @@ def _write_files(directory: Path, files: dict[str, tuple[bytes, int | None]], de
     directory.mkdir(parents=True, exist_ok=True)
     for relative, (content, mode) in files.items():
         path = directory / relative
+        if path.is_file() and path.read_bytes() == content:
+            continue  # unchanged: a reader never sees a replacement for nothing
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(path.name + ".partial")
         partial.write_bytes(content)
