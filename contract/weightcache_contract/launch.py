@@ -238,7 +238,10 @@ SEED_STALL_SECONDS = Option(
     "up for the next peer or the disk",
 )
 SEED_MIN_MIB_S = Option(
-    "--seed-min-mib-s", type=float, default=1.0, help="the slowest a seeding peer may send (MiB/s) before it is given up"
+    "--seed-min-mib-s",
+    type=float,
+    default=1.0,
+    help="the slowest a seeding peer may send (MiB/s) before it is given up",
 )
 NODE_NAME = Option(
     "--node-name", metavar="NAME", help="this daemon's node: peers on it are not seeds (the operator sets $(NODE_NAME))"
