@@ -82,6 +82,12 @@ STATUS_PORT_NAME = "status"
 """The daemon pod's status endpoint (GET /status, GET /metrics), bound to the pod IP; the
 operator finds it through the container port of this name."""
 
+SEED_PEERS_MOUNT = "/weightcache/seed-peers"
+"""Where a daemon sees the cache's peers ConfigMap (its one file: ``seeding.PEERS_FILE``)."""
+
+SEED_CREDENTIAL_MOUNT = "/weightcache/seed-credential"
+"""Where a daemon sees the cache's seeding Secret (its one file: ``seeding.CREDENTIAL_KEY``)."""
+
 MODEL_MOUNT = "/weightcache/model"
 """Where daemon and engines see the checkpoint: the same path on both sides, because the resolved
 model path is part of the weights' fingerprint."""
@@ -123,6 +129,16 @@ class CacheRef:
     @property
     def daemon_name(self) -> str:
         return f"{self.name}-daemon"
+
+    @property
+    def seeding_secret_name(self) -> str:
+        """The Secret holding the cache's seeding credential (render/seeding.py)."""
+        return f"{self.name}-seeding"
+
+    @property
+    def seed_peers_name(self) -> str:
+        """The ConfigMap holding the cache's peers file (render/seeding.py)."""
+        return f"{self.name}-seed-peers"
 
     def owner_reference(self) -> dict[str, Any]:
         """Makes the garbage collector delete what we render when the WeightCache goes."""

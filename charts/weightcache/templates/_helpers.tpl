@@ -79,6 +79,15 @@ runs the operator with exactly these rules and shows it fails without each group
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch]
+# Seeding (spec.daemon.seeding): each cache's credential Secret is created when missing (a create
+# that finds one is refused, and that is all the operator learns: it reads no Secret); the garbage
+# collector deletes it with the cache. The peers ConfigMap is read and server-side applied.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, patch]
 # kopf posts Kubernetes events about the objects it handles.
 - apiGroups: [""]
   resources: [events]

@@ -8,11 +8,14 @@ the daemons' DaemonSets, the gates, the creations of engine pods."""
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
+
+from weightcache_contract.seeding import CREDENTIAL_MIN_BYTES
 
 from weightcache_operator.act.applying import apply_if_different
 from weightcache_operator.act.report import Reporter
@@ -24,8 +27,10 @@ from weightcache_operator.plan.actions import (
     Action,
     ApplyClaimTemplate,
     ApplyDaemonSet,
+    ApplySeedPeers,
     ApplyService,
     Create,
+    CreateSeedingSecret,
     Delete,
     DeleteDaemonSet,
     Failover,
@@ -39,6 +44,7 @@ from weightcache_operator.plan.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.plan.status_reports import RoutingReport
 from weightcache_operator.render.budget import engine_budget
 from weightcache_operator.render.gpu_holder import stale_holder, uses_gpu_holder
+from weightcache_operator.render.seeding import seeding_secret
 from weightcache_operator.render.service import engine_service
 from weightcache_operator.spec import FailoverStatus, WeightCache
 from weightcache_operator.together import all_at_once
@@ -76,6 +82,11 @@ def execute(
     outcome = Outcome()
     for batch in _batches(actions):
         match batch[0]:
+            case CreateSeedingSecret(name):
+                _create_seeding_secret(api, cache, namespace, name)
+            case ApplySeedPeers(configmap, live):
+                path = f"/api/v1/namespaces/{namespace}/configmaps/{configmap['metadata']['name']}"
+                snapshot.seed_peers_applied(apply_if_different(api, path, configmap, live))
             case ApplyClaimTemplate(template):
                 templates = f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
                 api.apply(f"{templates}/{template['metadata']['name']}", template)
@@ -148,6 +159,21 @@ def execute(
                 if demoted or _budget_overcounts(snapshot):
                     _recount_budget(api, snapshot, reporter.clock())
     return outcome
+
+
+def _create_seeding_secret(api: KubeApi, cache: WeightCache, namespace: str, name: str) -> None:
+    """Creates the credential Secret with fresh random bytes unless it exists (409: kept as it is,
+    never read: the operator may create Secrets, not read them). The bytes are neither logged nor
+    returned."""
+    try:
+        api.create(
+            f"/api/v1/namespaces/{namespace}/secrets", seeding_secret(cache, secrets.token_bytes(CREDENTIAL_MIN_BYTES))
+        )
+    except ApiError as error:
+        if error.status != 409:
+            raise
+        return
+    log.info("created seeding secret", extra={"secret": name})
 
 
 def _batches(actions: list[Action]) -> Iterator[list[Action]]:

@@ -15,6 +15,7 @@ from weightcache_operator.act.metrics import OperatorMetrics
 from weightcache_operator.kubeapi import ApiError, KubeApi
 from weightcache_operator.objects import Object, stamp
 from weightcache_operator.observe.engine_start import EngineStart, latest, slow_after, slow_message
+from weightcache_operator.observe.seed_fallbacks import SeedFallback
 from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.observe.snapshot import cache_path
 from weightcache_operator.plan.actions import Promotion
@@ -150,6 +151,12 @@ class Reporter:
                 self.event(body, "Warning", "SlowEngineStart", slow_message(start, ready_deadline_seconds))
         last = latest(starts)
         return last.status(threshold) if last is not None else None
+
+    def seed_fallbacks(self, body: Object, fallbacks: list[SeedFallback]) -> None:
+        """A Warning ``SeedFellBack`` Event for each rank that asked peers and loaded from the disk
+        after all (seed_fallbacks.py tells each once per daemon pod and rank)."""
+        for fallback in fallbacks:
+            self.event(body, "Warning", "SeedFellBack", fallback.message())
 
     def failover(self, body: Object, promotion: Promotion, noticed: datetime) -> FailoverStatus | None:
         """The ``status.lastFailover`` entry of a promotion just patched (every field set:

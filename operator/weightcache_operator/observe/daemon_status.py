@@ -130,6 +130,11 @@ class DaemonStatusReader:
         self._memo[cache] = kept  # pods that are gone are dropped with the old map
         return {names[uid]: fetched for uid, (_version, _at, fetched) in kept.items()}
 
+    def known(self, cache: tuple[str, str]) -> dict[str, Fetched]:
+        """Pod uid → the report last read for it (or why there is none), without reading anything:
+        what planning may use without waiting on a daemon (plan/seeding.py)."""
+        return {uid: fetched for uid, (_version, _at, fetched) in self._memo.get(cache, {}).items()}
+
     def invalidate(self, cache: tuple[str, str], uid: str) -> None:
         """The pod's report is known to have changed: the next ``read`` asks it again."""
         with self._lock:

@@ -50,6 +50,8 @@ class Snapshot:
     """The live engine Service; None while there is none."""
     budget: Object | None = None
     """The live disruption budget over the serving engines; None while there is none."""
+    seed_peers: Object | None = None
+    """The live peers ConfigMap (render/seeding.py); None while there is none."""
     namespace_labels: dict[str, str] | None = None
     """The cache's namespace's labels (its Pod Security level); None when they could not be read."""
     watches: Watches | None = field(default=None, repr=False)
@@ -146,6 +148,9 @@ class Snapshot:
         self._wrote("services", service)
         self.service = service
 
+    def seed_peers_applied(self, configmap: Object) -> None:
+        self.seed_peers = configmap
+
     def budget_applied(self, budget: Object) -> None:
         self._wrote("budgets", budget)
         self.budget = budget
@@ -180,6 +185,7 @@ def observe(
     each kind how it was read (kind, ``watch`` or ``list``)."""
     selector = f"{CACHE_LABEL}={name}"
     key = (namespace, name)
+    ref = CacheRef(name, namespace, "")
     paths = {
         "pods": f"/api/v1/namespaces/{namespace}/pods",
         "daemonsets": f"/apis/apps/v1/namespaces/{namespace}/daemonsets",
@@ -198,6 +204,7 @@ def observe(
     calls: dict[str, Callable[[], Any]] = dict(
         body=lambda: _get_if_exists(api, cache_path(namespace, name)),
         namespace_labels=lambda: _namespace_labels(api, namespace),
+        seed_peers=lambda: _get_if_exists(api, f"/api/v1/namespaces/{namespace}/configmaps/{ref.seed_peers_name}"),
     )
     for kind, path in paths.items():
         if from_watch[kind] is None:
@@ -231,12 +238,13 @@ def observe(
         engines.record(key, snapshot.engine_pods)
     snapshot.nodes = nodes.nodes()
     snapshot.namespace_labels = answers["namespace_labels"]
+    snapshot.seed_peers = answers["seed_peers"]
     snapshot.daemonsets = seen["daemonsets"]
     snapshot.daemon_pods = [p for p in all_pods if component(p) == "daemon"]
     snapshot.holder_pods = [p for p in all_pods if component(p) == HOLDER_COMPONENT]
     serving_name = cache.spec.service.name or name
     snapshot.service = next((svc for svc in seen["services"] if svc["metadata"]["name"] == serving_name), None)
-    budget = budget_name(CacheRef(name, namespace, ""))
+    budget = budget_name(ref)
     snapshot.budget = next((pdb for pdb in seen["budgets"] if pdb["metadata"]["name"] == budget), None)
     return snapshot
 

@@ -4,7 +4,8 @@ for the engines and the Service, joined by engine_plan.py with the budget), pass
 them in one list in ``ORDER``, and the executor (executor.py) carries that list out.
 
 ``ORDER`` is what keeps the Service serving through every change: endpoints are added before
-the Service changes and removed after it. What engines need comes first: the GPU claim template
+the Service changes and removed after it. What daemons need comes first: the seeding credential
+(a daemon pod mounts it, not optionally) and the peers file; what engines need next: the GPU claim template
 and the GPU holder before the daemons that use them, the daemons' DaemonSets, the gates that say
 where a daemon is Ready. Engines are relabelled active first (a promoted standby joins the
 Service's endpoints), then the failovers are recorded, then the Service is applied (switching
@@ -36,6 +37,23 @@ class Promotion:
     failed_pods: tuple[Object, ...] = ()
     """Every pod of the failed unit (``failed`` is its head): the failure was first seen when the
     first of them was (a group fails with any of its pods)."""
+
+
+@dataclass(frozen=True)
+class CreateSeedingSecret:
+    """``spec.daemon.seeding`` on: create the cache's credential Secret unless it exists (planned on
+    full passes: the operator cannot read Secrets). Carries no bytes: the executor makes them
+    (render/seeding.py), so no plan, log or result holds them."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class ApplySeedPeers:
+    """Apply the cache's peers ConfigMap (plan/seeding.py) where it differs from ``live``."""
+
+    configmap: Object
+    live: Object | None
 
 
 @dataclass(frozen=True)
@@ -139,7 +157,9 @@ class RecountBudget:
 
 
 Action = (
-    ApplyClaimTemplate
+    CreateSeedingSecret
+    | ApplySeedPeers
+    | ApplyClaimTemplate
     | ApplyDaemonSet
     | SetGate
     | SetRole
@@ -154,6 +174,8 @@ Action = (
 )
 
 ORDER: tuple[str, ...] = (
+    "CreateSeedingSecret",
+    "ApplySeedPeers",
     "ApplyClaimTemplate",
     "ApplyGpuHolder",
     "ApplyDaemonSet",

@@ -7,7 +7,8 @@ actions planned before it will leave — what those writes do to the pods and Da
 folded into a copy of the snapshot (``foresee``), never into the snapshot itself, which the
 executor updates with the API's answers:
 
-1. the daemons' DaemonSets, on spec changes and resyncs (daemonsets.py);
+1. the seeding credential and peers file (seeding.py), then the daemons' DaemonSets, on spec
+   changes and resyncs (daemonsets.py);
 2. the readiness gates (gate_sync.py): a daemon that failed turns its engines' gate False, and
 3. the engines, the Service and the budget (engine_plan.py) see that gate in this very pass: the
    failover acts on it without waiting for the kubelet to drop the engines' Ready.
@@ -29,6 +30,7 @@ from weightcache_operator.plan.engine_plan import EnginePlan, plan_engines
 from weightcache_operator.plan.gate_sync import plan_gates
 from weightcache_operator.plan.gates import DAEMON_UID_ANNOTATION
 from weightcache_operator.plan.rollout.views import Desired
+from weightcache_operator.plan.seeding import plan_seeding
 from weightcache_operator.spec import WeightCache
 
 
@@ -61,6 +63,8 @@ def plan_pass(
     nothing changed (spec changes, resyncs, taking over); ``grace``: how long a gate is kept
     through a daemon outage; ``unresponsive``, ``settling``, ``new_group``: as ``plan_engines``."""
     view = _copy(snapshot)
+    # The reports already read: planning the peers file sends no request (plan/seeding.py).
+    seeding = plan_seeding(cache, view, daemon_status.known((view.namespace, view.name)), apply=apply)
     daemonsets = plan_daemons(cache, view, daemon_status) if apply else []
     foresee(view, daemonsets, now)
     gates, expires = plan_gates(view, now, grace)
@@ -68,7 +72,7 @@ def plan_pass(
     engines = plan_engines(
         cache, view, want, now, apply_service=apply, unresponsive=unresponsive, settling=settling, new_group=new_group
     )
-    return PassPlan(in_order([*daemonsets, *gates, *engines.writes]), engines, expires, view)
+    return PassPlan(in_order([*seeding, *daemonsets, *gates, *engines.writes]), engines, expires, view)
 
 
 def foresee(view: Snapshot, actions: Iterable[Action], now: datetime) -> None:

@@ -375,6 +375,9 @@ def _node_entry(node: str, pod: str, ranks: list[int], current: bool, report: Da
             "source": seen.source,
             "disk_bytes_read": seen.disk_bytes_read,
         }
+        if seen.seed is not None:
+            # Set when the rank asked peers: served by one, or fallen back to the disk.
+            facts |= {"seed_peer": seen.seed.peer, "seed_bytes": seen.seed.bytes, "seed_seconds": seen.seed.seconds}
         entries.append(
             RankStatus(rank=rank, ready=current and seen.ready, **{k: v for k, v in facts.items() if v is not None})
         )

@@ -31,6 +31,7 @@ from weightcache_operator.render.layout import (
 )
 from weightcache_operator.render.plan import plan_init
 from weightcache_operator.render.security import container_security, owner_init, scratch_volume
+from weightcache_operator.render.seeding import NODE_NAME_ENV, seed_daemon_args, seed_port, seed_volumes, uses_seeding
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.vocabulary import (
     CLI,
@@ -138,6 +139,14 @@ def daemon_daemonset(
         daemon["volumeMounts"].append(artifact_mount)
         volumes.append(artifact_vol)
         owned.append(dict(artifact_mount))
+    if uses_seeding(cache):
+        # The peers file and the credential are mounted, not hashed into the template: a new
+        # Ready daemon rewrites the peers file, which must roll no daemon (render/seeding.py).
+        daemon["env"].insert(1, NODE_NAME_ENV)
+        daemon["ports"].append(seed_port())
+        seed_vols, seed_mounts = seed_volumes(cache)
+        daemon["volumeMounts"] += seed_mounts
+        volumes += seed_vols
     if holder:
         # Every device of the node is visible; the grant says which ones are ours (by UUID).
         daemon["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"})
@@ -235,6 +244,7 @@ def daemon_args(cache: WeightCache, ranks: list[int]) -> DaemonArgs:
         status_addr=f"$(POD_IP):{STATUS_PORT}",
         gpus_file=GPUS_FILE if uses_gpu_holder(cache) else None,
         profile=profile.load_profile,
+        **seed_daemon_args(cache),
         # What the profile loads by (dtype, quantization, ... or its engine's own arguments).
         **profile.daemon_args(cache),
     )

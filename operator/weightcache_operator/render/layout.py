@@ -69,8 +69,10 @@ def daemon_spec_hash(cache: WeightCache) -> str:
             by_alias=True, mode="json", exclude={"expert"} if spec.parallelism.expert == 1 else None
         ),
         "placement": spec.placement.model_dump(by_alias=True, mode="json"),
-        # How a change rolls out is not what the daemons hold: changing it must not start one.
-        "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change"}),
+        # How a change rolls out is not what the daemons hold: changing it must not start one. Nor is
+        # where a starting daemon copies its ranks from (seeding): its bytes are verified to be the
+        # same, and caches that predate the field keep their hash.
+        "daemon": spec.daemon.model_dump(by_alias=True, mode="json", exclude={"generation_change", "seeding"}),
     }
     # What the engine's profile loads by beyond the above (nothing for most: their hash stays).
     relevant |= profiles.profile_of(cache).daemon_hash_fields(cache)

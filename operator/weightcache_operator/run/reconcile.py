@@ -40,6 +40,7 @@ from weightcache_operator.observe.engine_nodes import EngineNodes
 from weightcache_operator.observe.engine_start import StartWatch
 from weightcache_operator.observe.node_index import NodeIndex
 from weightcache_operator.observe.responsiveness import ResponsivenessWatch, probe_url
+from weightcache_operator.observe.seed_fallbacks import SeedFallbacks
 from weightcache_operator.observe.sightings import Sightings
 from weightcache_operator.observe.snapshot import Snapshot, observe
 from weightcache_operator.observe.watch_index import Watches
@@ -50,6 +51,7 @@ from weightcache_operator.plan.podsecurity import REASON as POD_SECURITY_REASON
 from weightcache_operator.plan.podsecurity import pod_security_problem
 from weightcache_operator.plan.rollout.generation import SWITCH_SETTLE_SECONDS
 from weightcache_operator.plan.rollout.status import change_under_way
+from weightcache_operator.plan.seeding import peers_behind
 from weightcache_operator.plan.status import Observed, aggregate, invalid_status
 from weightcache_operator.plan.status_reports import StatusReports, completed
 from weightcache_operator.render.gpu_holder import uses_gpu_holder
@@ -115,6 +117,8 @@ class Reconciler:
         self._switch_settles = self.memory.holds(SwitchSettles())
         self.starts = self.memory.holds(StartWatch())
         """Which engine pods' starts were counted (engine_start.py): each once, not once per pass."""
+        self.seed_fallbacks = self.memory.holds(SeedFallbacks())
+        """Which daemon ranks' seed fallbacks were told (seed_fallbacks.py): each once."""
         self.sightings = self.memory.holds(Sightings())
         """The operator's first sight of each engine failure (what failover detection is timed from):
         the kopf handlers report watch events' arrival, passes what they saw."""
@@ -359,15 +363,22 @@ class Reconciler:
         lap("execute")
         if serving_before is not None and snapshot.serving != serving_before:
             settles = self._switch_settles.set(key, self.clock() + timedelta(seconds=SWITCH_SETTLE_SECONDS))
-        # A pass when the first kept gate's grace ends, or at the old generation's retirement
-        # after a Service switch if that is sooner.
-        wakes = [w for w in (plan.gates_expire, settles if plan.engines.rollout.switching else None) if w is not None]
-        self.alarms.set(key, min(wakes) if wakes else None, self.clock())
-
         # After the gates: a slow daemon endpoint must not delay an engine's readiness flip.
         reports = self.daemon_status.read(key, snapshot.daemon_pods)
         self.daemon_changes.watch(key, snapshot.daemon_pods, reports)
         lap("daemon-status")
+        # A pass when the first kept gate's grace ends, or at the old generation's retirement
+        # after a Service switch if that is sooner; at once when the reports just read change the
+        # peers file the pass wrote (planned on the reports read before: plan/seeding.py).
+        now = self.clock()
+        behind = peers_behind(cache, snapshot, self.daemon_status.known(key))
+        wakes = [
+            w
+            for w in (plan.gates_expire, settles if plan.engines.rollout.switching else None, now if behind else None)
+            if w is not None
+        ]
+        self.alarms.set(key, min(wakes) if wakes else None, now)
+        self.reporter.seed_fallbacks(snapshot.body, self.seed_fallbacks.new(key, snapshot.daemon_pods, reports))
         # As the pass leaves the DaemonSets: the pass that starts a change records its strategy
         # on the new DaemonSet it applies, which the snapshot it read does not hold yet.
         decision = strategy_decision(plan.view.daemonsets_of(want.daemon_hash))

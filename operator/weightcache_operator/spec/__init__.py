@@ -50,6 +50,8 @@ from weightcache_operator.spec.nodes import (
     GenerationChange,
     Parallelism,
     Placement,
+    Seeding,
+    SeedingMode,
 )
 from weightcache_operator.spec.resource import (
     API_VERSION,
@@ -127,6 +129,8 @@ __all__ = [
     "GenerationChange",
     "Parallelism",
     "Placement",
+    "Seeding",
+    "SeedingMode",
     # engine, vllm
     "ARTIFACT_CACHE_DEFAULT_BYTES",
     "ENGINE_DRAIN_S",

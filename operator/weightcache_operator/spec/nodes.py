@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import ConfigDict, Field, model_validator
 from weightcache_contract.backends import Backend
 
-from weightcache_operator.spec.base import ApiModel, FreeForm, cel, validations
+from weightcache_operator.spec.base import ApiModel, FreeForm, cel, default_object, validations
 
 RANKS_DIVIDE_NODES = cel(
     "(self.tensor * self.pipeline) % self.nodes == 0",
@@ -70,6 +70,44 @@ class Placement(ApiModel):
 
 GenerationChange = Literal["Auto", "NodeByNode"]
 
+SeedingMode = Literal["Peers", "Off"]
+
+
+class Seeding(ApiModel):
+    """Seeding a starting daemon from a Ready daemon of the same cache on another node instead of
+    reading the checkpoint from disk (docs/operator.md, *Seeding from peers*)."""
+
+    mode: SeedingMode = Field(
+        default="Peers",
+        description="Peers: a starting daemon asks the cache's Ready daemons of its generation (listed in the"
+        " <name>-seed-peers ConfigMap) for each rank before reading the disk, and every daemon serves its ranks to"
+        " the others, with the credential of the <name>-seeding Secret; every chunk is verified and on any failure"
+        " the daemon falls back to the disk. Off: daemons read the disk only, neither fetch nor serve, and the"
+        " operator creates neither object.",
+    )
+    max_mib_per_second: float = Field(
+        default=4096.0,
+        gt=0,
+        alias="maxMiBPerSecond",
+        description="The most one rank sends to starting peers, in MiB/s, all of them together.",
+    )
+    max_clients: int = Field(
+        default=2, ge=1, description="Starting daemons one rank seeds at once; more are told to try another peer."
+    )
+    streams: int = Field(default=4, ge=1, le=64, description="TCP connections one seed of a rank uses in parallel.")
+    stall_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        description="A peer that sends nothing for this long, or slower than minMiBPerSecond over it, is given up"
+        " for the next peer or the disk.",
+    )
+    min_mib_per_second: float = Field(
+        default=1.0,
+        ge=0,
+        alias="minMiBPerSecond",
+        description="The slowest a peer may send, in MiB/s over stallSeconds, before it is given up.",
+    )
+
 
 class Daemon(ApiModel):
     """The per-node daemon that loads, shards and holds the weights."""
@@ -90,4 +128,10 @@ class Daemon(ApiModel):
         " node reports room for a second copy, otherwise node by node (drain the node's engines, replace its"
         " daemon). NodeByNode: always node by node, never two copies in memory. Not part of the daemon spec"
         " hash: changing it alone reloads nothing.",
+    )
+    seeding: Seeding = Field(
+        default_factory=Seeding,
+        json_schema_extra=default_object(Seeding),
+        description="Copying ranks from Ready peer daemons instead of the disk. Not part of the daemon spec hash:"
+        " changing it reloads nothing; daemon pods started after the change (new nodes, restarts) use it.",
     )

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, PlainSerializer
+from weightcache_contract.seeding import SeedSource
 
 from weightcache_operator.spec.base import ApiModel, stamp
 from weightcache_operator.spec.routing import InferencePoolMode
@@ -63,11 +64,23 @@ class RankStatus(ApiModel):
     bytes: int | None = Field(default=None, ge=0, description="Bytes of the rank's arena.")
     load_seconds: float | None = Field(default=None, ge=0)
     gpu_uuid: str | None = Field(default=None, description="The GPU holding the rank's weights; unset on cpu-shm.")
-    source: Literal["disk", "keeper"] | None = Field(
-        default=None, description="disk: loaded from the checkpoint; keeper: re-adopted without reading it."
+    source: SeedSource | None = Field(
+        default=None,
+        description="disk: loaded from the checkpoint; keeper: re-adopted without reading it; peer: copied from"
+        " another node's daemon (seedPeer).",
     )
     disk_bytes_read: int | None = Field(
         default=None, ge=0, description="Checkpoint bytes the rank's loader read (0 after a keeper re-adoption)."
+    )
+    seed_peer: str | None = Field(
+        default=None,
+        description="The node whose daemon the rank's bytes were copied from; unset when they came from the disk.",
+    )
+    seed_bytes: int | None = Field(
+        default=None, ge=0, description="Bytes copied from a peer (verified); set when the rank asked peers."
+    )
+    seed_seconds: float | None = Field(
+        default=None, ge=0, description="How long asking peers took, the fallback's attempts included."
     )
 
 

@@ -37,6 +37,8 @@ NAMESPACED_RULES = [
         "resources": ["poddisruptionbudgets"],
         "verbs": ["get", "list", "watch", "create", "patch"],
     },
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "create", "patch"]},
     {"apiGroups": [""], "resources": ["events"], "verbs": ["create"]},
 ]
 """Everything the operator does inside the namespaces it serves: a Role each in a namespaced install."""

@@ -18,7 +18,9 @@ def test_cluster_wide_rbac_is_exactly_the_enumerated_rules(helm: str) -> None:
     ]
     for rule in only(objects, "ClusterRole")["rules"]:
         assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], rule
-    assert not any("secrets" in r["resources"] or "configmaps" in r["resources"] for r in NAMESPACED_RULES)
+    # Seeding: Secrets only created (never read), ConfigMaps only read and applied (never listed or deleted).
+    assert [r["verbs"] for r in NAMESPACED_RULES if "secrets" in r["resources"]] == [["create"]]
+    assert [r["verbs"] for r in NAMESPACED_RULES if "configmaps" in r["resources"]] == [["get", "create", "patch"]]
 
 
 def test_inference_pool_rights_are_granted_only_when_routing_is_enabled(helm: str) -> None:

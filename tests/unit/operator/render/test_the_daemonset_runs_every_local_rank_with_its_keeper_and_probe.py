@@ -45,10 +45,15 @@ def test_cpu_daemonset_runs_all_local_ranks_with_keeper_and_probe() -> None:
     assert cmd[cmd.index("--status-addr") + 1] == "$(POD_IP):9400"
     assert daemon["env"] == [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         {"name": "TMPDIR", "value": "/weightcache/scratch"},
         {"name": "WEIGHTCACHE_TERMINATION_LOG", "value": "/dev/termination-log"},
     ]
-    assert daemon["ports"] == [{"name": "status", "containerPort": 9400, "protocol": "TCP"}]
+    # Seeding (on by default) serves on its own named port: local rank 0's (rank i: 9410 + i).
+    assert daemon["ports"] == [
+        {"name": "status", "containerPort": 9400, "protocol": "TCP"},
+        {"name": "seed", "containerPort": 9410, "protocol": "TCP"},
+    ]
     # Readiness from the launcher's status endpoint (the named port): no process start per probe.
     assert daemon["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "status"}
     assert "exec" not in daemon["readinessProbe"] and daemon["readinessProbe"]["failureThreshold"] == 3

@@ -12,7 +12,9 @@ from typing import Any
 from pass_world import World, serving
 from weightcache_operator.plan.actions import (
     ApplyDaemonSet,
+    ApplySeedPeers,
     ApplyService,
+    CreateSeedingSecret,
     Failover,
     RecountBudget,
     SetRole,
@@ -39,7 +41,14 @@ def test_each_pass_from_creation_to_a_failover_and_a_spec_change_returns_its_act
     world.run(apply=True)
     created = _did(world)
     assert created.status.phase == "Pending"
-    assert [type(a) for a in created.actions] == [ApplyDaemonSet, ApplyService, SyncRouting, RecountBudget]
+    assert [type(a) for a in created.actions] == [
+        CreateSeedingSecret,
+        ApplySeedPeers,
+        ApplyDaemonSet,
+        ApplyService,
+        SyncRouting,
+        RecountBudget,
+    ]
 
     serving(world)
     world.run()  # nothing to change: only the routing's and the budget's checks, which write nothing here

@@ -14,6 +14,8 @@ def test_the_gpu_holder_is_applied_before_the_daemons_that_wait_for_its_grant() 
     world.run(apply=True)
 
     assert world.api.steps() == [
+        ("create", "Secret", "tiny-seeding"),
+        ("apply", "ConfigMap", "tiny-seed-peers"),
         ("apply", "DaemonSet", "tiny-gpus"),
         ("apply", "DaemonSet", "tiny-daemon"),
         ("apply", "Service", "tiny"),

@@ -6,12 +6,16 @@ from __future__ import annotations
 from pass_world import World
 
 
-def test_the_first_pass_applies_the_daemonset_then_the_service_and_its_budget_then_the_status() -> None:
+def test_the_first_pass_creates_the_seeding_secret_and_peers_file_then_applies_the_daemonset_the_service_and_its_budget_then_the_status() -> (
+    None
+):
     world = World()
 
     assert world.run(apply=True) == "Pending"
 
     assert world.api.steps() == [
+        ("create", "Secret", "tiny-seeding"),
+        ("apply", "ConfigMap", "tiny-seed-peers"),
         ("apply", "DaemonSet", "tiny-daemon"),
         ("apply", "Service", "tiny"),
         ("apply", "PodDisruptionBudget", "tiny-active"),

@@ -18,7 +18,7 @@ from builders import BASE, after, cache_of, condition, daemon, node
 from recording_kube import RecordingKube
 from weightcache_contract.daemon_report import HOST_DEVICE, DeviceMemory, RankReport
 from weightcache_operator.objects import Object, PodView
-from weightcache_operator.observe.daemon_status import DaemonReport, DaemonStatusReader
+from weightcache_operator.observe.daemon_status import DaemonReport, DaemonStatusReader, Fetch
 from weightcache_operator.render.layout import daemon_spec_hash
 from weightcache_operator.run.reconcile import PassResult, Reconciler
 from weightcache_operator.vocabulary import CACHE_LABEL, COMPONENT_LABEL
@@ -29,14 +29,20 @@ CLOCK = after(600)
 
 class World:
     def __init__(
-        self, body: Mapping[str, Any] = BASE, nodes: tuple[str, ...] = ("node-1", "node-2"), *, roomy: bool = False
+        self,
+        body: Mapping[str, Any] = BASE,
+        nodes: tuple[str, ...] = ("node-1", "node-2"),
+        *,
+        roomy: bool = False,
+        fetch: Fetch | None = None,
     ) -> None:
         """``roomy``: the daemons have an address and report room for a second copy of their
-        ranks (a generation change may go blue/green); else they have none and report nothing."""
+        ranks (a generation change may go blue/green); ``fetch``: they have an address and report
+        what it answers for their status URL; else they have none and report nothing."""
         self.api = RecordingKube()
         self.api.put("WeightCache", body)
-        self.roomy = roomy
-        quiet = DaemonStatusReader(fetch=_roomy if roomy else _no_report)
+        self.roomy = roomy or fetch is not None
+        quiet = DaemonStatusReader(fetch=fetch or (_roomy if roomy else _no_report))
         self.now = CLOCK
         self._daemons: dict[str, int] = {}
         self.reconciler = Reconciler(self.api, clock=lambda: self.now, daemon_status=quiet, requests=None)

@@ -32,6 +32,8 @@ KINDS = {
     "namespaces": "Namespace",
     "inferencepools": "InferencePool",
     "leases": "Lease",
+    "configmaps": "ConfigMap",
+    "secrets": "Secret",
 }
 """The resources a pass touches, by the plural its paths name them with."""
 
