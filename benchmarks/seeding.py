@@ -1,6 +1,7 @@
 """Seeding: a rank copied from a peer daemon's arena against the same rank loaded from disk.
 
-On this machine (loopback TCP between two daemons, host arenas), with a generated llama checkpoint
+On this machine (loopback TCP between two daemons; host arenas, or GPU arenas with ``--backend
+cuda-vmm``, where both daemons hold theirs on GPU 0 and each chunk passes a pinned host buffer), with a generated llama checkpoint
 of ``--gib`` GiB (bf16, TP=1):
 
 - the daemon's load from disk, cold page cache (posix_fadvise DONTNEED first) and warm;
@@ -89,6 +90,7 @@ def main() -> None:
     parser.add_argument("--workdir", default=None)
     parser.add_argument("--seed-streams", type=int, default=4)
     parser.add_argument("--cap-mib-s", type=float, default=500.0)
+    parser.add_argument("--backend", default="cpu-shm", help="cpu-shm, or cuda-vmm (both daemons on GPU 0)")
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="wc-seed-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +113,7 @@ def main() -> None:
                 socket_dir=str(workdir / node),
                 name="bench",
                 dtype="bfloat16",
+                backend=args.backend,
                 keeper="off",
                 checkpoint_poll_seconds=0,
                 seed_credential_file=str(key),
@@ -176,7 +179,7 @@ def main() -> None:
         )
         seeded.stop()
     peer.stop()
-    print(f"\nmachine: {os.cpu_count()} cores; loopback TCP; cpu-shm arenas; checkpoint {workdir / 'model'}")
+    print(f"\nmachine: {os.cpu_count()} cores; loopback TCP; {args.backend} arenas; checkpoint {workdir / 'model'}")
     _table(rows)
 
 
