@@ -50,3 +50,17 @@ def test_an_absent_or_unreadable_peers_file_lists_no_peers(tmp_path) -> None:
     garbage = tmp_path / "garbage.json"
     garbage.write_text('{"peers": [{"node": 3}]}')
     assert read_peers(str(garbage)).peers == []
+
+
+def test_the_settings_come_from_what_the_parser_made_of_any_spelling() -> None:
+    # Spellings no producer writes: a prefix argparse completes, values as separate words.
+    fields = seeding_fields(
+        parsed("--seed-peers", "/peers.json", "--seed-cred=/k", "--seed-str", "8", "--node-name", "node-b")
+    )
+    settings = fields["seed"]
+    assert (settings.peers_file, settings.credential_file, settings.streams, settings.node_name) == (
+        "/peers.json",
+        "/k",
+        8,
+        "node-b",
+    )
