@@ -28,6 +28,7 @@ from typing import NoReturn
 import msgpack
 from pydantic import BaseModel
 from weightcache_contract.launch import DaemonArgs
+from weightcache_contract.seeding import SeedReport
 
 from ..arenas.arena import Arena
 from ..checkpoints.manifest import Manifest
@@ -45,6 +46,8 @@ class HandoffState(BaseModel):
     load_seconds: float
     disk_bytes_read: int
     adopted: bool  # withdrawn from the keeper rather than loaded
+    seed: SeedReport | None = None  # the rank asked peers (daemon/serving.py's ``Served.seed``)
+    chunk_digests: list[str] | None = None  # a seed's verified chunk digests
 
 
 def handoff_state(
@@ -56,6 +59,8 @@ def handoff_state(
     load_seconds: float,
     disk_bytes_read: int,
     adopted: bool,
+    seed: SeedReport | None = None,
+    chunk_digests: list[str] | None = None,
 ) -> HandoffState:
     """What the serving image needs of ``arena`` (filled and sealed, or withdrawn from the keeper)."""
     return HandoffState(
@@ -69,6 +74,8 @@ def handoff_state(
         load_seconds=load_seconds,
         disk_bytes_read=disk_bytes_read,
         adopted=adopted,
+        seed=seed,
+        chunk_digests=chunk_digests,
     )
 
 

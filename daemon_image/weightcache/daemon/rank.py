@@ -49,7 +49,7 @@ from ..checkpoints.read_tasks import ReadTask
 from ..checkpoints.sharding import Layout
 from ..gpu.gpu_grant import wait_for_grant
 from ..gpu.gpu_identity import gpu_count, gpu_facts, ordinal_for_uuid
-from ..seeding.client import SeedResult, SeedSettings, candidates, seed_rank
+from ..seeding.client import Expected, SeedResult, SeedSettings, candidates, seed_rank
 from ..seeding.server import SeedServer
 from ..wire.fingerprint import Fingerprint, compute
 from ..wire.protocol import MAX_REQUEST_BYTES, REQUEST, Deposit, Withdrawn
@@ -188,9 +188,7 @@ def run(cfg: DaemonConfig) -> int:
             seeded = seed_rank(
                 cfg.seed,
                 rank,
-                fingerprint,
-                plan.entries,
-                plan.arena_bytes,
+                Expected(fingerprint, plan.entries, plan.arena_bytes),
                 lambda size: create_arena(cfg.backend, size, f"{cfg.name}/rank-{rank}", cfg.device),
                 fields,
             )
@@ -405,6 +403,8 @@ def _serve_handed_over(cfg: DaemonConfig) -> int:
         load_seconds=state.load_seconds,
         disk_bytes_read=state.disk_bytes_read,
         adopted=state.adopted,
+        seed=state.seed,
+        chunk_digests=state.chunk_digests,
     )
     keeper_path = keeper_socket(cfg.socket_dir) if cfg.keeper == "auto" else None
     fields = {"cache": cfg.name, "rank": files.rank, "fingerprint": state.fingerprint.digest[:16], "profile": "handoff"}

@@ -108,17 +108,36 @@ def candidates(settings: SeedSettings, rank: int, fingerprint: Fingerprint) -> l
     return read_peers(settings.peers_file).candidates(rank, fingerprint.weights_digest, settings.node_name)
 
 
+@dataclass(frozen=True)
+class Expected:
+    """What this rank would load, for checking an offer against.
+
+    ``planned`` is the rank's own plan (the reference loader plans from the checkpoint's headers):
+    the offer must place every tensor exactly so. An engine profile whose layout only its engine's
+    loading produces (vLLM's post-processing) has no plan: ``planned`` is None, the offer's
+    manifest is taken from the authenticated peer with the same weights digest (which covers the
+    engine's version and every setting that changes the bytes), checked for bounds, and its size
+    must stay under ``max_arena_bytes``; the engine's binding compares every tensor it maps with
+    the model it built."""
+
+    fingerprint: Fingerprint
+    planned: list[TensorEntry] | None
+    arena_bytes: int | None
+    max_arena_bytes: int | None = None
+
+
 def seed_rank(
     settings: SeedSettings,
     rank: int,
-    fingerprint: Fingerprint,
-    planned: list[TensorEntry],
-    arena_bytes: int,
+    expected: Expected,
     make_arena: Callable[[int], Arena],
     fields: dict[str, Any] | None = None,
 ) -> SeedResult | None:
-    """The arena from a peer, or the reason none came; None when no peer holds this rank's weights."""
+    """The arena from a peer, or the reason none came; None when no peer holds this rank's weights.
+
+    ``make_arena`` is called once an offer verified, with its size."""
     fields = fields or {}
+    fingerprint = expected.fingerprint
     peers = candidates(settings, rank, fingerprint)
     if not peers:
         return None
@@ -129,27 +148,27 @@ def seed_rank(
         waits: list[float] = []
         for peer in peers:
             where = f"{peer.node} ({peer.address}:{peer.rank_port(rank)})"
-            arena = None
+            attempt = _Attempt(settings, peer, rank, expected, make_arena)
             try:
-                arena = make_arena(arena_bytes)
                 attempt_began = time.monotonic()
-                manifest, digests = _attempt(settings, peer, rank, fingerprint, planned, arena_bytes, arena)
+                manifest, digests = attempt.run()
                 seconds = time.monotonic() - attempt_began
-                attempts.append(f"{peer.node}: served {arena_bytes} bytes in {seconds:.2f} s")
+                size = manifest.arena_bytes
+                attempts.append(f"{peer.node}: served {size} bytes in {seconds:.2f} s")
                 log.info(
                     "seeded from peer",
-                    extra={"fields": {**fields, "peer": peer.node, "bytes": arena_bytes, "seconds": f"{seconds:.2f}"}},
+                    extra={"fields": {**fields, "peer": peer.node, "bytes": size, "seconds": f"{seconds:.2f}"}},
                 )
-                report = SeedReport(peer=peer.node, bytes=arena_bytes, seconds=seconds, attempts=attempts)
-                return SeedResult(arena, manifest, report, digests)
+                report = SeedReport(peer=peer.node, bytes=size, seconds=seconds, attempts=attempts)
+                return SeedResult(attempt.arena, manifest, report, digests)
             except _Busy as busy:
                 waits.append(busy.retry_after)
                 attempts.append(f"{peer.node}: busy ({busy})")
             except (SeedFailed, ProtocolError, OSError, WeightCacheError) as exc:
                 attempts.append(f"{peer.node}: {exc}")
                 log.warning("seed attempt failed", extra={"fields": {**fields, "peer": where, "why": str(exc)}})
-            if arena is not None:
-                arena.close()
+            if attempt.arena is not None:
+                attempt.arena.close()
         if not waits or time.monotonic() + min(waits) > busy_until:
             break
         time.sleep(min(waits))
@@ -220,53 +239,77 @@ def _check_proof(proof: SeedProof, key: bytes, hello: SeedHello, server_nonce: s
         raise SeedFailed("the peer's proof does not match this cache's credential: it is not a daemon of this cache")
 
 
-def _check_offer(offer: SeedOffer, fingerprint: Fingerprint, planned: list[TensorEntry], arena_bytes: int) -> None:
-    """The offer describes exactly the arena this rank would load: same weights, same layout."""
+def _check_offer(offer: SeedOffer, expected: Expected) -> int:
+    """The offer describes the arena this rank would load: same weights, same layout (or, without
+    a plan, a manifest within bounds and a size within ``max_arena_bytes``). Returns its size."""
+    fingerprint = expected.fingerprint
     if offer.fingerprint.weights_digest != fingerprint.weights_digest:
         differences = ", ".join(offer.fingerprint.differences(fingerprint)) or "its digest"
         raise SeedFailed(f"the peer holds other weights (differs in {differences})")
     manifest = offer.manifest
-    if manifest.arena_bytes != arena_bytes:
-        raise SeedFailed(f"the peer's arena is {manifest.arena_bytes} bytes; this rank plans {arena_bytes}")
-    theirs = {e.name: e.model_copy(update={"checksum": 0}) for e in manifest.entries()}
-    ours = {e.name: e.model_copy(update={"checksum": 0}) for e in planned}
-    if theirs != ours:
-        differ = sorted(name for name in theirs.keys() | ours.keys() if theirs.get(name) != ours.get(name))
+    if expected.arena_bytes is not None and manifest.arena_bytes != expected.arena_bytes:
+        raise SeedFailed(f"the peer's arena is {manifest.arena_bytes} bytes; this rank plans {expected.arena_bytes}")
+    if expected.max_arena_bytes is not None and manifest.arena_bytes > expected.max_arena_bytes:
         raise SeedFailed(
-            f"the peer's manifest places {len(differ)} tensors otherwise than this rank's plan, e.g. {differ[0]}"
+            f"the peer offers a {manifest.arena_bytes}-byte arena, more than this rank could hold from its "
+            f"checkpoint ({expected.max_arena_bytes} bytes at most)"
         )
+    try:
+        manifest.validate_bounds()
+    except ProtocolError as exc:
+        raise SeedFailed(f"the peer's manifest is malformed: {exc}") from None
+    if expected.planned is not None:
+        theirs = {e.name: e.model_copy(update={"checksum": 0}) for e in manifest.entries()}
+        ours = {e.name: e.model_copy(update={"checksum": 0}) for e in expected.planned}
+        if theirs != ours:
+            differ = sorted(name for name in theirs.keys() | ours.keys() if theirs.get(name) != ours.get(name))
+            raise SeedFailed(
+                f"the peer's manifest places {len(differ)} tensors otherwise than this rank's plan, e.g. {differ[0]}"
+            )
     if not MIN_CHUNK_BYTES <= offer.chunk_bytes <= MAX_CHUNK_BYTES:
         raise SeedFailed(f"the peer offers chunks of {offer.chunk_bytes} bytes")
-    if len(offer.chunk_digests) != math.ceil(arena_bytes / offer.chunk_bytes):
-        raise SeedFailed(f"the peer offers {len(offer.chunk_digests)} chunk digests for a {arena_bytes}-byte arena")
-
-
-def _attempt(
-    settings: SeedSettings,
-    peer: SeedPeer,
-    rank: int,
-    fingerprint: Fingerprint,
-    planned: list[TensorEntry],
-    arena_bytes: int,
-    arena: Arena,
-) -> tuple[Manifest, list[str]]:
-    key = read_credential(settings.credential_file)
-    session = os.urandom(16).hex()
-    weights = fingerprint.weights_digest
-    control = _connect(settings, peer, rank)
-    try:
-        hello, server_nonce = _hello(control, settings, key, "offer", rank, weights, session)
-        message, body = _receive(control, settings, MAX_OFFER_BYTES)
-        offer: SeedOffer = _expect(message, SeedOffer)
-        _check_proof(
-            _expect(_receive(control, settings, MAX_HELLO_BYTES)[0], SeedProof), key, hello, server_nonce, body
+    if len(offer.chunk_digests) != math.ceil(manifest.arena_bytes / offer.chunk_bytes):
+        raise SeedFailed(
+            f"the peer offers {len(offer.chunk_digests)} chunk digests for a {manifest.arena_bytes}-byte arena"
         )
-        _check_offer(offer, fingerprint, planned, arena_bytes)
-        _Transfer(settings, peer, rank, key, weights, session, offer, ArenaBytes(arena, arena_bytes)).run()
-    finally:
-        control.close()
-    arena.seal()
-    return offer.manifest.model_copy(update={"fingerprint_digest": fingerprint.digest}), offer.chunk_digests
+    return manifest.arena_bytes
+
+
+class _Attempt:
+    """One peer: the verified offer, then the arena (made only now, at the offer's size) filled."""
+
+    def __init__(
+        self,
+        settings: SeedSettings,
+        peer: SeedPeer,
+        rank: int,
+        expected: Expected,
+        make_arena: Callable[[int], Arena],
+    ) -> None:
+        self.settings, self.peer, self.rank, self.expected, self.make_arena = settings, peer, rank, expected, make_arena
+        self.arena: Arena | None = None
+
+    def run(self) -> tuple[Manifest, list[str]]:
+        settings, peer, rank = self.settings, self.peer, self.rank
+        key = read_credential(settings.credential_file)
+        session = os.urandom(16).hex()
+        fingerprint = self.expected.fingerprint
+        weights = fingerprint.weights_digest
+        control = _connect(settings, peer, rank)
+        try:
+            hello, server_nonce = _hello(control, settings, key, "offer", rank, weights, session)
+            message, body = _receive(control, settings, MAX_OFFER_BYTES)
+            offer: SeedOffer = _expect(message, SeedOffer)
+            _check_proof(
+                _expect(_receive(control, settings, MAX_HELLO_BYTES)[0], SeedProof), key, hello, server_nonce, body
+            )
+            size = _check_offer(offer, self.expected)
+            self.arena = self.make_arena(size)
+            _Transfer(settings, peer, rank, key, weights, session, offer, ArenaBytes(self.arena, size)).run()
+        finally:
+            control.close()
+        self.arena.seal()
+        return offer.manifest.model_copy(update={"fingerprint_digest": fingerprint.digest}), offer.chunk_digests
 
 
 class _Transfer:

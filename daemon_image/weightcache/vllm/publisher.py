@@ -9,7 +9,10 @@ carries it across the exec. ``cuda-ipc`` is refused: nothing of it survives the 
 Order, as for the reference daemon: everything that can refuse the input (``--vllm-args``, their
 parallel layout, vLLM's own config checks, the checkpoint's files) runs before the rank's lock is
 taken. Then the rank joins its local gloo world (vLLM's layers read their rank from it while they
-are built), and either withdraws its arena from the keeper or loads and publishes one.
+are built), and withdraws its arena from the keeper, or copies a Ready peer's published arena of
+the same weights digest (``--seed-peers-file``, seeding/client.py: vLLM's loading and
+post-processing are skipped, and nothing of the checkpoint is read but its config and headers),
+or loads and publishes one.
 
 Re-adoption computes the fingerprint the same way, with vLLM's config code (``EngineArgs`` →
 ``VllmConfig`` → ``stamp.rank_fingerprint``; it reads config.json and the shards' headers, no
@@ -43,19 +46,28 @@ from typing import Any
 
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import DTYPE, EP_SIZE, QUANTIZATION, DaemonArgs
+from weightcache_contract.seeding import SeedReport
 
+from ..arenas.arena import create_arena
 from ..checkpoints.checkpoint import ShardFile
 from ..checkpoints.content import DigestCache, current_digest
 from ..checkpoints.sharding import Layout
+from ..daemon.command import seeding_fields
 from ..daemon.handoff import HandoffState, exec_daemon, handoff_state
 from ..daemon.keeper import keeper_socket
 from ..daemon.rank import DaemonConfig, adopt_from_keeper, rank_device, verified_rebadge
+from ..seeding.client import Expected, SeedResult, seed_rank
 from ..wire.fingerprint import Fingerprint, ShardStamp
 from ..wire.rankfiles import RankFiles
 from . import startup
 from .engine_args import engine_config, parse_list
 
 log = logging.getLogger("weightcache.vllm")
+
+MAX_ARENA_RATIO = 4
+"""A seed offer for a rank bigger than this many times its whole checkpoint (plus 1 GiB of buffers)
+is refused before anything is allocated: a rank holds at most the checkpoint's weights, widened at
+most 2x by a dtype (fp16 read as fp32), and its rotary caches."""
 
 DIGEST_THREADS = 8
 """Shards hashed at once after the load (SHA-256 of page-cached bytes runs at ~1-2 GB/s a core)."""
@@ -103,9 +115,14 @@ def run(args: argparse.Namespace) -> int:
         from .build import join_rank_group
 
         join_rank_group(vllm_config, layout.rank, args.vllm_dist_init or _own_rendezvous(), device)
-        state = _withdraw(args, layout, fingerprint, fields) or _load_and_publish(
-            vllm_config, fingerprint, args, fields
-        )
+        state = _withdraw(args, layout, fingerprint, fields)
+        if state is None:
+            seeded = _seed(args, layout, fingerprint, fields)
+            state = (
+                _seeded_state(seeded, fingerprint)
+                if seeded is not None and seeded.arena is not None
+                else _load_and_publish(vllm_config, fingerprint, args, fields, seeded.report if seeded else None)
+            )
         assert files.lock_fd is not None
         exec_daemon(state.model_copy(update={"lock_fd": files.lock_fd}), _serving_args(args))
     except KeyboardInterrupt:
@@ -171,8 +188,49 @@ def _withdraw(args: argparse.Namespace, layout: Layout, fingerprint, fields: dic
     )
 
 
+def _seed(
+    args: argparse.Namespace, layout: Layout, fingerprint: Fingerprint, fields: dict[str, Any]
+) -> SeedResult | None:
+    """This rank's published arena copied from a peer (seeding/client.py), vLLM's loading and
+    post-processing skipped; None when no peer is listed for these weights. Each rank decides
+    alone, as for a withdrawal: once the group is joined, a rank's loading needs no other rank."""
+    settings = _daemon_config(args, layout).seed
+    if settings is None:
+        return None
+    rank = layout.rank
+    expected = Expected(
+        fingerprint, None, None, max_arena_bytes=MAX_ARENA_RATIO * _checkpoint_bytes(args.model) + 2**30
+    )
+    seeded = seed_rank(
+        settings,
+        rank,
+        expected,
+        lambda size: create_arena(args.backend, size, f"{args.name}/rank-{rank}", args.device),
+        fields,
+    )
+    if seeded is not None and seeded.arena is None:
+        log.warning("seed fell back to loading with vLLM", extra={"fields": {**fields, "why": seeded.report.fallback}})
+    return seeded
+
+
+def _seeded_state(seeded: SeedResult, fingerprint: Fingerprint) -> HandoffState:
+    assert seeded.arena is not None and seeded.manifest is not None
+    return handoff_state(
+        seeded.arena,
+        seeded.manifest,
+        fingerprint,
+        lock_fd=-1,
+        load_seconds=seeded.report.seconds,
+        disk_bytes_read=0,
+        adopted=False,
+        seed=seeded.report,
+        chunk_digests=seeded.chunk_digests,
+    )
+
+
 def _daemon_config(args: argparse.Namespace, layout: Layout) -> DaemonConfig:
-    """The reference daemon's view of this rank: its GPU, and what the keeper is asked for."""
+    """The reference daemon's view of this rank: its GPU, what the keeper and the peers are asked
+    for (refusing a half-configured seeding before anything is claimed)."""
     return DaemonConfig(
         model=args.model,
         layout=layout,
@@ -182,10 +240,13 @@ def _daemon_config(args: argparse.Namespace, layout: Layout) -> DaemonConfig:
         device=args.device,
         gpus_file=args.gpus_file,
         local_index=args.local_index,
+        **seeding_fields(args),
     )
 
 
-def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields: dict[str, Any]) -> HandoffState:  # type: ignore[no-untyped-def]
+def _load_and_publish(  # type: ignore[no-untyped-def]
+    vllm_config, fingerprint, args: argparse.Namespace, fields: dict[str, Any], seed: SeedReport | None = None
+) -> HandoffState:
     from .build import load_rank_model, refuse_unpublishable
     from .publish import publish
 
@@ -227,6 +288,7 @@ def _load_and_publish(vllm_config, fingerprint, args: argparse.Namespace, fields
         load_seconds=seconds,
         disk_bytes_read=_checkpoint_bytes(args.model),
         adopted=False,
+        seed=seed,
     )
 
 

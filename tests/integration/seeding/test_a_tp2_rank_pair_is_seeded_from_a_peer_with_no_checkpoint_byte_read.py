@@ -4,7 +4,7 @@ and an engine maps exactly the bytes a load from the disk gives."""
 from __future__ import annotations
 
 import torch
-from conftest import free_port, peers_file, status, weights_digests
+from seeding_builders import free_port, peers_file, status, weights_digests
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import expect, load_from_disk, load_weights
 

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 import torch
-from conftest import free_port, peers_file, served_copy, status, wait_for, weights_digests
+from seeding_builders import free_port, peers_file, served_copy, status, wait_for, weights_digests
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import expect, load_from_disk, load_weights
 from weightcache.seeding.arena_bytes import ArenaBytes

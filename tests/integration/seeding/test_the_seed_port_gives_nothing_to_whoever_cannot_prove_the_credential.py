@@ -8,7 +8,7 @@ import os
 import socket
 
 import pytest
-from conftest import free_port, served_copy
+from seeding_builders import free_port, served_copy
 from weightcache.seeding import messages as m
 from weightcache.seeding import server as seed_server
 from weightcache.seeding.server import SeedServer
