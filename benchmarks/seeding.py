@@ -11,10 +11,15 @@ of ``--gib`` GiB (bf16, TP=1):
 - the seeding peer's answer time to engines while it seeds (status requests on its Unix socket,
   p50/p99) against while idle: the cost of seeding to the engines it serves.
 
+With ``--profile vllm`` the daemons are ``--profile vllm`` ones on a generated Qwen3 (vLLM's CPU
+build, ``cpu-shm``): the load is vLLM's loading and post-processing, which a seeded rank skips;
+each row also gives the daemon's start-to-ready time (vLLM's import and config included on both).
+
 Prints one table; asserts nothing.
 
     PYTHONPATH=contract:daemon_image python benchmarks/seeding.py            # ~1 GiB
     PYTHONPATH=contract:daemon_image python benchmarks/seeding.py --gib 4 --workdir /var/tmp/wc-seed
+    PYTHONPATH=contract:daemon_image python benchmarks/seeding.py --profile vllm --gib 0.5
 """
 
 from __future__ import annotations
@@ -48,16 +53,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+VLLM_ARGS = [
+    "--dtype",
+    "bfloat16",
+    "--max-model-len",
+    "256",
+    "--enforce-eager",
+    "--kv-cache-memory-bytes",
+    str(64 * MIB),
+]
+"""What the daemon of ``--profile vllm`` is given (TP=1 on this CPU)."""
+
+
 class Daemon:
     def __init__(self, workdir: Path, node: str, args: DaemonArgs) -> None:
         self.files = RankFiles(args.socket_dir, args.name, 0)
         self.log = workdir / f"{node}.log"
         argv = [sys.executable, "-m", "weightcache", "daemon", *args.to_argv()]
-        self.proc = subprocess.Popen(argv, stdout=self.log.open("w"), stderr=subprocess.STDOUT)
+        env = {**os.environ, "VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
+        began = time.perf_counter()
+        self.proc = subprocess.Popen(argv, stdout=self.log.open("w"), stderr=subprocess.STDOUT, env=env)
         while self.files.read_ready() is None:
             if self.proc.poll() is not None:
                 raise SystemExit(f"{node} exited:\n{self.log.read_text()}")
             time.sleep(0.02)
+        self.ready_s = time.perf_counter() - began
 
     def status(self) -> StatusReply:
         with DaemonConnection(self.files.socket) as conn:
@@ -91,12 +111,18 @@ def main() -> None:
     parser.add_argument("--seed-streams", type=int, default=4)
     parser.add_argument("--cap-mib-s", type=float, default=500.0)
     parser.add_argument("--backend", default="cpu-shm", help="cpu-shm, or cuda-vmm (both daemons on GPU 0)")
+    parser.add_argument("--profile", default="reference", choices=["reference", "vllm"])
     args = parser.parse_args()
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="wc-seed-"))
     workdir.mkdir(parents=True, exist_ok=True)
     layers = max(1, round(8 * args.gib / 0.8))
     spec = ModelSpec(hidden_size=2048, intermediate_size=5632, num_layers=layers, num_heads=16, num_kv_heads=8)
-    model = workdir / "model"
+    if args.profile == "vllm":  # a head size vLLM's CPU attention supports (64)
+        spec = ModelSpec(
+            family="qwen3", hidden_size=2048, intermediate_size=5632, num_layers=layers, num_heads=32, num_kv_heads=8
+        )
+    vllm = {"profile": "vllm", "vllm_args": tuple(VLLM_ARGS)} if args.profile == "vllm" else {"dtype": "bfloat16"}
+    model = workdir / ("model" if args.profile == "reference" else "model-vllm")
     if not (model / "config.json").exists():
         write_checkpoint(model, spec)
     key = workdir / "credential"
@@ -112,12 +138,12 @@ def main() -> None:
                 model=str(model),
                 socket_dir=str(workdir / node),
                 name="bench",
-                dtype="bfloat16",
                 backend=args.backend,
                 keeper="off",
                 checkpoint_poll_seconds=0,
                 seed_credential_file=str(key),
                 node_name=node,
+                **vllm,  # type: ignore[arg-type]
                 **extra,  # type: ignore[arg-type]
             ),
         )
@@ -128,11 +154,21 @@ def main() -> None:
     st = peer.status()
     size = st.arena_bytes
     rows.append(("arena", f"{size / 2**30:.2f} GiB ({st.tensor_count} tensors)"))
-    rows.append(("disk, cold page cache", f"{st.load_seconds:.2f} s ({size / MIB / st.load_seconds:.0f} MiB/s)"))
+    rows.append(
+        (
+            "disk, cold page cache",
+            f"{st.load_seconds:.2f} s ({size / MIB / st.load_seconds:.0f} MiB/s); ready in {peer.ready_s:.1f} s",
+        )
+    )
     warm = daemon("node-w")
     wst = warm.status()
     warm.stop()
-    rows.append(("disk, warm page cache", f"{wst.load_seconds:.2f} s ({size / MIB / wst.load_seconds:.0f} MiB/s)"))
+    rows.append(
+        (
+            "disk, warm page cache",
+            f"{wst.load_seconds:.2f} s ({size / MIB / wst.load_seconds:.0f} MiB/s); ready in {warm.ready_s:.1f} s",
+        )
+    )
 
     peers = workdir / "peers.json"
     peers.write_text(
@@ -171,7 +207,8 @@ def main() -> None:
         rows.append(
             (
                 label,
-                f"{seed.seconds:.2f} s ({size / MIB / seed.seconds:.0f} MiB/s), checkpoint bytes read {sst.disk_bytes_read}",
+                f"{seed.seconds:.2f} s ({size / MIB / seed.seconds:.0f} MiB/s), checkpoint bytes read "
+                f"{sst.disk_bytes_read}; ready in {seeded.ready_s:.1f} s",
             )
         )
         rows.append(
@@ -179,7 +216,10 @@ def main() -> None:
         )
         seeded.stop()
     peer.stop()
-    print(f"\nmachine: {os.cpu_count()} cores; loopback TCP; {args.backend} arenas; checkpoint {workdir / 'model'}")
+    print(
+        f"\nmachine: {os.cpu_count()} cores; loopback TCP; {args.backend} arenas; profile {args.profile}; "
+        f"checkpoint {model}"
+    )
     _table(rows)
 
 

@@ -394,7 +394,13 @@ def test_generation_change_never_mixes_fingerprints_behind_the_service(
     progress = [e["message"] for e in events(kube, namespace, "RolloutProgressing")]
     both_on_a_node = any(len(gens) == 2 for held in resident for gens in held.values())
     daemonsets = kube.get(f"/apis/apps/v1/namespaces/{namespace}/daemonsets")["items"]
+    # Where each node's new ranks came from (seeding is on by default): node by node, the first node
+    # replaced reads its disk and the second copies from it; blue/green starts both at once.
+    sources = {n["node"]: sorted({(r.get("source"), r.get("seedPeer")) for r in n["ranks"]}) for n in after["nodes"]}
+    print("where each node's ranks came from:", sources)
     if strategy == "NodeByNode":
+        (first,) = [node for node, got in sources.items() if got == [("disk", None)]]
+        assert [got for node, got in sources.items() if node != first] == [[("peer", first)]], sources
         assert any("NodeByNode: spec.daemon.generationChange is NodeByNode" in m for m in progress), progress
         assert not both_on_a_node, "node by node never holds two generations on a node"
         assert [d["metadata"]["name"] for d in daemonsets] == ["tiny-llama-daemon"], "updated in place"

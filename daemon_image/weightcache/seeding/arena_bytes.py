@@ -10,13 +10,20 @@ directly, and is not built (docs/operations.md says so).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
 
     from ..arenas.arena import Arena
+
+
+HASH_THREADS = max(1, min(4, (os.cpu_count() or 2) // 2))
+"""Threads hashing an arena's chunks (hashlib releases the GIL): at most half the cores, so a
+serving peer's engines keep the rest while it hashes for its first seed."""
 
 
 def chunk_spans(size: int, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -67,11 +74,18 @@ class ArenaBytes:
 
         return torch.empty(chunk_bytes, dtype=torch.uint8, pin_memory=True)
 
-    def digests(self, chunk_bytes: int) -> list[str]:
-        """SHA-256 of each chunk, as the server offers them."""
-        staging = self.staging(chunk_bytes)
-        return [hashlib.sha256(view).hexdigest() for view in self._chunks(chunk_bytes, staging)]
+    def digests(self, chunk_bytes: int, threads: int = HASH_THREADS) -> list[str]:
+        """SHA-256 of each chunk, as the server offers them; ``threads`` chunks at a time (a GPU
+        arena's through one staging buffer per thread)."""
+        local = threading.local()
 
-    def _chunks(self, chunk_bytes: int, staging: torch.Tensor | None) -> Iterator[memoryview]:
-        for offset, length in chunk_spans(self.size, chunk_bytes):
-            yield self.readable(offset, length, staging)
+        def one(span: tuple[int, int]) -> str:
+            if not hasattr(local, "staging"):
+                local.staging = self.staging(chunk_bytes)
+            return hashlib.sha256(self.readable(*span, local.staging)).hexdigest()
+
+        spans = chunk_spans(self.size, chunk_bytes)
+        if threads <= 1:
+            return [one(span) for span in spans]
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="seed-hash") as pool:
+            return list(pool.map(one, spans))

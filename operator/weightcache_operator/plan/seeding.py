@@ -2,11 +2,15 @@
 credential Secret (created on full passes when missing), and the peers file as the cluster stands.
 
 The peers are the cache's daemon pods of the current generation (the wanted daemon spec hash)
-that are Ready and whose report is ready with every rank's weights digest: only those can serve
-what a starting daemon of this generation would load. Each node selected for the cache's
-daemons without such a Ready daemon yet is assigned the peers holding its ranks, rotated round
-robin over the new nodes (sorted by name), so N new nodes start from different seeds instead of
-all asking the first. Everything is sorted: an unchanged world gives the same file, which the
+that are Ready on a Ready node and whose report is ready with every rank's weights digest: only
+those can serve what a starting daemon of this generation would load. A pod on a node that is
+not Ready may still look Ready for a minute (until the node controller marks it), and would cost
+every daemon that asks it a stall. Peers on cordoned nodes come last, in the file and in every
+assignment: a cordon is the first step of a drain, and that node may go away mid-seed (it is
+still asked when no other node holds the ranks). Each node selected for the cache's daemons
+without such a Ready daemon yet is assigned the peers holding its ranks, rotated round robin
+over the new nodes (sorted by name), so N new nodes start from different seeds instead of all
+asking the first. Everything is sorted: an unchanged world gives the same file, which the
 executor does not write again.
 
 The reports are the ones the daemon status reader already holds (``DaemonStatusReader.known``):
@@ -24,6 +28,7 @@ from weightcache_contract.seeding import PEERS_FILE, SEED_PORT, SeedPeer, SeedPe
 
 from weightcache_operator.objects import Object, PodView, View
 from weightcache_operator.observe.daemon_status import Fetched
+from weightcache_operator.observe.failures import cordoned_nodes
 from weightcache_operator.observe.snapshot import Snapshot
 from weightcache_operator.plan.actions import Action, ApplySeedPeers, CreateSeedingSecret
 from weightcache_operator.render.layout import daemon_spec_hash
@@ -65,19 +70,21 @@ def seed_peers(cache: WeightCache, snapshot: Snapshot, reports: Reports) -> Seed
     """The peers file: the Ready peers by node name, and each new node's peers in the order it
     should try them."""
     current = daemon_spec_hash(cache)
+    unready = snapshot.unready_nodes()
+    cordoned = cordoned_nodes(snapshot.nodes)
     peers: list[SeedPeer] = []
     ready_nodes: set[str] = set()
     for raw in snapshot.daemon_pods:
         pod = PodView(raw)
-        if not (pod.ready and pod.node and pod.spec_hash == current):
+        if not (pod.ready and pod.node and pod.spec_hash == current) or pod.node in unready:
             continue
         ready_nodes.add(pod.node)
         report = reports.get(pod.uid or pod.name)
         peer = _peer(pod, report)
         if peer is not None:
             peers.append(peer)
-    peers.sort(key=lambda p: (p.node, p.address))
-    return SeedPeers(peers=peers, assignments=_assignments(cache, snapshot, peers, ready_nodes))
+    peers.sort(key=lambda p: (p.node in cordoned, p.node, p.address))
+    return SeedPeers(peers=peers, assignments=_assignments(cache, snapshot, peers, ready_nodes, cordoned))
 
 
 def _peer(pod: PodView, report: Fetched | None) -> SeedPeer | None:
@@ -96,10 +103,11 @@ def _peer(pod: PodView, report: Fetched | None) -> SeedPeer | None:
 
 
 def _assignments(
-    cache: WeightCache, snapshot: Snapshot, peers: list[SeedPeer], ready_nodes: set[str]
+    cache: WeightCache, snapshot: Snapshot, peers: list[SeedPeer], ready_nodes: set[str], cordoned: frozenset[str]
 ) -> dict[str, list[str]]:
     """New node → the peers holding its ranks, rotated by the node's place among the new nodes
-    that need the same ranks: new node i tries peer ``i mod M`` first, then the others in order."""
+    that need the same ranks: new node i tries peer ``i mod M`` first, then the others in order;
+    peers on cordoned nodes after them all, unrotated."""
     selected_nodes = sorted(View(n).name for n in snapshot.nodes if selected(cache.spec.placement, n))
     per_node = cache.spec.parallelism.nodes
     if per_node == 1:
@@ -116,10 +124,12 @@ def _assignments(
         holding = [p.node for p in peers if p.node != node and all(r in p.ranks for r in ranks)]
         if not holding:
             continue
+        staying = [n for n in holding if n not in cordoned]
+        leaving = [n for n in holding if n in cordoned]
         turn = turns.get(ranks, 0)
         turns[ranks] = turn + 1
-        first = turn % len(holding)
-        assignments[node] = holding[first:] + holding[:first]
+        first = turn % len(staying) if staying else 0
+        assignments[node] = staying[first:] + staying[:first] + leaving
     return assignments
 
 

@@ -30,8 +30,12 @@ def seed_daemon(at: str, ip: str, *, ready: bool = True, spec_hash: str = CURREN
     return daemon(node=at, spec_hash=spec_hash, ip=ip, ready=ready)
 
 
-def gpu_nodes(*names: str) -> list[dict[str, Any]]:
-    return [node(n, labels={"pool": "gpu"}) for n in names]
+def gpu_nodes(*names: str, cordoned: tuple[str, ...] = (), unready: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Ready nodes labelled pool=gpu; those in ``cordoned`` cordoned, those in ``unready`` not Ready."""
+    return [
+        node(n, labels={"pool": "gpu"}, ready=n not in unready, unschedulable=True if n in cordoned else None)
+        for n in names
+    ]
 
 
 def world(
