@@ -3,8 +3,9 @@
 What crosses the boundary between the operator and the daemons, defined once:
 
 - the **peers file**, which the operator writes into a ConfigMap mounted by every daemon pod of a
-  cache: the Ready daemon pods of the current generation, each with the weights digest
-  (``Fingerprint.weights_digest``) of every rank it holds, in the order a daemon should try them;
+  cache: the Ready daemon pods of the current generation on Ready nodes, each with the weights
+  digest (``Fingerprint.weights_digest``) of every rank it holds, in the order a daemon should try
+  them (those on cordoned nodes last);
 - the **credential**, a Secret of the cache's own mounted as one file: only a daemon that holds it
   can fetch, and only a daemon that holds it can serve (both prove it, see the data plane's
   ``weightcache.seeding``);

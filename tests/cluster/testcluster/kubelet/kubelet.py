@@ -95,13 +95,7 @@ class ProcessKubelet:
         network and addresses released (what ``add_node`` made)."""
         with self._lock:
             self._node_stops[name].set()
-            doomed = [w for w in self.workers.values() if w.context.node_name == name]
-            for worker in doomed:
-                del self.workers[worker.uid]
-                self.finished_workers.append(worker)
-        for worker in doomed:
-            worker.kill()
-            worker.cleanup()
+        self._kill_workers(name)
         self.writers.pop(name).stop()
         self.agents.pop(name).stop()
         try:
@@ -203,6 +197,11 @@ class ProcessKubelet:
         with self._lock:
             self._failed_nodes.add(node)
             self.agents[node].fail()
+        self._kill_workers(node)
+
+    def _kill_workers(self, node: str) -> None:
+        """SIGKILL every pod process on ``node`` at once (no grace, no hooks) and release its files."""
+        with self._lock:
             doomed = [w for w in self.workers.values() if w.context.node_name == node]
             for worker in doomed:
                 del self.workers[worker.uid]
