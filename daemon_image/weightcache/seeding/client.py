@@ -117,8 +117,8 @@ class Expected:
     loading produces (vLLM's post-processing) has no plan: ``planned`` is None, the offer's
     manifest is taken from the authenticated peer with the same weights digest (which covers the
     engine's version and every setting that changes the bytes), checked for bounds, and its size
-    must stay under ``max_arena_bytes``; the engine's binding compares every tensor it maps with
-    the model it built."""
+    must stay under ``max_arena_bytes``; an engine's binding refuses tensors for modules its model
+    lacks, and model tensors the arena does not hold."""
 
     fingerprint: Fingerprint
     planned: list[TensorEntry] | None
