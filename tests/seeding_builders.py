@@ -8,8 +8,6 @@ from __future__ import annotations
 import mmap
 import os
 import socket
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,15 +67,6 @@ def socket_status(path: Path) -> StatusReply:
 
 def weights_digests(daemon: Any) -> dict[int, str]:
     return {rank: status(daemon, i).weights_digest for i, rank in enumerate(daemon.ranks)}
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-    return value
 
 
 def served_copy(daemon: Any, name: str) -> Served:

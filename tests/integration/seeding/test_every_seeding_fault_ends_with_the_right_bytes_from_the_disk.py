@@ -7,7 +7,8 @@ import signal
 
 import pytest
 import torch
-from seeding_builders import free_port, peers_file, served_copy, status, wait_for, weights_digests
+from seeding_builders import free_port, peers_file, served_copy, status, weights_digests
+from testcluster.waiting import wait_for
 from weightcache.checkpoints.sharding import Layout
 from weightcache.client.weights import expect, load_from_disk, load_weights
 from weightcache.seeding.arena_bytes import ArenaBytes
@@ -101,9 +102,9 @@ def test_a_peer_killed_mid_transfer_costs_a_bounded_wait_then_the_disk(
     fresh = start_fresh(
         start_daemon, llama, tmp_path, key, peers, wait=False, seed_stall_seconds=2.0, seed_min_mib_s=0.01
     )
-    wait_for(lambda: "seeding" in peer.output(), 60, "the seed to begin")
+    wait_for(lambda: "seeding" in peer.output(), 60, interval=0.05, describe="the seed to begin")
     peer.stop(signal.SIGKILL)
-    wait_for(lambda: fresh.files[0].read_ready() is not None, 120, "the fresh daemon to be ready")
+    wait_for(lambda: fresh.files[0].read_ready() is not None, 120, interval=0.05, describe="the fresh daemon ready")
     assert_served_from_disk(fresh, llama, "closed the connection", "connection failed", "cannot connect")
 
 
