@@ -53,7 +53,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-VLLM_ARGS = [
+ENGINE_ARGS = [
     "--dtype",
     "bfloat16",
     "--max-model-len",
@@ -121,7 +121,7 @@ def main() -> None:
         spec = ModelSpec(
             family="qwen3", hidden_size=2048, intermediate_size=5632, num_layers=layers, num_heads=32, num_kv_heads=8
         )
-    vllm = {"profile": "vllm", "vllm_args": tuple(VLLM_ARGS)} if args.profile == "vllm" else {"dtype": "bfloat16"}
+    vllm = {"profile": "vllm", "engine_args": tuple(ENGINE_ARGS)} if args.profile == "vllm" else {"dtype": "bfloat16"}
     model = workdir / ("model" if args.profile == "reference" else "model-vllm")
     if not (model / "config.json").exists():
         write_checkpoint(model, spec)

@@ -70,7 +70,8 @@ def start_engine(
     port = free_port()
     health = f"http://127.0.0.1:{port}/health"
     extra = json.dumps({"socket_dir": socket_dir, "name": NAME, "fallback": "error"})
-    argv = [sys.executable, "-m", "weightcache", "artifacts-run", "--dir", str(root), "--health", health, "--"]
+    argv = [sys.executable, "-m", "weightcache", "artifacts-run", "--dir", str(root), "--health", health]
+    argv += ["--profile", "vllm", "--"]
     vllm = str(Path(sys.executable).parent / "vllm")  # the console script next to this interpreter
     argv += [vllm, "serve", str(model), *engine_args(), "--load-format", LOAD_FORMAT]
     argv += ["--model-loader-extra-config", extra, "--host", "127.0.0.1", "--port", str(port)]
@@ -139,7 +140,7 @@ def main() -> int:
         ranks=(0,),
         keeper="off",
         profile=VLLM_PROFILE,
-        vllm_args=tuple(engine_args()),
+        engine_args=tuple(engine_args()),
         artifact_dir=str(root),
     )
     daemon_argv = [sys.executable, "-m", "weightcache", "daemon", *daemon_args.to_argv()]

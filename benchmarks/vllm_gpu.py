@@ -115,6 +115,8 @@ class Serve:
                 str(artifacts),
                 "--health",
                 health,
+                "--profile",
+                "vllm",
             ]
             argv = [*wrapper, "--", *argv]
             # The wrapper points vLLM's, Inductor's and Triton's caches into the engine's staging; a
@@ -226,7 +228,7 @@ class Daemon:
             backend="cuda-vmm",
             ranks=(0,),
             profile=VLLM_PROFILE,
-            vllm_args=tuple(args),
+            engine_args=tuple(args),
             artifact_dir=None if artifacts is None else str(artifacts),
         )
         argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]

@@ -139,7 +139,7 @@ def start_daemon(model: Path, socket_dir: str, name: str, dtype: str, log: Path)
         backend="cpu-shm",
         keeper="off",
         profile=VLLM_PROFILE,
-        vllm_args=tuple(vllm_args(dtype)),
+        engine_args=tuple(vllm_args(dtype)),
     )
     argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
     return subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)

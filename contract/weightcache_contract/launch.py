@@ -10,6 +10,7 @@ processes gives another is a typed dataclass whose fields take those options (``
 - ``EngineArgs``: ``weightcache engine`` (the reference engine) — the operator's engine pods, as
   ``WEIGHTCACHE_ENGINE_*`` variables, and the engine launcher's ranks;
 - ``WarmArgs``: ``weightcache warm`` — the engine pod's warm sidecar.
+- ``ArtifactsRunArgs``: ``weightcache artifacts-run`` — an engine on the node's compile artifacts.
 
 The receiving process builds its parser from the dataclass (``add_options``), the producer renders
 from that same parser (``to_argv``, ``to_env``), and ``from_namespace`` reads the parse back: a flag
@@ -83,14 +84,15 @@ def format_ranks(listed: tuple[int, ...] | list[int]) -> str:
 
 
 def json_strings(text: str) -> tuple[str, ...]:
-    """``--vllm-args``: a JSON list of strings (what the list asks vLLM for is vLLM's to check)."""
+    """``--engine-args``: a JSON list of strings (what the list asks the engine for is its own parser's
+    to check, in the daemon's engine profile)."""
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise WeightCacheError(f"{VLLM_ARGS.flag} is not JSON ({exc}); pass a JSON list of strings") from None
+        raise WeightCacheError(f"{ENGINE_ARGS.flag} is not JSON ({exc}); pass a JSON list of strings") from None
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise WeightCacheError(
-            f'{VLLM_ARGS.flag} is a JSON list of strings, e.g. ["--dtype", "bfloat16"]; got {text!r}'
+            f'{ENGINE_ARGS.flag} is a JSON list of strings, e.g. ["--dtype", "bfloat16"]; got {text!r}'
         )
     return tuple(value)
 
@@ -144,15 +146,16 @@ PROFILE = Option(
     metavar="{" + ",".join(PROFILES) + ",...}",
     help="the load profile: reference: weightcache's own loader (engines: the reference engine, transformers); "
     f"vllm: vLLM's loader and post-processing for this rank, for engines run with --load-format {LOAD_FORMAT} "
-    "(needs --vllm-args; see docs/vllm.md)",
+    "(needs --engine-args; see docs/vllm.md)",
 )
-VLLM_ARGS = Option(
-    "--vllm-args",
+ENGINE_ARGS = Option(
+    "--engine-args",
     metavar="JSON",
     show=lambda args: json.dumps(list(args)),
     read=json_strings,
-    help="--profile vllm: a JSON list of the vLLM engine arguments the engine gets after `vllm serve MODEL` "
-    '(e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'); the arena\'s fingerprint comes from them',
+    help="engine profiles (--profile vllm): a JSON list of the engine arguments the engine gets after its "
+    'model (`vllm serve MODEL <list>`, e.g. \'["--dtype","bfloat16","--tensor-parallel-size","2"]\'), '
+    "parsed by the engine's own parser; the arena's fingerprint comes from them",
 )
 ARTIFACT_DIR = Option(
     "--artifact-dir",
@@ -246,8 +249,9 @@ SEED_MIN_MIB_S = Option(
 NODE_NAME = Option(
     "--node-name", metavar="NAME", help="this daemon's node: peers on it are not seeds (the operator sets $(NODE_NAME))"
 )
-VLLM_DIST_INIT = Option("--vllm-dist-init", metavar="tcp://HOST:PORT", hidden=True)
-"""Set by the ``--ranks`` launcher: the local ``vllm``-profile ranks' gloo rendezvous."""
+DIST_INIT = Option("--dist-init", metavar="tcp://HOST:PORT", hidden=True)
+"""Set by the ``--ranks`` launcher for an engine profile that loads a world's ranks together: their
+loopback rendezvous (the ``vllm`` profile's gloo world)."""
 HANDOFF_STATE = Option("--handoff-state", hidden=True)
 """Set by a publisher's exec into the serving daemon (``daemon.handoff``)."""
 
@@ -301,8 +305,8 @@ class DaemonArgs(Launch):
 
     ``to_argv`` writes what is set and not at the parser's default, plus the flags every daemon
     command names (``ALWAYS``): a cache's pods do not change when an option it does not use is
-    added. The ``vllm`` profile takes dtype and quantization from ``vllm_args`` (the daemon refuses
-    the reference loader's flags for them), so only the reference profile always writes those."""
+    added. An engine profile (``vllm``) takes dtype and quantization from ``engine_args`` (the daemon
+    refuses the reference loader's flags for them), so only the reference profile always writes those."""
 
     model: str = takes(MODEL)
     dtype: str = takes(DTYPE)
@@ -324,7 +328,7 @@ class DaemonArgs(Launch):
     status_addr: str | None = takes(STATUS_ADDR)
     gpus_file: str | None = takes(GPUS_FILE)
     profile: str = takes(PROFILE)
-    vllm_args: tuple[str, ...] | None = takes(VLLM_ARGS)
+    engine_args: tuple[str, ...] | None = takes(ENGINE_ARGS)
     artifact_dir: str | None = takes(ARTIFACT_DIR)
     # Bounds only an --artifact-dir: unset (not written) without one.
     artifact_max_bytes: int | None = takes(ARTIFACT_MAX_BYTES, unset=None)
@@ -346,7 +350,7 @@ class DaemonArgs(Launch):
     seed_stall_seconds: float = takes(SEED_STALL_SECONDS)
     seed_min_mib_s: float = takes(SEED_MIN_MIB_S)
     node_name: str | None = takes(NODE_NAME)
-    vllm_dist_init: str | None = takes(VLLM_DIST_INIT)
+    dist_init: str | None = takes(DIST_INIT)
     handoff_state: str | None = takes(HANDOFF_STATE)
 
     ALWAYS = ("model", "tp_size", "pp_size", "socket_dir", "name", "keeper", "artifact_max_bytes")
@@ -625,3 +629,28 @@ class WarmArgs(Launch):
 
 def add_warm_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
     return add_options(p, WarmArgs)
+
+
+# --- weightcache artifacts-run ---------------------------------------------------------------------
+
+ARTIFACTS_RUN_DIR = Option("--dir", required=True, help="the node's artifact directory (entries/ and staging/)")
+ARTIFACTS_RUN_HEALTH = Option(
+    "--health", required=True, metavar="URL", help="the engine's health URL: 200 once it serves"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArtifactsRunArgs(Launch):
+    """``weightcache artifacts-run``: the wrapper an engine command runs under, which stages the
+    engine's compile caches on the node (the profile's engine decides which caches those are) and
+    marks them for publication once the engine is healthy. The engine's command follows ``--``."""
+
+    dir: str = takes(ARTIFACTS_RUN_DIR)
+    health: str = takes(ARTIFACTS_RUN_HEALTH)
+    profile: str = takes(PROFILE, help="the engine's load profile: whose compile caches are staged")
+
+    ALWAYS = ("dir", "health", "profile")
+
+
+def add_artifacts_run_arguments(p: argparse.ArgumentParser) -> list[argparse.Action]:
+    return add_options(p, ArtifactsRunArgs)

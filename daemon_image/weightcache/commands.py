@@ -35,9 +35,11 @@ def daemon(args: argparse.Namespace) -> int:
     from .daemon.command import run
     from .profiles import get_profile
 
+    if args.handoff_state:
+        return run(args)  # serving a handed-over arena is the same for every profile (checked before the exec)
     profile = get_profile(args.profile)
     profile.check(args)
-    if args.ranks or args.status_addr or args.handoff_state:
+    if args.ranks or args.status_addr:
         return run(args)
     return profile.run_rank(args)
 

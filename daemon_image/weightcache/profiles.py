@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from weightcache_contract.errors import WeightCacheError
@@ -37,6 +38,12 @@ class LoadProfile:
     def run_rank(self, args: argparse.Namespace) -> int:
         """Loads and serves one rank; the process's exit code."""
         raise NotImplementedError(f"load profile {self.name!r} does not implement run_rank")
+
+    def compile_env(self, data: Path, environ: Mapping[str, str]) -> dict[str, str]:
+        """``weightcache artifacts-run``: the variables that point this engine's own compile caches
+        under ``data`` (torch's are pointed there for every engine), and defaults ``environ``
+        (the engine's environment) does not set."""
+        return {}
 
 
 _REGISTRY: dict[str, LoadProfile] = {}

@@ -3,7 +3,7 @@
 
 ``python gpu_handoff_publisher.py CHECKPOINT SOCKET_DIR NAME``: withdraws the rank's arena from the
 keeper when it holds this fingerprint, else publishes the module's parameters and buffers from
-GPU 0 into a cuda-vmm arena (``weightcache.vllm.publish``); then execs into the serving daemon
+GPU 0 into a cuda-vmm arena (``weightcache.engine_profiles.publish``); then execs into the serving daemon
 (``daemon.handoff``). The fingerprint is the checkpoint's with a test engine stamp.
 """
 
@@ -19,7 +19,7 @@ from weightcache.checkpoints.sharding import Layout
 from weightcache.daemon.handoff import exec_daemon, handoff_state
 from weightcache.daemon.keeper import keeper_socket
 from weightcache.daemon.rank import DaemonConfig, adopt_from_keeper
-from weightcache.vllm.publish import publish
+from weightcache.engine_profiles.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
 from weightcache_contract.launch import DaemonArgs
@@ -38,7 +38,7 @@ class Block(nn.Module):
 class Tiny(nn.Module):
     """Parameters and buffers as a vLLM model has them: a tied lm head, one non-persistent buffer
     shared by two layers, a transposed (dense, non-contiguous) weight, and an attention scale
-    that vLLM writes in place (``bind.WRITTEN_IN_PLACE``)."""
+    that vLLM writes in place (``vllm.loader.WRITTEN_IN_PLACE``)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -20,7 +20,7 @@ import torch
 from gpu_handoff_publisher import Tiny, fingerprint, model
 from weightcache.client.weights import DaemonConnection, map_fingerprint
 from weightcache.daemon.keeper import KeeperClient, keeper_socket
-from weightcache.vllm.bind import bind_arena, check_bound, outside_mapping
+from weightcache.engine_profiles.bind import bind_arena, check_bound, outside_mapping
 from weightcache.wire.rankfiles import RankFiles
 
 pytestmark = pytest.mark.gpu

@@ -1,5 +1,5 @@
 """A publisher of another load profile, without vLLM: publishes a small torch model into a sealed
-arena (``weightcache.vllm.publish``) and execs into the serving daemon (``daemon.handoff``), as
+arena (``weightcache.engine_profiles.publish``) and execs into the serving daemon (``daemon.handoff``), as
 ``weightcache daemon --profile vllm`` does after vLLM's loader. ``python handoff_publisher.py
 CHECKPOINT SOCKET_DIR NAME``; the fingerprint is the checkpoint's with a test engine stamp."""
 
@@ -14,7 +14,7 @@ from weightcache.checkpoints.checkpoint import open_checkpoint
 from weightcache.checkpoints.quantization import resolve
 from weightcache.checkpoints.sharding import Layout
 from weightcache.daemon.handoff import exec_daemon, handoff_state
-from weightcache.vllm.publish import publish
+from weightcache.engine_profiles.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, compute
 from weightcache.wire.rankfiles import RankFiles
 from weightcache_contract.launch import DaemonArgs

@@ -177,7 +177,17 @@ def test_the_wrapper_marks_ready_once_the_engine_serves_and_the_daemon_publishes
     )
     wrapper = subprocess.Popen(
         [sys.executable, "-m", "weightcache", "artifacts-run", "--dir", str(store.root)]
-        + ["--health", f"http://127.0.0.1:{port}/", "--", sys.executable, "-c", engine, KEY.model_dump_json()],
+        + [
+            "--health",
+            f"http://127.0.0.1:{port}/",
+            "--profile",
+            "vllm",
+            "--",
+            sys.executable,
+            "-c",
+            engine,
+            KEY.model_dump_json(),
+        ],
         cwd=store.root,
     )
     publisher = Publisher(str(store.root), 1 << 30)

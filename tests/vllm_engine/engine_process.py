@@ -2,9 +2,9 @@
 
 ``python engine_process.py MODEL '<vllm args JSON>' [--load-format weightcache --extra '<JSON>']``:
 the engine's arguments are parsed by vLLM's own engine-args parser from the same list the daemon
-gets (``--vllm-args``), as ``vllm serve MODEL <list>`` would. Each stdin line is a JSON request:
+gets (``--engine-args``), as ``vllm serve MODEL <list>`` would. Each stdin line is a JSON request:
 ``{"prompts": [[ids...], ...], "max_tokens": N}`` → greedy token ids, or ``{"report": true}`` →
-each rank's ``weightcache.vllm.report.zero_copy_report``. Each answer is one ``RESULT <json>`` line.
+each rank's ``weightcache.engine_profiles.report.zero_copy_report``. Each answer is one ``RESULT <json>`` line.
 A process of its own per engine: a test runs one vLLM at a time, and vLLM's global state never
 leaks between the engines it compares.
 """
@@ -20,7 +20,7 @@ import sys
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model")
-    p.add_argument("vllm_args", help="JSON list: the engine arguments after `vllm serve MODEL`")
+    p.add_argument("engine_args", help="JSON list: the engine arguments after `vllm serve MODEL`")
     p.add_argument("--load-format", default="auto")
     p.add_argument("--extra", default="{}", help="--model-loader-extra-config as JSON")
     p.add_argument(
@@ -37,10 +37,10 @@ def main() -> None:
     from vllm.engine.arg_utils import EngineArgs
     from vllm.inputs import TokensPrompt
     from vllm.utils.argparse_utils import FlexibleArgumentParser
-    from weightcache.vllm.report import zero_copy_report
+    from weightcache.engine_profiles.report import zero_copy_report
 
     parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-    parsed = EngineArgs.from_cli_args(parser.parse_args(["--model", args.model, *json.loads(args.vllm_args)]))
+    parsed = EngineArgs.from_cli_args(parser.parse_args(["--model", args.model, *json.loads(args.engine_args)]))
     defaults = EngineArgs(model=args.model)
     given = {
         f.name: getattr(parsed, f.name)

@@ -10,13 +10,13 @@ from vllm_harness import qwen3_checkpoint, start_daemon, vllm_args
 
 def test_online_fp8_is_refused_by_name_before_a_weight_is_loaded(tmp_path: Path) -> None:
     model = qwen3_checkpoint(tmp_path / "qwen3")
-    # A vLLM argument inside --vllm-args, not a daemon flag: the refused input is spelled as a user would.
+    # A vLLM argument inside --engine-args, not a daemon flag: the refused input is spelled as a user would.
     daemon = start_daemon(model, tmp_path / "sockets", "fp8", [*vllm_args(), "--quantization", "fp8"], logs=tmp_path)
     assert daemon.proc.wait(timeout=600) != 0
     out = daemon.log.read_text()
     assert "quantization 'fp8' cannot be served from the weight cache" in out, out[-4000:]
     assert "Fp8PerTensorOnlineLinearMethod (e.g. layer model.layers.0." in out
-    assert "drop --quantization from --vllm-args" in out
+    assert "drop --quantization from --engine-args" in out
     assert "Loading safetensors checkpoint shards" not in out  # refused before loading
     assert "a bug: please report it" not in out
     files = daemon.files(0)

@@ -1,4 +1,4 @@
-"""``--vllm-args`` that would make the daemon load other weights than the checkpoint's (vLLM's dummy
+"""``--engine-args`` that would make the daemon load other weights than the checkpoint's (vLLM's dummy
 weights, another loader, another model, loader options, a quantization the cache does not serve)
 are refused from what vLLM's own parser makes of the list, however it is spelled: a flag, its
 underscore form, a unique prefix, ``--flag=value``, dotted JSON keys, a ``--config`` YAML file. The
@@ -31,7 +31,7 @@ def refusal(model: Path, extra: list[str]) -> str:
     return str(refused.value)
 
 
-DUMMY = "--vllm-args make vLLM load with load_format='dummy' (however it is spelled"
+DUMMY = "--engine-args make vLLM load with load_format='dummy' (however it is spelled"
 
 
 @pytest.mark.parametrize(
@@ -65,7 +65,7 @@ def test_every_load_format_that_does_not_read_the_checkpoint_as_auto_does_is_ref
 ) -> None:
     message = refusal(model, ["--load-format", load_format])
     assert f"load_format={load_format!r}" in message
-    assert "remove it from --vllm-args" in message
+    assert "remove it from --engine-args" in message
 
 
 def test_a_dotted_load_format_key_is_refused_with_the_value_vllm_parsed(model: Path) -> None:
@@ -81,12 +81,12 @@ def test_a_dotted_load_format_key_is_refused_with_the_value_vllm_parsed(model: P
     ],
 )
 def test_a_model_in_the_list_is_refused_naming_it(model: Path, extra: list[str]) -> None:
-    assert "--vllm-args set vLLM's model to '/models/other'" in refusal(model, extra)
+    assert "--engine-args set vLLM's model to '/models/other'" in refusal(model, extra)
 
 
 def test_a_model_in_a_config_file_is_refused_naming_it(model: Path, tmp_path: Path) -> None:
     message = refusal(model, ["--config", yaml_file(tmp_path, "model: /models/other\n")])
-    assert "--vllm-args set vLLM's model to '/models/other'" in message
+    assert "--engine-args set vLLM's model to '/models/other'" in message
     assert f"the model is the daemon's --model {model}" in message
 
 
@@ -96,7 +96,7 @@ def test_the_daemons_own_model_in_the_list_is_refused_too(model: Path) -> None:
     assert f"model to {str(model)!r}" in refusal(model, ["--model", str(model)])
 
 
-EXTRA = "--vllm-args give vLLM's loader model_loader_extra_config={'enable_multithread_load': True}"
+EXTRA = "--engine-args give vLLM's loader model_loader_extra_config={'enable_multithread_load': True}"
 
 
 @pytest.mark.parametrize(
@@ -144,7 +144,7 @@ def test_a_quantization_from_a_config_file_is_refused(model: Path, tmp_path: Pat
 
 def test_online_quantization_by_its_config_is_refused(model: Path) -> None:
     message = refusal(model, ["--quantization-config", json.dumps({"linear": "fp8_per_block"})])
-    assert "--vllm-args ask vLLM to quantize while loading with quantization_config=" in message
+    assert "--engine-args ask vLLM to quantize while loading with quantization_config=" in message
 
 
 @pytest.mark.parametrize(
@@ -176,4 +176,4 @@ def test_a_config_file_vllms_parser_cannot_read_is_refused_with_its_reason(
 ) -> None:
     given = ["--config", yaml_file(tmp_path, yaml)] if yaml is not None else []
     message = refusal(model, [*given, *(a.format(yaml=given[1] if given else "") for a in extra)])
-    assert "vLLM's engine-argument parser could not read --vllm-args" in message and reason in message
+    assert "vLLM's engine-argument parser could not read --engine-args" in message and reason in message

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from weightcache.artifacts.engine import engine_env
+from weightcache_contract.launch import VLLM_PROFILE
 
 # vLLM reads each factor from os.environ when asked, so one process hashes both environments.
 HASHES = """
@@ -27,8 +28,8 @@ for environ in json.load(sys.stdin):
 
 def test_two_engines_with_different_staging_directories_hash_vllms_environment_alike(tmp_path: Path) -> None:
     base = {**os.environ, "HOME": str(tmp_path / "home")}
-    first = {**base, **engine_env(tmp_path / "staging" / "a1", str(tmp_path), base)}
-    second = {**base, **engine_env(tmp_path / "staging" / "b2", str(tmp_path), base)}
+    first = {**base, **engine_env(tmp_path / "staging" / "a1", str(tmp_path), VLLM_PROFILE, base)}
+    second = {**base, **engine_env(tmp_path / "staging" / "b2", str(tmp_path), VLLM_PROFILE, base)}
     # Not vacuous: a factor vLLM hashes, set apart, makes the two differ.
     flipped = "0" if first.get("VLLM_ALLOW_LONG_MAX_MODEL_LEN") == "1" else "1"
     changed = {**first, "VLLM_ALLOW_LONG_MAX_MODEL_LEN": flipped}

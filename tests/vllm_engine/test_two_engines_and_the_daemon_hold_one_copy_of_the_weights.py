@@ -8,7 +8,7 @@ loading from disk. The checkpoint is ~65 MB, so one copy more or less is unambig
 from pathlib import Path
 
 from vllm_harness import Engine, assert_zero_copy, cache_config, qwen3_checkpoint, start_daemon, vllm_args
-from weightcache.vllm.report import memory_kib
+from weightcache.engine_profiles.report import memory_kib
 
 MIB = 2**20
 SIZES = {"hidden_size": 512, "num_heads": 8, "num_kv_heads": 4, "intermediate_size": 2048, "vocab_size": 16384}

@@ -1,7 +1,7 @@
 """vLLM-profile daemons and vLLM engines as real processes, one vLLM engine at a time.
 
 The daemon is started exactly as the operator renders it (``weightcache daemon --profile vllm
---vllm-args '<JSON>' ... --ranks 0-N``) and the engine gets the same list of vLLM arguments."""
+--engine-args '<JSON>' ... --ranks 0-N``) and the engine gets the same list of vLLM arguments."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
-from weightcache.vllm.bind import WRITTEN_IN_PLACE
+from weightcache.vllm.loader import WRITTEN_IN_PLACE
 from weightcache.wire.rankfiles import RankFiles
 from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, DaemonArgs
 
@@ -149,7 +149,7 @@ def start_daemon(
     """``weightcache daemon --profile vllm`` for all ``tp`` ranks (the launcher); not waited for.
 
     Its output goes to a new file in ``logs`` (the test's temporary directory). ``args``: its
-    ``--vllm-args``; ``profile=REFERENCE_PROFILE`` starts the reference profile instead (``args``
+    ``--engine-args``; ``profile=REFERENCE_PROFILE`` starts the reference profile instead (``args``
     unused); ``launch``: further ``DaemonArgs`` fields."""
     log = logs / f"daemon-{name}-{time.monotonic_ns()}.log"
     daemon = DaemonArgs(
@@ -160,7 +160,7 @@ def start_daemon(
         tp_size=tp,
         ranks=tuple(range(tp)),
         profile=profile,
-        vllm_args=tuple(args) if profile == VLLM_PROFILE else None,
+        engine_args=tuple(args) if profile == VLLM_PROFILE else None,
         **launch,
     )
     cmd = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]

@@ -39,7 +39,7 @@ def rank_args(args: argparse.Namespace) -> DaemonArgs:
         artifact_dir=None,
         artifact_max_bytes=None,
         handoff_state=None,
-        vllm_dist_init=None,
+        dist_init=None,
     )
 
 

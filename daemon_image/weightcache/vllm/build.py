@@ -145,7 +145,7 @@ def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:
             f"vLLM {vllm.__version__} on {current_platform.device_type}: vLLM's {methods} cannot rebuild its "
             "state from post-processed weights, so an engine could not map what the daemon publishes. Use a "
             "checkpoint quantized ahead of time in a method vLLM can serve pre-processed (e.g. block-FP8 "
-            "weights in the checkpoint), drop --quantization from --vllm-args, or a vLLM whose method can "
+            "weights in the checkpoint), drop --quantization from --engine-args, or a vLLM whose method can "
             f"(docs/vllm.md); engines that need this method load from disk (--load-format auto)"
         )
 

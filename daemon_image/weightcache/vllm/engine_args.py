@@ -1,6 +1,6 @@
-"""``--vllm-args``: the engine's own vLLM arguments, parsed by vLLM's parser into the config it runs.
+"""``--engine-args``: the engine's own vLLM arguments, parsed by vLLM's parser into the config it runs.
 
-The operator renders one list into both the daemon (``--vllm-args '<JSON>'``) and the engine
+The operator renders one list into both the daemon (``--engine-args '<JSON>'``) and the engine
 (``vllm serve MODEL <the same list> --load-format weightcache ...``), so the daemon's fingerprint
 is computed from exactly the ``VllmConfig`` the engine will compute its own from.
 
@@ -12,7 +12,6 @@ spelled: vLLM's parser takes ``--load_format`` for ``--load-format``, any unique
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
@@ -37,23 +36,6 @@ QUANTIZATIONS = (None, "fp8")
 ``--quantization`` and the checkpoint's ``quantization_config``): unquantized and FP8, the
 project's allowlist (docs/vllm.md). Which FP8 methods can be rebuilt from published tensors is
 decided on the built model (``build.refuse_unpublishable``)."""
-
-
-def parse_list(text: str | None) -> list[str]:
-    """The JSON list of strings ``--vllm-args`` carries (torch- and vLLM-free: JSON checks only;
-    what the list asks vLLM for is checked on vLLM's parse of it, ``engine_args``)."""
-    if text is None:
-        raise WeightCacheError(
-            "--profile vllm needs --vllm-args: the JSON list of vLLM engine arguments the engine gets after "
-            "`vllm serve MODEL`, e.g. '[\"--dtype\",\"bfloat16\"]' ('[]' for vLLM's defaults)"
-        )
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise WeightCacheError(f"--vllm-args is not JSON ({exc}); pass a JSON list of strings") from None
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise WeightCacheError(f"--vllm-args must be a JSON list of strings, got {text!r}")
-    return value
 
 
 def disk_load_format(load_format: str, model: str) -> str:
@@ -87,23 +69,23 @@ def engine_args(model: str, vllm_args: list[str], tp_size: int, pp_size: int):  
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="weightcache daemon --vllm-args"))
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser(prog="weightcache daemon --engine-args"))
     # No default model, so a model the list sets (a flag, a prefix of it, a --config file) is seen.
     parser.set_defaults(model=None)
     try:
         namespace = parser.parse_args(vllm_args)
     except SystemExit:
         raise WeightCacheError(
-            f"vLLM's engine-argument parser refused --vllm-args {vllm_args} (its message is above); fix the list"
+            f"vLLM's engine-argument parser refused --engine-args {vllm_args} (its message is above); fix the list"
         ) from None
     except Exception as exc:  # noqa: BLE001 - a --config file it cannot read raises rather than exits
         raise WeightCacheError(
-            f"vLLM's engine-argument parser could not read --vllm-args {vllm_args}: {type(exc).__name__}: {exc}; "
+            f"vLLM's engine-argument parser could not read --engine-args {vllm_args}: {type(exc).__name__}: {exc}; "
             "fix the list (a --config file must be one readable YAML mapping, given once)"
         ) from None
     if namespace.model is not None:
         raise WeightCacheError(
-            f"--vllm-args set vLLM's model to {namespace.model!r} (--model, a prefix of it, or model: in a "
+            f"--engine-args set vLLM's model to {namespace.model!r} (--model, a prefix of it, or model: in a "
             f"--config file); remove it: the model is the daemon's --model {model}, which the engine gets as "
             "`vllm serve MODEL`"
         )
@@ -112,7 +94,7 @@ def engine_args(model: str, vllm_args: list[str], tp_size: int, pp_size: int):  
     refuse_other_weights(args.create_load_config(), args.quantization, args.quantization_config, model)
     if (args.tensor_parallel_size, args.pipeline_parallel_size) != (tp_size, pp_size):
         raise WeightCacheError(
-            f"--vllm-args ask vLLM for tensor parallel {args.tensor_parallel_size} and pipeline parallel "
+            f"--engine-args ask vLLM for tensor parallel {args.tensor_parallel_size} and pipeline parallel "
             f"{args.pipeline_parallel_size}, but the daemon was started with --tp-size {tp_size} --pp-size "
             f"{pp_size}; make them agree (the engine gets the same list, so its ranks must be the daemon's)"
         )
@@ -129,15 +111,15 @@ def refuse_other_weights(load_config: Any, quantization: str | None, quantizatio
     spelled = "however it is spelled: a flag, its underscore form or a prefix of it, or a --config file"
     if not reads_as_auto(load_config.load_format, model):
         raise WeightCacheError(
-            f"--vllm-args make vLLM load with load_format={load_config.load_format!r} ({spelled}), which does not "
-            "read the checkpoint's weights the way the engine's disk fallback does; remove it from --vllm-args "
+            f"--engine-args make vLLM load with load_format={load_config.load_format!r} ({spelled}), which does not "
+            "read the checkpoint's weights the way the engine's disk fallback does; remove it from --engine-args "
             f"(the daemon reads the checkpoint with vLLM's {CHECKPOINT_LOAD_FORMAT!r}, the engine gets "
             "--load-format weightcache)"
         )
     if load_config.model_loader_extra_config:
         raise WeightCacheError(
-            f"--vllm-args give vLLM's loader model_loader_extra_config={load_config.model_loader_extra_config!r} "
-            f"({spelled}); remove it from --vllm-args: the daemon loads with vLLM's default loader options and "
+            f"--engine-args give vLLM's loader model_loader_extra_config={load_config.model_loader_extra_config!r} "
+            f"({spelled}); remove it from --engine-args: the daemon loads with vLLM's default loader options and "
             "the engine's weightcache loader gets its own"
         )
     # vLLM's own normalisation (lower case), so ``-q FP8`` is ``fp8``.
@@ -150,15 +132,15 @@ def refuse_quantization(quantization: str | None, online: Any) -> None:
     if quantization not in QUANTIZATIONS:
         allowed = ", ".join(str(q or "none") for q in QUANTIZATIONS)
         raise WeightCacheError(
-            f"vLLM would quantize with quantization={quantization!r} (from --quantization/-q in --vllm-args, a "
+            f"vLLM would quantize with quantization={quantization!r} (from --quantization/-q in --engine-args, a "
             f"--config file, or the checkpoint's quantization_config), which the weight cache does not serve "
-            f"(allowed: {allowed}); remove it from --vllm-args or serve an unquantized or FP8 checkpoint"
+            f"(allowed: {allowed}); remove it from --engine-args or serve an unquantized or FP8 checkpoint"
         )
     if online:
         raise WeightCacheError(
-            f"--vllm-args ask vLLM to quantize while loading with quantization_config={online!r} (--quantization-config "
+            f"--engine-args ask vLLM to quantize while loading with quantization_config={online!r} (--quantization-config "
             "or its prefix, or a --config file), which the weight cache does not serve: an engine cannot rebuild "
-            "online-quantized state from published tensors; remove it from --vllm-args and serve an unquantized or "
+            "online-quantized state from published tensors; remove it from --engine-args and serve an unquantized or "
             "FP8 checkpoint"
         )
 
@@ -183,7 +165,7 @@ def engine_config(model: str, vllm_args: list[str], tp_size: int, pp_size: int):
                 "the daemon's and the engine's image"
             )
         else:
-            fix = "fix --vllm-args or the checkpoint (the engine would refuse the same list)"
+            fix = "fix --engine-args or the checkpoint (the engine would refuse the same list)"
         raise WeightCacheError(f"vLLM cannot build an engine for {model}: {reason}; {fix}") from None
     # Resolved from the checkpoint's quantization_config and --hf-overrides too, not only the flags.
     refuse_quantization(config.model_config.quantization, config.model_config.quantization_config)

@@ -40,12 +40,12 @@ from weightcache_contract.errors import (
 )
 
 from ..client.weights import Weights, held_bytes, map_fingerprint
+from ..engine_profiles.bind import bind_arena, check_bound, outside_mapping
 from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
 from ..wire.rankfiles import RankFiles, default_socket_dir
 from . import startup, versions
 from .artifacts import claim_artifacts
-from .bind import WRITTEN_IN_PLACE, bind_arena, check_bound, outside_mapping
 from .build import load_rank_model
 from .cpu_policy import keep_plain_weights
 from .stamp import platform_backend, rank_fingerprint
@@ -53,6 +53,12 @@ from .stamp import platform_backend, rank_fingerprint
 # A child of vLLM's "vllm" logger: vLLM's logging configuration prints these lines (the phase
 # timings beside its own "Loading weights took"), where a logger of our own would stay silent.
 log = logging.getLogger("vllm.weightcache")
+
+# Buffers vLLM's post-processing writes in place even for pre-processed weights: every
+# ``Attention.process_weights_after_loading`` fills its scale scalars with 1.0 when the
+# checkpoint has none (``set_default_quant_scales``). A write into a read-only map faults, so
+# each engine gets its own copy of these (4 bytes each); everything else stays a view.
+WRITTEN_IN_PLACE = frozenset({"_k_scale", "_v_scale", "_q_scale", "_prob_scale"})
 OPTIONS = ("name", "socket_dir", "fallback", "timeout_s")
 
 
@@ -210,7 +216,7 @@ def _fix(exc: WeightCacheError, files: RankFiles) -> str | None:
         if {"engine", "engine.engine", "engine.load_profile"} & set(exc.fields):
             return (
                 "that daemon publishes another load profile than vLLM's post-processed layout: start it with "
-                "`weightcache daemon --profile vllm --vllm-args '<this engine's vLLM arguments as JSON>'`"
+                "`weightcache daemon --profile vllm --engine-args '<this engine's vLLM arguments as JSON>'`"
             )
         return None  # the mismatch names the fix for each differing field (fingerprint.mismatch_fix)
     if isinstance(exc, CacheUnavailable) and files.socket.exists():
@@ -262,7 +268,7 @@ def bind_model(
         if current_platform.is_cpu():
             keep_plain_weights(model)
         build = lap()
-        bound = bind_arena(model, weights.tensors, kinds, weights.aliases)
+        bound = bind_arena(model, weights.tensors, kinds, weights.aliases, WRITTEN_IN_PLACE)
         bind = lap()
         if versions.pre_processed_mode():
             from vllm.model_executor.utils import weights_already_processed

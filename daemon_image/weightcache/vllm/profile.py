@@ -1,40 +1,41 @@
-"""The ``vllm`` load profile: each rank runs vLLM's own loader and post-processing, publishes the
-result and execs into the daemon's serving path (``publisher``). Imports no vLLM until a rank runs."""
+"""The ``vllm`` load profile: each rank runs vLLM's own loader and post-processing through the
+shared publisher (``engine_profiles``). Imports no vLLM until a rank runs."""
 
 from __future__ import annotations
 
-import argparse
-import socket
-from typing import Any
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import VLLM_PROFILE
 
-from ..profiles import LoadProfile, register_profile
+from ..engine_profiles.profile import EngineLoadProfile
+from ..profiles import register_profile
+
+if TYPE_CHECKING:
+    from ..engine_profiles.publisher import EngineRank
 
 
 @register_profile(VLLM_PROFILE)
-class Vllm(LoadProfile):
-    def rank_fields(self, args: argparse.Namespace, ranks: list[int]) -> dict[str, Any]:
-        return {"vllm_dist_init": vllm_rendezvous(ranks, args.tp_size, args.pp_size)}
+class Vllm(EngineLoadProfile):
+    def engine_rank(self) -> EngineRank:
+        from .publisher import VllmRank
 
-    def run_rank(self, args: argparse.Namespace) -> int:
-        from .publisher import run
+        return VllmRank()
 
-        return run(args)
+    def compile_env(self, data: Path, environ: Mapping[str, str]) -> dict[str, str]:
+        """vLLM's compile cache root, and ``AOT_DEFAULTS``. vLLM moves Inductor's and Triton's
+        caches under ``VLLM_CACHE_ROOT`` only where its own compile cache is used; without the AOT
+        function, vLLM's CPU build compiles through Inductor's FX graph and AOTAutograd caches in
+        ``TORCHINDUCTOR_CACHE_DIR`` (seen: nothing but ``modelinfos/`` under ``VLLM_CACHE_ROOT``
+        otherwise), which artifacts-run points under ``data`` for every engine."""
+        return {**{k: v for k, v in AOT_DEFAULTS.items() if k not in environ}, "VLLM_CACHE_ROOT": str(data)}
 
 
-def vllm_rendezvous(ranks: list[int], tp_size: int, pp_size: int) -> str:
-    """A loopback ``tcp://`` address where the pod's ``vllm``-profile ranks form one gloo world.
-
-    vLLM's layers read their tensor- and pipeline-parallel rank from its process groups while they
-    are built and loaded, so every rank of the world must join; a loopback port keeps them on this
-    node, so the pod must hold all of them."""
-    if sorted(ranks) != list(range(tp_size * pp_size)):
-        raise WeightCacheError(
-            f"--profile vllm loads all ranks of one engine together on one node, but --ranks lists {ranks} of "
-            f"a world of {tp_size * pp_size}; give this pod --ranks 0-{tp_size * pp_size - 1}"
-        )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+AOT_DEFAULTS = {"VLLM_USE_AOT_COMPILE": "0"}
+"""Set unless the engine's environment sets them. vLLM 0.32's ahead-of-time compiled function (its
+default with torch ≥ 2.10) does not load back on this CPU build with torch 2.13: every later engine
+logs ``Compiling model again due to a load failure …: 'function' object has no attribute
+'finalize_loading'`` and compiles again, with or without ``VLLM_USE_MEGA_AOT_ARTIFACT``. Without
+it vLLM traces with Dynamo (seconds) and loads Inductor's compiled graphs from its cache by keys
+relative to the cache directory, so a copied entry works from any staging directory."""

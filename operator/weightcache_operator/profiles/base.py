@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+from weightcache_contract.launch import ArtifactsRunArgs
+
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.vocabulary import ARTIFACT_MOUNT, CLI, served_model_name
 
@@ -96,7 +98,8 @@ class EngineProfile:
         return "/v1/completions", body
 
 
-def artifacts_run(health_url: str) -> list[str]:
-    """The wrapper an engine command runs under: it stages the engine's compile caches on the node
-    and marks them for publication once ``health_url`` answers."""
-    return [*CLI, "artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", health_url, "--"]
+def artifacts_run(load_profile: str, health_url: str) -> list[str]:
+    """The wrapper an engine command runs under: it stages the compile caches of the engine of
+    ``load_profile`` on the node and marks them for publication once ``health_url`` answers."""
+    wrapper = ArtifactsRunArgs(dir=ARTIFACT_MOUNT, health=health_url, profile=load_profile)
+    return [*CLI, "artifacts-run", *wrapper.to_argv(), "--"]

@@ -164,7 +164,7 @@ class VllmProfile(EngineProfile):
         """The shared vLLM arguments (dtype, quantization, revision and expert parallelism among
         them: the daemon refuses the reference loader's flags for those); with ``artifactCache``
         the directory whose engines' compile artifacts it publishes."""
-        fields: dict[str, Any] = {"vllm_args": tuple(vllm_args(cache))}
+        fields: dict[str, Any] = {"engine_args": tuple(vllm_args(cache))}
         artifacts = cache.spec.engine.vllm.artifact_cache if cache.spec.engine.vllm is not None else None
         if artifacts is not None:
             fields |= {"artifact_dir": ARTIFACT_MOUNT, "artifact_max_bytes": artifacts.max_bytes}
@@ -225,7 +225,7 @@ class VllmProfile(EngineProfile):
         assert spec.engine.vllm is not None, "the command needs spec.engine.vllm"
         wrapper: list[str] = []
         if spec.engine.vllm.artifact_cache is not None:
-            wrapper = artifacts_run(f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}")
+            wrapper = artifacts_run(self.load_profile, f"http://$(POD_IP):{spec.engine.port}{HEALTH_PATH}")
         return [
             *wrapper,
             *VLLM_CLI,

@@ -41,7 +41,7 @@ def literals(path: Path) -> set[str]:
 
 def test_no_module_but_the_contract_spells_a_flag_or_engine_variable_of_ours() -> None:
     ours = our_spellings()
-    assert ENGINES_OWN and {"--tp-size", "--tp", "--vllm-args", "WEIGHTCACHE_ENGINE_TP_SIZE"} <= ours
+    assert ENGINES_OWN and {"--tp-size", "--tp", "--engine-args", "WEIGHTCACHE_ENGINE_TP_SIZE"} <= ours
     found = {
         f"{path.relative_to(ROOT)}: {literal}"
         for folder in PRODUCT
@@ -99,7 +99,7 @@ def test_every_option_of_a_command_round_trips_through_its_own_parser(command: t
             values[option.dest] = (128, 64)
         elif option.dest == "ranks":
             values[option.dest] = (0, 2, 3)
-        elif option.dest == "vllm_args":
+        elif option.dest == "engine_args":
             values[option.dest] = ("--dtype", "bfloat16")
         elif option.kind == "switch":
             values[option.dest] = True
@@ -113,7 +113,7 @@ def test_every_option_of_a_command_round_trips_through_its_own_parser(command: t
 
 
 def test_a_value_that_starts_with_a_dash_reaches_the_receiving_parser_as_a_value() -> None:
-    value = DaemonArgs(model="-weights", name="c", socket_dir="/s", revision="-rc1", vllm_args=("-tp", "2"))
+    value = DaemonArgs(model="-weights", name="c", socket_dir="/s", revision="-rc1", engine_args=("-tp", "2"))
     parser = argparse.ArgumentParser()
     add_options(parser, DaemonArgs)
     assert "--revision=-rc1" in value.to_argv() and "--model=-weights" in value.to_argv()

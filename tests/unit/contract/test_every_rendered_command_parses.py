@@ -187,7 +187,7 @@ def test_daemon_arguments_with_every_field_set_parse_back_unchanged() -> None:
         status_addr="10.0.0.1:9400",
         gpus_file="/g/gpus.json",
         profile="vllm",
-        vllm_args=("--dtype", "bfloat16", "--hf-overrides", '{"a": 1}'),
+        engine_args=("--dtype", "bfloat16", "--hf-overrides", '{"a": 1}'),
         artifact_dir="/a",
         artifact_max_bytes=1 << 20,
         load_workers=7,

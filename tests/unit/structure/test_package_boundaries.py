@@ -73,8 +73,9 @@ def test_the_check_sees_a_forbidden_import() -> None:
 
 # The data plane's packages, lowest first; a package may import only those before it (and the
 # top-level helpers). ``checkpoints`` and ``gpu`` are both at the bottom and import neither other.
-# ``vllm`` (the vLLM publisher and load format) is the top: it uses the client, the wire, arenas
-# and the daemon's serving path, and nothing in the data plane may need vLLM.
+# ``engine_profiles`` is what every engine profile shares (the publisher core, publishing and
+# binding); each engine's own package (``vllm``: its publisher and load format) is above it, and
+# nothing in the data plane may need an engine.
 DATA_PLANE_ORDER = [
     {"checkpoints", "gpu", "artifacts"},
     {"wire"},
@@ -83,6 +84,7 @@ DATA_PLANE_ORDER = [
     {"daemon"},
     {"engine"},
     {"tools"},
+    {"engine_profiles"},
     {"vllm"},
 ]
 HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "profiles", "__version__"}
@@ -128,7 +130,11 @@ def test_the_layer_check_sees_every_package() -> None:
 
 def test_publishing_binding_and_the_handoff_import_no_vllm() -> None:
     """A GPU host without vLLM's CUDA build (and tests/gpu) publishes, hands over and binds with these."""
-    modules = ["weightcache.vllm.publish", "weightcache.vllm.bind", "weightcache.vllm.publisher"]
+    modules = [
+        "weightcache.engine_profiles.publish",
+        "weightcache.engine_profiles.bind",
+        "weightcache.engine_profiles.publisher",
+    ]
     assert not forbidden_imports([*modules, "weightcache.daemon.handoff"], ["vllm"])
 
 

@@ -55,8 +55,22 @@ def test_the_engine_compiles_into_its_staging_and_its_own_aot_setting_wins() -> 
 
     from weightcache.artifacts.engine import engine_env
 
-    env = engine_env(Path("/a/staging/0123456789abcdef"), "/a", {})
+    env = engine_env(Path("/a/staging/0123456789abcdef"), "/a", "vllm", {})
     assert env["VLLM_CACHE_ROOT"] == "/a/staging/0123456789abcdef/data"
     assert env["TORCHINDUCTOR_CACHE_DIR"] == "/a/staging/0123456789abcdef/data/inductor"
     assert env["VLLM_USE_AOT_COMPILE"] == "0"
-    assert "VLLM_USE_AOT_COMPILE" not in engine_env(Path("/a/staging/x"), "/a", {"VLLM_USE_AOT_COMPILE": "1"})
+    assert "VLLM_USE_AOT_COMPILE" not in engine_env(Path("/a/staging/x"), "/a", "vllm", {"VLLM_USE_AOT_COMPILE": "1"})
+
+
+def test_an_engine_profile_without_caches_of_its_own_gets_torchs_only() -> None:
+    from pathlib import Path
+
+    from weightcache.artifacts.engine import engine_env
+
+    env = engine_env(Path("/a/staging/x"), "/a", "reference", {})
+    assert set(env) == {
+        "WEIGHTCACHE_ARTIFACT_DIR",
+        "WEIGHTCACHE_ARTIFACT_STAGING",
+        "TORCHINDUCTOR_CACHE_DIR",
+        "TRITON_CACHE_DIR",
+    }

@@ -11,7 +11,7 @@ from repo_root import ROOT
 from weightcache.cli import COMMANDS, build_parser, resolve
 from weightcache.daemon.command import rank_args
 
-LAUNCHERS_OWN = {"ranks", "status_addr", "artifact_dir", "artifact_max_bytes", "handoff_state", "vllm_dist_init"}
+LAUNCHERS_OWN = {"ranks", "status_addr", "artifact_dir", "artifact_max_bytes", "handoff_state", "dist_init"}
 """What a launcher keeps for itself (a rank never gets them from it)."""
 PER_RANK = {"tp_rank", "pp_rank", "device", "local_index"}
 """What the launcher sets for each rank."""

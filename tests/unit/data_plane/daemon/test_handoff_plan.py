@@ -14,7 +14,7 @@ from weightcache.arenas.arena import HeldFdArena
 from weightcache.checkpoints.sharding import Layout
 from weightcache.daemon.handoff import handoff_state
 from weightcache.daemon.rank import DaemonConfig, run
-from weightcache.vllm.publish import publish
+from weightcache.engine_profiles.publish import publish
 from weightcache.wire.fingerprint import EngineStamp, EnvironmentStamp, Fingerprint
 from weightcache.wire.rankfiles import RankFiles
 from weightcache_contract.errors import WeightCacheError

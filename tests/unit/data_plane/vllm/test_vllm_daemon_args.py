@@ -3,6 +3,7 @@ and what its launcher passes on to each rank. No vLLM here (tests/vllm_engine ru
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -13,8 +14,8 @@ from pathlib import Path
 import pytest
 from weightcache.cli import build_parser
 from weightcache.daemon.command import rank_args
-from weightcache.vllm.engine_args import parse_list
-from weightcache.vllm.profile import vllm_rendezvous
+from weightcache.engine_profiles.profile import rendezvous
+from weightcache.engine_profiles.publisher import engine_arguments
 from weightcache_contract.errors import WeightCacheError
 
 DAEMON = ["daemon", "--model", "/m", "--name", "q", "--socket-dir", "/run/wc", "--backend", "cpu-shm"]
@@ -40,15 +41,15 @@ def run_without_vllm(tmp_path: Path) -> Callable[[list[str]], subprocess.Complet
 @pytest.mark.parametrize(
     "text, message",
     [
-        (None, "--profile vllm needs --vllm-args"),
+        (None, "--profile vllm needs --engine-args"),
         ("--dtype bfloat16", "is not JSON"),
-        ('{"dtype": "bfloat16"}', "must be a JSON list of strings"),
-        ('["--max-model-len", 512]', "must be a JSON list of strings"),
+        ('{"dtype": "bfloat16"}', "is a JSON list of strings"),
+        ('["--max-model-len", 512]', "is a JSON list of strings"),
     ],
 )
 def test_vllm_args_that_are_not_a_json_list_of_strings_are_refused_by_name(text: str | None, message: str) -> None:
     with pytest.raises(WeightCacheError, match=message):
-        parse_list(text)
+        engine_arguments(argparse.Namespace(profile="vllm", engine_args=text))
 
 
 @pytest.mark.parametrize(
@@ -61,17 +62,20 @@ def test_vllm_args_that_are_not_a_json_list_of_strings_are_refused_by_name(text:
     ],
 )
 def test_the_vllm_args_list_is_taken_as_given(args: list[str]) -> None:
-    assert parse_list(json.dumps(args)) == args
+    assert engine_arguments(argparse.Namespace(profile="vllm", engine_args=json.dumps(args))) == args
 
 
 @pytest.mark.parametrize(
     "flags, message",
     [
-        (["--vllm-args", "[]"], "--vllm-args belongs to --profile vllm"),
-        (["--profile", "vllm", "--vllm-args", "[]", "--dtype", "bfloat16"], "--dtype bfloat16 is the reference"),
-        (["--profile", "vllm", "--vllm-args", "[]", "--quantization", "fp8"], "--quantization fp8 is the reference"),
-        (["--profile", "vllm", "--vllm-args", "[]", "--tp-size", "2"], "start the daemon with --ranks 0-1"),
-        (["--profile", "vllm", "--vllm-args", "[]", "--ranks", "1", "--tp-size", "2"], "give this pod --ranks 0-1"),
+        (
+            ["--engine-args", "[]"],
+            "--engine-args are an engine's own arguments, which the reference loader does not read",
+        ),
+        (["--profile", "vllm", "--engine-args", "[]", "--dtype", "bfloat16"], "--dtype bfloat16 is the reference"),
+        (["--profile", "vllm", "--engine-args", "[]", "--quantization", "fp8"], "--quantization fp8 is the reference"),
+        (["--profile", "vllm", "--engine-args", "[]", "--tp-size", "2"], "start the daemon with --ranks 0-1"),
+        (["--profile", "vllm", "--engine-args", "[]", "--ranks", "1", "--tp-size", "2"], "give this pod --ranks 0-1"),
     ],
 )
 def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_loading_vllm(
@@ -92,23 +96,23 @@ def test_the_daemon_refuses_a_vllm_profile_command_line_it_cannot_serve_before_l
 def test_a_vllm_profile_daemon_refuses_gpu_arenas_it_cannot_hand_over_or_place_before_loading_vllm(
     flags: list[str], message: str, run_without_vllm: Callable[[list[str]], subprocess.CompletedProcess[str]]
 ) -> None:
-    refused = run_without_vllm([*DAEMON[:-2], *flags, "--profile", "vllm", "--vllm-args", "[]"])
+    refused = run_without_vllm([*DAEMON[:-2], *flags, "--profile", "vllm", "--engine-args", "[]"])
     assert refused.returncode == 2 and message in refused.stderr, refused.stderr
 
 
 def test_each_launched_rank_gets_the_profile_and_the_vllm_args_but_not_the_launchers_rendezvous() -> None:
     vllm_args = '["--dtype","bfloat16","--tensor-parallel-size","2"]'
     args = build_parser().parse_args(
-        [*DAEMON, "--profile", "vllm", "--vllm-args", vllm_args, "--ranks", "0-1", "--tp-size", "2",
-         "--vllm-dist-init", "tcp://127.0.0.1:1", "--handoff-state", "/tmp/x"]
+        [*DAEMON, "--profile", "vllm", "--engine-args", vllm_args, "--ranks", "0-1", "--tp-size", "2",
+         "--dist-init", "tcp://127.0.0.1:1", "--handoff-state", "/tmp/x"]
     )  # fmt: skip
     argv = rank_args(args).to_argv()
     assert argv[argv.index("--profile") + 1] == "vllm"
-    assert json.loads(argv[argv.index("--vllm-args") + 1]) == json.loads(vllm_args)
-    assert "--vllm-dist-init" not in argv and "--handoff-state" not in argv
+    assert json.loads(argv[argv.index("--engine-args") + 1]) == json.loads(vllm_args)
+    assert "--dist-init" not in argv and "--handoff-state" not in argv
 
 
 def test_the_rendezvous_is_a_loopback_port_for_the_whole_world_only() -> None:
-    assert vllm_rendezvous([0, 1], 2, 1).startswith("tcp://127.0.0.1:")
+    assert rendezvous("vllm", [0, 1], 2, 1).startswith("tcp://127.0.0.1:")
     with pytest.raises(WeightCacheError, match="--ranks 0-3"):
-        vllm_rendezvous([0, 1], 2, 2)
+        rendezvous("vllm", [0, 1], 2, 2)

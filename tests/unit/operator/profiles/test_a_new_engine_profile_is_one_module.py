@@ -6,12 +6,12 @@ renderers; a spec selecting two engines is refused naming both; and no operator 
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from builders import BASE, cache_of, changed
+from engine_words import words_of
 from rendered import daemon_command, env_of, main_container
 from repo_root import ROOT
 from weightcache.cli import build_parser
@@ -116,11 +116,6 @@ def test_a_second_profile_of_one_name_is_refused(toy: EngineProfile) -> None:
 
 
 PROFILE_MODULES = {p.stem for p in (OPERATOR / "profiles").glob("*.py")} - {"__init__", "base"}
-
-
-def words_of(identifier: str) -> set[str]:
-    """``uses_vllm`` → {uses, vllm}; ``VllmProfile`` → {vllm, profile}; ``VLLM_PROFILE`` likewise."""
-    return {w.lower() for part in identifier.split("_") for w in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z0-9]+", part)}
 
 
 def engine_mentions(source: str, module: str) -> set[str]:

@@ -19,7 +19,7 @@ from weightcache_operator.render import READY_GATE, daemon_daemonset, daemon_spe
 
 def shared_list(daemon: list[str]) -> list[str]:
     assert daemon[daemon.index("--profile") + 1] == "vllm"
-    return list(json.loads(daemon[daemon.index("--vllm-args") + 1]))
+    return list(json.loads(daemon[daemon.index("--engine-args") + 1]))
 
 
 def test_daemon_and_engine_get_the_same_vllm_arguments() -> None:
@@ -85,7 +85,7 @@ def test_the_daemon_keeps_its_own_command_and_adds_the_profile_before_extra_args
     cache = cache_of(changed(body(), **{"daemon.extraArgs": ["--log-level", "debug"]}))
     daemon = daemon_command(cache)
     assert daemon[:4] == ["python", "-m", "weightcache", "daemon"]
-    assert daemon[-2:] == ["--log-level", "debug"] and daemon.index("--vllm-args") < daemon.index("--log-level")
+    assert daemon[-2:] == ["--log-level", "debug"] and daemon.index("--engine-args") < daemon.index("--log-level")
     containers = daemon_daemonset(cache)["spec"]["template"]["spec"]["containers"]
     assert {"name": "VLLM_HOST_IP", "value": "127.0.0.1"} in next(c for c in containers if c["name"] == "daemon")["env"]
 
@@ -181,11 +181,10 @@ def test_a_kv_cache_size_on_gpus_is_refused_for_gpu_memory_utilization() -> None
 @pytest.mark.parametrize("example", ["weightcache-vllm-cpu.yaml", "weightcache-vllm-gpu.yaml"])
 def test_the_rendered_daemon_command_passes_the_vllm_daemons_own_checks(example: str) -> None:
     from weightcache.cli import build_parser
-    from weightcache.vllm.engine_args import parse_list
-    from weightcache.vllm.publisher import refuse_reference_only_flags
+    from weightcache.engine_profiles.publisher import engine_arguments, refuse_reference_only_flags
 
     command = daemon_command(cache_of(body(example)))
     assert command[:3] == ["python", "-m", "weightcache"]
     args = build_parser().parse_args(command[3:])
     refuse_reference_only_flags(args)
-    assert parse_list(args.vllm_args) == shared_list(command)
+    assert engine_arguments(args) == shared_list(command)

@@ -64,7 +64,16 @@ def test_engines_see_entries_read_only_write_only_staging_and_run_under_the_wrap
     assert host["weightcache-artifacts-staging"]["type"] == "Directory"
     command = main["command"]
     wrapper = command[: command.index("--") + 1]
-    assert wrapper[-6:] == ["artifacts-run", "--dir", ARTIFACT_MOUNT, "--health", "http://$(POD_IP):8000/health", "--"]
+    assert wrapper[-8:] == [
+        "artifacts-run",
+        "--dir",
+        ARTIFACT_MOUNT,
+        "--health",
+        "http://$(POD_IP):8000/health",
+        "--profile",
+        "vllm",
+        "--",
+    ]
     assert command[len(wrapper) : len(wrapper) + 2] == ["vllm", "serve"]
     assert env_of(main_container(cache))["WEIGHTCACHE_ENGINE_IMAGE"] == main["image"]
 

@@ -1,7 +1,7 @@
-"""A post-processed vLLM model → one sealed arena and its manifest.
+"""An engine's post-processed model → one sealed arena and its manifest.
 
 Every parameter and buffer (non-persistent ones included: rotary caches, attention scales) is
-copied once, under vLLM's names, shapes, dtypes and strides. One tensor object reachable under
+copied once, under the engine's names, shapes, dtypes and strides. One tensor object reachable under
 several names (tied embeddings, the rotary cache that layers share) is stored once and listed as
 aliases, so the engine re-ties them.
 
@@ -56,7 +56,7 @@ def publish(
     seal it, and describe it."""
     if backend not in ("cpu-shm", "cuda-vmm"):
         raise WeightCacheError(
-            f"the vllm profile publishes cpu-shm or cuda-vmm arenas, not {backend}"
+            f"an engine profile publishes cpu-shm or cuda-vmm arenas, not {backend}"
             + (
                 ": a cuda-ipc handle names memory of this process's CUDA context, which the exec into the "
                 "serving daemon destroys; use --backend cuda-vmm"
@@ -100,7 +100,7 @@ def publish(
     try:
         flat = arena.buffer()
         views = tensor_views(flat, entries)
-        with torch.no_grad():  # some of vLLM's parameters keep requires_grad=True
+        with torch.no_grad():  # engines' parameters may keep requires_grad=True
             for name, (tensor, _) in tensors.items():
                 views[name].copy_(tensor)
         if flat.is_cuda:

@@ -1,6 +1,6 @@
 """A model's post-processed tensors go into one sealed arena and come back as views of its mapping.
 
-No vLLM here: publishing and binding only move tensors; tests/vllm_engine runs them inside real vLLM."""
+No engine here: publishing and binding only move tensors; tests/vllm_engine runs them inside real vLLM."""
 
 import os
 
@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch import nn
 from weightcache.arenas.arena import map_arena
-from weightcache.vllm.bind import bind_arena, check_bound, outside_mapping
-from weightcache.vllm.publish import publish
+from weightcache.engine_profiles.bind import bind_arena, check_bound, outside_mapping
+from weightcache.engine_profiles.publish import publish
 from weightcache_contract.errors import WeightCacheError
 
 
@@ -36,7 +36,9 @@ def test_published_tensors_bind_as_views_of_the_mapping_with_ties_kept_and_writt
     os.close(fd)
     with torch.device("meta"):
         target = Tiny()
-    bound = bind_arena(target, manifest.views(mapping.buffer), manifest.kinds_by_name(), manifest.aliases)
+    bound = bind_arena(
+        target, manifest.views(mapping.buffer), manifest.kinds_by_name(), manifest.aliases, frozenset({"_k_scale"})
+    )
     check_bound(target)
 
     assert target.head.weight is target.embed.weight
@@ -45,6 +47,20 @@ def test_published_tensors_bind_as_views_of_the_mapping_with_ties_kept_and_writt
     )
     assert (bound.private, bound.private_bytes) == (1, 4)
     assert outside_mapping(target, *mapping.address_range) == ["_k_scale"]
+    published.arena.close()
+
+
+def test_without_written_names_every_tensor_is_a_view_of_the_mapping() -> None:
+    published = publish(Tiny(), "digest", "test/rank-0")
+    manifest = published.manifest
+    fd = published.arena.export().fd
+    mapping = map_arena("cpu-shm", manifest.arena_bytes, manifest.arena_bytes, fd, None, None)
+    os.close(fd)
+    with torch.device("meta"):
+        target = Tiny()
+    bound = bind_arena(target, manifest.views(mapping.buffer), manifest.kinds_by_name(), manifest.aliases)
+    assert (bound.private, bound.mapped) == (0, len(manifest))
+    assert outside_mapping(target, *mapping.address_range) == []
     published.arena.close()
 
 

@@ -1,4 +1,4 @@
-"""What an engine's model maps from the cache, for ``LLM.apply_model`` (it must be importable)."""
+"""What an engine's model maps from the cache (vLLM: for ``LLM.apply_model``, so it must be importable)."""
 
 from __future__ import annotations
 

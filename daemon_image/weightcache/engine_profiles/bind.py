@@ -1,11 +1,12 @@
-"""Bind mapped arena views into a vLLM model built on the meta device.
+"""Bind mapped arena views into an engine's model built on the meta device.
 
 The arena holds the rank's post-processed state, so its names are the post-processed model's:
 each cached tensor replaces the module slot of that name, or is registered where
 post-processing would have created it. Tied names get the very same object. What the meta
 model still holds afterwards — placeholders that post-processing consumes (e.g. a quantization
-method's raw scales) — must be gone once ``process_weights_after_loading`` has run again in
-vLLM's "weights already processed" mode; ``check_bound`` refuses any leftover by name.
+method's raw scales) — must be gone once the engine has rebuilt what it keeps on the Python side (vLLM:
+``process_weights_after_loading`` in its "weights already processed" mode); ``check_bound``
+refuses any leftover by name.
 """
 
 from __future__ import annotations
@@ -17,23 +18,23 @@ import torch
 from torch import nn
 from weightcache_contract.errors import BindError
 
-# Buffers vLLM's post-processing writes in place even for pre-processed weights: every
-# ``Attention.process_weights_after_loading`` fills its scale scalars with 1.0 when the
-# checkpoint has none (``set_default_quant_scales``). A write into a read-only map faults, so
-# each engine gets its own copy of these (4 bytes each); everything else stays a view.
-WRITTEN_IN_PLACE = frozenset({"_k_scale", "_v_scale", "_q_scale", "_prob_scale"})
-
 
 @dataclass
 class Bound:
     mapped: int  # tensors that are views of the arena
-    private: int  # tensors copied because vLLM writes them (WRITTEN_IN_PLACE)
+    private: int  # tensors copied because the engine writes them (``written_in_place``)
     private_bytes: int
 
 
 def bind_arena(
-    model: nn.Module, tensors: Mapping[str, torch.Tensor], kinds: dict[str, str], aliases: dict[str, str]
+    model: nn.Module,
+    tensors: Mapping[str, torch.Tensor],
+    kinds: dict[str, str],
+    aliases: dict[str, str],
+    written_in_place: frozenset[str] = frozenset(),
 ) -> Bound:
+    """``written_in_place``: leaf names the engine writes into after binding; each engine gets its
+    own copy of those (a write into a read-only map faults), everything else stays a view."""
     modules = dict(model.named_modules(remove_duplicate=False))
     placed: dict[str, torch.Tensor] = {}
     private = private_bytes = 0
@@ -42,9 +43,9 @@ def bind_arena(
         if module_name not in modules:
             raise BindError(
                 f"cached tensor {name!r} has no module {module_name!r} in this model; the arena was "
-                "published for another model or vLLM version"
+                "published for another model or engine version"
             )
-        if leaf in WRITTEN_IN_PLACE:
+        if leaf in written_in_place:
             view = view.clone()
             private += 1
             private_bytes += view.numel() * view.element_size()
@@ -72,7 +73,7 @@ def check_bound(model: nn.Module) -> None:
     if left:
         raise BindError(
             f"{len(left)} model tensor(s) are not in the cache, e.g. {left[0]!r}; the arena was "
-            "published for another model, quantization or vLLM version"
+            "published for another model, quantization or engine version"
         )
 
 
