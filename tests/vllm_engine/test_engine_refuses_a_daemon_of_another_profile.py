@@ -22,7 +22,10 @@ def test_a_reference_profile_daemon_is_refused_naming_the_profile_or_skipped_to_
         log = tmp_path / "engine-error.log"
         with pytest.raises(RuntimeError, match=r"differs in: [^)]*\bengine\b"):
             Engine(model, args, cache=cache_config(daemon, fallback="error"), log=log)
-        assert "publishes another load profile than vLLM's post-processed layout" in log.read_text()
+        assert (
+            "publishes another load profile than this engine's post-processed layout: start it with `weightcache daemon --profile vllm"
+            in log.read_text()
+        )
         assert "weightcache daemon --profile vllm --engine-args" in log.read_text()
 
         log = tmp_path / "engine-disk.log"

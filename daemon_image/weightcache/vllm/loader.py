@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import Any
 
 import torch
 from torch import nn
@@ -33,17 +32,15 @@ from vllm.utils.torch_utils import set_default_torch_dtype
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.errors import (
     BindError,
-    CacheUnavailable,
-    FingerprintMismatch,
-    ProtocolError,
     WeightCacheError,
 )
+from weightcache_contract.launch import VLLM_PROFILE
 
-from ..client.weights import Weights, held_bytes, map_fingerprint
+from ..client.weights import Weights, held_bytes
 from ..engine_profiles.bind import bind_arena, check_bound, outside_mapping
+from ..engine_profiles.mapping import Options, map_or_reason
 from ..gpu.gpu_identity import gpu_facts
 from ..wire.fingerprint import Fingerprint
-from ..wire.rankfiles import RankFiles, default_socket_dir
 from . import startup, versions
 from .artifacts import claim_artifacts
 from .build import load_rank_model
@@ -59,39 +56,6 @@ log = logging.getLogger("vllm.weightcache")
 # checkpoint has none (``set_default_quant_scales``). A write into a read-only map faults, so
 # each engine gets its own copy of these (4 bytes each); everything else stays a view.
 WRITTEN_IN_PLACE = frozenset({"_k_scale", "_v_scale", "_q_scale", "_prob_scale"})
-OPTIONS = ("name", "socket_dir", "fallback", "timeout_s")
-
-
-@dataclasses.dataclass(frozen=True)
-class Options:
-    name: str
-    socket_dir: str
-    fallback: str = "disk"
-    timeout_s: float = 10.0
-
-    @classmethod
-    def parse(cls, extra: dict[str, Any] | None) -> Options:
-        extra = dict(extra or {})
-        unknown = sorted(extra.keys() - set(OPTIONS))
-        if unknown:
-            raise ValueError(
-                f"--model-loader-extra-config has unknown key(s) {unknown} for --load-format "
-                f"weightcache; known: {', '.join(OPTIONS)}"
-            )
-        if not extra.get("name"):
-            raise ValueError(
-                "--load-format weightcache needs the cache's name: --model-loader-extra-config "
-                '\'{"name": "<WeightCache name>"}\''
-            )
-        fallback = extra.get("fallback", "disk")
-        if fallback not in ("disk", "error"):
-            raise ValueError(f"weightcache fallback must be 'disk' or 'error', got {fallback!r}")
-        return cls(
-            name=str(extra["name"]),
-            socket_dir=str(extra.get("socket_dir") or default_socket_dir()),
-            fallback=fallback,
-            timeout_s=float(extra.get("timeout_s", 10.0)),
-        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,9 +97,6 @@ class WeightcacheModelLoader(BaseModelLoader):
             timeout_s=self.options.timeout_s,
         )
 
-    def _files(self, rank: int) -> RankFiles:
-        return RankFiles(self.options.socket_dir, self.options.name, rank)
-
     def _expected(self, vllm_config: VllmConfig) -> _Expected:
         """This worker's rank in the daemon's numbering, the fingerprint it expects there, and on a
         GPU the device it computes on (vLLM made it current before loading)."""
@@ -170,24 +131,11 @@ class WeightcacheModelLoader(BaseModelLoader):
     ) -> nn.Module:
         """The rank's model on the mapped weights, or from disk on a fallback."""
         rank = expected.rank
-        try:
-            weights = map_fingerprint(
-                expected.fingerprint,
-                rank,
-                self.options.socket_dir,
-                self.options.name,
-                backend=expected.backend,
-                timeout_s=self.options.timeout_s,
-                gpu_uuid=expected.gpu_uuid,
-            )
-        except (CacheUnavailable, FingerprintMismatch, ProtocolError) as exc:
-            fix = _fix(exc, self._files(rank))
-            reason = f"weightcache {self.options.name!r} rank {rank}: {exc}" + (f"; {fix}" if fix else "")
-            if self.options.fallback == "error":
-                raise WeightCacheError(
-                    f'{reason}, or set "fallback": "disk" in --model-loader-extra-config to load from disk instead'
-                ) from None
-            log.warning("loading from disk: %s", reason)
+        weights = map_or_reason(
+            self.options, VLLM_PROFILE, expected.fingerprint, rank, expected.backend, expected.gpu_uuid
+        )
+        if isinstance(weights, str):
+            log.warning("loading from disk: %s", weights)
             return load_rank_model(vllm_config, model_config, self._disk_config(), prefix)
         model, phases = bind_model(vllm_config, model_config, weights, prefix)
         self.weights = weights
@@ -208,26 +156,6 @@ class WeightcacheModelLoader(BaseModelLoader):
             phases["post_process"],
         )
         return model
-
-
-def _fix(exc: WeightCacheError, files: RankFiles) -> str | None:
-    """What to do about a rank the engine could not map, beyond what ``exc`` says."""
-    if isinstance(exc, FingerprintMismatch):
-        if {"engine", "engine.engine", "engine.load_profile"} & set(exc.fields):
-            return (
-                "that daemon publishes another load profile than vLLM's post-processed layout: start it with "
-                "`weightcache daemon --profile vllm --engine-args '<this engine's vLLM arguments as JSON>'`"
-            )
-        return None  # the mismatch names the fix for each differing field (fingerprint.mismatch_fix)
-    if isinstance(exc, CacheUnavailable) and files.socket.exists():
-        ready = files.read_ready()
-        dead = f" (pid {ready.pid}, its ready file says)" if ready is not None else ""
-        return (
-            f"the socket file is left behind by a daemon that no longer runs{dead}: restart the daemon "
-            "(weightcache daemon --profile vllm with the same --name and --socket-dir), which claims the rank "
-            "and replaces the stale files"
-        )
-    return "start its daemon (weightcache daemon --profile vllm)"
 
 
 def _check_replayed(model: nn.Module, weights: Weights) -> None:

@@ -8,16 +8,13 @@ vLLM's post-processing depends on beyond them goes into ``Fingerprint.engine``.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from typing import Any
-
 from vllm.config import VllmConfig
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import VLLM_PROFILE
 
 from ..checkpoints.checkpoint import open_checkpoint
 from ..checkpoints.manifest import LAYOUT_VERSION
+from ..engine_profiles.stamp import cpu_isa, sha256_of
 from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
 from .cpu_policy import POLICY
 from .engine_args import CHECKPOINT_LOAD_FORMAT, disk_load_format
@@ -64,7 +61,7 @@ def rank_fingerprint(
         # TransformersForCausalLM (other parameter names and fusions) under the same config.json.
         "model_class": str(model_config.architecture),
         # --model-class-overrides registers another class under the same architecture name.
-        "model_class_overrides_sha256": _sha256(model_config.model_class_overrides),
+        "model_class_overrides_sha256": sha256_of(model_config.model_class_overrides),
         # --runner pooling / --convert embed|classify wrap the model in an adapter that drops
         # lm_head or adds a score head: other tensors from the same checkpoint.
         "runner": str(model_config.runner_type),
@@ -73,15 +70,15 @@ def rank_fingerprint(
         # checkpoint at --code-revision, which the shard and config.json stamps do not cover.
         "trust_remote_code": str(model_config.trust_remote_code),
         "code_revision": str(model_config.code_revision or ""),
-        "hf_config_sha256": _sha256(hf_config.to_dict()),  # config.json after vLLM's overrides
+        "hf_config_sha256": sha256_of(hf_config.to_dict()),  # config.json after vLLM's overrides
         # Which loader wrote the bytes, as the disk format they come from: the engine's
         # weightcache format is its disk fallback's (auto), so legitimate configs agree, and a
         # daemon made to load dummy (or any other) weights never matches an engine.
         "load_format": load_format,
         "quantization": str(model_config.quantization),
-        "quantization_config_sha256": _sha256(quant_config),
+        "quantization_config_sha256": sha256_of(quant_config),
         # --quantization-config: online quantization of layers the checkpoint leaves unquantized.
-        "online_quantization_config_sha256": _sha256(model_config.quantization_config),
+        "online_quantization_config_sha256": sha256_of(model_config.quantization_config),
         "kv_cache_dtype": str(vllm_config.cache_config.cache_dtype),
         "dp_size": str(parallel.data_parallel_size),
         "dp_rank": str(dp_rank),
@@ -99,7 +96,7 @@ def rank_fingerprint(
         "linear_backend": str(vllm_config.kernel_config.linear_backend),
         # (--linear-backend-per-quant: vLLM 0.32; an older vLLM has no such setting, and its version is
         # in the stamp, so daemon and engine still compare like with like.)
-        "linear_backend_per_quant_sha256": _sha256(
+        "linear_backend_per_quant_sha256": sha256_of(
             getattr(vllm_config.kernel_config, "linear_backend_per_quant", None)
         ),
         "moe_backend": str(vllm_config.kernel_config.moe_backend),
@@ -123,36 +120,9 @@ def rank_fingerprint(
         pp_rank=pp_rank,
         ep_size=1,  # vLLM's expert placement is in settings (enable_expert_parallel, dp)
         quantization=str(model_config.quantization or "none"),
-        quantization_sha256=_sha256(quant_config),
+        quantization_sha256=sha256_of(quant_config),
         dtype=str(model_config.dtype).removeprefix("torch."),
         layout_version=LAYOUT_VERSION,
         environment=environment_stamp(backend, device),
         engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=VLLM_PROFILE, settings=settings),
     )
-
-
-# CPU features that change what vLLM's CPU post-processing writes: the MoE experts are packed for
-# the ISA they will run on (``vec`` or ``amx``), block-FP8 weights are VNNI-packed only on AMX, and
-# oneDNN/ATen pick bf16 kernels by AVX-512 BF16. An arena packed on one host must not be mapped
-# on a host with other kernels, so the engine compares these with the daemon's.
-ISA_FLAGS = ("avx512f", "avx512_bf16", "avx512_vnni", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16")
-
-
-def cpu_isa(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The ``ISA_FLAGS`` this CPU has (first processor's flags), plus torch's CPU capability."""
-    import torch
-
-    flags: set[str] = set()
-    with open(cpuinfo) as f:
-        for line in f:
-            if line.startswith("flags"):
-                flags = set(line.partition(":")[2].split())
-                break
-    have = [flag for flag in ISA_FLAGS if flag in flags]
-    return ",".join([*have, f"torch={torch.backends.cpu.get_cpu_capability()}"])
-
-
-def _sha256(value: Any) -> str:
-    if value is not None and not isinstance(value, dict):
-        value = value.to_dict() if hasattr(value, "to_dict") else vars(value)
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

@@ -168,7 +168,7 @@ _FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("environment.backend",), "give the daemon and the engine the same --backend"),
     (("environment.access",), "give the daemon (--engine-access) and the engine the same access mode"),
     (("engine.version",), "run the daemon and the engine with the same engine version (the same image)"),
-    (("engine.settings",), "give the daemon (--engine-args) and the engine the same vLLM arguments"),
+    (("engine.settings",), "give the daemon (--engine-args) and the engine the same engine arguments"),
     (("engine", "engine.load_profile", "engine.engine"), "start the daemon with the engine's load profile (--profile)"),
 )
 

@@ -285,7 +285,7 @@ def test_a_mismatch_in_the_shards_says_the_checkpoint_changed_and_suggests_a_dae
         (["tp_rank", "tp_size"], "same parallel layout"),
         (["environment.torch_version"], "same image"),
         (["environment.device_kind"], "same GPU model"),
-        (["engine.settings.max_model_len"], "same vLLM arguments"),
+        (["engine.settings.max_model_len"], "same engine arguments"),
     ],
 )
 def test_each_mismatching_field_names_its_own_fix(fields: list[str], words: str) -> None:
