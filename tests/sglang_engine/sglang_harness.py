@@ -1,0 +1,157 @@
+"""SGLang-profile daemons and SGLang servers as real processes, on the CPU, in the SGLang test
+environment (``make sglang``). The daemon is started as the operator would render it (``weightcache
+daemon --profile sglang --engine-args '<JSON>'``) and the server gets the same list of SGLang
+arguments after its ``--model-path``: ``python -m sglang.launch_server``, from disk or with
+``--load-format weightcache``. Every process gets the kernel stand-in on its path (stand_in/)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
+from weightcache.wire.rankfiles import RankFiles
+from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE, DaemonArgs
+
+ROOT = Path(__file__).resolve().parents[2]
+STAND_IN = Path(__file__).with_name("stand_in")
+CALLS_ENV = "WEIGHTCACHE_SGL_KERNEL_CALLS"
+PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
+MAX_TOKENS = 12
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def sglang_args(tp: int = 1, dtype: str = "bfloat16") -> list[str]:
+    """What the operator would render for a tiny model on this CPU (one list for daemon and server)."""
+    return ["--device", "cpu", "--dtype", dtype, "--tp-size", str(tp), "--max-total-tokens", "2048"]
+
+
+def env(calls: Path, **extra: str) -> dict[str, str]:
+    path = os.pathsep.join([str(STAND_IN), *(str(ROOT / p) for p in ("contract", "daemon_image", "operator"))])
+    return {**os.environ, "PYTHONPATH": path, "SGLANG_USE_CPU_ENGINE": "1", CALLS_ENV: str(calls), **extra}
+
+
+def qwen3_checkpoint(out: Path) -> Path:
+    return write_checkpoint(
+        out,
+        ModelSpec(
+            family="qwen3", hidden_size=256, num_heads=4, num_kv_heads=2, intermediate_size=512, dtype="bfloat16"
+        ),  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Daemon:
+    proc: subprocess.Popen[bytes]
+    socket_dir: Path
+    name: str
+    log: Path
+    launched: float
+
+    def files(self, rank: int = 0) -> RankFiles:
+        return RankFiles(self.socket_dir, self.name, rank)
+
+    def wait_ready(self, timeout_s: float = 300) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not ((info := self.files().read_ready()) is not None and info.started_at >= self.launched):
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-6000:]}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"daemon not ready within {timeout_s} s:\n{self.log.read_text()[-6000:]}")
+            time.sleep(0.5)
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+        return self.proc.wait(timeout=120)
+
+
+def start_daemon(model: Path, socket_dir: Path, name: str, args: list[str], *, logs: Path, calls: Path) -> Daemon:
+    log = logs / f"daemon-{name}-{time.monotonic_ns()}.log"
+    launch = DaemonArgs(
+        model=str(model),
+        name=name,
+        socket_dir=str(socket_dir),
+        backend="cpu-shm",
+        profile=SGLANG_PROFILE,
+        engine_args=tuple(args),
+    )
+    launched = time.time()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "weightcache", "daemon", *launch.to_argv()],
+            env=env(calls),
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return Daemon(proc, socket_dir, name, log, launched)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """``python -m sglang.launch_server`` on a loopback port, from disk or from the cache."""
+
+    def __init__(self, model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None):
+        self.port = free_port()
+        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *args]
+        cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--skip-tokenizer-init"]
+        if cache is not None:
+            cmd += ["--load-format", LOAD_FORMAT, "--model-loader-extra-config", json.dumps(cache)]
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                cmd, env=env(calls), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def wait_healthy(self, timeout_s: float = 300) -> float:
+        """Seconds from now until ``/health`` answered 200."""
+        started = time.monotonic()
+        while True:
+            try:
+                with _OPENER.open(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return time.monotonic() - started
+            except OSError:
+                pass
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"SGLang exited with {self.proc.returncode}:\n{self.log.read_text()[-8000:]}")
+            if time.monotonic() - started > timeout_s:
+                raise TimeoutError(f"SGLang not healthy within {timeout_s} s:\n{self.log.read_text()[-8000:]}")
+            time.sleep(0.5)
+
+    def generate(self, prompts: list[list[int]] = PROMPTS, max_tokens: int = MAX_TOKENS) -> list[list[int]]:
+        """Greedy output token ids, one list per prompt."""
+        outputs = []
+        for ids in prompts:
+            body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}})
+            request = urllib.request.Request(
+                f"http://127.0.0.1:{self.port}/generate", body.encode(), {"Content-Type": "application/json"}
+            )
+            with _OPENER.open(request, timeout=120) as response:
+                outputs.append(json.loads(response.read())["output_ids"])
+        return outputs
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
