@@ -155,3 +155,15 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
+
+
+def generated(
+    model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None
+) -> list[list[int]]:
+    """A server's greedy outputs for ``PROMPTS``, from its start to its stop."""
+    server = Server(model, args, log=log, calls=calls, cache=cache)
+    try:
+        server.wait_healthy()
+        return server.generate()
+    finally:
+        server.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sglang_harness import Server, qwen3_checkpoint, sglang_args, start_daemon
+from sglang_harness import generated, qwen3_checkpoint, sglang_args, start_daemon
 
 
 def test_tp1_from_the_cache_matches_disk(tmp_path: Path, calls: Path) -> None:
@@ -17,29 +17,14 @@ def test_tp1_from_the_cache_matches_disk(tmp_path: Path, calls: Path) -> None:
     try:
         daemon.wait_ready()
         cache = {"name": "qwen3", "socket_dir": str(tmp_path / "sockets"), "fallback": "error"}
-        server = Server(model, args, log=tmp_path / "cache.log", calls=calls, cache=cache)
-        try:
-            server.wait_healthy()
-            from_cache = server.generate()
-        finally:
-            server.stop()
+        from_cache = generated(model, args, log=tmp_path / "cache.log", calls=calls, cache=cache)
         assert "Mapping and binding weights took" in (tmp_path / "cache.log").read_text()
     finally:
         assert daemon.stop() == 0, daemon.log.read_text()[-4000:]
-    server = Server(model, args, log=tmp_path / "disk.log", calls=calls)
-    try:
-        server.wait_healthy()
-        from_disk = server.generate()
-    finally:
-        server.stop()
+    from_disk = generated(model, args, log=tmp_path / "disk.log", calls=calls)
     assert from_cache == from_disk
     assert len({tuple(t) for t in from_disk}) > 1 and all(len(t) == 12 for t in from_disk)  # not degenerate
     # With the daemon gone, fallback: disk loads with SGLang's own loader and says why.
     fallback = {"name": "qwen3", "socket_dir": str(tmp_path / "sockets"), "fallback": "disk"}
-    server = Server(model, args, log=tmp_path / "fallback.log", calls=calls, cache=fallback)
-    try:
-        server.wait_healthy()
-        assert server.generate() == from_disk
-    finally:
-        server.stop()
+    assert generated(model, args, log=tmp_path / "fallback.log", calls=calls, cache=fallback) == from_disk
     assert "start its daemon (weightcache daemon --profile sglang)" in (tmp_path / "fallback.log").read_text()

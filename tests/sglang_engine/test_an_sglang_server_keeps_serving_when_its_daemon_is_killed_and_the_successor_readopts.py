@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from sglang_harness import Server, qwen3_checkpoint, sglang_args, start_daemon
+from sglang_harness import Server, generated, qwen3_checkpoint, sglang_args, start_daemon
 from weightcache.client.weights import DaemonConnection
 
 
@@ -35,12 +35,7 @@ def test_the_server_keeps_serving_and_a_new_one_maps_the_readopted_arena(
             status = conn.status()
         assert (status.adopted, status.disk_bytes_read) == (True, 0)
         assert "msg=published" not in second.log.read_text()
-        successor = Server(model, args, log=tmp_path / "second.log", calls=calls, cache=cache)
-        try:
-            successor.wait_healthy()
-            assert successor.generate() == before
-        finally:
-            successor.stop()
+        assert generated(model, args, log=tmp_path / "second.log", calls=calls, cache=cache) == before
         assert "Mapping and binding weights took" in (tmp_path / "second.log").read_text()
     finally:
         server.stop()

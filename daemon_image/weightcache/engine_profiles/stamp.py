@@ -6,6 +6,10 @@ import hashlib
 import json
 from typing import Any
 
+from ..checkpoints.checkpoint import open_checkpoint
+from ..checkpoints.manifest import LAYOUT_VERSION
+from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
+
 # CPU features that change what an engine's CPU post-processing writes (vLLM: MoE experts packed
 # for the ISA they will run on, ``vec`` or ``amx``; block-FP8 weights VNNI-packed only on AMX;
 # oneDNN/ATen bf16 kernels chosen by AVX-512 BF16; SGLang: AMX-packed weights where its CPU kernels
@@ -33,3 +37,40 @@ def sha256_of(value: Any) -> str:
     if value is not None and not isinstance(value, dict):
         value = value.to_dict() if hasattr(value, "to_dict") else vars(value)
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def engine_fingerprint(
+    model_path: str,
+    *,
+    revision: str | None,
+    tp: tuple[int, int],
+    pp: tuple[int, int],
+    model_config: Any,
+    backend: str,
+    device: int,
+    engine: EngineStamp,
+) -> Fingerprint:
+    """A rank's fingerprint from an engine's view: the checkpoint's identity (config and shard
+    stamps, read without weights), the layout (``tp``, ``pp``: size and rank), dtype and
+    quantization as the engine's ``model_config`` resolved them, the environment, and ``engine``
+    (what the engine's loading depends on beyond them; expert placement included, so ``ep_size``
+    stays 1)."""
+    checkpoint = open_checkpoint(model_path, stamps_only=True)
+    quant_config = getattr(model_config.hf_config, "quantization_config", None)
+    return Fingerprint(
+        model_path=str(checkpoint.path),
+        revision=revision or "",
+        config_sha256=checkpoint.config_sha256,
+        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
+        tp_size=tp[0],
+        tp_rank=tp[1],
+        pp_size=pp[0],
+        pp_rank=pp[1],
+        ep_size=1,
+        quantization=str(model_config.quantization or "none"),
+        quantization_sha256=sha256_of(quant_config),
+        dtype=str(model_config.dtype).removeprefix("torch."),
+        layout_version=LAYOUT_VERSION,
+        environment=environment_stamp(backend, device),
+        engine=engine,
+    )

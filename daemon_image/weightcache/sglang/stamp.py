@@ -14,10 +14,8 @@ from typing import Any
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import SGLANG_PROFILE
 
-from ..checkpoints.checkpoint import open_checkpoint
-from ..checkpoints.manifest import LAYOUT_VERSION
-from ..engine_profiles.stamp import cpu_isa, sha256_of
-from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
+from ..engine_profiles.stamp import cpu_isa, engine_fingerprint, sha256_of
+from ..wire.fingerprint import EngineStamp, Fingerprint
 
 SETTINGS = (
     # The class SGLang builds (--model-impl transformers swaps it for another under one config.json).
@@ -65,9 +63,7 @@ def rank_fingerprint(
     from sglang.srt.platforms import current_platform
 
     cfg = resolving_view(server_args)
-    checkpoint = open_checkpoint(cfg.model_path, stamps_only=True)
     hf_config = model_config.hf_config
-    quant_config = getattr(hf_config, "quantization_config", None)
     settings = {name: str(getattr(cfg, name)) for name in SETTINGS}
     settings.update(
         {
@@ -82,20 +78,14 @@ def rank_fingerprint(
     )
     if backend == "cpu-shm":
         settings["cpu_isa"] = cpu_isa()
-    return Fingerprint(
-        model_path=str(checkpoint.path),
-        revision=cfg.revision or "",
-        config_sha256=checkpoint.config_sha256,
-        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
-        tp_size=cfg.tp_size,
-        tp_rank=tp_rank,
-        pp_size=cfg.pp_size,
-        pp_rank=pp_rank,
-        ep_size=1,  # SGLang's expert placement is in settings (ep_size, moe_a2a_backend, eplb)
-        quantization=str(model_config.quantization or "none"),
-        quantization_sha256=sha256_of(quant_config),
-        dtype=str(model_config.dtype).removeprefix("torch."),
-        layout_version=LAYOUT_VERSION,
-        environment=environment_stamp(backend, device),
-        engine=EngineStamp(engine="sglang", version=sglang.__version__, load_profile=SGLANG_PROFILE, settings=settings),
+    stamp = EngineStamp(engine="sglang", version=sglang.__version__, load_profile=SGLANG_PROFILE, settings=settings)
+    return engine_fingerprint(
+        cfg.model_path,
+        revision=cfg.revision,
+        tp=(cfg.tp_size, tp_rank),
+        pp=(cfg.pp_size, pp_rank),
+        model_config=model_config,
+        backend=backend,
+        device=device,
+        engine=stamp,
     )

@@ -12,10 +12,8 @@ from vllm.config import VllmConfig
 from weightcache_contract.errors import WeightCacheError
 from weightcache_contract.launch import VLLM_PROFILE
 
-from ..checkpoints.checkpoint import open_checkpoint
-from ..checkpoints.manifest import LAYOUT_VERSION
-from ..engine_profiles.stamp import cpu_isa, sha256_of
-from ..wire.fingerprint import EngineStamp, Fingerprint, ShardStamp, environment_stamp
+from ..engine_profiles.stamp import cpu_isa, engine_fingerprint, sha256_of
+from ..wire.fingerprint import EngineStamp, Fingerprint
 from .cpu_policy import POLICY
 from .engine_args import CHECKPOINT_LOAD_FORMAT, disk_load_format
 
@@ -49,7 +47,6 @@ def rank_fingerprint(
 
     model_config = vllm_config.model_config
     parallel = vllm_config.parallel_config
-    checkpoint = open_checkpoint(model_config.model, stamps_only=True)
     hf_config = model_config.hf_config
     quant_config = getattr(hf_config, "quantization_config", None)
     load_format = disk_load_format(vllm_config.load_config.load_format, model_config.model)
@@ -109,20 +106,14 @@ def rank_fingerprint(
         settings["seed"] = str(model_config.seed)
     if current_platform.is_cpu():
         settings["cpu_isa"] = cpu_isa()
-    return Fingerprint(
-        model_path=str(checkpoint.path),
-        revision=model_config.revision or "",
-        config_sha256=checkpoint.config_sha256,
-        shards=tuple(ShardStamp(**vars(s)) for s in checkpoint.shards),
-        tp_size=parallel.tensor_parallel_size,
-        tp_rank=tp_rank,
-        pp_size=parallel.pipeline_parallel_size,
-        pp_rank=pp_rank,
-        ep_size=1,  # vLLM's expert placement is in settings (enable_expert_parallel, dp)
-        quantization=str(model_config.quantization or "none"),
-        quantization_sha256=sha256_of(quant_config),
-        dtype=str(model_config.dtype).removeprefix("torch."),
-        layout_version=LAYOUT_VERSION,
-        environment=environment_stamp(backend, device),
-        engine=EngineStamp(engine="vllm", version=vllm.__version__, load_profile=VLLM_PROFILE, settings=settings),
+    stamp = EngineStamp(engine="vllm", version=vllm.__version__, load_profile=VLLM_PROFILE, settings=settings)
+    return engine_fingerprint(
+        model_config.model,
+        revision=model_config.revision,
+        tp=(parallel.tensor_parallel_size, tp_rank),
+        pp=(parallel.pipeline_parallel_size, pp_rank),
+        model_config=model_config,
+        backend=backend,
+        device=device,
+        engine=stamp,
     )
