@@ -13,6 +13,7 @@ from typing import Any
 
 from weightcache_operator.profiles.base import EngineProfile
 from weightcache_operator.profiles.reference import Reference
+from weightcache_operator.profiles.sglang import SglangProfile
 from weightcache_operator.profiles.vllm import VllmProfile
 from weightcache_operator.spec import WeightCache
 
@@ -20,7 +21,7 @@ __all__ = ["DEFAULT", "PROFILES", "EngineProfile", "conflict", "engine_hash_excl
 
 DEFAULT = Reference()
 """The profile of a spec that selects no other."""
-PROFILES: dict[str, EngineProfile] = {p.name: p for p in (DEFAULT, VllmProfile())}
+PROFILES: dict[str, EngineProfile] = {p.name: p for p in (DEFAULT, SglangProfile(), VllmProfile())}
 
 
 def register(profile: EngineProfile) -> EngineProfile:

@@ -79,6 +79,7 @@ from weightcache_operator.spec.routing import (
     Service,
     ServiceType,
 )
+from weightcache_operator.spec.sglang import Sglang
 from weightcache_operator.spec.status import (
     ArtifactStatus,
     CheckpointReloadStatus,
@@ -145,6 +146,7 @@ __all__ = [
     "EngineRollout",
     "EngineTemplate",
     "GpuAccess",
+    "Sglang",
     "Vllm",
     "WeightFallback",
     # routing

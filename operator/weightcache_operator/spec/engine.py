@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from weightcache_operator.spec.base import DNS_SUBDOMAIN, ApiModel, FreeForm, cel, default_object, validations
+from weightcache_operator.spec.sglang import Sglang
 from weightcache_operator.spec.vllm import Vllm
 
 GpuAccess = Literal["visibleDevices", "dra"]
@@ -164,6 +165,12 @@ class Engine(ApiModel):
         " operator) and the daemons hold vLLM's own layout, built by vLLM's loader; one list of vLLM arguments,"
         " derived from the spec and followed by args, goes to both. Unset: the reference engine (or another"
         " engine using the weightcache client) over the daemons' own layout.",
+    )
+    sglang: Sglang | None = Field(
+        default=None,
+        description="Set: the engines run SGLang (python -m sglang.launch_server, its first container's command"
+        " rendered by the operator) and the daemons hold SGLang's own layout, built by SGLang's loader; one list"
+        " of SGLang arguments, derived from the spec and followed by args, goes to both (docs/sglang.md).",
     )
     pre_stop_sleep_seconds: int = Field(
         default=PRE_STOP_SLEEP_DEFAULT_S,

@@ -131,6 +131,8 @@ EXPECTED_DEFAULTS = {
     ".spec.engine.dra.deviceClassName": "gpu.nvidia.com",
     ".spec.engine.weightFallback": "disk",
     ".spec.engine.preStopSleepSeconds": 5,
+    ".spec.engine.sglang.args": [],
+    ".spec.engine.sglang.engineArgs": [],
     ".spec.engine.vllm.args": [],
     ".spec.engine.vllm.engineArgs": [],
     ".spec.engine.vllm.artifactCache.maxBytes": 8 << 30,
