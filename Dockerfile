@@ -1,15 +1,20 @@
 # syntax=docker/dockerfile:1.7
-# Three images from one file:
+# Four images from one file:
 #   operator: the kopf control plane, small: weightcache_operator and weightcache_contract only, no torch
 #             and no data plane (weightcache) package.
 #   daemon:   torch + CUDA runtime, the weightcache package; runs daemons, the keeper and the reference engine.
 #   vllm:     vLLM's official image plus the weightcache package; runs vllm-profile daemons, the keeper and
 #             vLLM engines (spec.engine.vllm).
+#   sglang:   SGLang's official image plus the weightcache package; runs sglang-profile daemons, the keeper
+#             and SGLang engines (spec.engine.sglang).
 # Base images are pinned by tag; pin by digest in your registry mirror for reproducible builds.
 
 # The vllm target's base: vLLM's CUDA image by default; for CPU nodes pass a CPU build of vLLM
 # (--build-arg VLLM_IMAGE=<an image of vLLM built for its cpu target>).
 ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0
+# The sglang target's base: SGLang's CUDA image of a supported version
+# (daemon_image/weightcache/sglang/versions.py).
+ARG SGLANG_IMAGE=lmsysorg/sglang:v0.5.21-cu130
 
 FROM python:3.11.11-slim-bookworm AS operator
 LABEL org.opencontainers.image.title="weightcache-operator" \
@@ -65,6 +70,26 @@ COPY operator/ operator/
 # command and the vLLM plug-in (vllm.general_plugins) that provides --load-format weightcache. The
 # operator runs `python -m weightcache` in daemon pods; vLLM's image names its interpreter python3.
 # The user gets a home: vLLM keeps its compile and usage caches under ~/.cache and ~/.config.
+RUN python3 -m pip install --no-cache-dir "safetensors>=0.4.3" "pydantic>=2.6" "msgpack>=1.0" "numpy>=1.26" \
+       "pyyaml>=6.0" "cuda-bindings>=12.6" \
+    && python3 -m pip install --no-cache-dir --no-deps . \
+    && if ! command -v python >/dev/null; then ln -s "$(command -v python3)" /usr/local/bin/python; fi \
+    && useradd --uid 10001 --create-home --shell /usr/sbin/nologin weightcache
+USER 10001
+ENTRYPOINT ["weightcache"]
+CMD ["--help"]
+
+FROM ${SGLANG_IMAGE} AS sglang
+LABEL org.opencontainers.image.title="weightcache-sglang" \
+      org.opencontainers.image.description="SGLang with weightcache: sglang-profile daemons, the keeper, SGLang engines that map the cache" \
+      org.opencontainers.image.licenses="Apache-2.0"
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY contract/ contract/
+COPY daemon_image/ daemon_image/
+COPY operator/ operator/
+# As for vllm: the project without its dependencies, so SGLang's pinned torch stays. Installing it
+# registers the SGLang plug-in (sglang.srt.plugins) that provides --load-format weightcache.
 RUN python3 -m pip install --no-cache-dir "safetensors>=0.4.3" "pydantic>=2.6" "msgpack>=1.0" "numpy>=1.26" \
        "pyyaml>=6.0" "cuda-bindings>=12.6" \
     && python3 -m pip install --no-cache-dir --no-deps . \

@@ -54,8 +54,13 @@ $(VENV_SGLANG)/.complete: $(VENV)/.complete
 	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-sglang-nodeps.lock
 	touch $@
 
+# The kernel stand-in (tests/sglang_engine/stand_in: sglang-kernel has no CPU build) goes on this
+# test environment's path through a .pth, as the editable install does: every process of it (the
+# tests, `make demo ENGINE=sglang`'s pods) imports SGLang, and none of the product's images has it.
 sglang: env $(VENV_SGLANG)/.complete
 	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	echo "$(CURDIR)/tests/sglang_engine/stand_in" \
+		> "$$($(VENV_SGLANG)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sgl-kernel-stand-in.pth"
 
 vllm-oldest: $(VENV_OLDEST)/.complete
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -77,9 +82,12 @@ host-tools:
 
 # The operator's main job on a local cluster, narrated (README: "Try it locally"); KEEP=1 leaves
 # the cluster running at the end; ENGINE=vllm runs examples/weightcache-vllm-cpu.yaml (vLLM engines)
-# instead of the reference engine's sample. Needs root, like the e2e tests.
-demo: env host-tools
-	cd tests/cluster && $(PY) -m testcluster demo $(if $(KEEP),--keep) $(if $(ENGINE),--engine $(ENGINE))
+# instead of the reference engine's sample, ENGINE=sglang examples/weightcache-sglang-cpu.yaml (SGLang
+# engines), from the SGLang environment, whose python the process kubelet's pods run. Needs root,
+# like the e2e tests.
+DEMO_PY = $(if $(filter sglang,$(ENGINE)),$(VENV_SGLANG)/bin/python,$(PY))
+demo: env host-tools $(if $(filter sglang,$(ENGINE)),sglang)
+	cd tests/cluster && $(DEMO_PY) -m testcluster demo $(if $(KEEP),--keep) $(if $(ENGINE),--engine $(ENGINE))
 
 demo-vllm:
 	$(MAKE) demo ENGINE=vllm
@@ -119,7 +127,7 @@ TEST_SUITES := check test-main test-vllm-oldest test-sglang
 test: env control-plane vllm-oldest sglang host-tools
 	@summary=(); failed=0; \
 	for suite in $(TEST_SUITES); do \
-		if $(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang $$suite; then \
+		if $(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang -o control-plane -o host-tools $$suite; then \
 			summary+=("make test: $$suite passed"); \
 		else \
 			summary+=("make test: $$suite FAILED"); failed=1; \
@@ -132,8 +140,8 @@ test: env control-plane vllm-oldest sglang host-tools
 test-main: env
 	$(PY) -m pytest --ignore=tests/sglang_engine $(PYTEST_ARGS)
 
-# SGLang's tests on real SGLang (CPU), in the SGLang environment.
-test-sglang: sglang
+# SGLang's tests on real SGLang (CPU), in the SGLang environment; its demo's test needs the cluster.
+test-sglang: sglang control-plane host-tools
 	$(VENV_SGLANG)/bin/python -m pytest tests/sglang_engine $(PYTEST_ARGS)
 
 # The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).

@@ -34,7 +34,7 @@ NARRATION = re.compile(
     r"|\[\d/7\] .*|  .*"
     r"|weightcache on a local Kubernetes cluster: .*|scheduler, etcd\) and a kubelet that runs pods as local .*"
     r"|The cluster keeps running\. In a shell:|Three things to try:|Stop it with: .*"
-    r"|Logs, in .*/ \(the terminal shows only the narration\):|(vLLM )?demo (done|FAILED) in \d+m\d\ds .*"
+    r"|Logs, in .*/ \(the terminal shows only the narration\):|((vLLM|SGLang) )?demo (done|FAILED) in \d+m\d\ds .*"
 )
 NOT_NARRATION = ["WARNING", "Warning:", "FutureWarning", "it/s]", "Loading safetensors", "Traceback", "INFO "]
 

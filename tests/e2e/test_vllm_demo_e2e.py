@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from demo_e2e import check_failover, check_rollout_client, engine_logs, kept_demo
 from testcluster.demo import NAMESPACE, VARIANTS, VLLM_ENGINE_ARGS
-from testcluster.sample import VLLM_MAX_TOKENS, pods
+from testcluster.sample import COMPLETION_TOKENS, pods
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +49,7 @@ def test_the_vllm_demo_answers_as_vllm_from_disk_fails_over_and_rolls_out_withou
         assert f"the engines serve the model as {VLLM.name!r} (status.servedModelName)" in out
         assert f'"model": "{VLLM.name}"' in out
         ids = report["completion_token_ids"]
-        assert len(ids) == VLLM_MAX_TOKENS and ids == report["disk_token_ids"], (ids, report["disk_token_ids"])
+        assert len(ids) == COMPLETION_TOKENS and ids == report["disk_token_ids"], (ids, report["disk_token_ids"])
         assert f"vLLM from disk (--load-format auto, same checkpoint and arguments): {ids}: the same tokens" in out
 
         # The failover it narrates is the one the operator recorded, and no request failed after

@@ -16,13 +16,13 @@ from testcluster.kubelet import ProcessKubelet
 from testcluster.rest import Kube
 from testcluster.sample import (
     VLLM_SAMPLE,
+    completion_by_ids,
     daemons_of,
     engines_of,
     generate_checkpoint,
     place_checkpoint,
     pods,
     sample,
-    vllm_completion,
     vllm_disk_token_ids,
 )
 from testcluster.serviceproxy import ServiceProxy
@@ -58,7 +58,7 @@ def served_token_ids(proxy: ServiceProxy) -> list[int]:
     """The greedy completion of the prompt through the Service, as token ids, asked for by the
     cache's name (what ``kubectl get wc`` shows), as a client would."""
     host, port = proxy.address
-    return list(http_json(f"http://{host}:{port}/v1/completions", vllm_completion(NAME))["choices"][0]["token_ids"])
+    return list(http_json(f"http://{host}:{port}/v1/completions", completion_by_ids(NAME))["choices"][0]["token_ids"])
 
 
 def engine_log(kubelet: ProcessKubelet, namespace: str, pod: str) -> str:

@@ -136,10 +136,16 @@ class Server:
             time.sleep(0.5)
 
     def generate(self, prompts: list[list[int]] = PROMPTS, max_tokens: int = MAX_TOKENS) -> list[list[int]]:
-        """Greedy output token ids, one list per prompt."""
+        """Greedy output token ids, one list per prompt, ``max_tokens`` each (an end of sequence
+        does not end a comparison early)."""
         outputs = []
         for ids in prompts:
-            body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0}})
+            body = json.dumps(
+                {
+                    "input_ids": ids,
+                    "sampling_params": {"max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True},
+                }
+            )
             request = urllib.request.Request(
                 f"http://127.0.0.1:{self.port}/generate", body.encode(), {"Content-Type": "application/json"}
             )

@@ -8,7 +8,9 @@
 - ``sample``: on a detached cluster, what ``make cluster`` adds: the operator installed with helm,
   the nodes labelled and the checkpoint placed for examples/weightcache-cpu.yaml.
 - ``demo``: the operator's main job, narrated, on a fresh detached cluster (``make demo``;
-  ``--engine vllm``: on examples/weightcache-vllm-cpu.yaml, ``make demo ENGINE=vllm``).
+  ``--engine vllm``: on examples/weightcache-vllm-cpu.yaml, ``make demo ENGINE=vllm``; ``--engine
+  sglang``: on examples/weightcache-sglang-cpu.yaml, ``make demo ENGINE=sglang``, which runs it in
+  the SGLang test environment).
 - ``fault NODE cut|cut-api|slow|heal|show``: network faults on a detached cluster's node (its
   network namespace): ``cut`` drops all its traffic but loopback, ``cut-api`` only its traffic
   with the API server, ``slow --rate-kbit R --loss P`` limits and thins its link, ``heal``
@@ -51,10 +53,10 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="demo: leave the cluster running at the end")
     parser.add_argument(
         "--engine",
-        choices=["reference", "vllm"],
+        choices=["reference", "vllm", "sglang"],
         default="reference",
-        help="demo: the engines to run: the reference engine (examples/weightcache-cpu.yaml) "
-        "or vLLM (examples/weightcache-vllm-cpu.yaml)",
+        help="demo: the engines to run: the reference engine (examples/weightcache-cpu.yaml), "
+        "vLLM (examples/weightcache-vllm-cpu.yaml) or SGLang (examples/weightcache-sglang-cpu.yaml)",
     )
     parser.add_argument("--report", type=Path, default=None, help="demo: also write what it measured as JSON here")
     options = parser.parse_args()

@@ -2,15 +2,16 @@
 
 A fresh detached local cluster (``local.py``: the control plane built from tests/cluster and the
 process kubelet, two nodes), the chart installed with helm, the nodes prepared for
-examples/weightcache-cpu.yaml (``--engine vllm``: examples/weightcache-vllm-cpu.yaml, whose
-completion is compared with vLLM's own from disk), the sample applied; then, with a client sending
+examples/weightcache-cpu.yaml (``--engine vllm``: examples/weightcache-vllm-cpu.yaml, ``--engine
+sglang``: examples/weightcache-sglang-cpu.yaml, whose completion is compared with the engine's own
+from disk), the sample applied; then, with a client sending
 completions through the Service: the active engine killed (promotion as the client saw it) and an
 engine rolling upgrade (no failed request, no weight byte read from disk). Each step prints the command
 it runs, as README's "Try it locally" lists them, so any step can be repeated by hand. Ends with a
 teardown, or with the cluster left running (``--keep``) and how to reach it.
 
 The terminal shows the narration only: every component (the cluster, the operator, daemons and
-engines, vLLM from disk, this process's own warnings) writes to a log file that the demo names at
+engines, the engine from disk, this process's own warnings) writes to a log file that the demo names at
 the end; on a failure it names the component that failed and shows the tail of its log
 (``demologs.py``).
 
@@ -33,7 +34,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from .demologs import ComponentFailed, Suspect, fresh_logs, quiet, suspect, tail
 from .load import PROMPT, Attempt, OpenLoopLoad
@@ -43,8 +44,10 @@ from .sample import (
     CHART,
     REPO,
     SAMPLE,
+    SGLANG_SAMPLE,
     VLLM_SAMPLE,
     checkpoint_path,
+    completion_by_ids,
     container_pid,
     converged,
     daemon_facts,
@@ -55,7 +58,7 @@ from .sample import (
     place_checkpoint,
     pods,
     sample,
-    vllm_completion,
+    sglang_disk_token_ids,
     vllm_disk_token_ids,
 )
 from .serviceproxy import ServiceProxy
@@ -91,15 +94,33 @@ UPGRADE_PATCH = [
 ]
 VLLM_ENGINE_ARGS = ["--max-num-seqs", "8"]
 """The vLLM demo's upgrade: a serving option, for the engines only (spec.engine.vllm.engineArgs)."""
+SGLANG_ENGINE_ARGS = [*sample(SGLANG_SAMPLE)["spec"]["engine"]["sglang"]["engineArgs"], "--max-running-requests", "8"]
+"""The SGLang demo's upgrade: a serving option added to the example's, for the engines only
+(spec.engine.sglang.engineArgs)."""
 # 5 requests/s, each retried once after 0.3 s: below what one engine serves on a loaded 2-core machine.
 LOAD_INTERVAL, RETRY_DELAY, REQUEST_TIMEOUT = 0.2, 0.3, 10.0
+
+
+class FromDisk(Protocol):
+    def __call__(self, checkpoint: Path, example: Path, log: Path | None = None) -> list[int]: ...
+
+
+@dataclass(frozen=True)
+class Disk:
+    """An engine's own load from disk, whose greedy ids the cache's completion must equal."""
+
+    token_ids: FromDisk
+    how: str
+    """What runs, for the narration."""
+    flags: str
+    """How it loads, for the comparison's line."""
 
 
 @dataclass(frozen=True)
 class Variant:
     """What the demo runs: which example, how its engines are upgraded, and how long its engines
-    may take. vLLM's engines import vLLM and build the model (about 30 s each on a loaded 2-core
-    machine, against 2 s for the reference engine), hence its longer waits."""
+    may take. vLLM's and SGLang's engines import their engine and build the model (30 to 60 s each
+    on a loaded 2-core machine, against 2 s for the reference engine), hence their longer waits."""
 
     engine: str
     example: Path
@@ -108,6 +129,15 @@ class Variant:
     ready_timeout: float
     engines_timeout: float
     """For a new standby to be Ready after a failover, and for a rollout to complete."""
+    label: str = ""
+    """The engine's name in the narration; empty for the reference engine."""
+    disk: Disk | None = None
+    """The engine from disk to compare the completion with; None: the reference engine's demo
+    shows its completion only (the e2e tests compare it)."""
+
+    @property
+    def disk_log(self) -> str:
+        return f"{self.engine}-from-disk.log"
 
     @property
     def name(self) -> str:
@@ -134,6 +164,25 @@ VARIANTS = {
         ["--type=merge", "-p", json.dumps({"spec": {"engine": {"vllm": {"engineArgs": VLLM_ENGINE_ARGS}}}})],
         600,
         420,
+        "vLLM",
+        Disk(
+            vllm_disk_token_ids,
+            "tests/vllm_engine/engine_process.py: vLLM's default loader, the arguments the operator renders",
+            "--load-format auto, same checkpoint and arguments",
+        ),
+    ),
+    "sglang": Variant(
+        "sglang",
+        SGLANG_SAMPLE,
+        ["--type=merge", "-p", json.dumps({"spec": {"engine": {"sglang": {"engineArgs": SGLANG_ENGINE_ARGS}}}})],
+        600,
+        420,
+        "SGLang",
+        Disk(
+            sglang_disk_token_ids,
+            "python -m sglang.launch_server: SGLang's default loader, the arguments the operator renders",
+            "its default loader, same checkpoint and arguments",
+        ),
     ),
 }
 WC = VARIANTS["reference"].wc
@@ -173,10 +222,11 @@ class DemoReport:
     completion: str = ""
     completion_endpoint: str = ""
     served_model: str = ""
-    """vLLM: the model name the client asked for."""
+    """vLLM and SGLang: the model name the client asked for."""
     completion_token_ids: list[int] = field(default_factory=list)
     disk_token_ids: list[int] = field(default_factory=list)
-    """vLLM: the greedy ids of vLLM loading the checkpoint from disk, for the same request."""
+    """vLLM and SGLang: the greedy ids of the engine loading the checkpoint from disk, for the same
+    request."""
     killed_pod: str = ""
     killed_at: float = 0.0
     failover_from: str = ""
@@ -395,11 +445,12 @@ def complete_once(proxy: ServiceProxy, narrator: Narrator, report: DemoReport) -
 
 
 def complete_like_disk(
-    proxy: ServiceProxy, narrator: Narrator, report: DemoReport, disk: Future[list[int]], model: str
+    proxy: ServiceProxy, narrator: Narrator, report: DemoReport, disk: Future[list[int]], model: str, variant: Variant
 ) -> None:
-    """A greedy completion through the Service, by token ids, against vLLM's own from disk."""
+    """A greedy completion through the Service, by token ids, against the engine's own from disk."""
+    assert variant.disk is not None
     started = time.monotonic()
-    body = post(proxy, vllm_completion(model), narrator)
+    body = post(proxy, completion_by_ids(model), narrator)
     report.served_model = model
     report.completion = body["choices"][0]["text"]
     report.completion_token_ids = list(body["choices"][0]["token_ids"])
@@ -411,12 +462,13 @@ def complete_like_disk(
     report.disk_token_ids = disk.result(timeout=300)
     same = report.completion_token_ids == report.disk_token_ids
     narrator.say(
-        f"vLLM from disk (--load-format auto, same checkpoint and arguments): {report.disk_token_ids}: "
+        f"{variant.label} from disk ({variant.disk.flags}): {report.disk_token_ids}: "
         + ("the same tokens" if same else "DIFFERENT tokens")
     )
     if not same:
         raise RuntimeError(
-            f"the cache's engine answered {report.completion_token_ids}, vLLM from disk {report.disk_token_ids}"
+            f"the cache's engine answered {report.completion_token_ids}, {variant.label} from disk "
+            f"{report.disk_token_ids}"
         )
 
 
@@ -574,7 +626,7 @@ def narrate(directory: Path, logs: Path, keep: bool, report_path: Path | None, e
     print(
         "weightcache on a local Kubernetes cluster: a real control plane (kube-apiserver, controller-manager,\n"
         "scheduler, etcd) and a kubelet that runs pods as local processes; 2 nodes, the cpu-shm backend"
-        + (", vLLM engines." if engine == "vllm" else ".")
+        + (f", {variant.label} engines." if variant.label else ".")
     )
     proxy: ServiceProxy | None = None
     load: OpenLoopLoad | None = None
@@ -590,12 +642,12 @@ def narrate(directory: Path, logs: Path, keep: bool, report_path: Path | None, e
         kube = cluster.kube()
         narrator.title(f"Install the operator with helm; prepare the nodes for {example}")
         made = prepare_sample(cluster, narrator, variant.example, logs)
-        if engine == "vllm":
+        if variant.disk is not None:
             narrator.say(
-                "vLLM from disk on the same checkpoint, for the reference tokens, in the background "
-                "(tests/vllm_engine/engine_process.py: vLLM's default loader, the arguments the operator renders)"
+                f"{variant.label} from disk on the same checkpoint, for the reference tokens, in the background "
+                f"({variant.disk.how})"
             )
-            disk = background.submit(vllm_from_disk, made, variant.example, logs / "vllm-from-disk.log")
+            disk = background.submit(engine_from_disk, variant, made, logs / variant.disk_log)
         narrator.title("Apply the sample WeightCache and watch it become Ready")
         tool(cluster, "kubectl", ["apply", "-f", example], narrator)
         watch_until_ready(cluster, narrator, report, variant)
@@ -603,14 +655,13 @@ def narrate(directory: Path, logs: Path, keep: bool, report_path: Path | None, e
         proxy = ServiceProxy(kube, NAMESPACE, variant.name, 8000).start()
         proxy.wait_for_ready(1, timeout=60)
         prompt = dict(PROMPT)
-        if engine == "vllm":
-            assert disk is not None
+        if disk is not None:
             # Clients ask for the cache's name (spec.engine.servedModelName overrides it): the
-            # operator passes it to vLLM as --served-model-name and reports it in status.
+            # operator passes it to the engine as --served-model-name and reports it in status.
             model = str(kube.get(variant.wc)["status"]["servedModelName"])
             narrator.say(f"the engines serve the model as {model!r} (status.servedModelName)")
             prompt["model"] = model
-            complete_like_disk(proxy, narrator, report, disk, model)
+            complete_like_disk(proxy, narrator, report, disk, model, variant)
         else:
             complete_once(proxy, narrator, report)
         narrator.title(
@@ -668,22 +719,27 @@ def narrate(directory: Path, logs: Path, keep: bool, report_path: Path | None, e
             print(f"({make} KEEP=1 keeps the cluster after a failure, for kubectl describe and kubectl logs)")
     print_logs(logs, cluster if keep else None)
     print(
-        f"\n{'vLLM ' if engine == 'vllm' else ''}demo {'done' if ok else 'FAILED'} in "
+        f"\n{variant.label + ' ' if variant.label else ''}demo {'done' if ok else 'FAILED'} in "
         f"{int(report.total_seconds) // 60}m{int(report.total_seconds) % 60:02d}s "
         f"(cluster start {report.cluster_seconds:.0f}s, Ready {report.ready_seconds:.0f}s after the apply, "
-        + ("completion equal to vLLM from disk, " if report.disk_token_ids == report.completion_token_ids != [] else "")
+        + (
+            f"completion equal to {variant.label} from disk, "
+            if report.disk_token_ids == report.completion_token_ids != []
+            else ""
+        )
         + f"client saw the promotion after {report.client_first_ok_seconds:.2f}s, rollout {report.rollout_seconds:.0f}s)"
     )
     return 0 if ok else 1
 
 
-def vllm_from_disk(checkpoint: Path, example: Path, log: Path) -> list[int]:
-    """``vllm_disk_token_ids`` logging to ``log``; its failure names vLLM from disk."""
+def engine_from_disk(variant: Variant, checkpoint: Path, log: Path) -> list[int]:
+    """The variant's engine from disk, logging to ``log``; its failure names that engine from disk."""
+    assert variant.disk is not None
     try:
-        return vllm_disk_token_ids(checkpoint, example, log)
+        return variant.disk.token_ids(checkpoint, variant.example, log)
     except Exception as error:
         raise ComponentFailed(
-            "vLLM from disk", log, str(error).splitlines()[0] if str(error) else repr(error)
+            f"{variant.label} from disk", log, str(error).splitlines()[0] if str(error) else repr(error)
         ) from error
 
 
@@ -738,7 +794,7 @@ LOG_FILES = [
     ("control-plane/", "kube-apiserver, etcd, kube-controller-manager, kube-scheduler"),
     ("pods/", "every container, as pods/<namespace>/<pod>/<container>/<restart>.log: the operator, daemons, engines"),
     ("gen-checkpoint.log", "the checkpoint generator"),
-    ("vllm-from-disk.log", "vLLM from disk on the same checkpoint"),
+    *((v.disk_log, f"{v.label} from disk on the same checkpoint") for v in VARIANTS.values() if v.disk),
     ("demo.log", "this process's warnings, and a failure's traceback"),
 ]
 

@@ -8,7 +8,8 @@ the cluster directory that ``down`` removes):
 - ``demo.log``: the demo process's own stderr (Python warnings, logging, a failure's traceback)
   and that of the tools it runs in the background (``kubectl get wc -w``);
 - ``cluster.log``: the local cluster's process, the process kubelet among it;
-- ``gen-checkpoint.log``, ``vllm-from-disk.log``: the checkpoint generator and vLLM from disk;
+- ``gen-checkpoint.log``, ``<engine>-from-disk.log``: the checkpoint generator and the engine
+  (vLLM, SGLang) from disk;
 - ``control-plane/`` and ``pods/<namespace>/<pod>/<container>/<restart>.log``: copied from the
   cluster directory at teardown (``local.copy_logs``); the kubelet writes container output there,
   which is what ``kubectl logs`` serves while the cluster runs.

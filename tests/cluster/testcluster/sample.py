@@ -2,7 +2,8 @@
 run: shared by the demo, the e2e tests and the CPU benchmarks.
 
 examples/weightcache-cpu.yaml (the sample, the default everywhere here) serves a tiny Llama to the
-reference engine; examples/weightcache-vllm-cpu.yaml (``VLLM_SAMPLE``) a tiny Qwen3 to vLLM. Each
+reference engine; examples/weightcache-vllm-cpu.yaml (``VLLM_SAMPLE``) a tiny Qwen3 to vLLM, and
+examples/weightcache-sglang-cpu.yaml (``SGLANG_SAMPLE``) the same tiny Qwen3 to SGLang. Each
 selects nodes by a label and loads its checkpoint from a hostPath; on the process kubelet a node's
 "/" is a directory (``node_root``), so the checkpoint is generated once and copied to that path
 under every node's root.
@@ -29,14 +30,17 @@ from .waiting import wait_for
 REPO = CLUSTER_SOURCES.parent.parent
 SAMPLE = REPO / "examples" / "weightcache-cpu.yaml"
 VLLM_SAMPLE = REPO / "examples" / "weightcache-vllm-cpu.yaml"
+SGLANG_SAMPLE = REPO / "examples" / "weightcache-sglang-cpu.yaml"
+# A tiny Qwen3 whose head size (256 / 4 = 64) vLLM's CPU attention kernels support, in the
+# examples' dtype.
+TINY_QWEN3 = [
+    *("--family", "qwen3", "--hidden-size", "256", "--intermediate-size", "512"),
+    *("--heads", "4", "--kv-heads", "2", "--dtype", "bfloat16"),
+]
 CHECKPOINT_ARGS: dict[Path, list[str]] = {
     SAMPLE: [],  # `weightcache gen-checkpoint`'s default: a tiny Llama
-    # A tiny Qwen3 whose head size (256 / 4 = 64) vLLM's CPU attention kernels support, in the
-    # example's dtype.
-    VLLM_SAMPLE: [
-        *("--family", "qwen3", "--hidden-size", "256", "--intermediate-size", "512"),
-        *("--heads", "4", "--kv-heads", "2", "--dtype", "bfloat16"),
-    ],
+    VLLM_SAMPLE: TINY_QWEN3,
+    SGLANG_SAMPLE: TINY_QWEN3,
 }
 """How ``weightcache gen-checkpoint`` makes each example's checkpoint."""
 CHART = REPO / "charts" / "weightcache"
@@ -166,39 +170,46 @@ def container_pid(pod: dict[str, Any], container: str) -> int:
     raise LookupError(f"pod {pod['metadata']['name']} has no running container {container!r}")
 
 
-VLLM_PROMPT_IDS = [1, 17, 300, 42, 9]
-VLLM_MAX_TOKENS = 8
+PROMPT_IDS = [1, 17, 300, 42, 9]
+COMPLETION_TOKENS = 8
 
 
-def vllm_completion(model: str) -> dict[str, Any]:
-    """The greedy completion of VLLM_PROMPT_IDS asked of a vLLM engine's /v1/completions for the
-    model name it serves, with its token ids in the answer: token ids, not text, so the comparison
-    with vLLM from disk does not depend on the tokenizer."""
+def completion_by_ids(model: str) -> dict[str, Any]:
+    """The greedy completion of PROMPT_IDS asked of an engine's /v1/completions for the model name
+    it serves, with its token ids in the answer (vLLM and SGLang both take ``return_token_ids``):
+    token ids, not text, so the comparison with the engine from disk does not depend on the
+    tokenizer."""
     return {
         "model": model,
-        "prompt": VLLM_PROMPT_IDS,
-        "max_tokens": VLLM_MAX_TOKENS,
+        "prompt": PROMPT_IDS,
+        "max_tokens": COMPLETION_TOKENS,
         "temperature": 0,
         "ignore_eos": True,
         "return_token_ids": True,
     }
 
 
-def rendered_vllm_args(example: Path = VLLM_SAMPLE) -> list[str]:
-    """The vLLM arguments the operator renders for a vLLM example, daemons and engines alike."""
+def parsed_sample(example: Path) -> Any:
+    """The example as the operator's validated ``WeightCache``."""
     from weightcache_operator.observe.validation import parse
-    from weightcache_operator.profiles.vllm import vllm_args
 
     body = sample(example)
     body["metadata"].update(namespace="default", uid="sample", generation=1)
     cache, problems = parse(body)
     if cache is None or problems:
         raise ValueError(f"{example} does not validate: {problems}")
-    return vllm_args(cache)
+    return cache
+
+
+def rendered_vllm_args(example: Path = VLLM_SAMPLE) -> list[str]:
+    """The vLLM arguments the operator renders for a vLLM example, daemons and engines alike."""
+    from weightcache_operator.profiles.vllm import vllm_args
+
+    return vllm_args(parsed_sample(example))
 
 
 def vllm_disk_token_ids(checkpoint: Path, example: Path = VLLM_SAMPLE, log: Path | None = None) -> list[int]:
-    """vLLM's greedy ids for VLLM_PROMPT_IDS with its default loader (``--load-format auto``) on
+    """vLLM's greedy ids for PROMPT_IDS with its default loader (``--load-format auto``) on
     ``checkpoint`` and the vLLM arguments the example's engines get (a small KV cache: engine-only),
     in a process of its own (tests/vllm_engine/engine_process.py) that logs to ``log`` if given
     (else to this process's stderr)."""
@@ -210,5 +221,30 @@ def vllm_disk_token_ids(checkpoint: Path, example: Path = VLLM_SAMPLE, log: Path
         modes = [r["mode"] for r in engine.report()]
         if modes != ["disk"]:
             raise RuntimeError(f"the reference engine was to load from disk, it reports {modes}")
-        [ids] = engine.generate([VLLM_PROMPT_IDS], VLLM_MAX_TOKENS)
+        [ids] = engine.generate([PROMPT_IDS], COMPLETION_TOKENS)
+    return list(ids)
+
+
+def sglang_disk_token_ids(checkpoint: Path, example: Path = SGLANG_SAMPLE, log: Path | None = None) -> list[int]:
+    """SGLang's greedy ids for PROMPT_IDS with its default loader on ``checkpoint`` and the SGLang
+    arguments the example's engines get (``python -m sglang.launch_server`` in a process of its
+    own, tests/sglang_engine/sglang_harness.py), logging to ``log`` (else to a temporary file)."""
+    import tempfile
+
+    from weightcache_operator.profiles.sglang import sglang_args
+
+    sys.path.insert(0, str(REPO / "tests" / "sglang_engine"))
+    from sglang_harness import Server
+
+    cache = parsed_sample(example)
+    args = [*sglang_args(cache), "--max-total-tokens", str(cache.spec.engine.sglang.max_total_tokens)]
+    with tempfile.TemporaryDirectory(prefix="wc-sglang-disk-") as scratch:
+        server = Server(checkpoint, args, log=log or Path(scratch) / "sglang.log", calls=Path(scratch) / "calls")
+        try:
+            server.wait_healthy()
+            [ids] = server.generate([PROMPT_IDS], COMPLETION_TOKENS)
+        finally:
+            server.stop()
+        if (Path(scratch) / "calls").exists():
+            raise RuntimeError(f"SGLang from disk called the kernel stand-in: {(Path(scratch) / 'calls').read_text()}")
     return list(ids)

@@ -49,11 +49,11 @@ def test_hadolint_does_catch_problems() -> None:
 
 def test_every_target_exists_and_runs_as_non_root() -> None:
     text = DOCKERFILE.read_text()
-    assert set(stages()) == {"operator", "daemon", "vllm"}
-    assert text.count("USER 10001") == 3
+    assert set(stages()) == {"operator", "daemon", "vllm", "sglang"}
+    assert text.count("USER 10001") == 4
 
 
-@pytest.mark.parametrize("target", ["operator", "daemon", "vllm"])
+@pytest.mark.parametrize("target", ["operator", "daemon", "vllm", "sglang"])
 def test_entry_points_exist(target: str) -> None:
     command = stages()[target]
     if command[:2] == ["python", "-m"]:
@@ -117,18 +117,26 @@ def test_daemon_image_copies_every_package_root_it_installs() -> None:
     assert set(roots) <= copied, f"the daemon stage does not copy {sorted(set(roots) - copied)}"
 
 
-def test_vllm_image_is_vllms_official_image_plus_the_project_without_replacing_vllms_packages() -> None:
-    """The vllm target starts from vLLM's own image and installs this project with --no-deps (its
-    lock pins a torch and transformers other than vLLM's), adding every other dependency the
-    project declares, so the weightcache command and the vLLM plug-in entry point both work."""
+@pytest.mark.parametrize(
+    ("target", "base"),
+    [("vllm", "VLLM_IMAGE=vllm/vllm-openai:v0.32.0"), ("sglang", "SGLANG_IMAGE=lmsysorg/sglang:v0.5.21")],
+)
+def test_an_engine_image_is_the_engines_official_image_plus_the_project_without_replacing_its_packages(
+    target: str, base: str
+) -> None:
+    """The vllm and sglang targets start from the engine's own image and install this project with
+    --no-deps (its lock pins a torch and transformers other than the engine's), adding every other
+    dependency the project declares, so the weightcache command and the engine's plug-in entry point
+    both work."""
     text = DOCKERFILE.read_text()
-    assert "ARG VLLM_IMAGE=vllm/vllm-openai:v0.32.0" in text and "FROM ${VLLM_IMAGE} AS vllm" in text
-    lines = stage_lines("vllm")
+    variable = base.split("=")[0]
+    assert f"ARG {base}" in text and f"FROM ${{{variable}}} AS {target}" in text
+    lines = stage_lines(target)
     installs = " ".join(line for line in lines if line.startswith("RUN"))
     assert "--no-deps ." in installs and "requirements.lock" not in installs, installs
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     missing = [d for d in declared if not d.startswith("torch") and f'"{d}"' not in installs]
-    assert not missing, f"the vllm stage does not install {missing}"
+    assert not missing, f"the {target} stage does not install {missing}"
     roots = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["where"]
     copied = {line.split()[1].rstrip("/") for line in lines if line.startswith("COPY")}
-    assert set(roots) <= copied, f"the vllm stage does not copy {sorted(set(roots) - copied)}"
+    assert set(roots) <= copied, f"the {target} stage does not copy {sorted(set(roots) - copied)}"
