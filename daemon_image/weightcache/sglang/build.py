@@ -1,7 +1,10 @@
 """SGLang's loading of one rank inside the daemon, as its model runner does it: the runtime context
 published for the rank, SGLang's process groups joined, its ``ModelConfig``, and its default loader's
 load and post-processing (``DefaultModelLoader.load_model``: ``load_weights`` then every quant
-method's ``process_weights_after_loading``)."""
+method's ``process_weights_after_loading``).
+
+SGLang 0.5.17 and 0.5.21 differ in how a process is given its rank and its parallel sizes; each
+branch below names the fact it keys on (docs/sglang.md: "SGLang versions")."""
 
 from __future__ import annotations
 
@@ -9,17 +12,18 @@ from typing import Any
 
 from torch import nn
 
+from .server_args import resolved
+
 
 def model_config_of(server_args: Any, tp_rank: int) -> Any:
     """SGLang's ``ModelConfig`` as its model runner holds it when it loads: on the CPU adjusted for a
     tensor-parallel size the heads do not divide (padded heads, ``original_*`` fields)."""
-    from sglang.srt.arg_groups.overrides import resolving_view
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.configs.update_config import adjust_config_with_unaligned_cpu_tp
     from sglang.srt.platforms import current_platform
 
-    cfg = resolving_view(server_args)
+    cfg = resolved(server_args)
     model_config = ModelConfig.from_server_args(server_args)
     if current_platform.is_cpu():
         load_config = LoadConfig(load_format=cfg.load_format, tp_rank=tp_rank)
@@ -29,11 +33,18 @@ def model_config_of(server_args: Any, tp_rank: int) -> Any:
 
 def publish_rank(server_args: Any, tp_rank: int, pp_rank: int, device: int) -> None:
     """SGLang's process-wide configuration for this rank (what its layers read while built)."""
+    from sglang.srt import runtime_context
     from sglang.srt.layers.moe import initialize_moe_config
-    from sglang.srt.runtime_context import SpawnRanks, publish, spawn_world_rank
 
-    world_rank = spawn_world_rank(server_args, tp_rank=tp_rank, pp_rank=pp_rank)
-    publish(server_args, role="weight_cache_daemon", ranks=SpawnRanks(world_rank=world_rank, gpu_id=device))
+    if not hasattr(runtime_context, "SpawnRanks"):
+        # SGLang 0.5.17: a process publishes its configuration only; its ranks are read from the
+        # process groups join_rank_group makes, and the MoE settings come from the arguments.
+        runtime_context.publish(server_args, role="weight_cache_daemon")
+        initialize_moe_config(server_args)
+        return
+    world_rank = runtime_context.spawn_world_rank(server_args, tp_rank=tp_rank, pp_rank=pp_rank)
+    ranks = runtime_context.SpawnRanks(world_rank=world_rank, gpu_id=device)
+    runtime_context.publish(server_args, role="weight_cache_daemon", ranks=ranks)
     initialize_moe_config()
 
 
@@ -41,12 +52,11 @@ def join_rank_group(
     server_args: Any, model_config: Any, tp_rank: int, pp_rank: int, rendezvous: str, device: int
 ) -> None:
     """SGLang's world of ``tp_size * pp_size`` ranks at ``rendezvous`` (gloo on the CPU)."""
-    from sglang.srt.arg_groups.overrides import resolving_view
     from sglang.srt.distributed.parallel_state import init_distributed_environment, initialize_model_parallel
-    from sglang.srt.layers.dp_attention import init_dp_gathered_buffer, initialize_dp_attention
+    from sglang.srt.layers import dp_attention
     from sglang.srt.platforms import current_platform
 
-    cfg = resolving_view(server_args)
+    cfg = resolved(server_args)
     init_distributed_environment(
         world_size=cfg.tp_size * cfg.pp_size,
         rank=cfg.tp_size * pp_rank + tp_rank,
@@ -55,20 +65,33 @@ def join_rank_group(
         backend=current_platform.get_torch_distributed_backend_str(),
         moe_a2a_backend=cfg.moe_a2a_backend,
     )
+    if not hasattr(dp_attention, "init_dp_gathered_buffer"):
+        # SGLang 0.5.17 passes the parallel sizes in (its scheduler's ParallelState: attention data
+        # parallel is 1 without DP attention, which the daemon refuses) and sizes the DP buffer from
+        # the model config inside initialize_dp_attention; 0.5.21 reads both from the published context.
+        initialize_model_parallel(
+            tensor_model_parallel_size=cfg.tp_size,
+            pipeline_model_parallel_size=cfg.pp_size,
+            expert_model_parallel_size=cfg.ep_size,
+            attention_context_model_parallel_size=cfg.attn_cp_size,
+            moe_data_model_parallel_size=cfg.moe_dp_size,
+            decode_context_parallel_size=cfg.dcp_size,
+        )
+        dp_attention.initialize_dp_attention(server_args, model_config)
+        return
     initialize_model_parallel()
-    initialize_dp_attention(server_args)
-    init_dp_gathered_buffer(model_config)
+    dp_attention.initialize_dp_attention(server_args)
+    dp_attention.init_dp_gathered_buffer(model_config)
 
 
 def load_rank_model(server_args: Any, model_config: Any, tp_rank: int, device: int) -> nn.Module:
     """The rank's model through SGLang's default loader: loaded and post-processed."""
-    from sglang.srt.arg_groups.overrides import resolving_view
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.model_loader.loader import get_model_loader
     from sglang.srt.platforms import current_platform
 
-    cfg = resolving_view(server_args)
+    cfg = resolved(server_args)
     load_config = LoadConfig(load_format=cfg.load_format, tp_rank=tp_rank)
     loader = get_model_loader(load_config=load_config, model_config=model_config)
     model: nn.Module = loader.load_model(

@@ -36,7 +36,8 @@ def parse(model: str, engine_args: list[str]) -> Any:
     handlers, level = root.handlers[:], root.level
     try:
         server_args = prepare_server_args(["--model-path", model, *engine_args])
-        server_args.resolve_once()
+        if hasattr(server_args, "resolve_once"):  # see resolved()
+            server_args.resolve_once()
     except SystemExit:
         raise WeightCacheError(
             f"SGLang's server-argument parser refused {ENGINE_ARGS.flag} {engine_args} (its message is above); "
@@ -52,11 +53,21 @@ def parse(model: str, engine_args: list[str]) -> Any:
     return server_args
 
 
-def refuse_unservable(server_args: Any, model: str, tp_size: int, pp_size: int) -> None:
-    """What the daemon cannot publish for an engine with these arguments, each named with its fix."""
+def resolved(server_args: Any) -> Any:
+    """The resolved values of SGLang's ``ServerArgs``. SGLang 0.5.21 defers resolution to
+    ``resolve_once`` and reads the result through ``resolving_view``; 0.5.17's ``ServerArgs`` (a
+    dataclass without ``resolve_once``) resolves every field in ``__post_init__``, so the fields are
+    the resolved values."""
+    if not hasattr(server_args, "resolve_once"):
+        return server_args
     from sglang.srt.arg_groups.overrides import resolving_view
 
-    cfg = resolving_view(server_args)
+    return resolving_view(server_args)
+
+
+def refuse_unservable(server_args: Any, model: str, tp_size: int, pp_size: int) -> None:
+    """What the daemon cannot publish for an engine with these arguments, each named with its fix."""
+    cfg = resolved(server_args)
     given = f"(from {ENGINE_ARGS.flag}, however it is spelled: a flag, its underscore form or a --config file)"
     if cfg.model_path != model:
         raise WeightCacheError(

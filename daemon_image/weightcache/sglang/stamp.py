@@ -16,6 +16,7 @@ from weightcache_contract.launch import SGLANG_PROFILE
 
 from ..engine_profiles.stamp import cpu_isa, engine_fingerprint, sha256_of
 from ..wire.fingerprint import EngineStamp, Fingerprint
+from .server_args import resolved
 
 SETTINGS = (
     # The class SGLang builds (--model-impl transformers swaps it for another under one config.json).
@@ -59,10 +60,9 @@ def rank_fingerprint(
 ) -> Fingerprint:
     """``device``: the CUDA ordinal whose GPU the arena is on (GPU backends)."""
     import sglang
-    from sglang.srt.arg_groups.overrides import resolving_view
     from sglang.srt.platforms import current_platform
 
-    cfg = resolving_view(server_args)
+    cfg = resolved(server_args)
     hf_config = model_config.hf_config
     settings = {name: str(getattr(cfg, name)) for name in SETTINGS}
     settings.update(

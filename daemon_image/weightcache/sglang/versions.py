@@ -1,9 +1,13 @@
 """Which SGLang versions the plug-in and the SGLang-profile daemon run with.
 
-Supported: 0.5.21 (the newest SGLang built for this project's torch 2.13; CI runs the SGLang tests
-on it). The loader reaches into SGLang's model construction, runtime context and post-processing,
-which change between patch releases without notice, so anything else is refused when SGLang loads
-the plug-in or the daemon imports SGLang, before a model is built.
+Supported: 0.5.17 (the GPU machine's SGLang, on torch 2.11) to 0.5.21 (the newest SGLang built for
+this project's torch 2.13); CI runs the SGLang tests on both ends (Makefile: test-sglang,
+test-sglang-oldest). The two differ in how ``ServerArgs`` resolve, how a process publishes its rank
+and sizes, and the order in which ``get_model_loader`` looks at a loader class; the modules that
+touch those key a branch on the fact itself (build.py, server_args.py, plugin.py). The loader reaches
+into SGLang's model construction, runtime context and post-processing, which change between patch
+releases without notice, so anything outside the range is refused when SGLang loads the plug-in or
+the daemon imports SGLang, before a model is built.
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import re
 
 from weightcache_contract.errors import WeightCacheError
 
-OLDEST = (0, 5, 21)
+OLDEST = (0, 5, 17)
 NEWEST = (0, 5, 21)
 
 
