@@ -28,6 +28,11 @@ VENV_SGLANG := $(WEIGHTCACHE_CACHE)/venv-sglang-$(SGLANG_HASH)
 SGLANG_OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldest-nodeps.lock \
 	requirements-sglang-oldest-nodeps.lock | sha256sum | cut -c1-16)
 VENV_SGLANG_OLDEST := $(WEIGHTCACHE_CACHE)/venv-sglang-oldest-$(SGLANG_OLDEST_HASH)
+SGLANG_OLDEST_TESTS := tests/unit/data_plane/sglang/test_sglang_versions.py \
+	tests/sglang_engine/test_an_sglang_server_from_the_cache_generates_the_tokens_it_generates_from_disk.py \
+	tests/sglang_engine/test_an_sglang_server_keeps_serving_when_its_daemon_is_killed_and_the_successor_readopts.py \
+	tests/sglang_engine/test_the_daemon_refuses_sglang_arguments_it_cannot_serve_however_spelled.py \
+	tests/sglang_engine/test_the_kernel_stand_in_raises_and_records_every_call.py
 .PHONY: sglang test-sglang sglang-oldest test-sglang-oldest host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
@@ -163,10 +168,10 @@ test-main: env
 test-sglang: sglang control-plane host-tools
 	$(VENV_SGLANG)/bin/python -m pytest tests/sglang_engine $(PYTEST_ARGS)
 
-# The same tests on the oldest SGLang supported (daemon_image/weightcache/sglang/versions.py), but
-# the demo's (e2e): the operator and the cluster are the same at both ends, and it is the longest.
+# The plug-in's and the profile's own tests on the oldest SGLang supported
+# (daemon_image/weightcache/sglang/versions.py): what the version branches touch (SGLANG_OLDEST_TESTS).
 test-sglang-oldest: sglang-oldest
-	$(VENV_SGLANG_OLDEST)/bin/python -m pytest -m "not e2e" tests/sglang_engine $(PYTEST_ARGS)
+	$(VENV_SGLANG_OLDEST)/bin/python -m pytest $(SGLANG_OLDEST_TESTS) $(PYTEST_ARGS)
 
 # The vLLM plug-in's tests on the oldest supported vLLM (the newest runs them in `make test`'s main run).
 test-vllm-oldest: vllm-oldest

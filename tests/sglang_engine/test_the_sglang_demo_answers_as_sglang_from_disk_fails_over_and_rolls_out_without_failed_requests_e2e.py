@@ -39,8 +39,8 @@ def test_the_sglang_demo_answers_as_sglang_from_disk_fails_over_and_rolls_out_wi
             assert command[:2] == ["sglang", "serve"], command
             assert command[command.index("--load-format") + 1] == "weightcache", command
         for daemon in pods(kube, NAMESPACE, SGLANG.daemons):
-            command = " ".join(daemon["spec"]["containers"][0]["command"])
-            assert "--profile sglang" in command, command
+            [container] = [c for c in daemon["spec"]["containers"] if c["name"] == "daemon"]
+            assert "--profile sglang" in " ".join(container["command"]), container["command"]
 
         # SGLang's output went to the log files, not the terminal: SGLang from disk's and the engines'.
         assert "  sglang-from-disk.log " in out
