@@ -12,7 +12,8 @@ arguments, as the harness starts it. Measured per start:
   load config, building the model and the loader's work, whichever loader it is; SGLang also reports
   it as ``load_weight`` in ``Engine startup timings (s): ...``, checked equal here to the rounding);
 - of it, from the cache, the loader's ``Mapping and binding weights took X seconds`` (mapping the
-  daemon's arena, the model on the meta device, binding views in place of its parameters);
+  daemon's arena and binding views in place of the parameters; building the model on the meta device
+  is in the weight phase, not in this);
 - SGLang's ``scheduler_e2e`` from the same ``Engine startup timings`` line (the scheduler process's
   start, of which the weight phase is part);
 - the first request (greedy, ``MAX_TOKENS`` tokens) and its output ids, compared across starts.
