@@ -35,17 +35,49 @@ def sglang_args(tp: int = 1, dtype: str = "bfloat16") -> list[str]:
     return ["--device", "cpu", "--dtype", dtype, "--tp-size", str(tp), "--max-total-tokens", "2048"]
 
 
-def env(calls: Path, **extra: str) -> dict[str, str]:
+def env(calls: Path, tp: int = 1, **extra: str) -> dict[str, str]:
     path = os.pathsep.join([str(STAND_IN), *(str(ROOT / p) for p in ("contract", "daemon_image", "operator"))])
-    return {**os.environ, "PYTHONPATH": path, "SGLANG_USE_CPU_ENGINE": "1", CALLS_ENV: str(calls), **extra}
+    parallel = {
+        # SGLang's CPU engine binds each rank's OpenMP threads to a NUMA node and refuses more ranks
+        # than nodes (this machine has one): one core per rank instead.
+        "SGLANG_CPU_OMP_THREADS_BIND": "|".join(str(rank) for rank in range(tp)),
+        # torch's CUDA wheel ships NCCL, so SGLang would build a pynccl communicator next to gloo and
+        # fail with "Expected a cuda device, but got: cpu"; SGLang's own knob pointed at a missing
+        # library disables pynccl (a CPU-only torch has no NCCL and needs neither).
+        "SGLANG_NCCL_SO_PATH": "/nonexistent/libnccl.so.2",
+    }
+    return {
+        **os.environ,
+        "PYTHONPATH": path,
+        "SGLANG_USE_CPU_ENGINE": "1",
+        CALLS_ENV: str(calls),
+        **(parallel if tp > 1 else {}),
+        **extra,
+    }
 
 
-def qwen3_checkpoint(out: Path) -> Path:
+def qwen3_checkpoint(out: Path, **spec: Any) -> Path:
+    """A tiny Qwen3 (head size 64); ``spec``: ModelSpec fields to override (``num_kv_heads``, ``seed``)."""
+    shape: dict[str, Any] = {"hidden_size": 256, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 512}
+    return write_checkpoint(out, ModelSpec(family="qwen3", dtype="bfloat16", **{**shape, **spec}))
+
+
+def qwen3_moe_checkpoint(out: Path) -> Path:
+    """A tiny Qwen3-MoE: 8 experts, top-2, every layer sparse, stored in float32 (served so: in
+    bf16 SGLang's greedy ids diverge from HF's at a near-tie, in float32 they equal HF's)."""
     return write_checkpoint(
         out,
         ModelSpec(
-            family="qwen3", hidden_size=256, num_heads=4, num_kv_heads=2, intermediate_size=512, dtype="bfloat16"
-        ),  # type: ignore[arg-type]
+            family="qwen3_moe",
+            hidden_size=256,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=512,
+            num_experts=8,
+            num_experts_per_tok=2,
+            moe_intermediate_size=128,
+            dtype="float32",
+        ),
     )
 
 
@@ -56,13 +88,20 @@ class Daemon:
     name: str
     log: Path
     launched: float
+    ranks: int = 1
 
     def files(self, rank: int = 0) -> RankFiles:
         return RankFiles(self.socket_dir, self.name, rank)
 
+    def _serving(self, rank: int) -> bool:
+        """The rank's ready file was written by this daemon: a SIGKILLed one's stays behind until
+        its successor claims the rank."""
+        info = self.files(rank).read_ready()
+        return info is not None and info.started_at >= self.launched
+
     def wait_ready(self, timeout_s: float = 300) -> None:
         deadline = time.monotonic() + timeout_s
-        while not ((info := self.files().read_ready()) is not None and info.started_at >= self.launched):
+        while not all(self._serving(rank) for rank in range(self.ranks)):
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}:\n{self.log.read_text()[-6000:]}")
             if time.monotonic() > deadline:
@@ -75,27 +114,34 @@ class Daemon:
         return self.proc.wait(timeout=120)
 
 
-def start_daemon(model: Path, socket_dir: Path, name: str, args: list[str], *, logs: Path, calls: Path) -> Daemon:
+def start_daemon(
+    model: Path, socket_dir: Path, name: str, args: list[str], *, logs: Path, calls: Path, tp: int = 1, **more: Any
+) -> Daemon:
+    """``weightcache daemon --profile sglang`` for all ``tp`` ranks (its launcher starts one process
+    per rank); not waited for. ``more``: further ``DaemonArgs`` fields."""
     log = logs / f"daemon-{name}-{time.monotonic_ns()}.log"
     launch = DaemonArgs(
         model=str(model),
         name=name,
         socket_dir=str(socket_dir),
         backend="cpu-shm",
+        tp_size=tp,
+        ranks=tuple(range(tp)),
         profile=SGLANG_PROFILE,
         engine_args=tuple(args),
+        **more,
     )
     launched = time.time()
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "weightcache", "daemon", *launch.to_argv()],
-            env=env(calls),
+            env=env(calls, tp),
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return Daemon(proc, socket_dir, name, log, launched)
+    return Daemon(proc, socket_dir, name, log, launched, tp)
 
 
 def free_port() -> int:
@@ -107,7 +153,9 @@ def free_port() -> int:
 class Server:
     """``python -m sglang.launch_server`` on a loopback port, from disk or from the cache."""
 
-    def __init__(self, model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None):
+    def __init__(
+        self, model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None, tp: int = 1
+    ):
         self.port = free_port()
         cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *args]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--skip-tokenizer-init"]
@@ -116,7 +164,7 @@ class Server:
         self.log = log
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                cmd, env=env(calls), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                cmd, env=env(calls, tp), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
 
     def wait_healthy(self, timeout_s: float = 300) -> float:
@@ -158,10 +206,10 @@ class Server:
 
 
 def generated(
-    model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None
+    model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None, tp: int = 1
 ) -> list[list[int]]:
     """A server's greedy outputs for ``PROMPTS``, from its start to its stop."""
-    server = Server(model, args, log=log, calls=calls, cache=cache)
+    server = Server(model, args, log=log, calls=calls, cache=cache, tp=tp)
     try:
         server.wait_healthy()
         return server.generate()
