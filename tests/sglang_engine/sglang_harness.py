@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass
@@ -196,13 +197,20 @@ class Server:
         return outputs
 
     def stop(self) -> None:
+        """SIGTERM to the server's own process, as a container's stop sends it: SGLang stops its
+        scheduler and detokenizer itself. What is left of its process group after that (or after 60
+        s) is killed."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=30)
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=30)
 
 
 def generated(
@@ -215,3 +223,57 @@ def generated(
         return server.generate()
     finally:
         server.stop()
+
+
+SHM = Path("/dev/shm")
+
+
+class ShmHeld:
+    """The ``/dev/shm`` names that processes of the given sessions (the harness starts each daemon
+    and server in its own) hold open or mapped, sampled every 0.1 s while in use: what those
+    processes made there, told apart from what other processes on the machine make concurrently.
+    A name made, unlinked and unmapped again within one interval is not seen, nor needed."""
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+        self.sessions: set[int] = set()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ShmHeld:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def watch(self, proc: subprocess.Popen[bytes]) -> None:
+        self.sessions.add(proc.pid)  # start_new_session: its session id is its pid
+        self._sample()
+
+    def left(self) -> list[str]:
+        """The names seen that still exist."""
+        return sorted(name for name in self.names if (SHM / name).exists())
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            self._sample()
+
+    def _sample(self) -> None:
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if os.getsid(int(entry.name)) not in self.sessions:
+                    continue
+                targets = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+                targets += [line.split(maxsplit=5)[-1] for line in (entry / "maps").read_text().splitlines()]
+            except OSError:  # gone meanwhile
+                continue
+            # A name unlinked while still mapped too: it was made there.
+            self.names.update(
+                target.removeprefix(f"{SHM}/").removesuffix(" (deleted)")
+                for target in targets
+                if target.startswith(f"{SHM}/")
+            )
