@@ -29,6 +29,7 @@ CALLS_ENV = "WEIGHTCACHE_SGL_KERNEL_CALLS"
 PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
 MAX_TOKENS = 12
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_BIND_FAILED = b"error while attempting to bind on address"
 
 
 def sglang_args(tp: int = 1, dtype: str = "bfloat16") -> list[str]:
@@ -152,21 +153,37 @@ def free_port() -> int:
 
 
 class Server:
-    """``python -m sglang.launch_server`` on a loopback port, from disk or from the cache."""
+    """``python -m sglang.launch_server`` on a loopback port, from disk or from the cache.
+
+    ``left``, after ``stop``: the names in /dev/shm its processes made and SGLang's teardown left
+    (``sglang_loads_*.shm``, at TP>1 a 24 MiB ``sgl_shm_mq_*``), which ``stop`` removes so that test
+    runs do not fill /dev/shm."""
 
     def __init__(
         self, model: Path, args: list[str], *, log: Path, calls: Path, cache: dict[str, Any] | None = None, tp: int = 1
     ):
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *args]
-        cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--skip-tokenizer-init"]
+        self.cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), *args]
+        self.cmd += ["--host", "127.0.0.1", "--skip-tokenizer-init"]
         if cache is not None:
-            cmd += ["--load-format", LOAD_FORMAT, "--model-loader-extra-config", json.dumps(cache)]
-        self.log = log
-        with log.open("wb") as out:
+            self.cmd += ["--load-format", LOAD_FORMAT, "--model-loader-extra-config", json.dumps(cache)]
+        self.log, self.env = log, env(calls, tp)
+        self.shm = ShmHeld().__enter__()
+        self.left: list[str] = []
+        self._start()
+
+    def _start(self) -> None:
+        self.port = free_port()
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
+        with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                cmd, env=env(calls, tp), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                [*self.cmd, "--port", str(self.port)],
+                env=self.env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
+        self.shm.watch(self.proc)
 
     def wait_healthy(self, timeout_s: float = 300) -> float:
         """Seconds from now until ``/health`` answered 200."""
@@ -178,6 +195,13 @@ class Server:
                         return time.monotonic() - started
             except OSError:
                 pass
+            if _BIND_FAILED in self.log.read_bytes()[self._log_from :]:
+                # The port, free when chosen, was taken by another process during SGLang's start
+                # (minutes on a busy machine): start again on another one.
+                self._end()
+                self._start()
+                started = time.monotonic()
+                continue
             if self.proc.poll() is not None:
                 raise RuntimeError(f"SGLang exited with {self.proc.returncode}:\n{self.log.read_text()[-8000:]}")
             if time.monotonic() - started > timeout_s:
@@ -199,7 +223,14 @@ class Server:
     def stop(self) -> None:
         """SIGTERM to the server's own process, as a container's stop sends it: SGLang stops its
         scheduler and detokenizer itself. What is left of its process group after that (or after 60
-        s) is killed."""
+        s) is killed, and what it left in /dev/shm removed (``left``)."""
+        self._end()
+        self.shm.__exit__()
+        self.left = sorted({*self.left, *self.shm.left()})
+        for name in self.left:
+            (SHM / name).unlink(missing_ok=True)
+
+    def _end(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:

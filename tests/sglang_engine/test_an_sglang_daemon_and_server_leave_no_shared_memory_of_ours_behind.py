@@ -13,15 +13,15 @@ The servers, stopped by SIGTERM to their own process as a container stop sends i
 teardown kills its scheduler with SIGKILL (``kill_process_tree``), which leaves SGLang's load
 snapshot file (``sglang_loads_*.shm``) and, at TP>1, its scheduler group's ring buffer
 (``sgl_shm_mq_*``, 24 MiB) behind on every run, from disk as from the cache. Those are SGLang's: the
-server from the cache leaves nothing that the same server from disk does not. This test removes
-what its servers left."""
+server from the cache leaves nothing that the same server from disk does not. The harness removes
+what a server left once it has looked."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
 
-from sglang_harness import SHM, Server, ShmHeld, qwen3_checkpoint, sglang_args, start_daemon
+from sglang_harness import Server, ShmHeld, qwen3_checkpoint, sglang_args, start_daemon
 
 FAMILIES = ("sglang_loads_", "sem.mp-", "sgl_shm_")
 """SGLang's names whose rest is random or a process id; any other name is its own family."""
@@ -31,20 +31,15 @@ def kinds(names: list[str]) -> Counter[str]:
     return Counter(next((f for f in FAMILIES if name.startswith(f)), name) for name in names)
 
 
-def served_and_stopped(
-    model: Path, args: list[str], log: Path, calls: Path, cache: dict[str, str] | None, left: list[str]
-) -> list[str]:
-    """The names a server held in /dev/shm that are left after its stop (also added to ``left``)."""
-    with ShmHeld() as held:
-        server = Server(model, args, log=log, calls=calls, cache=cache, tp=2)
-        held.watch(server.proc)
-        try:
-            server.wait_healthy()
-            assert server.generate()
-        finally:
-            server.stop()
-            left += held.left()
-    return held.left()
+def served_and_stopped(model: Path, args: list[str], log: Path, calls: Path, cache: dict[str, str] | None) -> list[str]:
+    """The names a server held in /dev/shm that were left after its stop (the harness removes them)."""
+    server = Server(model, args, log=log, calls=calls, cache=cache, tp=2)
+    try:
+        server.wait_healthy()
+        assert server.generate()
+    finally:
+        server.stop()
+    return server.left
 
 
 def test_the_daemon_leaves_nothing_and_a_server_from_the_cache_leaves_no_more_than_from_disk(
@@ -52,26 +47,21 @@ def test_the_daemon_leaves_nothing_and_a_server_from_the_cache_leaves_no_more_th
 ) -> None:
     model, args = qwen3_checkpoint(tmp_path / "qwen3"), sglang_args(tp=2)
     sockets = tmp_path / "sockets"
-    left: list[str] = []  # what this test's servers left: SGLang's, but this test's to remove
-    try:
-        with ShmHeld() as held:
-            daemon = start_daemon(model, sockets, "shm", args, logs=tmp_path, calls=calls, tp=2)
-            held.watch(daemon.proc)
-            try:
-                daemon.wait_ready()
-                assert held.left() == []  # the serving daemon no longer runs SGLang: nothing would remove them
-                cache = {"name": "shm", "socket_dir": str(sockets), "fallback": "error"}
-                from_cache = served_and_stopped(model, args, tmp_path / "cache.log", calls, cache, left)
-                assert "Mapping and binding weights took" in (tmp_path / "cache.log").read_text()
-            finally:
-                assert daemon.stop() == 0, daemon.log.read_text()[-4000:]
-        assert held.left() == [], held.names
-        assert "leaked shared_memory" not in daemon.log.read_text(), daemon.log.read_text()[-4000:]
-        assert any(name.startswith("sgl_shm_mq_") for name in held.names)  # it made one, and removed it
-        from_disk = served_and_stopped(model, args, tmp_path / "disk.log", calls, None, left)
-        # SGLang's own, which also shows that the watch sees what a server leaves.
-        assert {"sglang_loads_", "sgl_shm_"} <= set(kinds(from_disk)), from_disk
-        assert not kinds(from_cache) - kinds(from_disk), (from_cache, from_disk)
-    finally:
-        for name in left:
-            (SHM / name).unlink(missing_ok=True)
+    with ShmHeld() as held:
+        daemon = start_daemon(model, sockets, "shm", args, logs=tmp_path, calls=calls, tp=2)
+        held.watch(daemon.proc)
+        try:
+            daemon.wait_ready()
+            assert held.left() == []  # the serving daemon no longer runs SGLang: nothing would remove them
+            cache = {"name": "shm", "socket_dir": str(sockets), "fallback": "error"}
+            from_cache = served_and_stopped(model, args, tmp_path / "cache.log", calls, cache)
+            assert "Mapping and binding weights took" in (tmp_path / "cache.log").read_text()
+        finally:
+            assert daemon.stop() == 0, daemon.log.read_text()[-4000:]
+    assert held.left() == [], held.names
+    assert "leaked shared_memory" not in daemon.log.read_text(), daemon.log.read_text()[-4000:]
+    assert any(name.startswith("sgl_shm_mq_") for name in held.names)  # it made one, and removed it
+    from_disk = served_and_stopped(model, args, tmp_path / "disk.log", calls, None)
+    # SGLang's own, which also shows that the watch sees what a server leaves.
+    assert {"sglang_loads_", "sgl_shm_"} <= set(kinds(from_disk)), from_disk
+    assert not kinds(from_cache) - kinds(from_disk), (from_cache, from_disk)
