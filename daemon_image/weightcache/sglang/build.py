@@ -77,11 +77,37 @@ def join_rank_group(
             moe_data_model_parallel_size=cfg.moe_dp_size,
             decode_context_parallel_size=cfg.dcp_size,
         )
+        unlink_group_names()
         dp_attention.initialize_dp_attention(server_args, model_config)
         return
     initialize_model_parallel()
+    unlink_group_names()
     dp_attention.initialize_dp_attention(server_args)
     dp_attention.init_dp_gathered_buffer(model_config)
+
+
+def unlink_group_names() -> None:
+    """Remove the names SGLang's process groups made in ``/dev/shm``: their mappings stay, nothing
+    can find them any more.
+
+    A group of more than one rank makes a message-queue ring buffer (``sgl_shm_mq_<pid>_*``, 24 MiB),
+    created by its writer and registered with multiprocessing's resource tracker; only the buffer's
+    destructor unlinks it. The exec into the serving image runs no destructor: the resource tracker
+    removed it after the exec (warning of a leaked shared_memory object), and nothing did after a
+    kill of the whole process group. Every rank opened it before the group exists (the queue's ready
+    handshake), and the daemon sends nothing through it, so the writer removes it now; a daemon
+    stopped, crashed or killed while it loads leaves nothing either."""
+    from sglang.srt.distributed.device_communicators.shm_broadcast import ShmRingBuffer
+    from sglang.srt.distributed.parallel_state import _groups
+
+    for ref in list(_groups.values()):
+        queue = getattr(ref(), "mq_broadcaster", None)
+        if queue is None or not queue._is_writer:
+            continue
+        ring = queue.buffer
+        if isinstance(ring, ShmRingBuffer) and ring.is_creator:
+            ring.shared_memory.unlink()  # and off the resource tracker's list
+            ring.is_creator = False  # its destructor would unlink the name a second time
 
 
 def load_rank_model(server_args: Any, model_config: Any, tp_rank: int, device: int) -> nn.Module:
