@@ -25,19 +25,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cluster"))
-
-from operator_e2e import PROMPT, REPO, apply_sample, free_port, http_json, stop_operator, wait_phase  # noqa: E402
-from testcluster.binaries import client_tools, control_plane_binary  # noqa: E402
-from testcluster.controlplane import ControlPlane  # noqa: E402
-from testcluster.kubelet import KubeletConfig, ProcessKubelet  # noqa: E402
-from testcluster.kubelet.nodes import NodeSpec  # noqa: E402
-from testcluster.rest import ApiError, Kube  # noqa: E402
-from testcluster.sample import SAMPLE, generate_checkpoint, place_checkpoint  # noqa: E402
-from testcluster.serviceproxy import ServiceProxy  # noqa: E402
-from testcluster.strays import MARKER, kill_all, marked_processes, new_session_id  # noqa: E402
-from testcluster.waiting import wait_for as _wait_for  # noqa: E402
+from operator_e2e import PROMPT, REPO, apply_sample, free_port, http_json, stop_operator, wait_phase
+from testcluster.binaries import client_tools, control_plane_binary
+from testcluster.controlplane import ControlPlane
+from testcluster.kubelet import KubeletConfig, ProcessKubelet
+from testcluster.kubelet.nodes import NodeSpec
+from testcluster.rest import ApiError, Kube
+from testcluster.sample import SAMPLE, generate_checkpoint, place_checkpoint
+from testcluster.serviceproxy import ServiceProxy
+from testcluster.strays import MARKER, kill_all, marked_processes, new_session_id
+from testcluster.waiting import wait_for as _wait_for
 
 _timings: dict[str, float] = {}
 _build_failures: list[Exception] = []

@@ -4,27 +4,23 @@ the rendered pod names, and a readiness endpoint that follows the state the test
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
 
 import pytest
-from repo_root import ROOT
-from weightcache_contract.daemon_report import DaemonReport
-from weightcache_operator.observe.validation import parse
-from weightcache_operator.render import daemon_daemonset
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-from testcluster.kubelet.hollowdaemons import (  # noqa: E402
+from testcluster.kubelet.hollowdaemons import (
     HollowDaemon,
     HollowDaemonServer,
     HollowDaemonState,
     daemon_of,
     report,
 )
-from testcluster.sample import sample  # noqa: E402
+from testcluster.sample import sample
+from weightcache_contract.daemon_report import DaemonReport
+from weightcache_operator.observe.validation import parse
+from weightcache_operator.render import daemon_daemonset
 
 
 def rendered_daemon_pod(slot: int | None, nodes: int) -> dict:

@@ -9,20 +9,15 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-from repo_root import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-
-from testcluster.binaries import _compiling, _report_build  # noqa: E402
-from testcluster.demo import ClientCount  # noqa: E402
-from testcluster.load import Attempt  # noqa: E402
-from testcluster.local import INFO, running, stop  # noqa: E402
-from testcluster.strays import MARKER  # noqa: E402
+from testcluster.binaries import _compiling, _report_build
+from testcluster.demo import ClientCount
+from testcluster.load import Attempt
+from testcluster.local import INFO, running, stop
+from testcluster.strays import MARKER
 
 
 def attempt(request: int, started: float, ok: bool, retry: bool = False) -> Attempt:

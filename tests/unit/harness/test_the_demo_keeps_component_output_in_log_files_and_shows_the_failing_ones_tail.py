@@ -14,13 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from repo_root import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-
-from testcluster.demo import show_failure  # noqa: E402
-from testcluster.demologs import Suspect, fresh_logs, logs_dir, quiet, suspect, tail  # noqa: E402
-from testcluster.local import copy_logs, kept_log, pod_log  # noqa: E402
+from testcluster.demo import show_failure
+from testcluster.demologs import Suspect, fresh_logs, logs_dir, quiet, suspect, tail
+from testcluster.local import copy_logs, kept_log, pod_log
 
 
 def pod(name: str, namespace: str = "default", component: str = "engine", **container: Any) -> dict[str, Any]:

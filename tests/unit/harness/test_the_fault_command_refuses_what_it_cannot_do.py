@@ -11,11 +11,8 @@ from pathlib import Path
 
 import pytest
 from repo_root import ROOT
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-
-from testcluster.kubelet.nodenetwork import NodeNetwork, NodeNetworkError  # noqa: E402
-from testcluster.local import LocalCluster, LocalClusterError  # noqa: E402
+from testcluster.kubelet.nodenetwork import NodeNetwork, NodeNetworkError
+from testcluster.local import LocalCluster, LocalClusterError
 
 
 def fault(*words: str, directory: Path) -> subprocess.CompletedProcess[str]:

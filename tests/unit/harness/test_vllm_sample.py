@@ -5,15 +5,9 @@ root, in a layout vLLM accepts at the example's parallelism."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from repo_root import ROOT
-from vllm_layout_rules import layout_problems
-
-sys.path.insert(0, str(ROOT / "tests" / "cluster"))
-
-from testcluster.sample import (  # noqa: E402
+from testcluster.sample import (
     SAMPLE,
     VLLM_SAMPLE,
     checkpoint_path,
@@ -22,6 +16,7 @@ from testcluster.sample import (  # noqa: E402
     place_checkpoint,
     sample,
 )
+from vllm_layout_rules import layout_problems
 
 
 def test_the_vllm_sample_checkpoint_is_a_tiny_qwen3_placed_on_every_node_root(tmp_path: Path) -> None:
