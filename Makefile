@@ -154,8 +154,8 @@ test: env control-plane vllm-oldest sglang sglang-oldest host-tools
 	@RUN_SUITE="$(MAKE) --no-print-directory -o env -o vllm-oldest -o sglang -o sglang-oldest -o control-plane -o host-tools" \
 		tools/test_lanes.sh $(TEST_LOGS) "$(TEST_LANE_CLUSTER)" "$(TEST_LANE_PROCESSES)"
 
-# The project environment's tests, one after another: `make test` runs them as four suites, e2e,
-# unit, integration and test-vllm-engine.
+# The project environment's tests, one after another: `make test` runs them as five suites, e2e,
+# unit, integration, test-vllm-engine and gpu.
 test-main: env control-plane host-tools
 	$(PY) -m pytest --ignore=tests/sglang_engine $(PYTEST_ARGS)
 
