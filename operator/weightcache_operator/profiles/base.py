@@ -9,6 +9,7 @@ without an opinion wants, so a profile overrides only what its engine does diffe
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any, ClassVar
 
 from weightcache_contract.launch import ArtifactsRunArgs
@@ -103,3 +104,51 @@ def artifacts_run(load_profile: str, health_url: str) -> list[str]:
     ``load_profile`` on the node and marks them for publication once ``health_url`` answers."""
     wrapper = ArtifactsRunArgs(dir=ARTIFACT_MOUNT, health=health_url, profile=load_profile)
     return [*CLI, "artifacts-run", *wrapper.to_argv(), "--"]
+
+
+def reserved_flag_problems(
+    field: str,
+    lists: dict[str, list[str]],
+    rendered: dict[str, str],
+    shared: tuple[str, ...],
+    name: Callable[[str], str] = lambda flag: flag,
+) -> list[str]:
+    """What an engine's argument lists (``{"args": …, "engineArgs": …}`` under ``spec.engine.<field>``)
+    set that they may not: a flag the operator renders (``rendered``: flag → the spec field to use), or
+    in ``engineArgs`` a flag that shapes the weights' fingerprint (``shared``: it belongs in ``args``).
+
+    Read as the engines' argparse parsers read them (vLLM's and SGLang's allow abbreviations): a token
+    ``--flag`` or ``--flag=value``, normalised by ``name`` (vLLM's underscore spellings), sets the
+    reserved flag it names, else every reserved flag it is a prefix of. No other flag of SGLang 0.5.21 or vLLM 0.32 is a prefix of a
+    reserved one, so a prefix that matches one is that flag, or ambiguous, which the engine refuses."""
+    found: list[str] = []
+    for key, tokens in lists.items():
+        for token in tokens:
+            if not token.startswith("-") or token in ("-", "--"):
+                continue  # a value, or the end of the options
+            flag = name(token.split("=", 1)[0])
+            for reserved in _read_as(flag, rendered):
+                found.append(
+                    f"spec.engine.{field}.{key} sets {reserved}{_spelled(flag, reserved)}, which the operator renders "
+                    f"itself; set {rendered[reserved]} instead"
+                )
+            if key == "engineArgs":
+                for reserved in _read_as(flag, shared):
+                    found.append(
+                        f"spec.engine.{field}.engineArgs sets {reserved}{_spelled(flag, reserved)}, which shapes the "
+                        f"weights' fingerprint; move it to spec.engine.{field}.args, which the daemons load with too"
+                    )
+    return found
+
+
+def _read_as(flag: str, reserved: Iterable[str]) -> list[str]:
+    """The reserved flags argparse could read ``flag`` as: itself if reserved (an exact match wins),
+    else each reserved long flag it abbreviates (short flags like ``-q`` are matched exactly)."""
+    names = set(reserved)
+    if flag in names or not flag.startswith("--"):
+        return [flag] if flag in names else []
+    return sorted(f for f in names if f.startswith(flag))
+
+
+def _spelled(flag: str, reserved: str) -> str:
+    return "" if flag == reserved else f" (spelled {flag})"

@@ -16,7 +16,7 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE
 
-from weightcache_operator.profiles.base import EngineProfile
+from weightcache_operator.profiles.base import EngineProfile, reserved_flag_problems
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.vocabulary import MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
@@ -63,11 +63,6 @@ RENDERED_FLAGS: dict[str, str] = {
 """Flags the operator renders itself, and the spec field that sets each instead."""
 SHARED_FLAGS = ("--kv-cache-dtype", "--json-model-override-args", "--model-impl", "--trust-remote-code")
 """Flags that enter the SGLang profile's fingerprint, so they belong in ``args`` (daemons too)."""
-
-
-def flag_name(token: str) -> str:
-    """``--context-length=4096`` → ``--context-length`` (SGLang's parser has no underscore forms)."""
-    return token.split("=", 1)[0]
 
 
 def sglang_args(cache: WeightCache) -> list[str]:
@@ -126,19 +121,9 @@ class SglangProfile(EngineProfile):
                     "spec.engine.sglang the operator renders its command (sglang serve …); remove it and put SGLang "
                     "options in spec.engine.sglang.args or engineArgs"
                 )
-        for field, args in (("args", sglang.args), ("engineArgs", sglang.engine_args)):
-            for token in args:
-                flag = flag_name(token)
-                if flag in RENDERED_FLAGS:
-                    found.append(
-                        f"spec.engine.sglang.{field} sets {flag}, which the operator renders itself; "
-                        f"set {RENDERED_FLAGS[flag]} instead"
-                    )
-                elif field == "engineArgs" and flag in SHARED_FLAGS:
-                    found.append(
-                        f"spec.engine.sglang.engineArgs sets {flag}, which shapes the weights' fingerprint; move it "
-                        "to spec.engine.sglang.args, which the daemons load with too"
-                    )
+        found += reserved_flag_problems(
+            "sglang", {"args": sglang.args, "engineArgs": sglang.engine_args}, RENDERED_FLAGS, SHARED_FLAGS
+        )
         return found
 
     def daemon_args(self, cache: WeightCache) -> dict[str, Any]:

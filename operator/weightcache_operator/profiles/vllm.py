@@ -16,7 +16,7 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import ENGINE_IMAGE_ENV, LOAD_FORMAT, VLLM_PROFILE
 
-from weightcache_operator.profiles.base import EngineProfile, artifacts_run
+from weightcache_operator.profiles.base import EngineProfile, artifacts_run, reserved_flag_problems
 from weightcache_operator.spec import ENGINE_DRAIN_S, WeightCache
 from weightcache_operator.vocabulary import ARTIFACT_MOUNT, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
@@ -145,19 +145,9 @@ class VllmProfile(EngineProfile):
                     "the operator renders its command (vllm serve …); remove it and put vLLM options in "
                     "spec.engine.vllm.args or engineArgs"
                 )
-        for field, args in (("args", vllm.args), ("engineArgs", vllm.engine_args)):
-            for token in args:
-                flag = flag_name(token)
-                if flag in RENDERED_FLAGS:
-                    found.append(
-                        f"spec.engine.vllm.{field} sets {flag}, which the operator renders itself; "
-                        f"set {RENDERED_FLAGS[flag]} instead"
-                    )
-                elif field == "engineArgs" and flag in SHARED_FLAGS:
-                    found.append(
-                        f"spec.engine.vllm.engineArgs sets {flag}, which shapes the weights' fingerprint; move it to "
-                        "spec.engine.vllm.args, which the daemons load with too"
-                    )
+        found += reserved_flag_problems(
+            "vllm", {"args": vllm.args, "engineArgs": vllm.engine_args}, RENDERED_FLAGS, SHARED_FLAGS, name=flag_name
+        )
         return found
 
     def daemon_args(self, cache: WeightCache) -> dict[str, Any]:

@@ -88,5 +88,17 @@ def test_what_the_profile_cannot_do_is_refused_with_the_field_to_change() -> Non
         in problems
     )
     assert any("sets --kv-cache-dtype, which shapes the weights' fingerprint" in p for p in problems), problems
+    # argparse abbreviations, as SGLang's parser accepts them (--tp-si 4 is its --tp-size 4)
+    problems = parse(changed(base, **{"engine.sglang.engineArgs": ["--tp-si", "4", "--context-len=99"]}))[1]
+    assert (
+        "spec.engine.sglang.engineArgs sets --tp-size (spelled --tp-si), which the operator renders itself; "
+        "set spec.parallelism.tensor instead" in problems
+    ), problems
+    assert any("sets --context-length (spelled --context-len)" in p for p in problems), problems
+    problems = parse(changed(base, **{"engine.sglang.engineArgs": ["--tp", "4"]}))[1]
+    assert problems == [
+        "spec.engine.sglang.engineArgs sets --tp, which the operator renders itself; set spec.parallelism.tensor "
+        "instead"
+    ], problems
     problems = parse(changed(base, **{"parallelism": {"tensor": 2, "expert": 2}}))[1]
     assert any("does not serve expert parallelism yet" in p for p in problems), problems

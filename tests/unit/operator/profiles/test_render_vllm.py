@@ -161,6 +161,9 @@ REFUSED = [
     ({"engine.vllm.engineArgs": ["--port", "9000"]}, "set spec.engine.port instead"),
     ({"engine.vllm.engineArgs": ["--served-model-name", "m"]}, "set spec.engine.servedModelName instead"),
     ({"engine.vllm.engineArgs": ["--kv-cache-dtype", "fp8"]}, "move it to spec.engine.vllm.args"),
+    # argparse abbreviations, as vLLM's parser accepts them
+    ({"engine.vllm.engineArgs": ["--tensor-para", "2"]}, "sets --tensor-parallel-size (spelled --tensor-para)"),
+    ({"engine.vllm.engineArgs": ["--kv-cache-dt=fp8"]}, "move it to spec.engine.vllm.args"),
 ]
 
 
