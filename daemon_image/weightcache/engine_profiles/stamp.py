@@ -36,7 +36,22 @@ def sha256_of(value: Any) -> str:
     """A setting's digest: a dict as JSON with sorted keys, an object through ``to_dict`` or ``vars``."""
     if value is not None and not isinstance(value, dict):
         value = value.to_dict() if hasattr(value, "to_dict") else vars(value)
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
+    return hashlib.sha256(json.dumps(plain(value), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def plain(value: Any, within: tuple[int, ...] = ()) -> Any:
+    """``value`` with every object that has ``to_dict`` (a transformers config) replaced by its settings,
+    and a reference back to an enclosing one by its class name: SGLang's FP8 quantization section
+    holds the model's config itself, whose ``repr`` would serialise the section again, without end."""
+    if isinstance(value, dict):
+        return {str(k): plain(v, within) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v, within) for v in value]
+    if hasattr(value, "to_dict") and not isinstance(value, type):
+        if id(value) in within:
+            return f"<the enclosing {type(value).__name__}>"
+        return plain(value.to_dict(), (*within, id(value)))
+    return value
 
 
 def engine_fingerprint(
