@@ -2,19 +2,18 @@
 # vLLM 0.26 (CUDA) from the weight cache on the GPU machine: prepare here, carry, install, run there.
 #
 # The GPU machine has torch 2.11.0+cu130 and no network; vLLM 0.26.0 is the newest release built for
-# that torch (docs/vllm.md). A command there takes 64 MiB of working tree, and git-ignored paths named
-# in `carry` stay on the machine while it is warm, so the wheel and the packages the machine lacks
-# travel in parts, one part per command, back to back:
+# that torch (docs/vllm.md). The wheel and the packages the machine lacks travel in parts
+# (tools/device/carry.sh):
 #
 #   here:  bash tools/device/vllm-h200.sh prepare        # downloads, splits into .device/vllm/p<N>/
 #   there: bash tools/device/vllm-h200.sh receive N      # once per part, carry [".device/vllm/pN"]
 #   there: bash tools/device/vllm-h200.sh install        # joins, checks, installs into /tmp/vsite
 #   there: bash tools/device/vllm-h200.sh bench SCENARIO [ARGS]  # benchmarks/vllm_gpu.py SCENARIO
 #
-# `prepare` prints the exact sequence of device calls. A machine released between calls (30 s idle)
-# starts bare: begin again at `receive 0`.
+# `prepare` prints the exact sequence of device calls.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source tools/device/carry.sh
 
 VLLM_WHEEL=vllm-0.26.0-cp38-abi3-manylinux_2_28_x86_64.whl
 VLLM_MD5=8992ddad1e32deaafcc61107fa692d2a
@@ -42,44 +41,21 @@ DEPS=(
 
 prepare() {
   local dl=.device/download
+  exclude_device_dir
   mkdir -p "$dl/deps"
-  grep -qx '/.device/' .git/info/exclude 2>/dev/null || grep -qx '/.device/' .gitignore || echo '/.device/' >>.git/info/exclude
-  [ -f "$dl/$VLLM_WHEEL" ] || python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --platform manylinux_2_28_x86_64 -d "$dl" vllm==0.26.0
+  [ -f "$dl/$VLLM_WHEEL" ] || python3 -m pip download -q --no-deps "${PLATFORMS[@]}" -d "$dl" vllm==0.26.0
   echo "$VLLM_MD5  $dl/$VLLM_WHEEL" | md5sum -c --quiet
-  local platforms=()
-  for n in 2_17 2_24 2_27 2_28 2_31 2_34 2_35; do platforms+=(--platform "manylinux_${n}_x86_64"); done
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-    "${platforms[@]}" --platform manylinux2014_x86_64 --platform any -d "$dl/deps" "${DEPS[@]}"
-  rm -rf "$PARTS" && mkdir -p "$PARTS"
-  split -b 56m -d -a 1 "$dl/$VLLM_WHEEL" "$dl/wheel.part"
-  local n=0
-  for part in "$dl"/wheel.part*; do
-    mkdir -p "$PARTS/p$n" && mv "$part" "$PARTS/p$n/"
-    n=$((n + 1))
-  done
-  mkdir -p "$PARTS/p$n" && cp "$dl"/deps/*.whl "$PARTS/p$n/"
-  du -sh "$PARTS"/p*
-  echo
-  echo "Device calls, back to back (each within 30 s of the last):"
-  for ((i = 0; i <= n; i++)); do
-    echo "  run  carry=[\"$PARTS/p$i\"]  command: bash tools/device/vllm-h200.sh receive $i"
-  done
+  python3 -m pip download -q --no-deps "${PLATFORMS[@]}" -d "$dl/deps" "${DEPS[@]}"
+  cp "$dl/$VLLM_WHEEL" "$dl/deps/"
+  split_parts "$PARTS" tools/device/vllm-h200.sh "$dl"/deps/*.whl
+  rm "$dl/deps/$VLLM_WHEEL"
   echo "  run  command: bash tools/device/vllm-h200.sh install && bash tools/device/vllm-h200.sh bench smoke"
-}
-
-receive() {
-  mkdir -p "$RECEIVED"
-  cp "$PARTS/p$1"/* "$RECEIVED/"
-  ls "$RECEIVED" | wc -l
 }
 
 install() {
   if [ -f "$SITE/.complete" ]; then echo "installed already"; return; fi
-  cat "$RECEIVED"/wheel.part* >"/tmp/$VLLM_WHEEL"
-  echo "$VLLM_MD5  /tmp/$VLLM_WHEEL" | md5sum -c --quiet
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" \
-    "/tmp/$VLLM_WHEEL" "$RECEIVED"/*.whl
+  join_checked "$RECEIVED"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$RECEIVED"/whole/*.whl
   # weightcache's `vllm.general_plugins` entry point (pyproject.toml), as a metadata-only
   # distribution: the code comes from the checkout on PYTHONPATH (bench below).
   local info="$SITE/weightcache-0.0.0.dist-info"
@@ -98,7 +74,7 @@ bench() {
 
 case "${1:-}" in
   prepare) prepare ;;
-  receive) receive "$2" ;;
+  receive) receive_part "$PARTS" "$RECEIVED" "$2" ;;
   install) install ;;
   bench) shift; bench "$@" ;;
   *) echo "usage: $0 prepare | receive N | install | bench SCENARIO [ARGS]" >&2; exit 2 ;;
