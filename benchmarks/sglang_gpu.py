@@ -199,7 +199,9 @@ def attempt(rows: list[dict[str, Any]], label: str, start: Callable[[], dict[str
     print(f"{label}: {json.dumps(rows[-1])[:600]}", flush=True)
 
 
-def starts(model: Path, kind: str, logs: Path, socket_dir: str, cold: bool, graphs: bool) -> dict[str, Any]:
+def starts(
+    model: Path, kind: str, logs: Path, socket_dir: str, cold: bool, graphs: bool, which: set[str]
+) -> dict[str, Any]:
     from weightcache.checkpoints.page_cache import drop_page_cache
 
     args = sglang_args()
@@ -213,11 +215,28 @@ def starts(model: Path, kind: str, logs: Path, socket_dir: str, cold: bool, grap
 
         return go
 
-    if cold:
+    if cold and "disk" in which:
         drop_page_cache(model)
         attempt(rows, "SGLang from disk, cold page cache", disk("SGLang from disk, cold page cache", "disk-cold"))
-    attempt(rows, "SGLang from disk, warm page cache", disk("SGLang from disk, warm page cache", "disk-warm"))
+    if "disk" in which:
+        attempt(rows, "SGLang from disk, warm page cache", disk("SGLang from disk, warm page cache", "disk-warm"))
+    if "cache" in which:
+        ours_starts(model, kind, logs, socket_dir, graphs, rows, daemons)
+    if "sglang" in which:
+        sglang_starts(model, kind, logs, rows, daemons)
+    return {"rows": rows, "daemons": daemons}
 
+
+def ours_starts(
+    model: Path,
+    kind: str,
+    logs: Path,
+    socket_dir: str,
+    graphs: bool,
+    rows: list[dict[str, Any]],
+    daemons: dict[str, Any],
+) -> None:
+    args = sglang_args()
     daemon = None
     try:
         used = gpu_used_mib()
@@ -252,6 +271,9 @@ def starts(model: Path, kind: str, logs: Path, socket_dir: str, cold: bool, grap
         if daemon is not None:
             daemon.stop()
 
+
+def sglang_starts(model: Path, kind: str, logs: Path, rows: list[dict[str, Any]], daemons: dict[str, Any]) -> None:
+    args = sglang_args()
     sgl = None
     try:
         sgl = SglangDaemon(model, logs / f"{kind}-sglang-daemon.log")
@@ -269,7 +291,6 @@ def starts(model: Path, kind: str, logs: Path, socket_dir: str, cold: bool, grap
     finally:
         if sgl is not None:
             sgl.stop()
-    return {"rows": rows, "daemons": daemons}
 
 
 def kill_both(model: Path, kind: str, logs: Path, socket_dir: str) -> dict[str, Any]:
@@ -355,7 +376,11 @@ def main() -> int:
     p.add_argument("scenario", choices=("smoke", "dense", "moe", "kill"))
     p.add_argument("--size-gib", type=float, default=16.0, help="dense, moe: the checkpoint's size")
     p.add_argument("--model", default="smoke", help="kill: the checkpoint (smoke, moe, dense, moe-large)")
+    p.add_argument("--models", help="smoke: only these of its checkpoints (smoke, moe; comma-separated)")
     p.add_argument("--graphs", action="store_true", help="one more start from our cache with CUDA graphs on")
+    p.add_argument(
+        "--starts", default="disk,cache,sglang", help="which starts: disk, cache (ours), sglang (its own daemon)"
+    )
     p.add_argument("--no-cold", action="store_true", help="no start from a cold page cache")
     p.add_argument("--cpu", action="store_true", help="a dry run of the steps on this CPU (SGLANG_USE_CPU_ENGINE=1)")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-sglang-gpu"))
@@ -367,6 +392,8 @@ def main() -> int:
     socket_dir = tempfile.mkdtemp(prefix="wcs-")
     keeper = start_keeper(socket_dir, logs / "keeper.log")
     kinds = {"smoke": ["smoke", "moe"], "dense": ["dense"], "moe": ["moe-large"], "kill": [args.model]}
+    if args.models:
+        kinds["smoke"] = args.models.split(",")
     results: dict[str, Any] = {"scenario": args.scenario, "args": sglang_args(), "models": {}}
     try:
         for kind in kinds[args.scenario]:
@@ -378,12 +405,14 @@ def main() -> int:
                 results["models"][kind] = {"bytes": size, "kill": kill_both(model, kind, logs, socket_dir)}
                 continue
             cold = args.scenario != "smoke" and not args.no_cold
-            result = starts(model, kind, logs, socket_dir, cold, args.graphs)
+            result = starts(model, kind, logs, socket_dir, cold, args.graphs, set(args.starts.split(",")))
             results["models"][kind] = {"bytes": size, **result}
             print_table(f"{kind}: {model.name}, {size / 2**30:.2f} GiB", result)
     finally:
         keeper.terminate()
-        (work / f"results-{args.scenario}.json").write_text(json.dumps(results, indent=1, default=str))
+        (work / f"results-{args.scenario}-{args.starts.replace(',', '-')}.json").write_text(
+            json.dumps(results, indent=1, default=str)
+        )
     return 0
 
 

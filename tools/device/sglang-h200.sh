@@ -45,7 +45,7 @@ DEPS=(
   partial-json-parser==0.2.1.1.post7 propcache==0.5.4 pybase64==1.5.1 pycountry==26.2.16 pydantic==2.14.4
   pydantic-extra-types==2.11.1 pydantic_core==2.50.5 Pygments==2.21.0 python-multipart==0.0.34
   pyzmq==27.3.0 referencing==0.37.0 rich==15.0.0 rpds-py==2026.9.1 setproctitle==1.3.8 sniffio==1.3.1
-  soundfile==0.13.1 starlette==1.10.0 traitlets==5.16.1 typing-inspection==0.4.5 uvicorn==0.55.0
+  soundfile==0.13.1 cffi==2.1.1 pycparser==3.12 starlette==1.10.0 traitlets==5.16.1 typing-inspection==0.4.5 uvicorn==0.55.0
   uvloop==0.23.0 watchfiles==1.3.0 xgrammar==0.2.8 yarl==1.25.1
 )
 
