@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from weightcache_contract.launch import DaemonArgs, KeeperArgs
 DRY_RUN = False
 PROMPTS = [[1, 17, 300, 42, 9], [5, 6, 7, 8, 9, 10, 11, 12], [900, 3]]
 MAX_TOKENS = 16
+OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def gpu_used_mib() -> int:
@@ -41,7 +43,50 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Daemon:
+class Started:
+    """A process started in a process group of its own (``proc``, output in ``log``), timed from
+    ``started``; stopping it stops its group, as a container's stop does."""
+
+    proc: subprocess.Popen[bytes]
+    log: Path
+    started: float
+
+    def wait_healthy(self, port: int, what: str, timeout_s: float = 540) -> float:
+        """Seconds from the start until ``/health`` on ``port`` answered 200."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{what} exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+            try:
+                with OPENER.open(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        return time.perf_counter() - self.started
+            except OSError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"{what} not healthy in {timeout_s} s:\n{self.log.read_text()[-4000:]}")
+
+    def kill(self) -> None:
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, timeout_s: float = 120) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> Started:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Daemon(Started):
     """``weightcache daemon --profile PROFILE --backend cuda-vmm`` for rank 0, keeper on."""
 
     def __init__(
@@ -79,12 +124,12 @@ class Daemon:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise SystemExit(f"daemon exited {self.proc.returncode}:\n{self.log.read_text()[-5000:]}")
+                raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log.read_text()[-5000:]}")
             info = files.read_ready()
             if info is not None and info.started_at >= self.launched:
                 return time.perf_counter() - self.started
             time.sleep(0.25)
-        raise SystemExit(f"daemon not ready in {timeout_s} s:\n{self.log.read_text()[-5000:]}")
+        raise RuntimeError(f"daemon not ready in {timeout_s} s:\n{self.log.read_text()[-5000:]}")
 
     def status(self) -> Any:
         from weightcache.client.weights import DaemonConnection
@@ -95,15 +140,6 @@ class Daemon:
 
     def cache(self) -> dict[str, Any]:
         return {"name": self.name, "socket_dir": self.socket_dir, "fallback": "error"}
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(timeout=120)
 
 
 def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:

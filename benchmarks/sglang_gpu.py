@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -41,12 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import gpu_serving
-from gpu_serving import MAX_TOKENS, PROMPTS, Daemon, checkpoint, free_port, gpu_used_mib, start_keeper
+from gpu_serving import MAX_TOKENS, OPENER, PROMPTS, Daemon, Started, checkpoint, free_port, gpu_used_mib, start_keeper
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE
 
 WEIGHTS_PHASE = re.compile(r"Load weight end\. elapsed=([0-9.]+) s")
 SGLANG_READY = "/tmp/sglang_weight_cache_rank0.ready"
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def sglang_args(graphs: bool = False) -> list[str]:
@@ -73,7 +71,7 @@ def sglang_args(graphs: bool = False) -> list[str]:
     ]
 
 
-class Server:
+class Server(Started):
     """``python -m sglang.launch_server --model-path MODEL <args>`` in a process group of its own,
     timed from its start."""
 
@@ -85,25 +83,10 @@ class Server:
         self.used_before = gpu_used_mib()
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.healthy = self._wait_healthy()
+        self.healthy = self.wait_healthy(self.port, "sglang")
         self.used_after = gpu_used_mib()
         self.first_tokens = self.generate()
         self.first_token_s = time.perf_counter() - self.started
-
-    def _wait_healthy(self, timeout_s: float = 540) -> float:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"sglang exited {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
-            try:
-                with _OPENER.open(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return time.perf_counter() - self.started
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"sglang not healthy in {timeout_s} s:\n{self.log.read_text()[-4000:]}")
 
     def generate(self) -> list[list[int]]:
         out = []
@@ -117,7 +100,7 @@ class Server:
                 json.dumps(body).encode(),
                 {"Content-Type": "application/json"},
             )
-            with _OPENER.open(req, timeout=120) as r:
+            with OPENER.open(req, timeout=120) as r:
                 out.append(json.loads(r.read())["output_ids"])
         return out
 
@@ -132,23 +115,8 @@ class Server:
             "tokens": self.first_tokens,
         }
 
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
 
-    def __enter__(self) -> Server:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class SglangDaemon:
+class SglangDaemon(Started):
     """SGLang's own weight cache daemon for rank 0 (GPU 0), ready when its ready file is written."""
 
     def __init__(self, model: Path, log: Path) -> None:
@@ -168,18 +136,6 @@ class SglangDaemon:
             time.sleep(0.25)
         self.ready_s = time.perf_counter() - self.started
         self.gpu_added_mib = gpu_used_mib() - self.used_before
-
-    def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 CLIENT = ["--weight-cache-mode", "client"]

@@ -30,7 +30,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,17 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from gpu_serving import MAX_TOKENS, PROMPTS, Daemon, checkpoint, free_port, gpu_used_mib, start_keeper, table
+from gpu_serving import (
+    MAX_TOKENS,
+    PROMPTS,
+    Daemon,
+    Started,
+    checkpoint,
+    free_port,
+    gpu_used_mib,
+    start_keeper,
+    table,
+)
 from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE
 
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
@@ -68,7 +77,7 @@ def vllm_args(extra: list[str] | None = None, eager: bool = True) -> list[str]:
     ]
 
 
-class Serve:
+class Serve(Started):
     """``vllm serve MODEL <args>`` in a process group of its own, timed from its start; with
     ``artifacts``, under ``weightcache artifacts-run --dir ARTIFACTS`` and a fresh home directory."""
 
@@ -115,27 +124,12 @@ class Serve:
         self.proc = subprocess.Popen(
             argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
-        self.healthy = self._wait_healthy()
+        self.healthy = self.wait_healthy(self.port, "vllm serve")
         self.used_after = gpu_used_mib()
         t0 = time.perf_counter()
         self.first_tokens = self.complete()
         self.first_token_s = time.perf_counter() - self.started
         self.first_request_s = time.perf_counter() - t0
-
-    def _wait_healthy(self, timeout_s: float = 540) -> float:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"vllm serve exited {self.proc.returncode}:\n{self.log.read_text()[-5000:]}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        return time.perf_counter() - self.started
-            except OSError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise SystemExit(f"vllm serve not healthy in {timeout_s} s:\n{self.log.read_text()[-5000:]}")
 
     def complete(self, prompts: list[list[int]] = PROMPTS) -> list[list[int]]:
         """Greedy token ids for each prompt (``return_token_ids``), or the texts when not given."""
@@ -179,21 +173,6 @@ class Serve:
             "graphs_s": last(GRAPHS),
             "artifacts": said[-1] if said else None,
         }
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-    def __enter__(self) -> Serve:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main() -> int:

@@ -67,3 +67,15 @@ join_checked() {
   done <"$1/SHA256SUMS"
   (cd "$1/whole" && sha256sum -c --quiet ../SHA256SUMS)
 }
+
+# entry_point SITE GROUP : weightcache's entry point of GROUP, as pyproject.toml declares it, in a
+# metadata-only distribution in SITE (the code comes from the checkout on PYTHONPATH), so the engine
+# finds the plug-in as it would in an image.
+entry_point() {
+  local info="$1/weightcache-0.0.0.dist-info" target
+  target=$(python3 -c 'import sys, tomllib
+print(tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"][sys.argv[1]]["weightcache"])' "$2")
+  mkdir -p "$info"
+  printf 'Metadata-Version: 2.1\nName: weightcache\nVersion: 0.0.0\n' >"$info/METADATA"
+  printf '[%s]\nweightcache = %s\n' "$2" "$target" >"$info/entry_points.txt"
+}

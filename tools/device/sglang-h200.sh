@@ -83,12 +83,7 @@ install() {
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "${wheels[@]}"
   echo "the image's own: ${have[*]}"
   echo "installed: $(for w in "${wheels[@]}"; do basename "$w" | cut -d- -f1-2; done | tr '\n' ' ')"
-  # weightcache's `sglang.srt.plugins` entry point (pyproject.toml), as a metadata-only
-  # distribution: the code comes from the checkout on PYTHONPATH (bench below).
-  local info="$SITE/weightcache-0.0.0.dist-info"
-  mkdir -p "$info"
-  printf 'Metadata-Version: 2.1\nName: weightcache\nVersion: 0.0.0\n' >"$info/METADATA"
-  printf '[sglang.srt.plugins]\nweightcache = weightcache.sglang.plugin:register\n' >"$info/entry_points.txt"
+  entry_point "$SITE" sglang.srt.plugins
   touch "$SITE/.complete"
   echo "installed into $SITE"
 }

@@ -56,12 +56,7 @@ install() {
   if [ -f "$SITE/.complete" ]; then echo "installed already"; return; fi
   join_checked "$RECEIVED"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$RECEIVED"/whole/*.whl
-  # weightcache's `vllm.general_plugins` entry point (pyproject.toml), as a metadata-only
-  # distribution: the code comes from the checkout on PYTHONPATH (bench below).
-  local info="$SITE/weightcache-0.0.0.dist-info"
-  mkdir -p "$info"
-  printf 'Metadata-Version: 2.1\nName: weightcache\nVersion: 0.0.0\n' >"$info/METADATA"
-  printf '[vllm.general_plugins]\nweightcache = weightcache.vllm.plugin:register\n' >"$info/entry_points.txt"
+  entry_point "$SITE" vllm.general_plugins
   touch "$SITE/.complete"
   echo "installed into $SITE"
 }
