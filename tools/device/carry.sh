@@ -79,3 +79,15 @@ print(tomllib.load(open("pyproject.toml", "rb"))["project"]["entry-points"][sys.
   printf 'Metadata-Version: 2.1\nName: weightcache\nVersion: 0.0.0\n' >"$info/METADATA"
   printf '[%s]\nweightcache = %s\n' "$2" "$target" >"$info/entry_points.txt"
 }
+
+# device_main ARG… : the verbs of a device script, which defines PARTS, RECEIVED, prepare, install
+# and bench before it calls this.
+device_main() {
+  case "${1:-}" in
+    prepare) prepare ;;
+    receive) receive_part "$PARTS" "$RECEIVED" "$2" ;;
+    install) install ;;
+    bench) shift; bench "$@" ;;
+    *) echo "usage: $0 prepare | receive N | install | bench SCENARIO [ARGS]" >&2; exit 2 ;;
+  esac
+}

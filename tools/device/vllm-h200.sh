@@ -67,10 +67,4 @@ bench() {
   python3 benchmarks/vllm_gpu.py "$@"
 }
 
-case "${1:-}" in
-  prepare) prepare ;;
-  receive) receive_part "$PARTS" "$RECEIVED" "$2" ;;
-  install) install ;;
-  bench) shift; bench "$@" ;;
-  *) echo "usage: $0 prepare | receive N | install | bench SCENARIO [ARGS]" >&2; exit 2 ;;
-esac
+device_main "$@"
