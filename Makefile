@@ -30,7 +30,8 @@ VENV_SGLANG_OLDEST := $(WEIGHTCACHE_CACHE)/venv-sglang-oldest-$(SGLANG_OLDEST_HA
 SGLANG_OLDEST_TESTS := tests/unit/data_plane/sglang/test_sglang_versions.py \
 	tests/sglang_engine/test_an_sglang_server_from_the_cache_generates_the_tokens_it_generates_from_disk.py \
 	tests/sglang_engine/test_the_daemon_refuses_sglang_arguments_it_cannot_serve_however_spelled.py \
-	tests/sglang_engine/test_the_kernel_stand_in_raises_and_records_every_call.py
+	tests/sglang_engine/test_the_kernel_stand_in_raises_and_records_every_call.py \
+	tests/sglang_engine/test_a_block_fp8_checkpoint_gets_the_same_fingerprint_however_often_sglang_resolves_it.py
 .PHONY: sglang test-sglang test-sglang-e2e test-sglang-rest test-vllm-engine sglang-oldest test-sglang-oldest host-tools demo demo-vllm demo-data-plane test test-main test-vllm-oldest vllm-oldest check env control-plane cluster cluster-down unit integration e2e gpu bench bench-engine crds manifests clean-venv
 
 # No prerequisite on the lock files: their hash is in the path already, and a fresh clone's file
