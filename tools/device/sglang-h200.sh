@@ -10,7 +10,7 @@
 #   there: bash tools/device/sglang-h200.sh install        # joins, checks, installs into /tmp/ssite
 #   there: bash tools/device/sglang-h200.sh bench SCENARIO [ARGS]  # benchmarks/sglang_gpu.py SCENARIO
 #
-# What travels is the minimal set, found as docs/sglang.md ("SGLang on a GPU") says:
+# What travels is the minimal set, found as docs/sglang.md ("On a GPU") says:
 # - sglang-kernel without FlashAttention 3 (`flash_ops`, 1.1 GB of its 1.2 GB unpacked) and without
 #   its Blackwell build (`sm100/`): SGLang imports FA3 only in its `fa3` attention backend, and every
 #   start here names `--attention-backend triton`.
@@ -19,7 +19,8 @@
 # - The distributions a start imports (`import` traced in the CPU test venv of the same SGLang),
 #   installed only where the image lacks them; SGLang's pins that the image's versions break are
 #   installed whatever the image has (FORCED: transformers 5.17 fails in SGLang 0.5.17 with
-#   "'qwen3_asr' is already used").
+#   "'qwen3_asr' is already used"). SGLang's server imports soundfile, which needs cffi: the image
+#   has neither.
 # Not carried: sgl-deep-gemm (without it SGLang's block-FP8 GEMMs use its Triton and CUTLASS
 # kernels, and no UE8M0 requantisation), FA3, tilelang, quack-kernels, cutlass-dsl, torchao.
 set -euo pipefail
