@@ -1,8 +1,8 @@
 """The daemon fingerprints a block-FP8 checkpoint from SGLang's own view of it, in a process set up
 as the daemon's rank is (SGLang's CPU engine, the kernel stand-in), where SGLang 0.5.17's resolved
 quantization section holds the model's config itself (``hf_quant_config["hf_config"]``): the
-fingerprint exists, is the same each time it is computed, and differs from the unquantized model's.
-The daemon once failed there, before loading a byte, on every block-FP8 checkpoint."""
+fingerprint exists, is the same each time it is computed, and differs from the unquantized model's
+(a digest that serialised that config through its ``repr`` would recurse into itself and fail)."""
 
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 SGLang's FP8 quantization section holds the model's own config (``quantization_config["hf_config"]``
 is the ``PretrainedConfig`` whose ``to_dict`` contains that section), so a digest that serialises a
-config through its ``repr`` recurses into itself and fails: the daemon then refused every block-FP8
-checkpoint before loading a byte."""
+config through its ``repr`` recurses into itself and fails, and with it the daemon's fingerprint of
+every block-FP8 checkpoint."""
 
 from typing import Any
 
