@@ -172,6 +172,9 @@ def _write_config(out: Path, spec: ModelSpec) -> None:
             "fmt": "e4m3",
             "activation_scheme": "dynamic",
             "weight_block_size": list(DEFAULT_BLOCK),
+            # The matrices kept in the model's dtype, by module, as published FP8 checkpoints list
+            # them (e.g. Qwen3's MoE router): vLLM otherwise builds them FP8 and finds no scales.
+            "modules_to_not_convert": _kept_unquantized(spec),
         }
     (out / "config.json").write_text(json.dumps(config_dict, indent=2, sort_keys=True))
 
@@ -196,6 +199,15 @@ def _random_tensors(spec: ModelSpec, device: str = "cpu") -> dict[str, torch.Ten
         else:
             tensors[name] = t.to(dtype).contiguous().cpu()
     return tensors
+
+
+def _kept_unquantized(spec: ModelSpec) -> list[str]:
+    rules = rules_for(FAMILIES[spec.family])
+    return sorted(
+        name.removesuffix(".weight")
+        for name, (shape, _) in shapes(spec).items()
+        if name.endswith(".weight") and len(shape) == 2 and not _stored_as_fp8(spec, rules, name, shape)
+    )
 
 
 def _stored_as_fp8(spec: ModelSpec, rules: ArchitectureRules, name: str, shape: tuple[int, ...]) -> bool:
