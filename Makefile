@@ -16,7 +16,9 @@ VENV_OLDEST := $(WEIGHTCACHE_CACHE)/venv-vllm-oldest-$(OLDEST_HASH)
 VLLM_OLDEST_TESTS := tests/unit/data_plane/vllm/test_vllm_versions.py tests/vllm_engine/test_cache_tp1_matches_disk.py \
 	tests/vllm_engine/test_moe_on_cpu_is_published_only_by_a_vllm_that_can_rebind_it.py \
 	tests/vllm_engine/test_daemon_refuses_vllm_args_that_load_other_weights_however_spelled.py \
-	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py
+	tests/vllm_engine/test_a_vllm_daemon_leaves_no_shared_memory_behind.py \
+	tests/vllm_engine/test_the_kernel_environment_flips_a_quantized_fingerprint_and_leaves_an_unquantized_one.py \
+	tests/vllm_engine/test_fp8_methods_replay_only_for_kernels_that_take_the_weights_as_loaded.py
 
 # SGLang (daemon_image/weightcache/sglang/versions.py), layered on the main environment: its own
 # venv sees the main one's site-packages and adds SGLang and what its CPU path lacks.

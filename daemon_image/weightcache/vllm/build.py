@@ -22,6 +22,7 @@ from vllm.model_executor.model_loader.utils import initialize_model, process_wei
 from vllm.platforms import current_platform
 from vllm.utils.torch_utils import set_default_torch_dtype
 from weightcache_contract.errors import WeightCacheError
+from weightcache_contract.launch import VLLM_REPLAY_KERNEL_ENV
 
 from . import versions
 from .cpu_policy import keep_plain_weights
@@ -97,15 +98,23 @@ def _unlink(path: str) -> None:
         pass
 
 
+CONSUMED_SCALARS = frozenset({"q_scale", "k_scale", "v_scale", "prob_scale"})
+"""An attention layer's scale scalars as loaded, which vLLM's KV-cache post-processing reads and then
+deletes (``BaseKVCacheMethod``): the daemon publishes them as loaded (``keep_consumed``), so that an
+engine replaying post-processing on the mapped weights (versions.py) reads what a disk load gives it."""
+
+
 def load_rank_model(
     vllm_config: VllmConfig,
     model_config: ModelConfig,
     load_config: LoadConfig,
     prefix: str = "",
     check: Callable[[nn.Module], None] | None = None,
+    keep_consumed: bool = False,
 ) -> nn.Module:
     """Build, load and post-process this rank's model with vLLM's loader for ``load_config``;
-    ``check`` sees the built model before a weight is loaded (and may refuse it)."""
+    ``check`` sees the built model before a weight is loaded (and may refuse it); ``keep_consumed``
+    puts the ``CONSUMED_SCALARS`` back as loaded after post-processing (for publication)."""
     loader = get_model_loader(load_config)
     device = torch.device(vllm_config.device_config.device if load_config.device is None else load_config.device)
     with set_current_vllm_config(vllm_config), set_default_torch_dtype(model_config.dtype):
@@ -116,9 +125,23 @@ def load_rank_model(
         if check is not None:
             check(model)
         loader.load_weights(model, model_config)
+        loaded = _consumed_scalars(model) if keep_consumed else []
         process_weights_after_loading(model, model_config, device)
+        for module, leaf, value in loaded:
+            if getattr(module, leaf, None) is None:
+                module.register_parameter(leaf, nn.Parameter(value, requires_grad=False))
     built: nn.Module = model.eval()
     return built
+
+
+def _consumed_scalars(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    """Copies of the loaded ``CONSUMED_SCALARS`` (post-processing may scale them in place first)."""
+    return [
+        (module, leaf, param.detach().clone())
+        for module in model.modules()
+        for leaf, param in module._parameters.items()
+        if leaf in CONSUMED_SCALARS and param is not None
+    ]
 
 
 def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:
@@ -131,22 +154,31 @@ def refuse_unpublishable(model: nn.Module, model_config: ModelConfig) -> None:
     quantization, opaque kernel handles, packed copies) would fail there, or hold state outside the
     arena. Run on the built model before a byte is loaded (``load_rank_model``'s ``check``), so
     nothing is published."""
-    refused: dict[str, str] = {}  # method → first layer using it
+    refused: dict[str, str] = {}  # method (and the kernel it prepares for) → first layer using it
+    kernels = False
     for name, module in model.named_modules():
         method = getattr(module, "quant_method", None)
         if isinstance(method, QuantizeMethodBase) and not rebuildable(method):
-            refused.setdefault(type(method).__name__, name or "<root>")
+            kernel = versions.replay_kernel(method)
+            kernels |= kernel is not None
+            refused.setdefault(type(method).__name__ + (f" for {kernel}" if kernel else ""), name or "<root>")
     if refused:
         import vllm
 
         methods = ", ".join(f"{m} (e.g. layer {layer})" for m, layer in refused.items())
+        pin = ""
+        if kernels and current_platform.is_cuda():
+            env = " ".join(f"{k}={v}" for k, v in VLLM_REPLAY_KERNEL_ENV.items())
+            pin = (
+                f"for block FP8, start the daemon and the engines with {env} in their environment (the operator does); "
+            )
         raise WeightCacheError(
             f"quantization {model_config.quantization or 'none'!r} cannot be served from the weight cache by "
             f"vLLM {vllm.__version__} on {current_platform.device_type}: vLLM's {methods} cannot rebuild its "
-            "state from post-processed weights, so an engine could not map what the daemon publishes. Use a "
-            "checkpoint quantized ahead of time in a method vLLM can serve pre-processed (e.g. block-FP8 "
+            f"state from post-processed weights, so an engine could not map what the daemon publishes. {pin}Use "
+            "a checkpoint quantized ahead of time in a method vLLM can serve pre-processed (e.g. block-FP8 "
             "weights in the checkpoint), drop --quantization from --engine-args, or a vLLM whose method can "
-            f"(docs/vllm.md); engines that need this method load from disk (--load-format auto)"
+            "(docs/vllm.md); engines that need this method load from disk (--load-format auto)"
         )
 
 
@@ -154,4 +186,4 @@ def rebuildable(method: QuantizeMethodBase) -> bool:
     """Whether an engine can rebuild ``method``'s state around published tensors (see above)."""
     if versions.pre_processed_mode():
         return bool(getattr(method, "supports_pre_processed_weights", False))
-    return type(method).__name__ in versions.REPLAYABLE.get(current_platform.device_type, frozenset())
+    return versions.replayable(method, current_platform.device_type)

@@ -59,5 +59,9 @@ class VllmRank(EngineRank):
         # What an engine could not map is refused before a byte is loaded. A withdrawn arena passed
         # this check when it was published (the quantization is in its fingerprint).
         return load_rank_model(
-            self.config, model_config, self.config.load_config, check=lambda m: refuse_unpublishable(m, model_config)
+            self.config,
+            model_config,
+            self.config.load_config,
+            check=lambda m: refuse_unpublishable(m, model_config),
+            keep_consumed=True,
         )

@@ -32,6 +32,33 @@ def platform_backend() -> str:
     )
 
 
+KERNEL_ENV = (
+    "VLLM_USE_DEEP_GEMM",
+    "VLLM_MOE_USE_DEEP_GEMM",
+    "VLLM_USE_DEEP_GEMM_E8M0",
+    "VLLM_USE_DEEP_GEMM_TMA_ALIGNED_SCALES",
+    "VLLM_BLOCKSCALE_FP8_GEMM_FLASHINFER",
+    "VLLM_TEST_FORCE_FP8_MARLIN",
+    "VLLM_MARLIN_INPUT_DTYPE",
+    "VLLM_DISABLED_KERNELS",
+)
+"""vLLM's environment variables that choose the kernels a quantized model's post-processing prepares
+its weights for: with DeepGEMM, for example, block-FP8 weights are requantised to UE8M0 scales, and
+without it CUTLASS and Triton take them as loaded (versions.py). A name a vLLM does not define reads
+as None."""
+
+
+def kernel_env() -> dict[str, str]:
+    """``env.<name>`` for each ``KERNEL_ENV`` variable, as vLLM parses it (a mismatch names the
+    variable); with whether VLLM_USE_DEEP_GEMM is set at all, which vLLM's FP8 MoE backend choice
+    also asks."""
+    import vllm.envs as envs
+
+    values = {f"env.{name}": str(getattr(envs, name, None)) for name in KERNEL_ENV}
+    values["env.VLLM_USE_DEEP_GEMM.set"] = str(envs.is_set("VLLM_USE_DEEP_GEMM"))
+    return values
+
+
 def rank_fingerprint(
     vllm_config: VllmConfig,
     tp_rank: int,
@@ -106,6 +133,8 @@ def rank_fingerprint(
         settings["seed"] = str(model_config.seed)
     if current_platform.is_cpu():
         settings["cpu_isa"] = cpu_isa()
+    if model_config.quantization:
+        settings |= kernel_env()
     stamp = EngineStamp(engine="vllm", version=vllm.__version__, load_profile=VLLM_PROFILE, settings=settings)
     return engine_fingerprint(
         model_config.model,

@@ -59,11 +59,52 @@ def pre_processed_mode() -> bool:
 # Quantization methods whose post-processing, in the vLLM versions without the pre-processed mode,
 # writes no tensor and makes none from the loaded ones on the platforms named: re-running it on
 # mapped weights only rebuilds Python-side state. By class name: the classes move between modules.
-# Not here: block-FP8 (``Fp8LinearMethod``, ``Fp8MoEMethod``): vLLM 0.26 on Hopper post-processes its
-# weights for DeepGEMM in place (``requant_weight_ue8m0_inplace``), which a read-only mapping refuses
-# (seen on the H200: "CUDA error: invalid argument" in the engine); the CPU's unquantized MoE packs
-# its experts into new tensors.
+# The CPU's unquantized MoE is not here (it packs its experts into new tensors), nor is block FP8 on
+# CPU (its kernels pack the weights for AMX).
 REPLAYABLE = {
     "cpu": frozenset({"PlainLinearMethod", "PlainEmbeddingMethod"}),
-    "cuda": frozenset({"UnquantizedLinearMethod", "UnquantizedEmbeddingMethod"}),
+    "cuda": frozenset(
+        {
+            "UnquantizedLinearMethod",
+            "UnquantizedEmbeddingMethod",
+            "Fp8LinearMethod",
+            "Fp8MoEMethod",
+            # Its post-processing consumes the attention layers' loaded scale scalars, which the
+            # daemon therefore publishes as loaded (``build.CONSUMED_SCALARS``).
+            "Fp8KVCacheMethod",
+        }
+    ),
 }
+# For FP8 the kernel vLLM chose when it built the method decides. Block-FP8 weights are used as loaded
+# by CUTLASS's and Triton's block kernels and by the Triton MoE, whose post-processing re-wraps the
+# same storage. DeepGEMM requantises them in place (UE8M0, ``requant_weight_ue8m0_inplace``: "CUDA
+# error: invalid argument" on the read-only mapping, seen on the H200), Marlin and FlashInfer repack
+# them into new tensors, and per-tensor FP8 requantises a fused layer's shards to one scale.
+REPLAYABLE_FP8_LINEAR_KERNELS = frozenset({"CutlassFp8BlockScaledMMKernel", "TritonFp8BlockScaledMMKernel"})
+REPLAYABLE_FP8_MOE_BACKENDS = frozenset({"TRITON"})
+
+
+def replay_kernel(method: object) -> str | None:
+    """The kernel an FP8 method's post-processing prepares the weights for, by name; None for others."""
+    name = type(method).__name__
+    if name == "Fp8LinearMethod":
+        return type(getattr(method, "fp8_linear", None)).__name__
+    if name == "Fp8MoEMethod":
+        backend = getattr(method, "fp8_backend", None)
+        return str(getattr(backend, "value", backend))
+    return None
+
+
+def replayable(method: object, device_type: str) -> bool:
+    """Whether replaying ``method``'s post-processing on ``device_type`` leaves the mapped weights as
+    published (see above)."""
+    name = type(method).__name__
+    if name not in REPLAYABLE.get(device_type, frozenset()):
+        return False
+    kernel = replay_kernel(method)
+    if kernel is None:
+        return True
+    if not getattr(method, "block_quant", False):
+        return False
+    allowed = REPLAYABLE_FP8_LINEAR_KERNELS if name == "Fp8LinearMethod" else REPLAYABLE_FP8_MOE_BACKENDS
+    return kernel in allowed

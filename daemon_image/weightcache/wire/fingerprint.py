@@ -168,6 +168,11 @@ _FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("environment.backend",), "give the daemon and the engine the same --backend"),
     (("environment.access",), "give the daemon (--engine-access) and the engine the same access mode"),
     (("engine.version",), "run the daemon and the engine with the same engine version (the same image)"),
+    (
+        ("engine.settings.env",),
+        "give the daemon and the engine the same value of the environment variable the field names (the "
+        "engine's kernel choice; the operator sets the same on both)",
+    ),
     (("engine.settings",), "give the daemon (--engine-args) and the engine the same engine arguments"),
     (("engine", "engine.load_profile", "engine.engine"), "start the daemon with the engine's load profile (--profile)"),
 )

@@ -14,7 +14,7 @@ import json
 from typing import Any
 
 from weightcache_contract.backends import GPU_BACKENDS
-from weightcache_contract.launch import ENGINE_IMAGE_ENV, LOAD_FORMAT, VLLM_PROFILE
+from weightcache_contract.launch import ENGINE_IMAGE_ENV, LOAD_FORMAT, VLLM_PROFILE, VLLM_REPLAY_KERNEL_ENV
 
 from weightcache_operator.profiles.base import EngineProfile, artifacts_run, reserved_flag_problems
 from weightcache_operator.spec import ENGINE_DRAIN_S, WeightCache
@@ -93,6 +93,15 @@ def vllm_args(cache: WeightCache) -> list[str]:
     return [*args, *spec.engine.vllm.args]
 
 
+def kernel_env(cache: WeightCache) -> dict[str, str]:
+    """On GPUs, the kernel choice under which vLLM 0.26 can serve block FP8 from the cache
+    (``VLLM_REPLAY_KERNEL_ENV``), for the daemons and the engines alike: the fingerprint carries it,
+    so a side without it would never share the arena. Set whatever the checkpoint holds: vLLM takes
+    the quantization from config.json even where spec.model.quantization says none, and it changes
+    only FP8 kernels."""
+    return dict(VLLM_REPLAY_KERNEL_ENV) if cache.spec.daemon.backend in GPU_BACKENDS else {}
+
+
 def loader_config(cache: WeightCache) -> dict[str, str]:
     """``--model-loader-extra-config`` of the weightcache loader: where the daemon's sockets are,
     which cache, and what to do when the arena cannot be used."""
@@ -162,7 +171,8 @@ class VllmProfile(EngineProfile):
 
     def daemon_env(self, cache: WeightCache) -> list[dict[str, Any]]:
         """The daemon's vLLM loader runs vLLM's model construction; its processes stay on loopback too."""
-        return [{"name": "VLLM_HOST_IP", "value": "127.0.0.1"}]
+        values = {"VLLM_HOST_IP": "127.0.0.1", **kernel_env(cache)}
+        return [{"name": k, "value": v} for k, v in values.items()]
 
     def daemon_read_only_root(self, cache: WeightCache) -> bool:
         # vLLM's model construction writes its caches and configuration under the home directory.
@@ -192,7 +202,7 @@ class VllmProfile(EngineProfile):
         assert spec.engine.vllm is not None, "the environment needs spec.engine.vllm"
         # vLLM's processes (API server, engine core, workers) talk over message queues bound to this
         # address; left unset they bind a non-loopback one, which nothing outside the pod needs.
-        values = {"VLLM_HOST_IP": "127.0.0.1"}
+        values = {"VLLM_HOST_IP": "127.0.0.1", **kernel_env(cache)}
         if spec.daemon.backend not in GPU_BACKENDS:
             assert spec.engine.vllm.kv_cache_space_gib is not None, "validation requires kvCacheSpaceGiB on CPU"
             values["VLLM_CPU_KVCACHE_SPACE"] = str(spec.engine.vllm.kv_cache_space_gib)
