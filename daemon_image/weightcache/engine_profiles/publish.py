@@ -8,6 +8,11 @@ aliases, so the engine re-ties them.
 The arena is ``cpu-shm`` for a model on the CPU and ``cuda-vmm`` for a model on a GPU (the copy
 stays on the device). Either way the layout and the manifest are the same; a cuda-vmm arena is
 read-only to engines through their mapping's access (``PROT_READ``), as the reference daemon's are.
+
+A GPU that cannot hold the loaded model and the arena at once (a 60 GiB model on an 80 GB GPU) gets
+the copy through host memory: every tensor is copied to one host buffer, the loaded model's GPU
+memory is given back, and the arena is filled from the buffer. The peak on the GPU is then one copy
+of the weights, as SGLang's own daemon has, for host memory the size of the arena for the moment.
 """
 
 from __future__ import annotations
@@ -49,11 +54,21 @@ def model_tensors(model: nn.Module) -> tuple[dict[str, tuple[torch.Tensor, Kind]
     return tensors, aliases
 
 
+ROOM_MARGIN = 512 * 2**20
+"""GPU memory left free beside a new arena: the CUDA context's and the copy's own allocations."""
+
+
 def publish(
-    model: nn.Module, fingerprint_digest: str, label: str, backend: str = "cpu-shm", device: int = 0
+    model: nn.Module,
+    fingerprint_digest: str,
+    label: str,
+    backend: str = "cpu-shm",
+    device: int = 0,
+    through_host: bool | None = None,
 ) -> Published:
     """Copy the model's tensors into a fresh ``backend`` arena (on GPU ``device`` for cuda-vmm),
-    seal it, and describe it."""
+    seal it, and describe it. ``through_host``: copy through host memory, giving the model's own
+    memory back first (the model is unusable afterwards); None decides by the GPU's free memory."""
     if backend not in ("cpu-shm", "cuda-vmm"):
         raise WeightCacheError(
             f"an engine profile publishes cpu-shm or cuda-vmm arenas, not {backend}"
@@ -96,13 +111,21 @@ def publish(
             )
         )
         cursor = offset + nbytes
-    arena = create_arena(backend, max(align(cursor), 1), label, device)
+    size = max(align(cursor), 1)
+    if through_host is None:
+        through_host = want.type == "cuda" and not _room_for(size, device)
+    staged = _through_host(tensors, entries, size) if through_host else None
+    arena = create_arena(backend, size, label, device)
     try:
         flat = arena.buffer()
-        views = tensor_views(flat, entries)
         with torch.no_grad():  # engines' parameters may keep requires_grad=True
-            for name, (tensor, _) in tensors.items():
-                views[name].copy_(tensor)
+            if staged is not None:
+                flat.copy_(staged)
+                del staged
+            else:
+                views = tensor_views(flat, entries)
+                for name, (tensor, _) in tensors.items():
+                    views[name].copy_(tensor)
         if flat.is_cuda:
             torch.cuda.synchronize(flat.device)  # every copy done before the exec ends this context
         entries = [e.model_copy(update={"checksum": _crc32(flat[e.offset : e.offset + e.nbytes])}) for e in entries]
@@ -111,6 +134,38 @@ def publish(
         arena.close()
         raise
     return Published(arena, Manifest.build(fingerprint_digest, arena.size, entries, aliases))
+
+
+def _room_for(size: int, device: int) -> bool:
+    """Whether GPU ``device`` has ``size`` bytes free beside what is allocated now (the allocator's
+    cached blocks given back first)."""
+    torch.cuda.empty_cache()
+    free, _ = torch.cuda.mem_get_info(device)
+    return bool(free >= size + ROOM_MARGIN)
+
+
+def _through_host(tensors: dict[str, tuple[torch.Tensor, Kind]], entries: list[TensorEntry], size: int) -> torch.Tensor:
+    """The arena's bytes in host memory, laid out as ``entries``; then every published tensor's
+    storage is emptied (views of it too, wherever the engine keeps them) and the allocator's blocks
+    are given back, so the arena can take their place."""
+    staged = torch.empty(size, dtype=torch.uint8)
+    end = 0
+    for entry in sorted(entries, key=lambda e: e.offset):  # the alignment gaps hold zeros, as a fresh arena's
+        staged[end : entry.offset].zero_()
+        end = entry.offset + entry.nbytes
+    staged[end:].zero_()
+    views = tensor_views(staged, entries)
+    with torch.no_grad():
+        for name, (tensor, _) in tensors.items():
+            views[name].copy_(tensor)
+        for tensor, _ in tensors.values():
+            try:
+                tensor.untyped_storage().resize_(0)
+            except RuntimeError:
+                pass  # storage the engine does not own (not resizable): it stays, and so does its memory
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    return staged
 
 
 def _crc32(raw: torch.Tensor) -> int:
