@@ -115,7 +115,11 @@ class Daemon(Started):
         self.started = time.perf_counter()
         self.launched = time.time()
         self.proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.ready_s = self._wait_ready()
+        try:
+            self.ready_s = self._wait_ready()
+        except BaseException:
+            self.stop()  # a daemon that never got ready holds no GPU memory under the next start
+            raise
 
     def _wait_ready(self, timeout_s: float = 540) -> float:
         from weightcache.wire.rankfiles import RankFiles
@@ -226,6 +230,10 @@ def checkpoint(workdir: Path, kind: str, gib: float) -> Path:
     out = workdir / f"{kind}-{spec.num_layers}l"
     if not (out / "weightcache-sample.json").exists():
         write_checkpoint(out, spec, device="cpu" if DRY_RUN else "cuda")
+        if not DRY_RUN:
+            import torch
+
+            torch.cuda.empty_cache()  # the generator's blocks, not held beside the engines
     return out
 
 

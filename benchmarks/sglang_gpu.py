@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -83,9 +84,13 @@ class Server(Started):
         self.used_before = gpu_used_mib()
         self.started = time.perf_counter()
         self.proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
-        self.healthy = self.wait_healthy(self.port, "sglang")
-        self.used_after = gpu_used_mib()
-        self.first_tokens = self.generate()
+        try:
+            self.healthy = self.wait_healthy(self.port, "sglang")
+            self.used_after = gpu_used_mib()
+            self.first_tokens = self.generate()
+        except BaseException:
+            self.stop()  # a server that failed its start holds no GPU memory under the next one
+            raise
         self.first_token_s = time.perf_counter() - self.started
 
     def generate(self) -> list[list[int]]:
@@ -226,6 +231,34 @@ def ours_starts(
     finally:
         if daemon is not None:
             daemon.stop()
+            release_keeper(socket_dir, kind)
+
+
+def release_keeper(socket_dir: str, name: str) -> None:
+    """The keeper holds a stopped daemon's arena on the GPU; SGLang's own daemon needs the room."""
+    from weightcache.daemon.keeper import KeeperClient, keeper_socket
+
+    try:
+        with KeeperClient(keeper_socket(socket_dir)) as keeper:
+            print(f"keeper released {keeper.release(name)} arena(s) of {name}", flush=True)
+    except Exception as e:  # noqa: BLE001
+        print(f"keeper release of {name} failed: {type(e).__name__}: {e}", flush=True)
+
+
+def stop_children(signum: int, _frame: object) -> None:
+    """On SIGTERM (``timeout``): SIGKILL every child's process group (engines, daemons, keeper; each
+    started in a session of its own), so nothing holds the GPU after this script, then exit through
+    the ``finally`` that writes the results."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == me:
+                os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+    print(f"signal {signum}: stopped every child", flush=True)
+    raise SystemExit(128 + signum)
 
 
 def sglang_starts(model: Path, kind: str, logs: Path, rows: list[dict[str, Any]], daemons: dict[str, Any]) -> None:
@@ -342,6 +375,7 @@ def main() -> int:
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-sglang-gpu"))
     args = p.parse_args()
     gpu_serving.DRY_RUN = args.cpu
+    signal.signal(signal.SIGTERM, stop_children)
     work = Path(args.workdir)
     logs = work / f"logs-{args.scenario}"
     logs.mkdir(parents=True, exist_ok=True)

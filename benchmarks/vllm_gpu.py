@@ -12,7 +12,13 @@ operator renders it, with the same list of vLLM arguments as the engines. Scenar
   engine adds (nvidia-smi) against the daemon's arena bytes, and the tokens.
 - ``kill``: the daemon SIGKILLed under a serving engine, which keeps answering the same tokens; a new
   daemon re-adopts the arena from the keeper (0 bytes read); a new engine maps it and answers the same.
-- ``moe``: a block-FP8 Qwen3-MoE through vLLM's FP8 path, from disk and from the cache.
+- ``moe``: a block-FP8 Qwen3-MoE through vLLM's FP8 path, from disk (cold, then warm page cache) and
+  from the cache; ``moe-large --size-gib N``: the same at Qwen3-235B-A22B's widths, N GiB on disk.
+  Every process runs with ``VLLM_REPLAY_KERNEL_ENV``, as the operator renders it on GPUs: vLLM 0.26
+  then post-processes block FP8 for CUTLASS and the Triton MoE, which take the mapped weights as they
+  are (docs/vllm.md), and the rows from disk use the same kernels.
+- ``--graphs``: one more start from the cache with compilation and CUDA graphs on (no
+  ``--enforce-eager``).
 - ``artifacts --size-gib N``: compilation and CUDA graphs on (no ``--enforce-eager``); a daemon with
   ``--artifact-dir`` and each engine under ``weightcache artifacts-run``, as the operator renders
   them with ``spec.engine.vllm.artifactCache``: a cold start (the directory empty; vLLM compiles, the
@@ -49,12 +55,12 @@ from gpu_serving import (
     start_keeper,
     table,
 )
-from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE
+from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, VLLM_REPLAY_KERNEL_ENV
 
 WEIGHTS_PHASE = re.compile(r"(Loading weights|Mapping and binding weights) took ([0-9.]+) seconds")
 # vLLM's own log lines for where a compiled start spends its time (0.26 and 0.32 word them alike).
 INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\) took ([0-9.]+) s")
-COMPILE = re.compile(r"torch.compile takes ([0-9.]+) s in total")
+COMPILE = re.compile(r"torch.compile (?:takes|took) ([0-9.]+) s in total")
 GRAPHS = re.compile(r"Graph capturing finished in ([0-9.]+) secs")
 KV_BYTES = 4 * 2**30
 
@@ -177,13 +183,18 @@ class Serve(Started):
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("scenario", choices=("smoke", "dense", "kill", "moe", "artifacts"))
-    p.add_argument("--size-gib", type=float, default=16.0, help="dense, kill, artifacts: the checkpoint's size")
+    p.add_argument("scenario", choices=("smoke", "dense", "kill", "moe", "moe-large", "artifacts"))
+    p.add_argument(
+        "--size-gib", type=float, default=16.0, help="dense, kill, moe-large, artifacts: the checkpoint's size"
+    )
+    p.add_argument("--graphs", action="store_true", help="also a start from the cache with CUDA graphs on")
+    p.add_argument("--no-cold", action="store_true", help="no start from a cold page cache")
     p.add_argument("--runs", type=int, default=1, help="artifacts: cold/warm pairs")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-vllm-gpu"))
     args = p.parse_args()
     from weightcache.checkpoints.page_cache import drop_page_cache
 
+    os.environ.update(VLLM_REPLAY_KERNEL_ENV)  # daemon and engines alike, as the operator renders them
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     logs = work / f"logs-{args.scenario}"
@@ -202,12 +213,13 @@ def main() -> int:
     results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "rows": rows}
     daemon = None
     try:
-        if args.scenario != "kill":
+        if args.scenario != "kill" and not args.no_cold:
             drop_page_cache(model)
             with Serve(model, engine_args, logs / "disk-cold.log") as engine:
                 rows.append(engine.row("vLLM from disk, cold page cache"))
             print(f"disk cold: {rows[-1]}", flush=True)
-            if args.scenario == "dense":
+        if args.scenario != "kill":
+            if args.scenario in ("dense", "moe", "moe-large"):
                 with Serve(model, engine_args, logs / "disk-warm.log") as engine:
                     rows.append(engine.row("vLLM from disk, warm page cache"))
                 print(f"disk warm: {rows[-1]}", flush=True)
@@ -227,6 +239,11 @@ def main() -> int:
             if args.scenario == "kill":
                 results["kill"] = kill_scenario(daemon, engine, model, engine_args, socket_dir, kind, logs)
                 daemon = results["kill"].pop("successor")
+        if args.graphs and args.scenario != "kill":
+            # Compilation and CUDA graphs change no weight: the same fingerprint, the same arena.
+            with Serve(model, vllm_args(eager=False), logs / "cache-graphs.log", cache=daemon.cache()) as engine:
+                rows.append(engine.row("vLLM from the cache, CUDA graphs on"))
+            print(f"cache, graphs: {rows[-1]}", flush=True)
         if args.scenario != "kill":
             table(rows, st.arena_bytes)
     finally:

@@ -92,7 +92,8 @@ install() {
 bench() {
   export PYTHONPATH="$PWD/contract:$PWD/daemon_image:$PWD/operator:$SITE"
   export PYTHONUNBUFFERED=1
-  python3 benchmarks/sglang_gpu.py "$@"
+  # exec: a `timeout` around this script signals the benchmark itself, which stops its engines.
+  exec python3 benchmarks/sglang_gpu.py "$@"
 }
 
 device_main "$@"

@@ -64,7 +64,8 @@ install() {
 bench() {
   export PYTHONPATH="$PWD/contract:$PWD/daemon_image:$PWD/operator:$SITE"
   export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-  python3 benchmarks/vllm_gpu.py "$@"
+  # exec: a `timeout` around this script signals the benchmark itself.
+  exec python3 benchmarks/vllm_gpu.py "$@"
 }
 
 device_main "$@"
