@@ -163,8 +163,7 @@ def _through_host(tensors: dict[str, tuple[torch.Tensor, Kind]], entries: list[T
                 tensor.untyped_storage().resize_(0)
             except RuntimeError:
                 pass  # storage the engine does not own (not resizable): it stays, and so does its memory
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
+    torch.cuda.empty_cache()  # (nothing to do where CUDA was never initialised)
     return staged
 
 
