@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from vllm_harness import env, vllm_args
-from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
+from vllm_harness import env, qwen3_moe_checkpoint, vllm_args
 
 BUILD = """
 import json, socket, sys, torch
@@ -38,21 +37,7 @@ print("LAYERS " + json.dumps({
 
 
 def test_cpu_packed_fp8_kernels_are_never_replayed_and_the_kv_method_and_router_are(tmp_path: Path) -> None:
-    model = write_checkpoint(
-        tmp_path / "fp8-moe",
-        ModelSpec(
-            family="qwen3_moe",
-            hidden_size=256,
-            num_heads=4,
-            num_kv_heads=2,
-            intermediate_size=512,
-            num_experts=8,
-            num_experts_per_tok=2,
-            moe_intermediate_size=128,
-            num_layers=2,
-            fp8=True,
-        ),
-    )
+    model = qwen3_moe_checkpoint(tmp_path / "fp8-moe", fp8=True)
     out = subprocess.run(
         [sys.executable, "-c", BUILD, str(model), json.dumps(vllm_args())],
         env=env(),

@@ -84,8 +84,9 @@ def _scale_tensor(checkpoint: Path, name: str, factor: float) -> None:
     raise AssertionError(f"{name} is in no shard of {checkpoint}")
 
 
-def qwen3_moe_checkpoint(out: Path) -> Path:
-    """A tiny Qwen3-MoE: 8 experts, top-2, every layer sparse."""
+def qwen3_moe_checkpoint(out: Path, fp8: bool = False) -> Path:
+    """A tiny Qwen3-MoE: 8 experts, top-2, every layer sparse; ``fp8``: its matrices in block FP8, as a
+    pre-quantized checkpoint stores them."""
     return write_checkpoint(
         out,
         ModelSpec(
@@ -98,6 +99,7 @@ def qwen3_moe_checkpoint(out: Path) -> Path:
             num_experts_per_tok=2,
             moe_intermediate_size=128,
             dtype="bfloat16",
+            fp8=fp8,
         ),
     )
 
