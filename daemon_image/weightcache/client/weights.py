@@ -84,10 +84,15 @@ class DaemonConnection:
     """One connection to one rank's daemon. Use as a context manager.
 
     A daemon whose connection slots are taken (``DaemonBusy``) is asked again, with backoff, until
-    ``timeout_s`` has passed since the first attempt; then its own busy text is raised."""
+    ``timeout_s`` has passed since the first attempt; then its own busy text is raised. With
+    ``retry_busy=False`` the first refusal is raised at once (a caller with its own retry policy)."""
 
     def __init__(
-        self, path: str | os.PathLike[str], timeout_s: float = 10.0, client: str = "weightcache-client"
+        self,
+        path: str | os.PathLike[str],
+        timeout_s: float = 10.0,
+        client: str = "weightcache-client",
+        retry_busy: bool = True,
     ) -> None:
         self.path = str(path)
         deadline = time.monotonic() + timeout_s
@@ -101,6 +106,8 @@ class DaemonConnection:
             except DaemonBusy as exc:
                 self._sock.close()
                 left = deadline - time.monotonic()
+                if not retry_busy:
+                    raise
                 if left <= 0:
                     raise DaemonBusy(
                         f"{exc} (still busy after {timeout_s:.1f} s of retries; give the client a longer timeout, "
