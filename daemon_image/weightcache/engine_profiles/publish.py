@@ -17,6 +17,7 @@ of the weights, as SGLang's own daemon has, for host memory the size of the aren
 
 from __future__ import annotations
 
+import logging
 import zlib
 from dataclasses import dataclass
 
@@ -28,6 +29,9 @@ from weightcache_contract.errors import WeightCacheError
 from ..arenas.arena import Arena, create_arena
 from ..checkpoints import dtypes
 from ..checkpoints.manifest import Kind, Manifest, TensorEntry, align, tensor_views
+
+
+log = logging.getLogger("weightcache.publisher")
 
 
 @dataclass
@@ -114,6 +118,9 @@ def publish(
     size = max(align(cursor), 1)
     if through_host is None:
         through_host = want.type == "cuda" and not _room_for(size, device)
+    if through_host:
+        # Said before the host allocation: a memory limit below it ends the daemon with an OOM kill.
+        log.info("copying through host memory", extra={"fields": {"bytes": size, "device": str(want)}})
     staged = _through_host(tensors, entries, size) if through_host else None
     arena = create_arena(backend, size, label, device)
     try:
