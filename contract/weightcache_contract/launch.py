@@ -50,7 +50,7 @@ VLLM_REPLAY_KERNEL_ENV = {"VLLM_USE_DEEP_GEMM": "0"}
 weights it loaded: without DeepGEMM, CUTLASS's block-FP8 linear kernel and the Triton MoE take them as
 they are, where DeepGEMM requantises them in place (UE8M0), which a read-only mapping refuses. vLLM
 0.26 replays post-processing on the mapped weights (``weightcache/vllm/versions.py``), so the operator
-sets this on the daemons and the engines of a block-FP8 cache on GPUs, and the vLLM profile's
+sets this on the daemons and the engines of every vLLM cache on GPUs, and a quantized model's vLLM
 fingerprint carries the kernel environment, so sides that differ never share an arena."""
 ENGINE_ENV_PREFIX = "WEIGHTCACHE_ENGINE_"
 """Every engine setting in the environment is ``ENGINE_ENV_PREFIX`` + its flag, upper case, ``_`` for ``-``."""
