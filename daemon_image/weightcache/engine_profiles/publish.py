@@ -30,7 +30,6 @@ from ..arenas.arena import Arena, create_arena
 from ..checkpoints import dtypes
 from ..checkpoints.manifest import Kind, Manifest, TensorEntry, align, tensor_views
 
-
 log = logging.getLogger("weightcache.publisher")
 
 
