@@ -167,6 +167,22 @@ def start_keeper(socket_dir: str, log: Path) -> subprocess.Popen[bytes]:
     raise SystemExit(f"keeper did not answer:\n{log.read_text()}")
 
 
+def stop_children(signum: int, _frame: object) -> None:
+    """On SIGTERM (``timeout``): SIGKILL every child's process group (engines, daemons, keeper; each
+    started in a session of its own), so nothing holds the GPU after this script, then exit through
+    the script's ``finally`` blocks. Installed by each benchmark's ``main``."""
+    me = os.getpid()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == me:
+                os.killpg(pid, signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
+            pass
+    print(f"signal {signum}: stopped every child", flush=True)
+    raise SystemExit(128 + signum)
+
+
 def checkpoint(workdir: Path, kind: str, gib: float) -> Path:
     """Generated on the GPU (seeded random weights, a real config and tokenizer)."""
     from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint

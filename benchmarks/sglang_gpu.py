@@ -41,7 +41,18 @@ from pathlib import Path
 from typing import Any
 
 import gpu_serving
-from gpu_serving import MAX_TOKENS, OPENER, PROMPTS, Daemon, Started, checkpoint, free_port, gpu_used_mib, start_keeper
+from gpu_serving import (
+    MAX_TOKENS,
+    OPENER,
+    PROMPTS,
+    Daemon,
+    Started,
+    checkpoint,
+    free_port,
+    gpu_used_mib,
+    start_keeper,
+    stop_children,
+)
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE
 
 WEIGHTS_PHASE = re.compile(r"Load weight end\. elapsed=([0-9.]+) s")
@@ -243,22 +254,6 @@ def release_keeper(socket_dir: str, name: str) -> None:
             print(f"keeper released {keeper.release(name)} arena(s) of {name}", flush=True)
     except Exception as e:  # noqa: BLE001
         print(f"keeper release of {name} failed: {type(e).__name__}: {e}", flush=True)
-
-
-def stop_children(signum: int, _frame: object) -> None:
-    """On SIGTERM (``timeout``): SIGKILL every child's process group (engines, daemons, keeper; each
-    started in a session of its own), so nothing holds the GPU after this script, then exit through
-    the ``finally`` that writes the results."""
-    me = os.getpid()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            pid, ppid = int(stat.parent.name), int(stat.read_text().rsplit(")", 1)[1].split()[1])
-            if ppid == me:
-                os.killpg(pid, signal.SIGKILL)
-        except (OSError, ValueError, IndexError):
-            pass
-    print(f"signal {signum}: stopped every child", flush=True)
-    raise SystemExit(128 + signum)
 
 
 def sglang_starts(model: Path, kind: str, logs: Path, rows: list[dict[str, Any]], daemons: dict[str, Any]) -> None:

@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,6 +54,7 @@ from gpu_serving import (
     free_port,
     gpu_used_mib,
     start_keeper,
+    stop_children,
     table,
 )
 from weightcache_contract.launch import LOAD_FORMAT, VLLM_PROFILE, VLLM_REPLAY_KERNEL_ENV
@@ -195,6 +197,7 @@ def main() -> int:
     from weightcache.checkpoints.page_cache import drop_page_cache
 
     os.environ.update(VLLM_REPLAY_KERNEL_ENV)  # daemon and engines alike, as the operator renders them
+    signal.signal(signal.SIGTERM, stop_children)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     logs = work / f"logs-{args.scenario}"

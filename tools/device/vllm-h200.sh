@@ -64,7 +64,7 @@ install() {
 bench() {
   export PYTHONPATH="$PWD/contract:$PWD/daemon_image:$PWD/operator:$SITE"
   export VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
-  # exec: a `timeout` around this script signals the benchmark itself.
+  # exec: a `timeout` around this script signals the benchmark itself, which stops its engines.
   exec python3 benchmarks/vllm_gpu.py "$@"
 }
 
