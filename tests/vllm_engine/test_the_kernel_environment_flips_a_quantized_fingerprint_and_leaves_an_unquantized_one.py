@@ -43,6 +43,9 @@ def test_the_pinned_kernel_environment_flips_a_block_fp8_fingerprint_naming_the_
     fix = mismatch_fix(default.differences(pinned))
     assert fix.startswith("give the daemon and the engine the same value of the environment variable")
     assert pinned.digest == fingerprint(fp8).digest
+    # Decided from vLLM's parse of the variable, not its spelling: "00" is the same choice as "0".
+    monkeypatch.setenv("VLLM_USE_DEEP_GEMM", "00")
+    assert fingerprint(fp8).digest == pinned.digest
 
 
 def test_an_unquantized_fingerprint_ignores_the_kernel_environment(
