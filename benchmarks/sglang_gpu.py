@@ -281,6 +281,7 @@ def kill_both(model: Path, kind: str, logs: Path, socket_dir: str) -> dict[str, 
     """SIGKILL of each daemon under a serving engine, then a new engine's start."""
     args = sglang_args()
     out: dict[str, Any] = {}
+    daemon = successor = None
     try:
         daemon = Daemon(model, args, socket_dir, kind, logs / "kill-daemon.log", SGLANG_PROFILE)
         deadline = time.monotonic() + 60
@@ -302,11 +303,15 @@ def kill_both(model: Path, kind: str, logs: Path, socket_dir: str) -> dict[str, 
         with Server(model, args, logs / "kill-cache-new.log", cache_flags(successor)) as fresh:
             ours["new_engine_answers_the_same"] = fresh.generate() == before
             ours["new_engine"] = fresh.row("new engine")
-        successor.stop()
         out["ours"] = ours
     except Exception as e:  # noqa: BLE001
         out["ours"] = {"error": f"{type(e).__name__}: {str(e)[-3000:]}"}
         traceback.print_exc()
+    finally:
+        for d in (daemon, successor):
+            if d is not None:
+                d.stop()
+        release_keeper(socket_dir, kind)
     print(f"ours: {json.dumps(out['ours'])[:1500]}", flush=True)
     try:
         sgl = SglangDaemon(model, logs / "kill-sglang-daemon.log")
