@@ -56,6 +56,7 @@ from gpu_serving import (
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE
 
 WEIGHTS_PHASE = re.compile(r"Load weight end\. elapsed=([0-9.]+) s")
+ERROR_LINE = re.compile(r"^\w*(?:Error|Exception): .*$", re.MULTILINE)
 SGLANG_READY = "/tmp/sglang_weight_cache_rank0.ready"
 
 
@@ -277,20 +278,32 @@ def sglang_starts(model: Path, kind: str, logs: Path, rows: list[dict[str, Any]]
             sgl.stop()
 
 
+def last_error(text: str) -> str:
+    """The last ``SomethingError: why`` line of a log: what a process that failed said last."""
+    found = ERROR_LINE.findall(text)
+    lines = text.strip().splitlines()
+    return found[-1] if found else (lines[-1] if lines else "")
+
+
 def kill_both(model: Path, kind: str, logs: Path, socket_dir: str) -> dict[str, Any]:
-    """SIGKILL of each daemon under a serving engine, then a new engine's start."""
+    """SIGKILL of each daemon under a serving engine, then a new engine's start. Each half records
+    every step as it goes, so a step that fails (what SGLang does is the measurement) keeps the ones
+    before it."""
     args = sglang_args()
-    out: dict[str, Any] = {}
+    ours: dict[str, Any] = {}
+    theirs: dict[str, Any] = {}
+    out: dict[str, Any] = {"ours": ours, "sglang": theirs}
     daemon = successor = None
     try:
         daemon = Daemon(model, args, socket_dir, kind, logs / "kill-daemon.log", SGLANG_PROFILE)
+        ours["daemon_ready_s"] = round(daemon.ready_s, 1)
         deadline = time.monotonic() + 60
         while not daemon.status().deposited and time.monotonic() < deadline:
             time.sleep(0.2)
         with Server(model, args, logs / "kill-cache.log", cache_flags(daemon)) as engine:
             before = engine.generate()
             daemon.kill()
-            ours: dict[str, Any] = {"serving_engine_answers_the_same_after_the_kill": engine.generate() == before}
+            ours["serving_engine_answers_the_same_after_the_kill"] = engine.generate() == before
             t0 = time.perf_counter()
             successor = Daemon(model, args, socket_dir, kind, logs / "kill-successor.log", SGLANG_PROFILE)
             st = successor.status()
@@ -303,38 +316,44 @@ def kill_both(model: Path, kind: str, logs: Path, socket_dir: str) -> dict[str, 
         with Server(model, args, logs / "kill-cache-new.log", cache_flags(successor)) as fresh:
             ours["new_engine_answers_the_same"] = fresh.generate() == before
             ours["new_engine"] = fresh.row("new engine")
-        out["ours"] = ours
     except Exception as e:  # noqa: BLE001
-        out["ours"] = {"error": f"{type(e).__name__}: {str(e)[-3000:]}"}
+        ours["error"] = f"{type(e).__name__}: {str(e)[-3000:]}"
         traceback.print_exc()
     finally:
         for d in (daemon, successor):
             if d is not None:
                 d.stop()
         release_keeper(socket_dir, kind)
-    print(f"ours: {json.dumps(out['ours'])[:1500]}", flush=True)
+    print(f"ours: {json.dumps(ours)[:1500]}", flush=True)
+    sgl = None
     try:
         sgl = SglangDaemon(model, logs / "kill-sglang-daemon.log")
+        theirs["daemon_ready_s"] = round(sgl.ready_s, 1)
         with Server(model, args, logs / "kill-sglang-client.log", CLIENT) as engine:
             before = engine.generate()
             sgl.kill()
-            theirs: dict[str, Any] = {}
             try:
                 theirs["serving_engine_answers_the_same_after_the_kill"] = engine.generate() == before
             except Exception as e:  # noqa: BLE001 - what SGLang does is the measurement
                 theirs["serving_engine_after_the_kill"] = f"{type(e).__name__}: {e}"
             time.sleep(5)
             theirs["serving_engine_alive_5_s_later"] = engine.proc.poll() is None
-        with Server(model, args, logs / "kill-sglang-client-new.log", CLIENT) as fresh:
-            theirs["new_engine_answers_the_same"] = fresh.generate() == before
-            theirs["new_engine"] = fresh.row("new engine, SGLang's daemon gone")
-            text = fresh.log.read_text()
-            theirs["new_engine_fell_back_to_disk"] = "falling back to disk load" in text
-        out["sglang"] = theirs
+            theirs["serving_engine_said"] = [ln for ln in engine.log.read_text().splitlines() if "died" in ln][-1:]
+        new_log = logs / "kill-sglang-client-new.log"
+        try:
+            with Server(model, args, new_log, CLIENT) as fresh:
+                theirs["new_engine_answers_the_same"] = fresh.generate() == before
+                theirs["new_engine"] = fresh.row("new engine, SGLang's daemon gone")
+                theirs["new_engine_fell_back_to_disk"] = "falling back to disk load" in fresh.log.read_text()
+        except Exception:  # noqa: BLE001 - a new engine that cannot start is the measurement too
+            theirs["new_engine_failed"] = last_error(new_log.read_text())
     except Exception as e:  # noqa: BLE001
-        out["sglang"] = {"error": f"{type(e).__name__}: {str(e)[-3000:]}"}
+        theirs["error"] = f"{type(e).__name__}: {str(e)[-3000:]}"
         traceback.print_exc()
-    print(f"SGLang's: {json.dumps(out['sglang'])[:1500]}", flush=True)
+    finally:
+        if sgl is not None:
+            sgl.stop()
+    print(f"SGLang's: {json.dumps(theirs)[:1500]}", flush=True)
     return out
 
 
