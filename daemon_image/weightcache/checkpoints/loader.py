@@ -219,14 +219,14 @@ def fill(
         torch.cuda.synchronize(arena.device)
     if not checksums:
         return list(plan.entries)
-    return [e.model_copy(update={"checksum": _entry_crc(parts[e.name])}) for e in plan.entries]
+    return [e.model_copy(update={"checksum": combined_crc(parts[e.name])}) for e in plan.entries]
 
 
 Part = tuple[str, int, int, int]
 """(entry name, byte offset inside the entry, length, crc32) of bytes one job wrote."""
 
 
-def _entry_crc(parts: list[tuple[int, int, int]]) -> int:
+def combined_crc(parts: list[tuple[int, int, int]]) -> int:
     """crc32 of an entry from the crcs of the parts that tile it (stacked experts are filled by
     many jobs in parallel; combining their crcs saves a second pass over the bytes)."""
     crc = 0
