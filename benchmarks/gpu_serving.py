@@ -26,10 +26,16 @@ OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def gpu_used_mib() -> int:
-    if DRY_RUN:
-        return 0
+    return 0 if DRY_RUN else _gpu_mib("memory.used")
+
+
+def gpu_total_mib() -> int:
+    return _gpu_mib("memory.total")
+
+
+def _gpu_mib(query: str) -> int:
     out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+        ["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"],
         capture_output=True,
         text=True,
         check=True,

@@ -52,6 +52,7 @@ from gpu_serving import (
     Started,
     checkpoint,
     free_port,
+    gpu_total_mib,
     gpu_used_mib,
     start_keeper,
     stop_children,
@@ -67,10 +68,10 @@ GRAPHS = re.compile(r"Graph capturing finished in ([0-9.]+) secs")
 KV_BYTES = 4 * 2**30
 
 
-def vllm_args(extra: list[str] | None = None, eager: bool = True) -> list[str]:
+def vllm_args(extra: list[str] | None = None, eager: bool = True, utilization: str = "0.5") -> list[str]:
     """One list for the daemon and every engine, as the operator renders it. A fixed KV cache size, so
     what an engine adds to the GPU's memory is comparable between starts; a memory fraction that leaves
-    room for the daemon's arena beside it (vLLM 0.26 checks the fraction against the free memory)."""
+    room for the daemon's arena beside it (``fraction_beside``)."""
     return [
         "--dtype",
         "bfloat16",
@@ -80,9 +81,18 @@ def vllm_args(extra: list[str] | None = None, eager: bool = True) -> list[str]:
         "--kv-cache-memory-bytes",
         str(KV_BYTES),
         "--gpu-memory-utilization",
-        "0.5",
+        utilization,
         *(extra or []),
     ]
+
+
+def fraction_beside(checkpoint_bytes: int) -> str:
+    """vLLM 0.26 starts only where ``--gpu-memory-utilization`` × the GPU's memory is free
+    (``request_memory``), and an engine from the cache starts beside the daemon's arena, about the
+    checkpoint's size: the fraction that leaves room for it and 2 GiB of CUDA contexts, 0.5 at most.
+    The KV cache is sized by ``--kv-cache-memory-bytes``, not by this fraction."""
+    total = gpu_total_mib() * 2**20
+    return f"{max(0.05, min(0.5, (total - 1.05 * checkpoint_bytes - 2 * 2**30) / total)):.2f}"
 
 
 class Serve(Started):
@@ -209,11 +219,13 @@ def main() -> int:
     print(f"checkpoint {model}: {size / 2**30:.2f} GiB ({time.perf_counter() - t0:.0f} s to have it)", flush=True)
     if args.scenario == "artifacts":
         return artifacts_scenario(model, work, logs, args.runs)
-    engine_args = vllm_args()
+    utilization = fraction_beside(size)
+    engine_args = vllm_args(utilization=utilization)
+    print(f"vllm serve {' '.join(engine_args)}", flush=True)
     socket_dir = tempfile.mkdtemp(prefix="wcv-")
     keeper = start_keeper(socket_dir, logs / "keeper.log")
     rows: list[dict[str, Any]] = []
-    results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "rows": rows}
+    results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "args": engine_args, "rows": rows}
     daemon = None
     try:
         if args.scenario != "kill" and not args.no_cold:
@@ -244,7 +256,9 @@ def main() -> int:
                 daemon = results["kill"].pop("successor")
         if args.graphs and args.scenario != "kill":
             # Compilation and CUDA graphs change no weight: the same fingerprint, the same arena.
-            with Serve(model, vllm_args(eager=False), logs / "cache-graphs.log", cache=daemon.cache()) as engine:
+            with Serve(
+                model, vllm_args(eager=False, utilization=utilization), logs / "cache-graphs.log", cache=daemon.cache()
+            ) as engine:
                 rows.append(engine.row("vLLM from the cache, CUDA graphs on"))
             print(f"cache, graphs: {rows[-1]}", flush=True)
         if args.scenario != "kill":
