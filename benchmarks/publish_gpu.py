@@ -1,6 +1,7 @@
 """An engine profile's publish on a GPU: a model of N GiB of random bytes copied into a ``cuda-vmm``
 arena, directly and through host memory (``engine_profiles/publish.py``), and the manifest's crc32s
-of that arena summed on the publisher's thread pool against one thread reading each tensor back whole.
+of that arena summed on the publisher's thread pool (read back through pinned buffers) against one
+thread reading each tensor back whole into pageable memory.
 
 Run on the GPU machine (``python3 benchmarks/publish_gpu.py --gib 12``, with ``contract`` and
 ``daemon_image`` on ``PYTHONPATH``); ``--cpu`` runs the same on a ``cpu-shm`` arena. A script, not a
@@ -10,11 +11,14 @@ test: it prints one line per path and whether the three sets of checksums agree.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import nn
+from weightcache.checkpoints.staging import PinnedStaging
 from weightcache.engine_profiles import publish as publishing
 
 
@@ -44,7 +48,9 @@ def main() -> int:
         one = [zlib.crc32(flat[e.offset : e.offset + e.nbytes].cpu().numpy().data) for e in entries]
         one_s = time.perf_counter() - t
         t = time.perf_counter()
-        pooled = [e.checksum for e in publishing.checksums(flat, entries)]
+        pinned = None if args.cpu else PinnedStaging(torch.device("cuda", 0))
+        with ThreadPoolExecutor(max_workers=min(16, len(os.sched_getaffinity(0)))) as pool:
+            pooled = [e.checksum for e in publishing.checksums(flat, entries, pool, pinned)]
         pooled_s = time.perf_counter() - t
         agree = one == pooled == [e.checksum for e in entries]
         print(

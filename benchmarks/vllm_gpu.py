@@ -17,8 +17,11 @@ operator renders it, with the same list of vLLM arguments as the engines. Scenar
   Every process runs with ``VLLM_REPLAY_KERNEL_ENV``, as the operator renders it on GPUs: vLLM 0.26
   then post-processes block FP8 for CUTLASS and the Triton MoE, which take the mapped weights as they
   are (docs/vllm.md), and the rows from disk use the same kernels.
-- ``--graphs``: one more start from the cache with compilation and CUDA graphs on (no
-  ``--enforce-eager``).
+- ``--starts disk,cache``: which starts (disk: vLLM's own loader; cache: from the daemon); starts from
+  disk come first, before the daemon holds its arena. ``--repeat N``: each eager start from a warm
+  page cache and from the cache N times. ``--graphs``: one more start of each kind with compilation
+  and CUDA graphs on (no ``--enforce-eager``). Each row also says when vLLM's own log lines were
+  reached (``MILESTONES``), which names where two starts differ.
 - ``artifacts --size-gib N``: compilation and CUDA graphs on (no ``--enforce-eager``); a daemon with
   ``--artifact-dir`` and each engine under ``weightcache artifacts-run``, as the operator renders
   them with ``spec.engine.vllm.artifactCache``: a cold start (the directory empty; vLLM compiles, the
@@ -66,6 +69,31 @@ INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model\
 COMPILE = re.compile(r"torch.compile (?:takes|took) ([0-9.]+) s in total")
 GRAPHS = re.compile(r"Graph capturing finished in ([0-9.]+) secs")
 KV_BYTES = 4 * 2**30
+# Where a start's seconds go, in vLLM's own lines (0.26): the API server's first line (its imports
+# done), the engine core's first, the model load beginning and ending, the engine ready (profile, KV
+# cache, warm-up or graphs), and the server listening.
+MILESTONES = {
+    "api server": re.compile(r"vLLM (API )?server version"),
+    "engine core": re.compile(r"Initializing a V1 LLM engine"),
+    "load starts": re.compile(r"Starting to load model"),
+    "model loaded": re.compile(r"Model loading took"),
+    "engine ready": re.compile(r"init engine \(profile"),
+    "listening": re.compile(r"Starting vLLM (API )?server"),
+}
+LOG_TIME = re.compile(r"\b(\d\d-\d\d \d\d:\d\d:\d\d)\b")
+
+
+def reached(text: str, started_wall: float) -> dict[str, int | None]:
+    """Seconds from ``started_wall`` to the first line of each milestone (vLLM stamps its lines in
+    local time, to the second, without the year)."""
+    year = time.localtime(started_wall).tm_year
+    out: dict[str, int | None] = dict.fromkeys(MILESTONES)
+    for line in text.splitlines():
+        for name, pattern in MILESTONES.items():
+            if out[name] is None and pattern.search(line) and (stamp := LOG_TIME.search(line)):
+                at = time.mktime(time.strptime(f"{year}-{stamp.group(1)}", "%Y-%m-%d %H:%M:%S"))
+                out[name] = round(at - started_wall)
+    return out
 
 
 def vllm_args(extra: list[str] | None = None, eager: bool = True, utilization: str = "0.5") -> list[str]:
@@ -139,6 +167,7 @@ class Serve(Started):
         self.log = log
         self.used_before = gpu_used_mib()
         self.started = time.perf_counter()
+        self.started_wall = time.time()
         self.proc = subprocess.Popen(
             argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env
         )
@@ -190,6 +219,7 @@ class Serve(Started):
             "compile_s": last(COMPILE),
             "graphs_s": last(GRAPHS),
             "artifacts": said[-1] if said else None,
+            "milestones": reached(text, self.started_wall),
         }
 
 
@@ -199,8 +229,12 @@ def main() -> int:
     p.add_argument(
         "--size-gib", type=float, default=16.0, help="dense, kill, moe-large, artifacts: the checkpoint's size"
     )
-    p.add_argument("--graphs", action="store_true", help="also a start from the cache with CUDA graphs on")
+    p.add_argument(
+        "--starts", default="disk,cache", help="which starts: disk (vLLM's own loader), cache (from the daemon)"
+    )
+    p.add_argument("--graphs", action="store_true", help="also a start of each kind with CUDA graphs on")
     p.add_argument("--no-cold", action="store_true", help="no start from a cold page cache")
+    p.add_argument("--repeat", type=int, default=1, help="eager starts from a warm page cache and from the cache")
     p.add_argument("--runs", type=int, default=1, help="artifacts: cold/warm pairs")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-vllm-gpu"))
     args = p.parse_args()
@@ -221,54 +255,77 @@ def main() -> int:
         return artifacts_scenario(model, work, logs, args.runs)
     utilization = fraction_beside(size)
     engine_args = vllm_args(utilization=utilization)
+    graphs_args = vllm_args(eager=False, utilization=utilization)
     print(f"vllm serve {' '.join(engine_args)}", flush=True)
-    socket_dir = tempfile.mkdtemp(prefix="wcv-")
-    keeper = start_keeper(socket_dir, logs / "keeper.log")
+    starts = set(args.starts.split(","))
+    numbered = (lambda kind, i: f"{kind} ({i + 1})") if args.repeat > 1 else (lambda kind, i: kind)
     rows: list[dict[str, Any]] = []
     results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "args": engine_args, "rows": rows}
-    daemon = None
-    try:
-        if args.scenario != "kill" and not args.no_cold:
+    # Starts from disk first, with no daemon on the GPU: a 60 GiB checkpoint does not fit twice.
+    if "disk" in starts and args.scenario != "kill":
+        if not args.no_cold:
             drop_page_cache(model)
             with Serve(model, engine_args, logs / "disk-cold.log") as engine:
                 rows.append(engine.row("vLLM from disk, cold page cache"))
             print(f"disk cold: {rows[-1]}", flush=True)
-        if args.scenario != "kill":
-            if args.scenario in ("dense", "moe", "moe-large"):
-                with Serve(model, engine_args, logs / "disk-warm.log") as engine:
-                    rows.append(engine.row("vLLM from disk, warm page cache"))
-                print(f"disk warm: {rows[-1]}", flush=True)
-        used = gpu_used_mib()
-        daemon = Daemon(model, engine_args, socket_dir, kind, logs / "daemon.log", VLLM_PROFILE)
-        st = daemon.status()
-        results["daemon"] = {
-            "ready_s": round(daemon.ready_s, 1),
-            "arena_bytes": st.arena_bytes,
-            "gpu_added_mib": gpu_used_mib() - used,
-            "disk_bytes_read": st.disk_bytes_read,
-        }
-        print(f"daemon: {results['daemon']}", flush=True)
-        with Serve(model, engine_args, logs / "cache.log", cache=daemon.cache()) as engine:
-            rows.append(engine.row("vLLM from the cache"))
-            print(f"cache: {rows[-1]}", flush=True)
-            if args.scenario == "kill":
-                results["kill"] = kill_scenario(daemon, engine, model, engine_args, socket_dir, kind, logs)
-                daemon = results["kill"].pop("successor")
-        if args.graphs and args.scenario != "kill":
-            # Compilation and CUDA graphs change no weight: the same fingerprint, the same arena.
-            with Serve(
-                model, vllm_args(eager=False, utilization=utilization), logs / "cache-graphs.log", cache=daemon.cache()
-            ) as engine:
-                rows.append(engine.row("vLLM from the cache, CUDA graphs on"))
-            print(f"cache, graphs: {rows[-1]}", flush=True)
-        if args.scenario != "kill":
-            table(rows, st.arena_bytes)
-    finally:
-        for proc in (daemon, keeper):
-            if proc is not None:
-                (proc.stop() if isinstance(proc, Daemon) else proc.terminate())
-    (work / f"results-{args.scenario}.json").write_text(json.dumps(results, indent=1, default=str))
+        for i in range(args.repeat):
+            with Serve(model, engine_args, logs / f"disk-warm-{i}.log") as engine:
+                rows.append(engine.row(numbered("vLLM from disk, warm page cache", i)))
+            print(f"disk warm: {rows[-1]}", flush=True)
+        if args.graphs:
+            with Serve(model, graphs_args, logs / "disk-graphs.log") as engine:
+                rows.append(engine.row("vLLM from disk, warm page cache, CUDA graphs on"))
+            print(f"disk, graphs: {rows[-1]}", flush=True)
+    arena_bytes = None
+    if "cache" in starts or args.scenario == "kill":
+        socket_dir = tempfile.mkdtemp(prefix="wcv-")
+        keeper = start_keeper(socket_dir, logs / "keeper.log")
+        daemon = None
+        try:
+            used = gpu_used_mib()
+            daemon = Daemon(model, engine_args, socket_dir, kind, logs / "daemon.log", VLLM_PROFILE)
+            st = daemon.status()
+            arena_bytes = st.arena_bytes
+            results["daemon"] = {
+                "ready_s": round(daemon.ready_s, 1),
+                "arena_bytes": st.arena_bytes,
+                "gpu_added_mib": gpu_used_mib() - used,
+                "disk_bytes_read": st.disk_bytes_read,
+            }
+            print(f"daemon: {results['daemon']}", flush=True)
+            for i in range(1 if args.scenario == "kill" else args.repeat):
+                with Serve(model, engine_args, logs / f"cache-{i}.log", cache=daemon.cache()) as engine:
+                    rows.append(engine.row(numbered("vLLM from the cache", i)))
+                    print(f"cache: {rows[-1]}", flush=True)
+                    if args.scenario == "kill":
+                        results["kill"] = kill_scenario(daemon, engine, model, engine_args, socket_dir, kind, logs)
+                        daemon = results["kill"].pop("successor")
+            if args.graphs and args.scenario != "kill":
+                # Compilation and CUDA graphs change no weight: the same fingerprint, the same arena.
+                with Serve(model, graphs_args, logs / "cache-graphs.log", cache=daemon.cache()) as engine:
+                    rows.append(engine.row("vLLM from the cache, CUDA graphs on"))
+                print(f"cache, graphs: {rows[-1]}", flush=True)
+        finally:
+            if daemon is not None:
+                daemon.stop()
+            keeper.terminate()
+    if args.scenario != "kill":
+        table(rows, arena_bytes)
+        milestones(rows)
+    (work / f"results-{args.scenario}-{args.starts.replace(',', '-')}.json").write_text(
+        json.dumps(results, indent=1, default=str)
+    )
     return 0
+
+
+def milestones(rows: list[dict[str, Any]]) -> None:
+    """Where each start spent its time to ``/health``: seconds from the process's start to each of
+    vLLM's own log lines in ``MILESTONES`` (their timestamps are whole seconds)."""
+    print("\n| start | " + " | ".join(MILESTONES) + " | /health |")
+    print("| --- |" + " ---: |" * (len(MILESTONES) + 1))
+    for r in rows:
+        cells = ["—" if r["milestones"].get(k) is None else str(r["milestones"][k]) for k in MILESTONES]
+        print(f"| {r['start']} | {' | '.join(cells)} | {r['to_health_s']:.0f} |")
 
 
 def artifacts_scenario(model: Path, work: Path, logs: Path, runs: int) -> int:

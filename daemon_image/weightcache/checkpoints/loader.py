@@ -9,7 +9,6 @@ same offsets.
 
 from __future__ import annotations
 
-import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,12 +24,12 @@ from .pipeline import LoadPlan
 from .progress import Progress
 from .quantization import quantize_block_fp8
 from .read_tasks import ReadTask
+from .staging import STAGING_BYTES, PinnedStaging
 
 if TYPE_CHECKING:  # planning reads headers only; filling imports torch (see dtypes.py)
     import torch
 
 
-STAGING_BYTES = 64 * 2**20
 SPAN_GAP_BYTES = 1 * 2**20
 """Reading up to this many unwanted bytes between two tensors beats another read and another
 synchronisation: small tensors (norms, biases) of other ranks sit between the ones we want."""
@@ -103,7 +102,7 @@ def fill(
     on_host = arena.device.type == "cpu"
     flat = arena.numpy().data if on_host else None  # a memoryview: the buffer protocol, typed
     by_name = {e.name: e for e in plan.entries}
-    local = threading.local()
+    pinned = PinnedStaging(arena.device)
 
     def place(task: ReadTask, k: int) -> tuple[TensorEntry, int]:
         """Output ``k``'s entry and the arena offset where this task's part of it starts."""
@@ -122,14 +121,8 @@ def fill(
         arena[start : start + raw.numel()].copy_(raw)
         return entry.name, start - entry.offset, raw.numel(), zlib.crc32(raw.numpy().data) if checksums else 0
 
-    def staging() -> tuple[torch.Tensor, memoryview, torch.cuda.Stream]:
-        if not hasattr(local, "staging"):
-            local.staging = torch.empty(STAGING_BYTES, dtype=torch.uint8, pin_memory=True)
-            local.stream = torch.cuda.Stream(arena.device)  # type: ignore[no-untyped-call]
-        return local.staging, local.staging.numpy().data, local.stream
-
     def staged(file: str, offset: int, task: ReadTask) -> Part:
-        buffer, view, stream = staging()
+        buffer, view, stream = pinned.get()
         entry, dest = place(task, 0)
         crc, pos = 0, 0
         content = new_hash() if digests is not None else None
@@ -149,7 +142,7 @@ def fill(
         return entry.name, dest - entry.offset, task.read_bytes, crc
 
     def span_staged(span: FileSpan) -> list[Part]:
-        buffer, view, stream = staging()
+        buffer, view, stream = pinned.get()
         checkpoint.pread(span.file, span.start, memoryview(view[: span.stop - span.start]))
         parts = []
         with torch.cuda.stream(stream):

@@ -21,6 +21,7 @@ import logging
 import os
 import zlib
 from collections import defaultdict
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -33,6 +34,7 @@ from ..arenas.arena import Arena, create_arena
 from ..checkpoints import dtypes
 from ..checkpoints.loader import combined_crc
 from ..checkpoints.manifest import Kind, Manifest, TensorEntry, align, tensor_views
+from ..checkpoints.staging import STAGING_BYTES, PinnedStaging
 
 log = logging.getLogger("weightcache.publisher")
 
@@ -124,26 +126,33 @@ def publish(
     if through_host:
         # Said before the host allocation: a memory limit below it ends the daemon with an OOM kill.
         log.info("copying through host memory", extra={"fields": {"bytes": size, "device": str(want)}})
-    staged = _through_host(tensors, entries, size) if through_host else None
-    arena = create_arena(backend, size, label, device)
-    try:
-        flat = arena.buffer()
-        with torch.no_grad():  # engines' parameters may keep requires_grad=True
-            if staged is not None:
-                flat.copy_(staged)
-            else:
-                views = tensor_views(flat, entries)
-                for name, (tensor, _) in tensors.items():
-                    views[name].copy_(tensor)
-        if flat.is_cuda:
-            torch.cuda.synchronize(flat.device)  # every copy done before the exec ends this context
-        # The staged bytes are the arena's, already in host memory: summed there, nothing is read back.
-        entries = checksums(flat if staged is None else staged, entries)
-        del staged
-        arena.seal()
-    except BaseException:
-        arena.close()
-        raise
+    with ThreadPoolExecutor(max_workers=min(16, len(os.sched_getaffinity(0))), thread_name_prefix="publish") as pool:
+        pinned = None
+        if want.type == "cuda":
+            pinned = PinnedStaging(want)
+            torch.cuda.synchronize(want)  # the engine's last writes, before the pool's streams read them
+        staged = _through_host(tensors, entries, size, pool, pinned) if through_host else None
+        arena = create_arena(backend, size, label, device)
+        try:
+            flat = arena.buffer()
+            with torch.no_grad():  # engines' parameters may keep requires_grad=True
+                if staged is None:
+                    views = tensor_views(flat, entries)
+                    for name, (tensor, _) in tensors.items():
+                        views[name].copy_(tensor)
+                    if flat.is_cuda:
+                        torch.cuda.synchronize(flat.device)  # written before the pool's streams read it back
+                    entries = checksums(flat, entries, pool, pinned)
+                else:
+                    host, entries = staged
+                    _upload(flat, host, pool, pinned)
+                    del host, staged
+            if flat.is_cuda:
+                torch.cuda.synchronize(flat.device)  # every copy done before the exec ends this context
+            arena.seal()
+        except BaseException:
+            arena.close()
+            raise
     return Published(arena, Manifest.build(fingerprint_digest, arena.size, entries, aliases))
 
 
@@ -155,53 +164,96 @@ def _room_for(size: int, device: int) -> bool:
     return bool(free >= size + ROOM_MARGIN)
 
 
-def _through_host(tensors: dict[str, tuple[torch.Tensor, Kind]], entries: list[TensorEntry], size: int) -> torch.Tensor:
-    """The arena's bytes in host memory, laid out as ``entries``; then every published tensor's
+def _chunks(entries: list[TensorEntry]) -> list[tuple[int, int, int]]:
+    """(entry index, start inside the entry, length) pieces of at most one staging buffer each."""
+    return [
+        (i, start, min(STAGING_BYTES, e.nbytes - start))
+        for i, e in enumerate(entries)
+        for start in range(0, e.nbytes, STAGING_BYTES)
+    ]
+
+
+def _with_crcs(entries: list[TensorEntry], summed: Iterable[tuple[int, int, int, int]]) -> list[TensorEntry]:
+    """``entries`` with each one's checksum combined from its pieces' (index, start, length, crc32)."""
+    parts: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
+    for i, start, n, crc in summed:
+        parts[i].append((start, n, crc))
+    return [e.model_copy(update={"checksum": combined_crc(parts[i])}) for i, e in enumerate(entries)]
+
+
+def _raw(tensor: torch.Tensor) -> torch.Tensor:
+    """A dense tensor's bytes in memory order, flat (its layout in the arena: the same strides)."""
+    return tensor.detach().as_strided((tensor.numel(),), (1,)).view(torch.uint8)
+
+
+def _through_host(
+    tensors: dict[str, tuple[torch.Tensor, Kind]],
+    entries: list[TensorEntry],
+    size: int,
+    pool: ThreadPoolExecutor,
+    pinned: PinnedStaging | None,
+) -> tuple[torch.Tensor, list[TensorEntry]]:
+    """The arena's bytes in host memory, laid out as ``entries``, and the entries with their crc32s
+    (summed from the host copy as it is made: nothing is read twice); then every published tensor's
     storage is emptied (views of it too, wherever the engine keeps them) and the allocator's blocks
-    are given back, so the arena can take their place."""
+    are given back, so the arena can take their place. The host copy is pageable: pinning the size of
+    a model at once is slow to set up and can fail where pageable memory does not; each thread's
+    pinned buffer carries its pieces instead."""
     staged = torch.empty(size, dtype=torch.uint8)
     end = 0
     for entry in sorted(entries, key=lambda e: e.offset):  # the alignment gaps hold zeros, as a fresh arena's
         staged[end : entry.offset].zero_()
         end = entry.offset + entry.nbytes
     staged[end:].zero_()
-    views = tensor_views(staged, entries)
+    raw = [_raw(tensor) for tensor, _ in tensors.values()]
+
+    def one(piece: tuple[int, int, int]) -> tuple[int, int, int, int]:
+        i, start, n = piece
+        src = raw[i][start : start + n]
+        dst = staged[entries[i].offset + start :][:n]
+        dst.copy_(src if pinned is None else pinned.to_host(src))
+        return i, start, n, zlib.crc32(dst.numpy().data)
+
     with torch.no_grad():
-        for name, (tensor, _) in tensors.items():
-            views[name].copy_(tensor)
+        entries = _with_crcs(entries, pool.map(one, _chunks(entries)))
         for tensor, _ in tensors.values():
             try:
                 tensor.untyped_storage().resize_(0)
             except RuntimeError:
                 pass  # storage the engine does not own (not resizable): it stays, and so does its memory
     torch.cuda.empty_cache()  # (nothing to do where CUDA was never initialised)
-    return staged
+    return staged, entries
 
 
-CRC_CHUNK = 64 * 2**20
-"""Bytes one thread reads back and sums at a time."""
+def _upload(flat: torch.Tensor, host: torch.Tensor, pool: ThreadPoolExecutor, pinned: PinnedStaging | None) -> None:
+    """The host copy into the arena, a staging buffer's worth per job."""
+    if pinned is None:
+        flat.copy_(host)
+        return
+
+    def one(start: int) -> None:
+        stop = min(start + STAGING_BYTES, host.numel())
+        pinned.to_device(flat[start:stop], host[start:stop])
+
+    for _ in pool.map(one, range(0, host.numel(), STAGING_BYTES)):
+        pass
 
 
-def checksums(raw: torch.Tensor, entries: list[TensorEntry]) -> list[TensorEntry]:
+def checksums(
+    raw: torch.Tensor, entries: list[TensorEntry], pool: ThreadPoolExecutor, pinned: PinnedStaging | None
+) -> list[TensorEntry]:
     """``entries`` with the crc32 of each one's bytes in ``raw`` (the arena's bytes, flat). One core
-    sums about 2 GB/s, so the chunks of every tensor are read back (from a GPU) and summed on a pool of
-    threads, zlib and torch's copies letting go of the GIL, and each tensor's chunks are combined."""
-    jobs = [
-        (i, start, min(CRC_CHUNK, e.nbytes - start))
-        for i, e in enumerate(entries)
-        for start in range(0, e.nbytes, CRC_CHUNK)
-    ]
+    sums about 2 GB/s, so the pieces of every tensor are summed on the pool's threads (zlib and
+    torch's copies let go of the GIL), a GPU's read back through each thread's pinned buffer, and each
+    tensor's pieces are combined."""
 
-    def one(job: tuple[int, int, int]) -> tuple[int, int, int, int]:
-        i, start, n = job
+    def one(piece: tuple[int, int, int]) -> tuple[int, int, int, int]:
+        i, start, n = piece
         at = entries[i].offset + start
-        return i, start, n, zlib.crc32(raw[at : at + n].cpu().numpy().data)
+        host = raw[at : at + n] if pinned is None else pinned.to_host(raw[at : at + n])
+        return i, start, n, zlib.crc32(host.numpy().data)
 
-    parts: dict[int, list[tuple[int, int, int]]] = defaultdict(list)
-    with ThreadPoolExecutor(max_workers=min(16, len(os.sched_getaffinity(0))), thread_name_prefix="crc") as pool:
-        for i, start, n, crc in pool.map(one, jobs):
-            parts[i].append((start, n, crc))
-    return [e.model_copy(update={"checksum": combined_crc(parts[i])}) for i, e in enumerate(entries)]
+    return _with_crcs(entries, pool.map(one, _chunks(entries)))
 
 
 def _dense(tensor: torch.Tensor) -> bool:
