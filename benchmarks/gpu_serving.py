@@ -118,6 +118,7 @@ class Daemon(Started):
         )
         argv = [sys.executable, "-m", "weightcache", "daemon", *daemon.to_argv()]
         self.log = log
+        used = gpu_used_mib()
         self.started = time.perf_counter()
         self.launched = time.time()
         self.proc = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
@@ -126,6 +127,14 @@ class Daemon(Started):
         except BaseException:
             self.stop()  # a daemon that never got ready holds no GPU memory under the next start
             raise
+        st = self.status()
+        self.summary = {
+            "ready_s": round(self.ready_s, 1),
+            "arena_bytes": st.arena_bytes,
+            "gpu_added_mib": gpu_used_mib() - used,
+            "disk_bytes_read": st.disk_bytes_read,
+        }
+        """Its start, once ready: seconds, arena bytes, GPU memory added, bytes read from disk."""
 
     def _wait_ready(self, timeout_s: float = 540) -> float:
         from weightcache.wire.rankfiles import RankFiles

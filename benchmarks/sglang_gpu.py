@@ -212,15 +212,8 @@ def ours_starts(
     args = sglang_args()
     daemon = None
     try:
-        used = gpu_used_mib()
         daemon = Daemon(model, args, socket_dir, kind, logs / f"{kind}-daemon.log", SGLANG_PROFILE)
-        st = daemon.status()
-        daemons["ours"] = {
-            "ready_s": round(daemon.ready_s, 1),
-            "arena_bytes": st.arena_bytes,
-            "gpu_added_mib": gpu_used_mib() - used,
-            "disk_bytes_read": st.disk_bytes_read,
-        }
+        daemons["ours"] = daemon.summary
         print(f"our daemon: {daemons['ours']}", flush=True)
 
         def ours(graphs_on: bool) -> Callable[[], dict[str, Any]]:

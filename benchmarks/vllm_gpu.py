@@ -282,16 +282,9 @@ def main() -> int:
         keeper = start_keeper(socket_dir, logs / "keeper.log")
         daemon = None
         try:
-            used = gpu_used_mib()
             daemon = Daemon(model, engine_args, socket_dir, kind, logs / "daemon.log", VLLM_PROFILE)
-            st = daemon.status()
-            arena_bytes = st.arena_bytes
-            results["daemon"] = {
-                "ready_s": round(daemon.ready_s, 1),
-                "arena_bytes": st.arena_bytes,
-                "gpu_added_mib": gpu_used_mib() - used,
-                "disk_bytes_read": st.disk_bytes_read,
-            }
+            results["daemon"] = daemon.summary
+            arena_bytes = daemon.summary["arena_bytes"]
             print(f"daemon: {results['daemon']}", flush=True)
             for i in range(1 if args.scenario == "kill" else args.repeat):
                 with Serve(model, engine_args, logs / f"cache-{i}.log", cache=daemon.cache()) as engine:

@@ -13,6 +13,10 @@ A GPU that cannot hold the loaded model and the arena at once (a 60 GiB model on
 the copy through host memory: every tensor is copied to one host buffer, the loaded model's GPU
 memory is given back, and the arena is filled from the buffer. The peak on the GPU is then one copy
 of the weights, as SGLang's own daemon has, for host memory the size of the arena for the moment.
+
+Bytes that cross between the GPU and host memory (the host copy, its upload, the checksums' read-back)
+go a piece at a time through each thread's pinned buffer on a pool of threads (``checkpoints/staging``);
+through host memory, the checksums are summed from each piece as it lands, so nothing is read twice.
 """
 
 from __future__ import annotations
