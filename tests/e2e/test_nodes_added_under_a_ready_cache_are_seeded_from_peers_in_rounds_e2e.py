@@ -97,7 +97,10 @@ def test_nodes_added_under_a_ready_cache_are_seeded_from_peers_in_rounds(
         assert {r["seedPeer"] for r in ranks_by_node(one)[names[1]]} == {names[0]}
         later = {r["seedPeer"] for node in names[2:] for r in ranks_by_node(whole)[node]}
         assert later - {names[0]}, f"every later node was seeded by the first: no rounds ({tree})"
-        assert result.ok > 0 and result.failed == [], result.failed
+        # A failure names its hop: the Service's ready endpoints as the proxy saw them change (an
+        # empty set means the proxy turned clients away), beside each failed request's time.
+        seen = [(time.strftime("%H:%M:%S", time.localtime(c.observed_at)), c.ready) for c in proxy.changes]
+        assert result.ok > 0 and result.failed == [], (result.failed, seen)
     finally:
         cluster.kubectl("delete", "weightcache", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
         for node in joined:
