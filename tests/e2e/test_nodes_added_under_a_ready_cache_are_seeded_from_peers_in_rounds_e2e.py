@@ -76,6 +76,9 @@ def test_nodes_added_under_a_ready_cache_are_seeded_from_peers_in_rounds(
             daemon__seeding={"maxClients": 1, "maxMiBPerSecond": cap, "stallSeconds": 5, "minMiBPerSecond": 0.01},
         )
         proxy = service_proxy(namespace, "tiny-llama", 8000)
+        # The proxy learns the Service's endpoints from its first listing: a request before that is
+        # turned away (as by kube-proxy for a Service without endpoints), which is not the seeding's doing.
+        proxy.wait_for_ready(1)
         load = SteadyLoad(*proxy.address).start()
         try:
             began = time.monotonic()

@@ -125,7 +125,7 @@ class ProcessKubelet:
 
     def _follow(self, name: str) -> None:
         self.writers[name].start()
-        resource_version = self._resync(name)
+        resource_version = self._first_listing(name)
         thread = threading.Thread(
             target=self._watch, args=(name, resource_version), daemon=True, name=f"kubelet-pod-watch-{name}"
         )
@@ -291,6 +291,20 @@ class ProcessKubelet:
             release_ip=self.addresses[node].release,
             gpus=self.gpu_pools[node],
         )
+
+    def _first_listing(self, node: str, patience_s: float = 90.0) -> str:
+        """The node's first listing, retried as its watch's relists are (reflector.follow): an API
+        server too busy to answer within the request's timeout delays the node's start, for up to
+        ``patience_s``, instead of ending the cluster."""
+        deadline = time.monotonic() + patience_s
+        while True:
+            try:
+                return self._resync(node)
+            except Exception as error:  # noqa: BLE001 - what follow() retries; re-raised past the deadline
+                if time.monotonic() >= deadline:
+                    raise
+                log.info("first pod listing of %s retried after %r", node, error)
+                time.sleep(1.0)
 
     def _resync(self, node: str) -> str:
         """Lists the node's pods, as its kubelet does, and brings its workers in line."""
