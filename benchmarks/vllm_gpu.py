@@ -264,7 +264,13 @@ def main() -> int:
     # Starts from disk first, with no daemon on the GPU: a 60 GiB checkpoint does not fit twice.
     if "disk" in starts and args.scenario != "kill":
         if not args.no_cold:
-            drop_page_cache(model)
+            before = page_cache_gib()
+            dropped = drop_page_cache(model)
+            print(
+                f"page cache: {before:.1f} GiB before the drop, {page_cache_gib():.1f} GiB after "
+                f"({'every file dropped' if dropped else 'the kernel refused some files: not a cold start'})",
+                flush=True,
+            )
             with Serve(model, engine_args, logs / "disk-cold.log") as engine:
                 rows.append(engine.row("vLLM from disk, cold page cache"))
             print(f"disk cold: {rows[-1]}", flush=True)
@@ -309,6 +315,14 @@ def main() -> int:
         json.dumps(results, indent=1, default=str)
     )
     return 0
+
+
+def page_cache_gib() -> float:
+    """The machine's page cache (``Cached`` in /proc/meminfo), to show a drop took effect."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("Cached:"):
+            return int(line.split()[1]) / 2**20
+    return float("nan")
 
 
 def milestones(rows: list[dict[str, Any]]) -> None:
