@@ -19,8 +19,9 @@ operator renders it, with the same list of vLLM arguments as the engines. Scenar
   are (docs/vllm.md), and the rows from disk use the same kernels.
 - ``--starts disk,cache``: which starts (disk: vLLM's own loader; cache: from the daemon); starts from
   disk come first, before the daemon holds its arena. ``--repeat N``: each eager start from a warm
-  page cache and from the cache N times. ``--graphs``: one more start of each kind with compilation
-  and CUDA graphs on (no ``--enforce-eager``). Each row also says when vLLM's own log lines were
+  page cache and from the cache N times; with ``--alternate`` they take turns (disk, cache, disk, …)
+  with the daemon up throughout, so neither kind always comes later. ``--graphs``: one more start of
+  each kind with compilation and CUDA graphs on (no ``--enforce-eager``). Each row also says when vLLM's own log lines were
   reached (``MILESTONES``), which names where two starts differ.
 - ``artifacts --size-gib N``: compilation and CUDA graphs on (no ``--enforce-eager``); a daemon with
   ``--artifact-dir`` and each engine under ``weightcache artifacts-run``, as the operator renders
@@ -235,6 +236,9 @@ def main() -> int:
     p.add_argument("--graphs", action="store_true", help="also a start of each kind with CUDA graphs on")
     p.add_argument("--no-cold", action="store_true", help="no start from a cold page cache")
     p.add_argument("--repeat", type=int, default=1, help="eager starts from a warm page cache and from the cache")
+    p.add_argument(
+        "--alternate", action="store_true", help="with --repeat: warm disk and cache starts take turns, daemon up"
+    )
     p.add_argument("--runs", type=int, default=1, help="artifacts: cold/warm pairs")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "weightcache-vllm-gpu"))
     args = p.parse_args()
@@ -260,6 +264,16 @@ def main() -> int:
     starts = set(args.starts.split(","))
     numbered = (lambda kind, i: f"{kind} ({i + 1})") if args.repeat > 1 else (lambda kind, i: kind)
     rows: list[dict[str, Any]] = []
+    # Alternating takes the order out of a comparison of starts: each start pays what the one
+    # before it left (the page cache, compile caches, a process still exiting) whatever its kind.
+    alternate = args.alternate and {"disk", "cache"} <= starts and args.scenario != "kill"
+
+    def warm_disk_start(i: int) -> dict[str, Any]:
+        with Serve(model, engine_args, logs / f"disk-warm-{i}.log") as engine:
+            row = engine.row(numbered("vLLM from disk, warm page cache", i))
+        print(f"disk warm: {row}", flush=True)
+        return row
+
     results: dict[str, Any] = {"scenario": args.scenario, "checkpoint_bytes": size, "args": engine_args, "rows": rows}
     # Starts from disk first, with no daemon on the GPU: a 60 GiB checkpoint does not fit twice.
     if "disk" in starts and args.scenario != "kill":
@@ -274,10 +288,8 @@ def main() -> int:
             with Serve(model, engine_args, logs / "disk-cold.log") as engine:
                 rows.append(engine.row("vLLM from disk, cold page cache"))
             print(f"disk cold: {rows[-1]}", flush=True)
-        for i in range(args.repeat):
-            with Serve(model, engine_args, logs / f"disk-warm-{i}.log") as engine:
-                rows.append(engine.row(numbered("vLLM from disk, warm page cache", i)))
-            print(f"disk warm: {rows[-1]}", flush=True)
+        for i in range(0 if alternate else args.repeat):
+            rows.append(warm_disk_start(i))
         if args.graphs:
             with Serve(model, graphs_args, logs / "disk-graphs.log") as engine:
                 rows.append(engine.row("vLLM from disk, warm page cache, CUDA graphs on"))
@@ -293,6 +305,8 @@ def main() -> int:
             arena_bytes = daemon.summary["arena_bytes"]
             print(f"daemon: {results['daemon']}", flush=True)
             for i in range(1 if args.scenario == "kill" else args.repeat):
+                if alternate:
+                    rows.append(warm_disk_start(i))  # beside the daemon's arena
                 with Serve(model, engine_args, logs / f"cache-{i}.log", cache=daemon.cache()) as engine:
                     rows.append(engine.row(numbered("vLLM from the cache", i)))
                     print(f"cache: {rows[-1]}", flush=True)
