@@ -106,6 +106,20 @@ def artifacts_run(load_profile: str, health_url: str) -> list[str]:
     return [*CLI, "artifacts-run", *wrapper.to_argv(), "--"]
 
 
+def own_command_problems(cache: WeightCache, selector: str) -> list[str]:
+    """The engine template's first container setting its own command or args where a profile
+    renders the engine's command (``selector``: what selects it): the rendered one would replace
+    them without a word, so validation names them instead."""
+    main = cache.spec.engine.template.spec.containers[0]
+    return [
+        f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with {selector} the operator "
+        f"renders the engine's command itself; remove {key} and put the engine's options in {selector}.args or "
+        f"engineArgs"
+        for key in ("command", "args")
+        if main.get(key)
+    ]
+
+
 def reserved_flag_problems(
     field: str,
     lists: dict[str, list[str]],

@@ -16,7 +16,7 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE
 
-from weightcache_operator.profiles.base import EngineProfile, reserved_flag_problems
+from weightcache_operator.profiles.base import EngineProfile, own_command_problems, reserved_flag_problems
 from weightcache_operator.spec import WeightCache
 from weightcache_operator.vocabulary import MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
@@ -113,14 +113,7 @@ class SglangProfile(EngineProfile):
                 "spec.engine.sglang.maxTotalTokens sizes CPU engines only (daemon.backend cpu-shm); on GPUs remove "
                 "it and size the KV cache with --mem-fraction-static in spec.engine.sglang.engineArgs"
             )
-        main = spec.engine.template.spec.containers[0]
-        for key in ("command", "args"):
-            if main.get(key):
-                found.append(
-                    f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with "
-                    "spec.engine.sglang the operator renders its command (sglang serve …); remove it and put SGLang "
-                    "options in spec.engine.sglang.args or engineArgs"
-                )
+        found += own_command_problems(cache, self.selector)
         found += reserved_flag_problems(
             "sglang", {"args": sglang.args, "engineArgs": sglang.engine_args}, RENDERED_FLAGS, SHARED_FLAGS
         )

@@ -16,7 +16,12 @@ from typing import Any
 from weightcache_contract.backends import GPU_BACKENDS
 from weightcache_contract.launch import ENGINE_IMAGE_ENV, LOAD_FORMAT, VLLM_PROFILE, VLLM_REPLAY_KERNEL_ENV
 
-from weightcache_operator.profiles.base import EngineProfile, artifacts_run, reserved_flag_problems
+from weightcache_operator.profiles.base import (
+    EngineProfile,
+    artifacts_run,
+    own_command_problems,
+    reserved_flag_problems,
+)
 from weightcache_operator.spec import ENGINE_DRAIN_S, WeightCache
 from weightcache_operator.vocabulary import ARTIFACT_MOUNT, MODEL_MOUNT, SOCKET_MOUNT, CacheRef, served_model_name
 
@@ -146,14 +151,7 @@ class VllmProfile(EngineProfile):
                 "spec.engine.vllm.kvCacheSpaceGiB is required on CPU (daemon.backend cpu-shm): vLLM's automatic sizing "
                 "counts the mapped weights as each engine's own memory; set each engine's KV cache in GiB"
             )
-        main = spec.engine.template.spec.containers[0]
-        for key in ("command", "args"):
-            if main.get(key):
-                found.append(
-                    f"spec.engine.template.spec.containers[0] ({main.get('name')}) sets {key}, but with spec.engine.vllm "
-                    "the operator renders its command (vllm serve …); remove it and put vLLM options in "
-                    "spec.engine.vllm.args or engineArgs"
-                )
+        found += own_command_problems(cache, self.selector)
         found += reserved_flag_problems(
             "vllm", {"args": vllm.args, "engineArgs": vllm.engine_args}, RENDERED_FLAGS, SHARED_FLAGS, name=flag_name
         )

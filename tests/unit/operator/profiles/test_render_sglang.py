@@ -102,3 +102,14 @@ def test_what_the_profile_cannot_do_is_refused_with_the_field_to_change() -> Non
     ], problems
     problems = parse(changed(base, **{"parallelism": {"tensor": 2, "expert": 2}}))[1]
     assert any("does not serve expert parallelism yet" in p for p in problems), problems
+
+
+def test_an_engine_container_with_its_own_command_or_args_is_refused_since_the_operator_renders_sglangs() -> None:
+    container = {"name": "engine", "image": "weightcache/sglang:0.1.0"}
+    for key, value in (("command", ["python3", "-m", "sglang.launch_server"]), ("args", ["--port", "9"])):
+        template = {"spec": {"containers": [{**container, key: value}]}}
+        assert parse(changed(body(EXAMPLE), **{"engine.template": template}))[1] == [
+            f"spec.engine.template.spec.containers[0] (engine) sets {key}, but with spec.engine.sglang the operator "
+            f"renders the engine's command itself; remove {key} and put the engine's options in spec.engine.sglang.args "
+            "or engineArgs"
+        ]
