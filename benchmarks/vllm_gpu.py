@@ -20,9 +20,10 @@ operator renders it, with the same list of vLLM arguments as the engines. Scenar
 - ``--starts disk,cache``: which starts (disk: vLLM's own loader; cache: from the daemon); starts from
   disk come first, before the daemon holds its arena. ``--repeat N``: each eager start from a warm
   page cache and from the cache N times; with ``--alternate`` they take turns (disk, cache, disk, …)
-  with the daemon up throughout, so neither kind always comes later. ``--graphs``: one more start of
-  each kind with compilation and CUDA graphs on (no ``--enforce-eager``). Each row also says when vLLM's own log lines were
-  reached (``MILESTONES``), which names where two starts differ.
+  with the daemon up throughout, so neither kind always comes later (a checkpoint the GPU holds
+  twice). ``--graphs``: one more start of each kind with compilation and CUDA graphs on (no
+  ``--enforce-eager``). Each row also says when vLLM's own log lines were reached (``MILESTONES``),
+  which names where two starts differ.
 - ``artifacts --size-gib N``: compilation and CUDA graphs on (no ``--enforce-eager``); a daemon with
   ``--artifact-dir`` and each engine under ``weightcache artifacts-run``, as the operator renders
   them with ``spec.engine.vllm.artifactCache``: a cold start (the directory empty; vLLM compiles, the
