@@ -70,6 +70,8 @@ class CheckpointWatcher:
         self._cache = cache
         self._fields = fields
         self._stop = threading.Event()
+        # Written by stop(): wakes a watch waiting on inotify, which an Event cannot.
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         self._seen: dict[str, ShardStamp | str] = {}  # what the last look saw of each differing file
         self._judged: dict[str, tuple[ShardStamp, bool]] = {}  # file → (identity read, same bytes?)
         self._logged_changed: tuple[str, ...] = ()
@@ -83,7 +85,13 @@ class CheckpointWatcher:
 
     def stop(self) -> None:
         self._stop.set()
+        os.write(self._wake_w, b"x")
         self._thread.join(timeout=2)
+        if self._thread.is_alive():  # a look still reading the checkpoint: the exit does not wait for it
+            log.warning("checkpoint watch still busy at stop; not waiting for it", extra={"fields": self._fields})
+            return
+        os.close(self._wake_r)
+        os.close(self._wake_w)
 
     def _run(self) -> None:
         notify = _Inotify.open(Path(self.served.fingerprint.model_path))
@@ -98,7 +106,7 @@ class CheckpointWatcher:
                         log.exception("checkpoint watch failed; trying again", extra={"fields": self._fields})
                 if notify is None:
                     self._stop.wait(self.poll_s)
-                elif notify.wait(self.poll_s):
+                elif notify.wait(self.poll_s, self._wake_r):
                     self._stop.wait(0.1)  # a burst of writes wakes the watch once, not per write
                     notify.drain()
         finally:
@@ -352,10 +360,10 @@ class _Inotify:
             return None
         return cls(fd)
 
-    def wait(self, timeout_s: float) -> bool:
-        """True when an event arrived within ``timeout_s``."""
-        readable, _, _ = select.select([self.fd], [], [], timeout_s)
-        return bool(readable)
+    def wait(self, timeout_s: float, wake_fd: int) -> bool:
+        """True when an event arrived within ``timeout_s``; returns early when ``wake_fd`` is readable."""
+        readable, _, _ = select.select([self.fd, wake_fd], [], [], timeout_s)
+        return self.fd in readable
 
     def drain(self) -> None:
         try:
