@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import wait_or_explain
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
 from weightcache.wire.rankfiles import RankFiles
 from weightcache_contract.launch import LOAD_FORMAT, SGLANG_PROFILE, DaemonArgs
@@ -114,7 +113,7 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
-        return wait_or_explain(self.proc, 120, self.log)
+        return self.proc.wait(timeout=120)
 
 
 def start_daemon(

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processes import wait_or_explain
 from weightcache.tools.sample_checkpoints import ModelSpec, write_checkpoint
 from weightcache.vllm.loader import WRITTEN_IN_PLACE
 from weightcache.wire.rankfiles import RankFiles
@@ -135,7 +134,7 @@ class Daemon:
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
-        return wait_or_explain(self.proc, 120, self.log)
+        return self.proc.wait(timeout=120)
 
 
 def start_daemon(
